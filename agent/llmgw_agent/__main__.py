@@ -1,0 +1,46 @@
+"""`llmgw` on a node, and `python3 -m llmgw_agent` / the zipapp.
+
+Subcommands:
+  serve       speak the JSON-lines protocol on stdin/stdout (the console's channel)
+  doctor      check this node; `--facts --json` prints its facts
+  supervise   (internal) the small process that owns one detached shard
+  sim-engine  (internal) the simulated inference engine used by the demo and tests
+"""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = "usage: llmgw {serve,doctor,supervise,sim-engine} [options]"
+
+
+def main(argv=None):
+    """Dispatch to a subcommand; imports stay lazy so each starts fast."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        print(__doc__.split("\n", 2)[2].rstrip())
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "serve":
+        from llmgw_agent.protocol import serve_main
+
+        return serve_main(rest)
+    if command == "doctor":
+        from llmgw_agent.doctor import main as doctor_main
+
+        return doctor_main(rest)
+    if command == "supervise":
+        from llmgw_agent.supervise import supervise_main
+
+        return supervise_main(rest)
+    if command == "sim-engine":
+        from llmgw_agent.sim.engine import main as sim_engine_main
+
+        return sim_engine_main(rest)
+    sys.stderr.write("llmgw: unknown command {!r}; {}\n".format(command, USAGE))
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

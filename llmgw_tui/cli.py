@@ -1,0 +1,54 @@
+"""`llmgw-tui`: the console, or with `--run` the headless runner.
+
+The headless path never imports Textual, so scripts start fast and run where
+no terminal is attached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `llmgw-tui`."""
+    parser = argparse.ArgumentParser(
+        prog="llmgw-tui",
+        description="Bring large language models up on GPU clusters reached over SSH.",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--inventory", metavar="FILE", help="the fleet's inventory YAML")
+    source.add_argument(
+        "--demo", action="store_true", help="start an embedded simulated fleet on this machine"
+    )
+    parser.add_argument("--run", metavar="SCRIPT", help="run a YAML script headless ('-' for stdin)")
+    parser.add_argument("--json", action="store_true", help="with --run: one JSON object per step")
+    parser.add_argument(
+        "--accept-host", metavar="NODE", help="trust the host key a node presents now, then exit"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `llmgw-tui` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.json and not args.run:
+        parser.error("--json needs --run SCRIPT")
+    if args.run:
+        from llmgw_core.script.runner import run_script
+
+        return run_script(
+            args.run, as_json=args.json, inventory=args.inventory, demo=args.demo
+        )
+    if args.accept_host:
+        from llmgw_core.fleet.accept import accept_host_main
+
+        return accept_host_main(args.accept_host, inventory=args.inventory)
+    from llmgw_tui.app import run_app
+
+    return run_app(inventory=args.inventory, demo=args.demo)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
