@@ -1,0 +1,50 @@
+"""Where the agent keeps its state, and where replay reads from.
+
+One place for the environment variables that steer the agent, so discovery,
+supervision and the sim engine agree on them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+STATE_ENV = "LLMGW_AGENT_STATE"
+REPLAY_ENV = "LLMGW_AGENT_REPLAY"
+
+
+def state_dir():
+    """The agent's state directory (shards, claims, logs), created on first use.
+
+    `LLMGW_AGENT_STATE` wins (the demo fleet gives each simulated node its own);
+    else `$XDG_STATE_HOME/llmgw`, else `~/.local/state/llmgw`.
+    """
+    explicit = os.environ.get(STATE_ENV)
+    if explicit:
+        path = Path(explicit)
+    else:
+        xdg = os.environ.get("XDG_STATE_HOME")
+        base = Path(xdg) if xdg else Path.home() / ".local" / "state"
+        path = base / "llmgw"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def replay_dir(explicit=None):
+    """The capture directory discovery reads instead of the hardware, or None.
+
+    An explicit `--replay DIR` wins over `LLMGW_AGENT_REPLAY`.
+    """
+    chosen = explicit or os.environ.get(REPLAY_ENV)
+    return Path(chosen) if chosen else None
+
+
+def sim_usage_dir():
+    """Where sim engines record the memory they hold on simulated cards.
+
+    Each running sim engine writes `<pid>.json` here; discovery in replay mode
+    adds the memory of the ones whose process is still alive to its cards.
+    """
+    path = state_dir() / "sim-usage"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
