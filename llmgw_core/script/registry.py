@@ -1,0 +1,154 @@
+"""The steps a headless script can run, and the contract each one keeps.
+
+A step is a function registered under a name with a pydantic model of its
+arguments. The runner validates every step's arguments before anything runs,
+then calls the steps in order. Steps live in `llmgw_core/script/steps/`, one
+module per step or family; each module registers itself with `@step(...)`.
+
+A step returns a `StepOutcome`: a JSON-serialisable `result` (what `--json`
+prints) and, for people, an optional renderer that turns that same result
+into Rich tables — so the two outputs can never disagree.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from llmgw_core.errors import BadInput
+
+EXIT_OK = 0
+EXIT_STEP_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_DOES_NOT_FIT = 3
+
+
+class StepArgs(BaseModel):
+    """Base of every step's arguments: unknown keys are refused, not ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What a step did.
+
+    Attributes:
+        result: the JSON-serialisable result (`--json` prints it as `result`).
+        ok: False when the step failed; `error` then says why in one sentence.
+        exit_code: the script's exit code if this is the worst outcome so far
+            (0 done, 1 failed, 2 bad input, 3 does not fit).
+        error: one sentence, only when not ok.
+    """
+
+    result: dict[str, Any] = field(default_factory=dict)
+    ok: bool = True
+    exit_code: int = EXIT_OK
+    error: str | None = None
+
+
+class StepContext:
+    """What a step may reach: the script's folder, the described fleet, the live fleet.
+
+    The live fleet (inventory or demo) is started on first use and closed by
+    the runner when the script ends, so a script that only plans against a
+    described fleet never opens a connection.
+    """
+
+    def __init__(
+        self,
+        *,
+        script_dir: Path,
+        described_fleet: list[dict[str, Any]] | None,
+        inventory: str | None,
+        demo: bool,
+    ) -> None:
+        self.script_dir = script_dir
+        self.described_fleet = described_fleet
+        self.inventory = inventory
+        self.demo = demo
+        self._live: Any = None
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+
+    @property
+    def has_live_fleet(self) -> bool:
+        """True when the script runs against real (or demo) nodes."""
+        return bool(self.inventory or self.demo)
+
+    async def live_fleet(self) -> Any:
+        """The connected fleet, started on first call (inventory or demo)."""
+        if self._live is None:
+            if not self.has_live_fleet:
+                raise BadInput(
+                    "this step needs a fleet to connect to",
+                    "pass --inventory FILE or --demo, or give the script an `inventory:` file",
+                )
+            from llmgw_core.fleet.session import open_fleet  # the fleet issue provides it
+
+            self._live, closer = await open_fleet(inventory=self.inventory, demo=self.demo)
+            self._closers.append(closer)
+        return self._live
+
+    def add_closer(self, closer: Callable[[], Awaitable[None]]) -> None:
+        """Run `closer` when the script ends (successful or not)."""
+        self._closers.append(closer)
+
+    async def close(self) -> None:
+        """Close everything the steps opened, newest first."""
+        while self._closers:
+            closer = self._closers.pop()
+            await closer()
+
+
+StepFunction = Callable[[Any, StepContext], "StepOutcome | Awaitable[StepOutcome]"]
+Renderer = Callable[[dict[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class Step:
+    """A registered step: its name, its argument model, what it runs, how it is drawn."""
+
+    name: str
+    args_model: type[StepArgs]
+    run: StepFunction
+    render: Renderer | None = None
+
+    async def call(self, args: StepArgs, ctx: StepContext) -> StepOutcome:
+        """Run the step, awaiting it when it is a coroutine function."""
+        outcome = self.run(args, ctx)
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        return outcome
+
+
+_STEPS: dict[str, Step] = {}
+
+
+def step(
+    name: str, *, args: type[StepArgs], render: Renderer | None = None
+) -> Callable[[StepFunction], StepFunction]:
+    """Register a step function under `name` with its argument model."""
+
+    def register(function: StepFunction) -> StepFunction:
+        if name in _STEPS:
+            raise RuntimeError(f"step {name!r} is registered twice")
+        _STEPS[name] = Step(name=name, args_model=args, run=function, render=render)
+        return function
+
+    return register
+
+
+def all_steps() -> dict[str, Step]:
+    """Every registered step, after importing every module of `steps/`."""
+    from llmgw_core.script import steps as steps_package
+
+    for info in pkgutil.iter_modules(steps_package.__path__):
+        importlib.import_module(f"{steps_package.__name__}.{info.name}")
+    return dict(_STEPS)

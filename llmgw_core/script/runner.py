@@ -1,0 +1,230 @@
+"""The headless runner: `llmgw-tui --run SCRIPT [--json]`.
+
+A script is a YAML mapping:
+
+    fleet:        # optional: a described fleet, for planning without connecting
+      - {name: dgx, count: 2, gpu: h100-80g, gpus: 8, fabric: ib-a}
+    inventory: fleet.yaml   # optional: an inventory file (relative to the script)
+    steps:
+      - plan: {model: meta-llama/Llama-3.3-70B-Instruct, context: 32768}
+
+Every step is validated before anything runs; a bad one is reported with its
+line and the script exits 2. Steps then run in order and the first failure
+stops the script. Exit codes: 0 done, 1 a step failed, 2 bad input, 3 the
+model does not fit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from llmgw_core.errors import BadInput, LlmgwError
+from llmgw_core.script.registry import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_STEP_FAILED,
+    Step,
+    StepArgs,
+    StepContext,
+    StepOutcome,
+    all_steps,
+)
+
+TOP_LEVEL_KEYS = {"steps", "fleet", "inventory"}
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """A step of the script, validated, with the line it came from."""
+
+    line: int
+    step: Step
+    args: StepArgs
+
+
+@dataclass(frozen=True)
+class Script:
+    """A validated script."""
+
+    steps: list[PlannedStep]
+    described_fleet: list[dict[str, Any]] | None
+    inventory: str | None
+    folder: Path
+
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+def _validation_sentence(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "arguments"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "is not a known argument"
+        elif item["type"] == "missing":
+            message = "is required"
+        parts.append(f"{where} {message}")
+    return "; ".join(parts)
+
+
+def parse_script(text: str, *, folder: Path, source: str = "script") -> Script:
+    """Parse and validate a whole script before anything runs.
+
+    Raises:
+        BadInput: naming the line and what is wrong with it.
+    """
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise BadInput(f"{source}: {where}not valid YAML ({problem})") from None
+    if root is None:
+        raise BadInput(f"{source} is empty", "give it a `steps:` list")
+    if not isinstance(root, yaml.MappingNode):
+        raise BadInput(f"{source}: line {_line(root)}: a script is a mapping with `steps:`")
+    data = yaml.safe_load(text)
+    key_lines = {key.value: _line(key) for key, _ in root.value if isinstance(key, yaml.ScalarNode)}
+    unknown = sorted(set(data) - TOP_LEVEL_KEYS, key=str)
+    if unknown:
+        key = unknown[0]
+        raise BadInput(
+            f"{source}: line {key_lines.get(key, 1)}: unknown key {key!r}",
+            f"a script has {', '.join(sorted(TOP_LEVEL_KEYS))}",
+        )
+    steps_node = next((v for k, v in root.value if k.value == "steps"), None)
+    if steps_node is None or not isinstance(steps_node, yaml.SequenceNode):
+        line = _line(steps_node) if steps_node is not None else 1
+        raise BadInput(f"{source}: line {line}: `steps:` must be a list of steps")
+    known = all_steps()
+    planned: list[PlannedStep] = []
+    for item_node, item in zip(steps_node.value, data["steps"], strict=True):
+        line = _line(item_node)
+        if not isinstance(item, dict) or len(item) != 1:
+            raise BadInput(
+                f"{source}: line {line}: a step is a one-key mapping such as `- plan: {{...}}`"
+            )
+        ((name, raw_args),) = item.items()
+        if name not in known:
+            raise BadInput(
+                f"{source}: line {line}: unknown step {name!r}",
+                f"known steps are {', '.join(sorted(known))}",
+            )
+        definition = known[name]
+        try:
+            args = definition.args_model.model_validate(raw_args or {})
+        except ValidationError as exc:
+            raise BadInput(
+                f"{source}: line {line}: step {name!r}: {_validation_sentence(exc)}"
+            ) from None
+        planned.append(PlannedStep(line=line, step=definition, args=args))
+    fleet = data.get("fleet")
+    if fleet is not None and not isinstance(fleet, list):
+        raise BadInput(f"{source}: line {key_lines['fleet']}: `fleet:` must be a list of nodes")
+    inventory = data.get("inventory")
+    if inventory is not None and not isinstance(inventory, str):
+        raise BadInput(f"{source}: line {key_lines['inventory']}: `inventory:` must be a file path")
+    return Script(steps=planned, described_fleet=fleet, inventory=inventory, folder=folder)
+
+
+def _read_script(path: str) -> tuple[str, Path, str]:
+    if path == "-":
+        return sys.stdin.read(), Path.cwd(), "stdin"
+    file = Path(path)
+    try:
+        return file.read_text(encoding="utf-8"), file.resolve().parent, str(path)
+    except OSError as exc:
+        raise BadInput(f"cannot read script {path}: {exc.strerror or exc}") from None
+
+
+class _Printer:
+    """Prints each step as JSON lines or as tables for people."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self._console = None
+        if not as_json:
+            from rich.console import Console
+
+            self._console = Console(highlight=False)
+
+    def outcome(self, step: Step, outcome: StepOutcome) -> None:
+        if self.as_json:
+            line: dict[str, Any] = {"step": step.name, "ok": outcome.ok}
+            if outcome.ok:
+                line["result"] = outcome.result
+            else:
+                line["error"] = outcome.error
+                if outcome.result:
+                    line["result"] = outcome.result
+            print(json.dumps(line, default=str), flush=True)
+            return
+        assert self._console is not None
+        if outcome.ok or outcome.result:
+            if step.render is not None:
+                self._console.print(step.render(outcome.result))
+            else:
+                self._console.print_json(json.dumps(outcome.result, default=str))
+        if not outcome.ok:
+            self._console.print(f"[red]{step.name}: {outcome.error}[/red]")
+
+    def bad_input(self, sentence: str) -> None:
+        if self.as_json:
+            print(json.dumps({"step": None, "ok": False, "error": sentence}), flush=True)
+        else:
+            print(f"llmgw-tui: {sentence}", file=sys.stderr)
+
+
+async def _run(script: Script, printer: _Printer, *, inventory: str | None, demo: bool) -> int:
+    if script.inventory and not inventory:
+        inventory = str((script.folder / script.inventory).resolve())
+    ctx = StepContext(
+        script_dir=script.folder,
+        described_fleet=script.described_fleet,
+        inventory=inventory,
+        demo=demo,
+    )
+    worst = EXIT_OK
+    try:
+        for planned in script.steps:
+            try:
+                outcome = await planned.step.call(planned.args, ctx)
+            except LlmgwError as exc:
+                outcome = StepOutcome(ok=False, exit_code=exc.exit_code, error=exc.sentence())
+            printer.outcome(planned.step, outcome)
+            worst = max(worst, outcome.exit_code)
+            if not outcome.ok:
+                return outcome.exit_code or EXIT_STEP_FAILED
+    finally:
+        try:
+            await ctx.close()
+        except LlmgwError as exc:
+            printer.bad_input(exc.sentence())
+    return worst
+
+
+def run_script(path: str, *, as_json: bool, inventory: str | None, demo: bool) -> int:
+    """Run a script end to end and return the process exit code."""
+    printer = _Printer(as_json)
+    try:
+        text, folder, source = _read_script(path)
+        script = parse_script(text, folder=folder, source=source)
+    except BadInput as exc:
+        printer.bad_input(exc.sentence())
+        return EXIT_BAD_INPUT
+    try:
+        return asyncio.run(_run(script, printer, inventory=inventory, demo=demo))
+    except KeyboardInterrupt:
+        printer.bad_input("interrupted")
+        return 130
