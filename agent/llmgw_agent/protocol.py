@@ -1,0 +1,354 @@
+"""The agent's side of the wire: JSON lines on stdin/stdout.
+
+The console runs `python3 agent.pyz serve` on one SSH channel and speaks this:
+
+* first the agent writes `{"hello": {agent_version, protocol, python,
+  capabilities, pid, replay}}`;
+* a request `{"id": str|int, "op": str, "args": {...}}` gets
+  `{"id", "ok": true, "result": ...}` or
+  `{"id", "ok": false, "error": {"code", "message"}}`;
+* a streaming op (`shard.logs`, `download.watch`) first sends
+  `{"id", "event": {...}}` lines, then its final result line;
+* `{"id": X, "op": "cancel", "args": {"target": Y}}` ends stream Y (which then
+  sends its final result, with `"cancelled": true`) and answers X with
+  `{"cancelled": bool}`.
+
+Requests run on their own threads, so many are in flight at once; one lock
+guards stdout and every line is flushed. A bad line (not JSON, not an object,
+unknown op, wrong args, more than `MAX_LINE_BYTES`) is answered with an error
+and serving goes on; end of stdin ends the agent cleanly.
+
+Error codes: `bad_json`, `bad_request`, `too_large`, `unknown_op`, `bad_args`,
+`unavailable`, `not_found`, `busy`, `exists`, `failed`, `internal`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable, Dict, Optional
+
+from llmgw_agent import PROTOCOL_VERSION, __version__, paths
+from llmgw_agent.op_args import OpError, arg, number_arg
+
+MAX_LINE_BYTES = 1024 * 1024
+"""A request line longer than this is answered `too_large` and skipped."""
+
+_EXIT_JOIN_S = 2.0
+"""How long, after stdin ends, running requests get to finish their replies."""
+
+
+class Stream:
+    """What an operation sees of its request: a way to send events, a cancel flag."""
+
+    def __init__(self, request_id: Any, channel: "Channel") -> None:
+        self.request_id = request_id
+        self.cancelled = threading.Event()
+        self._channel = channel
+
+    def emit(self, event: dict) -> None:
+        """Send one `{"id", "event"}` line for this request."""
+        self._channel.send({"id": self.request_id, "event": event})
+
+
+class Channel:
+    """The agent's stdout: whole JSON lines, one writer at a time, flushed."""
+
+    def __init__(self, out) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def send(self, message: dict) -> None:
+        """Write one message as a line; a vanished reader only closes the channel."""
+        line = (json.dumps(message, separators=(",", ":"), default=str) + "\n").encode()
+        with self._lock:
+            if self.closed:
+                return
+            try:
+                self._out.write(line)
+                self._out.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                self.closed = True
+
+
+Handler = Callable[[dict, Stream], Any]
+
+
+class Server:
+    """Reads requests, runs each on a thread, answers on the channel."""
+
+    def __init__(self, channel: Channel, replay: Optional[str]) -> None:
+        self.channel = channel
+        self.replay = replay
+        self._in_flight: Dict[Any, Stream] = {}
+        self._threads: Dict[Any, threading.Thread] = {}
+        self._lock = threading.Lock()
+        self.ops: Dict[str, Handler] = {
+            "ping": self._op_ping,
+            "facts": self._op_facts,
+            "doctor": self._op_doctor,
+            "claims": _op_claims,
+            "shard.start": self._op_shard_start,
+            "shard.stop": _op_shard_stop,
+            "shard.list": _op_shard_list,
+            "shard.forget": _op_shard_forget,
+            "shard.logs": _op_shard_logs,
+            "download.watch": _op_download_watch,
+        }
+
+    def hello(self) -> dict:
+        """The first line the agent writes: who it is and what it can do."""
+        return {
+            "hello": {
+                "agent_version": __version__,
+                "protocol": PROTOCOL_VERSION,
+                "python": platform.python_version(),
+                "capabilities": sorted([*self.ops, "cancel"]),
+                "pid": os.getpid(),
+                "replay": self.replay is not None,
+            }
+        }
+
+    def error(self, request_id: Any, code: str, message: str) -> None:
+        """Answer one request (or an unreadable line, id null) with an error."""
+        self.channel.send(
+            {"id": request_id, "ok": False, "error": {"code": code, "message": message}}
+        )
+
+    def handle_line(self, raw: bytes) -> None:
+        """Parse one request line and answer it (now, or from its own thread)."""
+        if not raw.strip():
+            return
+        try:
+            request = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            self.error(None, "bad_json", "the line is not JSON: {}".format(exc))
+            return
+        if not isinstance(request, dict):
+            self.error(None, "bad_request", "a request is a JSON object with id, op and args")
+            return
+        request_id = request.get("id")
+        if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+            self.error(None, "bad_request", "a request needs an id that is a string or an integer")
+            return
+        op = request.get("op")
+        if not isinstance(op, str):
+            self.error(request_id, "bad_request", "a request needs an op that is a string")
+            return
+        args = request.get("args", {})
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            self.error(request_id, "bad_args", "args must be a JSON object")
+            return
+        if op == "cancel":
+            self._answer(request_id, self._cancel, args, None)
+            return
+        handler = self.ops.get(op)
+        if handler is None:
+            known = ", ".join(sorted([*self.ops, "cancel"]))
+            self.error(request_id, "unknown_op", "unknown op {!r}; known: {}".format(op, known))
+            return
+        stream = Stream(request_id, self.channel)
+        with self._lock:
+            if request_id in self._in_flight:
+                self.error(
+                    request_id, "bad_request", "id {!r} is already in flight".format(request_id)
+                )
+                return
+            self._in_flight[request_id] = stream
+        if op == "ping":
+            self._run(request_id, handler, args, stream)
+            return
+        thread = threading.Thread(
+            target=self._run, args=(request_id, handler, args, stream), daemon=True
+        )
+        with self._lock:
+            self._threads[request_id] = thread
+        thread.start()
+
+    def _run(self, request_id: Any, handler: Handler, args: dict, stream: Stream) -> None:
+        try:
+            self._answer(request_id, handler, args, stream)
+        finally:
+            with self._lock:
+                self._in_flight.pop(request_id, None)
+                self._threads.pop(request_id, None)
+
+    def _answer(self, request_id: Any, handler: Handler, args: dict, stream) -> None:
+        try:
+            result = handler(args, stream)
+        except OpError as exc:
+            self.error(request_id, exc.code, exc.message)
+        except ImportError as exc:
+            self.error(request_id, "unavailable", "this agent lacks a part: {}".format(exc))
+        except Exception as exc:  # the edge: report, never crash the channel
+            traceback.print_exc(file=sys.stderr)
+            self.error(request_id, "internal", "{}: {}".format(type(exc).__name__, exc))
+        else:
+            self.channel.send({"id": request_id, "ok": True, "result": result})
+
+    def _cancel(self, args: dict, _stream) -> dict:
+        target = arg(args, "target", (str, int))
+        with self._lock:
+            stream = self._in_flight.get(target)
+        if stream is None:
+            return {"cancelled": False}
+        stream.cancelled.set()
+        return {"cancelled": True}
+
+    def shutdown(self) -> None:
+        """Cancel every stream and give running requests a moment to answer."""
+        with self._lock:
+            streams = list(self._in_flight.values())
+            threads = list(self._threads.values())
+        for stream in streams:
+            stream.cancelled.set()
+        deadline = time.monotonic() + _EXIT_JOIN_S
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    # --- operations -------------------------------------------------------
+
+    def _op_ping(self, _args: dict, _stream: Stream) -> dict:
+        return {"pong": True, "time": time.time()}
+
+    def _collect(self, args: dict) -> dict:
+        model_dirs = arg(args, "model_dirs", (list,), [])
+        if not all(isinstance(item, str) for item in model_dirs):
+            raise OpError("bad_args", "model_dirs must be a list of paths")
+        try:
+            from llmgw_agent.discover import collect_facts
+        except ImportError as exc:
+            raise OpError(
+                "unavailable", "discovery is not part of this agent: {}".format(exc)
+            ) from exc
+        return collect_facts(replay=self.replay, model_dirs=tuple(model_dirs))
+
+    def _op_facts(self, args: dict, _stream: Stream) -> dict:
+        return self._collect(args)
+
+    def _op_doctor(self, args: dict, _stream: Stream) -> dict:
+        facts = self._collect(args)
+        try:
+            from llmgw_agent.doctor import run_checks
+        except ImportError as exc:
+            raise OpError(
+                "unavailable", "the doctor is not part of this agent: {}".format(exc)
+            ) from exc
+        return {"checks": run_checks(facts, state_dir=str(paths.state_dir()))}
+
+    def _op_shard_start(self, args: dict, _stream: Stream) -> dict:
+        from llmgw_agent.shards import start_shard
+
+        return start_shard(args, replay=self.replay)
+
+
+def _op_claims(_args: dict, _stream: Stream) -> dict:
+    from llmgw_agent.claims import list_claims
+
+    return {"claims": list_claims()}
+
+
+def _op_shard_stop(args: dict, _stream: Stream) -> dict:
+    shard_id = arg(args, "shard_id", (str,))
+    timeout_s = number_arg(args, "timeout_s", None, maximum=3600.0)
+    from llmgw_agent.shards import stop_shard
+
+    return stop_shard(shard_id, timeout_s)
+
+
+def _op_shard_list(_args: dict, _stream: Stream) -> dict:
+    from llmgw_agent.shards import list_shards
+
+    return {"shards": list_shards()}
+
+
+def _op_shard_forget(args: dict, _stream: Stream) -> dict:
+    shard_id = arg(args, "shard_id", (str,))
+    from llmgw_agent.shards import forget_shard
+
+    return forget_shard(shard_id)
+
+
+def _op_shard_logs(args: dict, stream: Stream) -> dict:
+    shard_id = arg(args, "shard_id", (str,))
+    tail = int(number_arg(args, "tail", 200, maximum=1_000_000))
+    follow = arg(args, "follow", (bool,), False)
+    from llmgw_agent.logcap import stream_shard_log
+
+    return stream_shard_log(shard_id, tail, follow, stream.emit, stream.cancelled)
+
+
+def _op_download_watch(args: dict, stream: Stream) -> dict:
+    path = arg(args, "path", (str,))
+    interval_s = number_arg(args, "interval_s", 2.0, minimum=0.05, maximum=3600.0)
+    from llmgw_agent.downloads import watch_download
+
+    return watch_download(path, interval_s, stream.emit, stream.cancelled)
+
+
+def _private_stdio():
+    """Take stdin/stdout for the protocol; point fds 0/1 elsewhere.
+
+    Anything else that prints (a library, a child started by discovery) would
+    otherwise write into the channel or read requests meant for us.
+    """
+    requests_in = os.fdopen(os.dup(0), "rb", buffering=65536)
+    replies_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return requests_in, replies_out
+
+
+def read_lines(
+    requests_in, on_line: Callable[[bytes], None], on_too_large: Callable[[], None]
+) -> None:
+    """Feed each line of `requests_in` to `on_line` until end of input.
+
+    A line over `MAX_LINE_BYTES` is read past in pieces (never held whole) and
+    reported through `on_too_large`.
+    """
+    while True:
+        line = requests_in.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            while True:
+                rest = requests_in.readline(65536)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            on_too_large()
+            continue
+        on_line(line)
+
+
+def serve_main(argv) -> int:
+    """`llmgw serve [--replay DIR]`: speak the protocol until stdin ends."""
+    parser = argparse.ArgumentParser(prog="llmgw serve", description="JSON lines on stdin/stdout")
+    parser.add_argument("--replay", metavar="DIR", help="read facts from a capture directory")
+    options = parser.parse_args(argv)
+    replay_path = paths.replay_dir(options.replay)
+    requests_in, replies_out = _private_stdio()
+    server = Server(Channel(replies_out), str(replay_path) if replay_path else None)
+    server.channel.send(server.hello())
+
+    def too_large() -> None:
+        server.error(
+            None, "too_large", "a request line is limited to {} bytes".format(MAX_LINE_BYTES)
+        )
+
+    with contextlib.suppress(KeyboardInterrupt):
+        read_lines(requests_in, server.handle_line, too_large)
+    server.shutdown()
+    return 0
