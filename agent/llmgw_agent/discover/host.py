@@ -1,0 +1,118 @@
+"""The host part of the facts: name, CPUs, RAM, management address and interface.
+
+Read from `/proc` and the socket layer on a real node, or from `host.json`
+in a capture directory. Driver and CUDA versions come from nvidia-smi/NVML;
+`host.json` may state them for a node without a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import struct
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+HOST_KEYS = (
+    "hostname",
+    "cpus",
+    "memory_mib",
+    "mgmt_address",
+    "mgmt_interface",
+    "driver_version",
+    "cuda_version",
+    "python",
+    "kernel",
+    "arch",
+)
+
+
+def read_host_json(path: Path) -> Dict[str, Any]:
+    """A capture's `host.json` as a dict ({} when absent); a broken file raises ValueError."""
+    if not path.is_file():
+        return {}
+    try:
+        loaded = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ValueError("{} is not JSON ({})".format(path, exc)) from exc
+    if not isinstance(loaded, dict):
+        raise ValueError("{} must hold a JSON object".format(path))
+    return loaded
+
+
+def memory_mib(meminfo: str) -> Optional[int]:
+    """`MemTotal:  263842660 kB` from `/proc/meminfo` text -> MiB."""
+    for line in meminfo.splitlines():
+        if line.startswith("MemTotal:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                return int(parts[1]) // 1024
+    return None
+
+
+def default_route_interface(route_table: str) -> Optional[str]:
+    """The interface of the default route in `/proc/net/route` text, or None."""
+    for line in route_table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 2 and fields[1] == "00000000":
+            return fields[0]
+    return None
+
+
+def _interface_address(interface: str) -> Optional[str]:
+    try:
+        import fcntl  # POSIX only; the agent runs on Linux nodes
+    except ImportError:
+        return None
+    siocgifaddr = 0x8915
+    packed = struct.pack("256s", interface[:15].encode())
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            answer = fcntl.ioctl(sock.fileno(), siocgifaddr, packed)
+        except OSError:
+            return None
+    return socket.inet_ntoa(answer[20:24])
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def management_interface() -> Tuple[Optional[str], Optional[str]]:
+    """(address, interface) of the default route: where NCCL's and Gloo's sockets go."""
+    interface = default_route_interface(_read_text("/proc/net/route"))
+    address = _interface_address(interface) if interface else None
+    if address is None:
+        try:
+            address = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            address = None
+    return address, interface
+
+
+def live_host() -> Dict[str, Any]:
+    """This machine's host facts (driver and CUDA left None for the GPU path to fill)."""
+    address, interface = management_interface()
+    return {
+        "hostname": socket.gethostname(),
+        "cpus": os.cpu_count(),
+        "memory_mib": memory_mib(_read_text("/proc/meminfo")),
+        "mgmt_address": address,
+        "mgmt_interface": interface,
+        "driver_version": None,
+        "cuda_version": None,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "arch": platform.machine(),
+    }
+
+
+def replay_host(recorded: Dict[str, Any]) -> Dict[str, Any]:
+    """Host facts from a capture's `host.json`: its keys, None where it is silent."""
+    return {key: recorded.get(key) for key in HOST_KEYS}

@@ -1,0 +1,243 @@
+"""What a node reports about itself, validated on arrival from the agent.
+
+The agent (`llmgw_agent.discover.collect_facts`) builds plain dicts; the
+console turns each into `NodeFacts` before anything else reads it, so a
+malformed or half-written answer is refused at the edge with a sentence, not
+found later as a KeyError. Models are frozen: facts are snapshots. Unknown
+keys are ignored so a newer agent can add fields without breaking an older
+console.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llmgw_core.errors import BadInput
+
+
+class _Snapshot(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+
+class FabricHealth(_Snapshot):
+    """A card's NVLink fabric health; None where the driver does not report a field."""
+
+    summary: str | None = None
+    bandwidth: str | None = None
+    route_recovery_in_progress: bool | None = None
+    route_unhealthy: bool | None = None
+    access_timeout_recovery: bool | None = None
+    incorrect_configuration: str | None = None
+    partition_assigned: str | None = None
+
+
+FabricVerdict = Literal["joined", "degraded", "unhealthy", "not-joined", "local"]
+
+
+class CardFabric(_Snapshot):
+    """A card's NVLink fabric (GB200/GB300 NVL72, NVSwitch systems).
+
+    `verdict` is the agent's one reading of state + status + health:
+    `local` is a single machine's NVSwitch (all-zero ClusterUUID), not a domain.
+    """
+
+    state: str
+    status: str | None = None
+    clique_id: int | None = None
+    cluster_uuid: str | None = None
+    health: FabricHealth = FabricHealth()
+    verdict: FabricVerdict | None = None
+
+
+class Platform(_Snapshot):
+    """Where a card sits in a rack (filled in on GB200/GB300 trays)."""
+
+    chassis_serial: str | None = None
+    slot_number: int | None = None
+    tray_index: int | None = None
+    host_id: int | None = None
+    module_id: int | None = None
+    peer_type: str | None = None
+
+
+class GpuProcess(_Snapshot):
+    """A process holding memory on a card or MIG instance."""
+
+    pid: int | None = None
+    name: str = ""
+    used_mib: int = 0
+
+
+class Card(_Snapshot):
+    """One physical card."""
+
+    index: int
+    name: str
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    memory_mib: int | None = None
+    memory_used_mib: int | None = None
+    utilization_pct: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    compute_capability: str | None = None
+    gpu_class: str = Field(alias="class")
+    mig_mode: Literal["enabled", "disabled"] | None = None
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
+    nearest_nic: str | None = None
+    fabric: CardFabric | None = None
+    platform: Platform | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    out_of_placement: str | None = None
+
+
+class Gpu(_Snapshot):
+    """A device placement can use: a whole card, or one MIG instance of a card.
+
+    `id` is the card index, or `1000 + 100 x card + instance` for MIG; `label`
+    is `3` or `3/mig1`. `utilization_pct` is None for a MIG instance (unknown,
+    not zero).
+    """
+
+    id: int
+    label: str
+    card_index: int
+    name: str = ""
+    uuid: str | None = None
+    gpu_class: str = Field(alias="class")
+    mig_profile: str | None = None
+    memory_mib: int | None = None
+    memory_used_mib: int | None = None
+    utilization_pct: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    compute_capability: str | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+    @property
+    def is_mig(self) -> bool:
+        """True for a MIG instance."""
+        return self.mig_profile is not None
+
+
+class Adapter(_Snapshot):
+    """One RDMA adapter port. `link_layer` Ethernet means RoCE."""
+
+    name: str
+    port: int = 1
+    state: str | None = None
+    phys_state: str | None = None
+    rate_gbps: float | None = None
+    rated_gbps: float | None = None
+    link_layer: str | None = None
+    gid_index: int | None = None
+    hca_type: str | None = None
+    fw_version: str | None = None
+    netdev: str | None = None
+
+
+class NvlinkDomain(_Snapshot):
+    """The multi-node NVLink domain every card of the node is in."""
+
+    cluster_uuid: str
+    clique_id: int | None = None
+
+
+class ImexNode(_Snapshot):
+    """One node of an IMEX domain, as `nvidia-imex-ctl -N` lists it."""
+
+    index: int
+    address: str
+    state: str
+    version: str | None = None
+
+
+class Imex(_Snapshot):
+    """The IMEX daemon's view of its domain."""
+
+    state: str | None = None
+    nodes: tuple[ImexNode, ...] = ()
+    connectivity_ok: bool | None = None
+    channels: tuple[str, ...] = ()
+    error: str | None = None
+
+
+class Host(_Snapshot):
+    """The machine itself."""
+
+    hostname: str | None = None
+    cpus: int | None = None
+    memory_mib: int | None = None
+    mgmt_address: str | None = None
+    mgmt_interface: str | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    python: str | None = None
+    kernel: str | None = None
+    arch: str | None = None
+    cpu_only: bool = False
+
+
+class Engine(_Snapshot):
+    """An installed inference engine."""
+
+    version: str | None = None
+    path: str | None = None
+
+
+class StoredModel(_Snapshot):
+    """A model found in a model directory."""
+
+    name: str
+    path: str
+    format: Literal["safetensors", "gguf", "other"] = "other"
+    state: Literal["complete", "partial"]
+    size_bytes: int = 0
+    files: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+
+
+class ModelDir(_Snapshot):
+    """A model directory: `complete`/`partial` by its models; `present` holds no model."""
+
+    state: Literal["missing", "unreadable", "empty", "present", "partial", "complete"]
+    shared: bool = False
+    fs_type: str | None = None
+    models: tuple[StoredModel, ...] = ()
+
+
+class NodeFacts(_Snapshot):
+    """Everything one node reports (see `llmgw_agent.discover` for how it is found)."""
+
+    agent_version: str
+    source: str
+    host: Host
+    cards: tuple[Card, ...] = ()
+    gpus: tuple[Gpu, ...] = ()
+    nvlink: dict[str, dict[str, str]] = {}
+    nic_affinity: dict[str, dict[str, str]] = {}
+    adapters: tuple[Adapter, ...] = ()
+    nvlink_domain: NvlinkDomain | None = None
+    imex: Imex | None = None
+    imex_channels: tuple[str, ...] = ()
+    engines: dict[str, Engine] = {}
+    model_dirs: dict[str, ModelDir] = {}
+    errors: tuple[str, ...] = ()
+
+
+def parse_facts(raw: object, node: str = "the node") -> NodeFacts:
+    """Validate an agent's facts dict; a bad one raises `BadInput` naming the field."""
+    try:
+        return NodeFacts.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        raise BadInput(
+            f"{node} sent facts the console cannot read: {where}: {first['msg']}",
+            "update the agent (the console uploads its own on the next connection)",
+        ) from exc
