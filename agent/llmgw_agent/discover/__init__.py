@@ -29,6 +29,7 @@ longer alive are ignored and deleted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -115,10 +116,8 @@ def read_sim_usage(directory: Path) -> List[Dict[str, Any]]:
         except (ValueError, KeyError, TypeError, OSError):
             continue  # being written, or not ours: the next refresh reads it
         if not _pid_alive(pid):
-            try:
+            with contextlib.suppress(OSError):  # another reader removed it first
                 path.unlink()
-            except OSError:
-                pass  # another reader removed it first
             continue
         usages.append(usage)
     return usages

@@ -8,11 +8,11 @@ the facts have one shape whatever produced them. The shape is documented in
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any, Dict, List, Optional
 
 from llmgw_agent.discover import classes
 from llmgw_agent.discover.fabric import fabric_verdict, nvlink_domain
+from llmgw_agent.discover.ib import rated_speeds
 from llmgw_agent.discover.topo import nearest_nics, nic_affinity, nvlink_matrix
 
 Record = Dict[str, Any]
@@ -93,7 +93,7 @@ def join_listing(cards: List[Record], listing: List[Record]) -> List[Record]:
                 ]
             else:
                 ordered = sorted(card["migs"], key=lambda m: m["index"] or 0)
-                for mig, listed_mig in zip(ordered, listed):
+                for mig, listed_mig in zip(ordered, listed):  # noqa: B905 (Python 3.8)
                     mig["uuid"] = listed_mig["uuid"]
                     mig["profile"] = listed_mig["profile"]
         joined.append(card)
@@ -215,14 +215,14 @@ def apply_sim_usage(facts: Record, usages: List[Record]) -> None:
                 continue
             gpu["memory_used_mib"] = (gpu.get("memory_used_mib") or 0) + used
             entry = {"pid": usage.get("pid"), "name": "sim-engine", "used_mib": used}
-            gpu["processes"] = list(gpu["processes"]) + [entry]
+            gpu["processes"] = [*gpu["processes"], entry]
             card = cards.get(gpu["card_index"])
             if card is not None:
                 card["memory_used_mib"] = (card.get("memory_used_mib") or 0) + used
                 if gpu["mig_profile"] is None:
                     card["processes"] = gpu["processes"]
                 else:
-                    card["processes"] = list(card["processes"]) + [entry]
+                    card["processes"] = [*card["processes"], entry]
 
 
 def build_facts(
@@ -244,14 +244,12 @@ def build_facts(
     nearest = nearest_nics(topo) if topo else {}
     card_facts = [_card_facts(card, topo, nearest) for card in cards]
     gpus: List[Record] = []
-    for card, facts_card in zip(cards, card_facts):
+    for card, facts_card in zip(cards, card_facts):  # noqa: B905 (Python 3.8)
         gpus.extend(_gpus_of(card, facts_card))
     host = dict(host)
     if smi:
         host["driver_version"] = host.get("driver_version") or smi.get("driver_version")
         host["cuda_version"] = host.get("cuda_version") or smi.get("cuda_version")
-    from llmgw_agent.discover.ib import rated_speeds
-
     rated = rated_speeds(adapters)
     adapter_facts = []
     for adapter in adapters:
@@ -278,8 +276,3 @@ def build_facts(
         "model_dirs": model_dirs,
         "errors": list(errors),
     }
-
-
-def round_half_up(value: float) -> int:
-    """Round .5 up (profile names do: 19.5 GiB prints as `20gb`)."""
-    return int(math.floor(value + 0.5))

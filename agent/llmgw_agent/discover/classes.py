@@ -85,7 +85,7 @@ def nominal_gb(memory_mib: Optional[int], name: str = "") -> Optional[int]:
     for size in _NOMINAL_GB:
         if gib - 0.5 <= size <= gib * 1.08:
             return size
-    return int(round(gib))
+    return round(gib)
 
 
 def card_class(name: str, memory_mib: Optional[int]) -> str:
@@ -121,5 +121,5 @@ def mig_profile(name: str, sm_count: Optional[int], memory_mib: Optional[int]) -
     slices = table.get(int(sm_count))
     if slices is None:
         return None
-    memory_gb = int(math.floor(memory_mib / 1024.0 + 0.5))
+    memory_gb = math.floor(memory_mib / 1024.0 + 0.5)
     return "{}g.{}gb".format(slices, memory_gb)

@@ -52,7 +52,7 @@ def number(text: Optional[str]) -> Optional[float]:
 def whole(text: Optional[str]) -> Optional[int]:
     """Like `number`, rounded to an int (MiB, %, counts)."""
     value = number(text)
-    return None if value is None else int(round(value))
+    return None if value is None else round(value)
 
 
 def flag(text: Optional[str]) -> Optional[bool]:
