@@ -1,0 +1,148 @@
+"""What one card needs to serve a model, by each engine's own rules (pure).
+
+`card_need` is the planner's single entry: weights, context (KV cache) and
+engine overheads for the worst card of a layout. The engines' rules live in
+`vllm.py`, `sglang.py` and `llamacpp.py`; the usable fraction of a card lives
+in `usable_gib` and nowhere else. All figures are GiB (2^30 bytes), which the
+engines print under the label "GB".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmgw_core.errors import BadInput
+from llmgw_core.model.artifacts import Artifact
+from llmgw_core.model.shape import ModelShape
+
+ENGINES = ("vllm", "sglang", "llama.cpp")
+DEFAULT_USABLE_FRACTION = 0.90
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a replica is split over cards."""
+
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    expert_parallel: bool = False
+
+    @property
+    def cards(self) -> int:
+        """Cards the replica uses."""
+        return self.tensor_parallel * self.pipeline_parallel
+
+
+@dataclass(frozen=True)
+class CardNeed:
+    """What one card (the worst card of the layout) needs, in GiB.
+
+    Attributes:
+        weights_gib: the card's share of the weights as the engine loads them.
+        context_gib: the KV cache for `context` tokens × `concurrency` sequences.
+        engine_gib: activation peak + non-torch memory + CUDA graphs + CUDA context/NCCL.
+        context_gib_per_1k_tokens: what 1000 more tokens of one sequence cost on this card.
+        max_concurrency: how many sequences of `context` the usable memory holds
+            (None when not even the weights fit).
+        usable_gib: the card's usable memory this need is measured against.
+    """
+
+    weights_gib: float
+    context_gib: float
+    engine_gib: float
+    context_gib_per_1k_tokens: float
+    max_concurrency: float | None
+    usable_gib: float = 0.0
+
+    @property
+    def total_gib(self) -> float:
+        """Weights + context + engine."""
+        return self.weights_gib + self.context_gib + self.engine_gib
+
+    @property
+    def fits(self) -> bool:
+        """True when the total is within the usable memory."""
+        return self.total_gib <= self.usable_gib + 1e-9
+
+
+def usable_gib(
+    engine: str, card_memory_gib: float, gpu_memory_utilization: float | None = None
+) -> float:
+    """The memory of a card an engine may use: 90 % by default, else the engine's own fraction.
+
+    vLLM's `--gpu-memory-utilization`, SGLang's `--mem-fraction-static` and,
+    for llama.cpp, the share of RAM or VRAM the operator allows are all passed
+    as `gpu_memory_utilization`.
+    """
+    if engine not in ENGINES:
+        raise BadInput(f"engine {engine!r} is not known", f"use one of {', '.join(ENGINES)}")
+    fraction = DEFAULT_USABLE_FRACTION if gpu_memory_utilization is None else gpu_memory_utilization
+    if not 0 < fraction <= 1:
+        raise BadInput(f"gpu_memory_utilization {fraction} is not between 0 and 1")
+    return card_memory_gib * fraction
+
+
+def card_need(
+    engine: str,
+    artifact: Artifact,
+    shape: ModelShape,
+    layout: Layout,
+    *,
+    context: int,
+    concurrency: int = 1,
+    card_memory_gib: float,
+    gpu_memory_utilization: float | None = None,
+    kv_cache_dtype: str | None = None,
+    engine_version: str | None = None,
+) -> CardNeed:
+    """What the worst card of `layout` needs to serve `artifact` with `engine`.
+
+    Args:
+        engine: "vllm" | "sglang" | "llama.cpp".
+        artifact: the weights served (their real bytes).
+        shape: the model's shape (for a GGUF artifact, its header's shape when read).
+        layout: tensor / pipeline parallel widths (llama.cpp: pipeline = devices of a layer split).
+        context: tokens of context per sequence.
+        concurrency: sequences of `context` served at once.
+        card_memory_gib: the card's memory as CUDA reports it (for llama.cpp on a CPU node, RAM).
+        gpu_memory_utilization: the engine's usable fraction; None = 90 %.
+        kv_cache_dtype: "auto" / None (the model's dtype), "fp8", "f16", "q8_0" ...
+        engine_version: the engine's version; None = the newest rules known.
+    """
+    usable = usable_gib(engine, card_memory_gib, gpu_memory_utilization)
+    if engine == "vllm":
+        from llmgw_core.memory import vllm
+
+        return vllm.card_need(
+            artifact,
+            shape,
+            layout,
+            context=context,
+            concurrency=concurrency,
+            usable_gib=usable,
+            kv_cache_dtype=kv_cache_dtype,
+            engine_version=engine_version,
+        )
+    if engine == "sglang":
+        from llmgw_core.memory import sglang
+
+        return sglang.card_need(
+            artifact,
+            shape,
+            layout,
+            context=context,
+            concurrency=concurrency,
+            usable_gib=usable,
+            kv_cache_dtype=kv_cache_dtype,
+        )
+    from llmgw_core.memory import llamacpp
+
+    return llamacpp.card_need(
+        artifact,
+        shape,
+        layout,
+        context=context,
+        concurrency=concurrency,
+        usable_gib=usable,
+        kv_cache_dtype=kv_cache_dtype,
+    )

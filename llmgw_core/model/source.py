@@ -1,0 +1,128 @@
+"""Where a model comes from: a Hub repository, a local directory or a local GGUF file.
+
+This is the I/O edge of the model package: it reads `config.json`, the
+safetensors index and the file listing (from disk, or through
+`huggingface_hub`), and GGUF headers (from disk, or with HTTP range requests),
+then hands the pure modules values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmgw_core.errors import BadInput
+from llmgw_core.model.artifacts import Artifact, RepoFile, artifacts_from_listing
+from llmgw_core.model.shape import ModelShape, is_full_config, shape_from_config
+
+# Small JSON files that can change how the weights are read.
+EXTRA_CONFIG_FILES = ("hf_quant_config.json", "quantize_config.json")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model as the planner sees it: its shape and every servable artifact.
+
+    Attributes:
+        ref: what the user typed.
+        repo_id: "org/name" for a Hub model, None for a local one.
+        revision: the Hub revision asked for (None = the default branch).
+        local_dir: the directory for a local model.
+        shape: None for a pure GGUF repository until a header is read.
+        artifacts: the safetensors set and every GGUF quantisation.
+    """
+
+    ref: str
+    repo_id: str | None
+    revision: str | None
+    local_dir: Path | None
+    shape: ModelShape | None
+    artifacts: tuple[Artifact, ...]
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """`org/name@rev` → ("org/name", "rev"); no `@` → revision None."""
+    if "@" in ref:
+        repo, _, revision = ref.partition("@")
+        return repo, revision or None
+    return ref, None
+
+
+def parse_config_text(text: str, where: str) -> dict[str, Any]:
+    """Parse a config file's text, or say in one sentence why it is not JSON."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(
+            f"{where} is not valid JSON (line {exc.lineno}: {exc.msg})",
+            "the file is malformed; check the repository",
+        ) from None
+    if not isinstance(value, dict):
+        raise BadInput(f"{where} is not a JSON object")
+    return value
+
+
+def shape_or_none(
+    config: dict[str, Any] | None, extra: dict[str, dict[str, Any]], where: str
+) -> ModelShape | None:
+    """The shape of a full config; None for a GGUF repository's stub config."""
+    if config is None or not is_full_config(config):
+        return None
+    try:
+        return shape_from_config(config, extra_files=extra)
+    except BadInput as exc:
+        raise BadInput(f"{where}: {exc.message}", exc.fix) from None
+
+
+def load_model(ref: str, *, token: str | None = None, read_gguf_headers: bool = True) -> ModelInfo:
+    """Read a model's shape and artifacts.
+
+    Args:
+        ref: "org/name[@revision]", a local directory, or a local `.gguf` file.
+        token: a Hugging Face token; None uses the usual places (HF_TOKEN, the CLI login).
+        read_gguf_headers: read each GGUF quantisation's header (range requests on
+            the Hub) to learn its shape and per-layer tensor bytes.
+
+    Raises:
+        BadInput: unknown repository, gated repository, no config, malformed
+            config, unsupported architecture — one sentence each.
+    """
+    path = Path(ref).expanduser()
+    if path.exists() or ref.startswith(("/", "./", "../", "~")):
+        from llmgw_core.model.local import load_local
+
+        return load_local(ref, path, read_gguf_headers=read_gguf_headers)
+    repo_id, revision = split_ref(ref)
+    if not _REPO_ID.match(repo_id):
+        raise BadInput(
+            f"model {ref!r} is neither a local path nor a Hub repository id",
+            "give org/name[@revision] or a directory",
+        )
+    from llmgw_core.model.hub import load_hub_model
+
+    return load_hub_model(ref, repo_id, revision, token=token, read_gguf_headers=read_gguf_headers)
+
+
+def listing_artifacts(
+    files: list[RepoFile],
+    shape: ModelShape | None,
+    index: dict[str, Any] | None,
+    param_count: int | None,
+) -> tuple[Artifact, ...]:
+    """Artifacts of a listing, with what the safetensors index says."""
+    metadata = (index or {}).get("metadata") or {}
+    total = metadata.get("total_size")
+    weight_map = (index or {}).get("weight_map") or {}
+    shards = set(weight_map.values()) if isinstance(weight_map, dict) else set()
+    params = param_count or metadata.get("total_parameters")
+    return artifacts_from_listing(
+        files,
+        shape=shape,
+        index_total_size=int(total) if isinstance(total, int | float) else None,
+        index_shards=shards,
+        param_count=int(params) if isinstance(params, int | float) else None,
+    )
