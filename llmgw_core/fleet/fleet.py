@@ -1,0 +1,286 @@
+"""The live fleet: one connection and one agent per node, and an honest picture of them.
+
+Every node gets its own task that connects, deploys the agent when missing,
+starts it on one channel, reads its facts and then re-reads them every
+`refresh_interval_s` (fabric states change: a fabric manager restart drops
+every card of a tray at once). A node that drops is marked unreachable with
+the reason and retried with a growing backoff, so one that comes back is
+picked up again without anyone asking. Refreshes of one node never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncssh
+
+from llmgw_core.errors import BadInput, LlmgwError
+from llmgw_core.facts import NodeFacts, parse_facts
+from llmgw_core.fleet.checks import fabric_problem
+from llmgw_core.fleet.client import AgentClient, AgentError, AgentLost
+from llmgw_core.fleet.deploy import NodeUnfit, agent_command, ensure_agent
+from llmgw_core.fleet.ssh import HostKeyRefused, SshConnector, SshTarget
+from llmgw_core.fleet.state import FleetState, NodeState, NodeStatus
+from llmgw_core.inventory import Inventory, NodeSpec
+
+FACTS_TIMEOUT_S = 60.0
+
+Listener = Callable[[FleetState], None]
+
+
+class FactsRejected(LlmgwError):
+    """A node's facts do not validate: we will not plan with them."""
+
+
+def validate_facts(raw: Any, node: str) -> NodeFacts:
+    """The agent's facts checked against the core's models (`llmgw_core.facts`).
+
+    Raises:
+        FactsRejected: naming the node and the first field that is wrong.
+    """
+    try:
+        return parse_facts(raw, node)
+    except BadInput as exc:
+        raise FactsRejected(exc.message, exc.fix) from None
+
+
+class _Node:
+    """The mutable side of one node; the fleet publishes it as `NodeState`."""
+
+    def __init__(self, spec: NodeSpec) -> None:
+        self.spec = spec
+        self.state = NodeState(name=spec.name, address=_address(spec))
+        self.connection: asyncssh.SSHClientConnection | None = None
+        self.client: AgentClient | None = None
+        self.refresh_lock = asyncio.Lock()
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+
+def _address(spec: NodeSpec) -> str:
+    where = spec.host if spec.port is None else f"{spec.host}:{spec.port}"
+    return f"{spec.user}@{where}" if spec.user else where
+
+
+class Fleet:
+    """Connections to every node of an inventory, kept up, with snapshots of what they say."""
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        connector: SshConnector,
+        *,
+        refresh_interval_s: float = 60.0,
+        retry_initial_s: float = 1.0,
+        retry_max_s: float = 30.0,
+    ) -> None:
+        self.inventory = inventory
+        self.connector = connector
+        self.refresh_interval_s = refresh_interval_s
+        self.retry_initial_s = retry_initial_s
+        self.retry_max_s = retry_max_s
+        self._nodes = {spec.name: _Node(spec) for spec in inventory.node_specs()}
+        self._listeners: list[Listener] = []
+        self._changed = asyncio.Condition()
+        self._snapshot = self._take_snapshot()
+        self._closing = False
+
+    # --- the picture ----------------------------------------------------
+
+    def snapshot(self) -> FleetState:
+        """The fleet as last seen (immutable)."""
+        return self._snapshot
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call `listener(snapshot)` after every change (on the event loop)."""
+        self._listeners.append(listener)
+
+    def _take_snapshot(self) -> FleetState:
+        return FleetState(
+            taken_at=datetime.now(UTC),
+            nodes={name: node.state for name, node in self._nodes.items()},
+        )
+
+    async def _set(self, node: _Node, **changes: Any) -> None:
+        node.state = node.state.model_copy(update=changes)
+        self._snapshot = self._take_snapshot()
+        for listener in list(self._listeners):
+            listener(self._snapshot)
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_for(
+        self, predicate: Callable[[FleetState], bool], timeout_s: float | None = None
+    ) -> FleetState:
+        """Wait until a snapshot satisfies `predicate`; returns that snapshot.
+
+        Raises:
+            TimeoutError: when it does not happen within `timeout_s`.
+        """
+
+        async def wait() -> FleetState:
+            async with self._changed:
+                await self._changed.wait_for(lambda: predicate(self._snapshot))
+                return self._snapshot
+
+        return await asyncio.wait_for(wait(), timeout_s)
+
+    async def wait_settled(self, timeout_s: float | None = None) -> FleetState:
+        """Wait until every node has been tried once (none still `connecting`)."""
+        return await self.wait_for(lambda snapshot: snapshot.settled(), timeout_s)
+
+    # --- running ----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start every node's task; returns at once (watch `snapshot()` / listeners)."""
+        for node in self._nodes.values():
+            if node.task is None:
+                node.task = asyncio.ensure_future(self._keep_up(node))
+
+    async def close(self) -> None:
+        """Stop every task and close every agent and connection."""
+        self._closing = True
+        tasks = [node.task for node in self._nodes.values() if node.task is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for node in self._nodes.values():
+            await self._disconnect(node)
+        await self.connector.close()
+
+    def reconnect_now(self, name: str | None = None) -> None:
+        """Cut the backoff short: retry one node (or every one) at once."""
+        for node in self._nodes.values() if name is None else [self._node(name)]:
+            node.wake.set()
+
+    def _node(self, name: str) -> _Node:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            names = ", ".join(self._nodes)
+            raise LlmgwError(f"no node is named {name!r}", f"the nodes are {names}") from None
+
+    def client(self, name: str) -> AgentClient:
+        """The agent channel of a ready node.
+
+        Raises:
+            LlmgwError: the node is not ready, with its state and reason.
+        """
+        node = self._node(name)
+        if node.client is None or not node.client.is_open or node.state.state != "ready":
+            why = f": {node.state.reason}" if node.state.reason else ""
+            raise AgentLost(f"{name} is {node.state.state}{why}")
+        return node.client
+
+    async def request(
+        self, name: str, op: str, args: dict[str, Any] | None = None, *, timeout_s: float = 60.0
+    ) -> Any:
+        """One request to a ready node's agent."""
+        return await self.client(name).request(op, args, timeout_s=timeout_s)
+
+    async def refresh(self, name: str | None = None) -> FleetState:
+        """Re-read the facts of one ready node (or all) now; never overlaps a refresh."""
+        nodes = self._nodes.values() if name is None else [self._node(name)]
+        await asyncio.gather(
+            *(self._refresh(node) for node in nodes if node.client is not None),
+            return_exceptions=True,
+        )
+        return self._snapshot
+
+    async def _keep_up(self, node: _Node) -> None:
+        """Connect, serve, and reconnect with backoff, until the fleet closes."""
+        failures = 0
+        while not self._closing:
+            try:
+                await self._connect(node)
+                failures = 0
+                await self._serve(node)
+            except HostKeyRefused as exc:
+                await self._set(node, state="refused", reason=exc.sentence())
+            except NodeUnfit as exc:
+                await self._set(node, state="refused", reason=exc.sentence())
+            except FactsRejected as exc:
+                await self._set(node, state="refused", reason=exc.sentence())
+            except (LlmgwError, asyncssh.Error, OSError) as exc:
+                reason = exc.sentence() if isinstance(exc, LlmgwError) else str(exc)
+                await self._set(node, state="unreachable", reason=reason)
+            finally:
+                await self._disconnect(node)
+            failures += 1
+            delay_s = min(self.retry_max_s, self.retry_initial_s * 2 ** (failures - 1))
+            node.wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(node.wake.wait(), delay_s)
+
+    async def _connect(self, node: _Node) -> None:
+        spec = node.spec
+        target = SshTarget(
+            node=spec.name,
+            host=spec.host,
+            port=spec.port,
+            user=spec.user,
+            identity_file=spec.identity_file,
+        )
+        node.connection = await self.connector.connect(target)
+        deployment = await ensure_agent(node.connection, spec.name)
+        command = agent_command(deployment, replay=spec.replay, state_dir=spec.work_dir)
+        node.client = await AgentClient.start(spec.name, node.connection, command)
+        await self._set(
+            node,
+            agent_version=node.client.agent_version,
+            python_version=deployment.python_version,
+        )
+        await self._refresh(node)
+
+    async def _serve(self, node: _Node) -> None:
+        """Re-read facts every interval until the agent's channel closes."""
+        assert node.client is not None
+        while True:
+            lost = node.client.closed
+            done, _ = await asyncio.wait({lost}, timeout=self.refresh_interval_s)
+            if done:
+                raise lost.result()
+            await self._refresh(node)
+
+    async def _refresh(self, node: _Node) -> None:
+        """Read facts now, or wait for the refresh already running (no overlap)."""
+        if node.refresh_lock.locked():
+            async with node.refresh_lock:
+                return
+        async with node.refresh_lock:
+            client = node.client
+            if client is None:
+                return
+            args = {"model_dirs": list(node.spec.model_dirs)}
+            raw = await client.request("facts", args, timeout_s=FACTS_TIMEOUT_S)
+            facts = validate_facts(raw, node.spec.name)
+            problem = fabric_problem(node.spec, facts)
+            status: NodeStatus = "refused" if problem else "ready"
+            await self._set(
+                node,
+                state=status,
+                reason=problem,
+                facts=facts,
+                last_seen=datetime.now(UTC),
+            )
+
+    async def _disconnect(self, node: _Node) -> None:
+        client, connection = node.client, node.connection
+        node.client = None
+        node.connection = None
+        if client is not None:
+            with contextlib.suppress(LlmgwError):
+                await client.close()
+        if connection is not None:
+            connection.close()
+            with contextlib.suppress(asyncssh.Error, OSError, asyncio.TimeoutError):
+                await asyncio.wait_for(connection.wait_closed(), 2.0)
+
+
+__all__ = ["AgentError", "Fleet", "FleetState", "NodeState", "validate_facts"]

@@ -1,0 +1,320 @@
+"""SSH connections to the nodes, the way the operator's own `ssh` would make them.
+
+The operator's `~/.ssh/config` decides what the inventory leaves open (Host
+aliases, HostName, User, Port, IdentityFile, ProxyJump); ssh-agent is used
+when it runs. What we decide ourselves, always explicitly:
+
+* host keys are checked against the inventory's `known_hosts` file: an
+  unknown or changed key is refused with its SHA256 fingerprint and the
+  command that accepts it. Verification is never turned off here.
+* every node behind one bastion shares ONE connection to it, so a hundred
+  nodes do not mean a hundred handshakes on the bastion (asyncssh's own
+  ProxyJump string would open one per target);
+* handshakes in flight are bounded, in total and per server, below sshd's
+  `MaxStartups` (10), above which sshd starts dropping connection attempts;
+* keepalives notice a dead node in well under a minute, and a timeout
+  bounds every connect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from llmgw_core.errors import LlmgwError
+
+MAX_STARTUPS_PER_SERVER = 10
+"""sshd's default `MaxStartups` begins dropping attempts above 10 unauthenticated connections."""
+
+
+class Unreachable(LlmgwError):
+    """A node could not be reached or logged into (network, sshd down, auth)."""
+
+
+class HostKeyRefused(LlmgwError):
+    """A node presented a host key that known_hosts does not trust."""
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """Where one node is, as the inventory says it (None = let ~/.ssh/config decide).
+
+    Attributes:
+        node: the inventory name, used in every sentence about this node.
+        host: a host name, an address or a Host alias of ~/.ssh/config.
+    """
+
+    node: str
+    host: str
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """How connections are made; the defaults are the operator's real setup.
+
+    Attributes:
+        known_hosts: the file host keys are verified against.
+        config_paths: OpenSSH client config files; None reads `~/.ssh/config`
+            when it exists, an empty tuple reads none.
+        client_keys: keys to offer instead of the identity files and ssh-agent
+            (the demo fleet passes its generated key).
+        use_ssh_agent: offer the keys ssh-agent holds (when SSH_AUTH_SOCK is set).
+    """
+
+    known_hosts: Path
+    config_paths: tuple[Path, ...] | None = None
+    client_keys: tuple[Any, ...] | None = None
+    use_ssh_agent: bool = True
+    connect_timeout_s: float = 15.0
+    keepalive_interval_s: float = 15.0
+    keepalive_count_max: int = 3
+    max_handshakes: int = 32
+    max_handshakes_per_server: int = MAX_STARTUPS_PER_SERVER
+    accept_command: str = "llmgw-tui --accept-host"
+
+
+@dataclass
+class _Resolved:
+    """A target after ~/.ssh/config: where the TCP connection really goes."""
+
+    options: asyncssh.SSHClientConnectionOptions
+    host: str
+    port: int
+    jump: str | None
+    shown: str = field(default="")
+
+
+def fingerprint(key: asyncssh.SSHKey) -> str:
+    """`ssh-ed25519 SHA256:…`, the way `ssh` prints a host key."""
+    return f"{key.get_algorithm()} {key.get_fingerprint('sha256')}"
+
+
+def known_hosts_name(host: str, port: int) -> str:
+    """The name a host is listed under in known_hosts (`[host]:port` off port 22)."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+class SshConnector:
+    """Opens verified connections to nodes, sharing bastions and bounding handshakes."""
+
+    def __init__(self, settings: SshSettings) -> None:
+        self.settings = settings
+        self._handshakes = asyncio.Semaphore(settings.max_handshakes)
+        self._per_server: dict[tuple[str, int, str | None], asyncio.Semaphore] = {}
+        self._jumps: dict[str, asyncio.Task[asyncssh.SSHClientConnection]] = {}
+        self._jump_lock = asyncio.Lock()
+
+    def _config(self) -> Sequence[str] | None:
+        paths = self.settings.config_paths
+        if paths is None:
+            default = Path("~/.ssh/config").expanduser()
+            return [str(default)] if default.is_file() else None
+        return [str(path) for path in paths] or None
+
+    def _known_hosts(self) -> asyncssh.SSHKnownHosts:
+        """Read fresh on every connect, so a key accepted a moment ago counts."""
+        try:
+            text = self.settings.known_hosts.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            text = ""
+        except OSError as exc:
+            raise Unreachable(
+                f"cannot read known_hosts {self.settings.known_hosts}: {exc.strerror or exc}"
+            ) from None
+        return asyncssh.import_known_hosts(text)
+
+    async def _resolve(
+        self, host: str, port: int | None, user: str | None, identity_file: str | None
+    ) -> _Resolved:
+        """Apply ~/.ssh/config to a target, the way `ssh` would."""
+        kwargs: dict[str, Any] = {
+            "config": self._config(),
+            "host": host,
+            "known_hosts": self._known_hosts(),
+            "connect_timeout": self.settings.connect_timeout_s,
+            "keepalive_interval": self.settings.keepalive_interval_s,
+            "keepalive_count_max": self.settings.keepalive_count_max,
+        }
+        if port is not None:
+            kwargs["port"] = port
+        if user is not None:
+            kwargs["username"] = user
+        if self.settings.client_keys is not None:
+            kwargs["client_keys"] = list(self.settings.client_keys)
+        elif identity_file is not None:
+            kwargs["client_keys"] = [identity_file]
+        if not self.settings.use_ssh_agent:
+            kwargs["agent_path"] = None
+        try:
+            options = await asyncssh.SSHClientConnectionOptions.construct(**kwargs)
+        except (OSError, ValueError, asyncssh.Error) as exc:
+            raise Unreachable(f"cannot prepare the connection to {host}: {exc}") from None
+        jump = options.tunnel if isinstance(options.tunnel, str) else None
+        if jump is not None and jump.strip().lower() == "none":
+            jump = None
+        return _Resolved(
+            options=options,
+            host=options.host,
+            port=options.port,
+            jump=jump,
+            shown=f"{options.host}:{options.port}",
+        )
+
+    def _server_gate(self, resolved: _Resolved) -> asyncio.Semaphore:
+        key = (resolved.host, resolved.port, resolved.jump)
+        if key not in self._per_server:
+            self._per_server[key] = asyncio.Semaphore(self.settings.max_handshakes_per_server)
+        return self._per_server[key]
+
+    async def connect(self, target: SshTarget) -> asyncssh.SSHClientConnection:
+        """A logged-in, host-verified connection to one node.
+
+        Raises:
+            HostKeyRefused: the node's host key is unknown or changed.
+            Unreachable: anything else that kept us from logging in, in one sentence.
+        """
+        resolved = await self._resolve(target.host, target.port, target.user, target.identity_file)
+        return await self._open(target.node, resolved)
+
+    async def _open(self, name: str, resolved: _Resolved) -> asyncssh.SSHClientConnection:
+        via = await self._jump(resolved.jump) if resolved.jump else None
+        where = resolved.shown + (f" via {resolved.jump}" if resolved.jump else "")
+        async with self._handshakes, self._server_gate(resolved):
+            try:
+                return await asyncssh.connect(
+                    resolved.host,
+                    resolved.port,
+                    tunnel=via if via is not None else (),
+                    options=resolved.options,
+                )
+            except asyncssh.HostKeyNotVerifiable:
+                raise await self._host_key_refusal(name, resolved, via) from None
+            except asyncssh.PermissionDenied:
+                raise Unreachable(
+                    f"{name} ({where}) refused the login of user {resolved.options.username!r}",
+                    "check the user and the key (identity_file, ssh-agent) for this node",
+                ) from None
+            except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+                raise Unreachable(f"{name} ({where}) cannot be reached: {_reason(exc)}") from None
+
+    async def _jump(self, spec: str) -> asyncssh.SSHClientConnection:
+        """One shared connection per bastion chain (`a,b` = b reached through a)."""
+        async with self._jump_lock:
+            task = self._jumps.get(spec)
+            if task is not None and task.done():
+                failed = task.cancelled() or task.exception() is not None
+                if failed or task.result().is_closed():
+                    task = None
+            if task is None:
+                task = asyncio.ensure_future(self._open_jump(spec))
+                self._jumps[spec] = task
+        try:
+            return await asyncio.shield(task)
+        except LlmgwError as exc:
+            raise Unreachable(f"the bastion {spec} cannot be reached: {exc.sentence()}") from None
+
+    async def _open_jump(self, spec: str) -> asyncssh.SSHClientConnection:
+        hops = [hop.strip() for hop in spec.split(",") if hop.strip()]
+        *before, last = hops
+        user, host, port = _parse_hop(last)
+        resolved = await self._resolve(host, port, user, None)
+        if before:
+            resolved.jump = ",".join(before)
+        return await self._open(last, resolved)
+
+    async def _host_key_refusal(
+        self, name: str, resolved: _Resolved, via: asyncssh.SSHClientConnection | None
+    ) -> HostKeyRefused:
+        listed = known_hosts_name(resolved.host, resolved.port)
+        file = self.settings.known_hosts
+        fix = f"check it out of band, then run `{self.settings.accept_command} {name}`"
+        try:
+            key = await asyncssh.get_server_host_key(
+                resolved.host, resolved.port, tunnel=via if via is not None else ()
+            )
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            return HostKeyRefused(
+                f"{name} ({listed}) presented a host key that {file} does not trust, "
+                f"and fetching it again failed: {_reason(exc)}",
+                fix,
+            )
+        shown = fingerprint(key) if key is not None else "an unknown key"
+        trusted, *_ = self._known_hosts().match(resolved.host, "", resolved.port)
+        if trusted:
+            return HostKeyRefused(
+                f"the host key of {name} ({listed}) CHANGED: it now presents {shown}, "
+                f"which {file} does not list for it",
+                fix,
+            )
+        return HostKeyRefused(
+            f"{name} ({listed}) presents the unknown host key {shown}, not listed in {file}",
+            fix,
+        )
+
+    async def fetch_host_key(self, target: SshTarget) -> tuple[asyncssh.SSHKey, str, int]:
+        """The key a node presents now, and the host and port it is listed under.
+
+        Raises:
+            Unreachable: the node (or its bastion) cannot be reached.
+        """
+        resolved = await self._resolve(target.host, target.port, target.user, target.identity_file)
+        via = await self._jump(resolved.jump) if resolved.jump else None
+        try:
+            key = await asyncssh.get_server_host_key(
+                resolved.host, resolved.port, tunnel=via if via is not None else ()
+            )
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            raise Unreachable(
+                f"{target.node} ({resolved.shown}) cannot be reached: {_reason(exc)}"
+            ) from None
+        if key is None:
+            raise Unreachable(f"{target.node} ({resolved.shown}) presented no host key")
+        return key, resolved.host, resolved.port
+
+    async def close(self) -> None:
+        """Close the shared bastion connections."""
+        tasks = list(self._jumps.values())
+        self._jumps.clear()
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is None:
+                connection = task.result()
+                connection.close()
+                await connection.wait_closed()
+            elif not task.done():
+                task.cancel()
+
+
+def _parse_hop(hop: str) -> tuple[str | None, str, int | None]:
+    user, _, rest = hop.rpartition("@")
+    host, port = rest, None
+    if rest.count(":") == 1:
+        host, port_text = rest.split(":")
+        port = int(port_text) if port_text.isdigit() else None
+    return (user or None), host, port
+
+
+def _reason(exc: BaseException) -> str:
+    """A short cause for a failed connection, without a traceback."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (is sshd running?)"
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc) or type(exc).__name__
+    if isinstance(exc, asyncssh.DisconnectError):
+        return exc.reason or type(exc).__name__
+    return str(exc) or type(exc).__name__
+
+
+def default_known_hosts() -> Path:
+    """`~/.ssh/known_hosts`, the file `ssh` itself uses."""
+    return Path(os.path.expanduser("~/.ssh/known_hosts"))

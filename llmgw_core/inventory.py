@@ -1,0 +1,373 @@
+"""The operator's inventory: which nodes, how to reach them, what their fabrics are.
+
+`~/.config/llmgw/inventory.yaml` (or `--inventory FILE`):
+
+    defaults: {user: ops, model_dirs: [/var/lib/llmgw-models]}
+    nodes:
+      - name: gpu-a-01
+        host: gpu-a-01.internal          # or an alias from ~/.ssh/config
+        fabrics: [{name: ib-a, hcas: [mlx5_0, mlx5_1], rate_gbps: 400}]
+    known_hosts: ~/.ssh/known_hosts
+
+Everything is validated before a single connection is opened, and every
+mistake is reported as one sentence naming the line it is on. Fabrics are
+named here and never guessed: a matching subnet prefix proves nothing about
+which adapters can reach each other.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from llmgw_core.errors import BadInput
+
+DEFAULT_INVENTORY = "~/.config/llmgw/inventory.yaml"
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Fabric(_Strict):
+    """A fabric the node is wired into: its name and the adapters on it."""
+
+    name: str = Field(min_length=1)
+    hcas: tuple[str, ...] = Field(min_length=1)
+    rate_gbps: float | None = Field(default=None, gt=0)
+
+
+class BinaryEngine(_Strict):
+    """An engine found as its own executable (`vllm`, `llama-server`)."""
+
+    bin: str = Field(min_length=1)
+
+
+class PythonEngine(_Strict):
+    """An engine run as a module of an interpreter that has it installed."""
+
+    python: str = Field(min_length=1)
+
+
+class EngineLocations(_Strict):
+    """Where each engine lives on a node; absent engines are looked up on PATH."""
+
+    vllm: BinaryEngine | None = None
+    sglang: PythonEngine | None = None
+    llama_cpp: BinaryEngine | PythonEngine | None = Field(default=None, alias="llama.cpp")
+
+
+class Defaults(_Strict):
+    """Values every node takes unless it says otherwise."""
+
+    user: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    identity_file: str | None = None
+    mgmt_interface: str | None = None
+    model_dirs: tuple[str, ...] = ()
+    engines: EngineLocations | None = None
+    work_dir: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class InventoryNode(_Strict):
+    """One node as written in the inventory (before defaults are applied)."""
+
+    name: str
+    host: str = Field(min_length=1)
+    port: int | None = Field(default=None, ge=1, le=65535)
+    user: str | None = None
+    identity_file: str | None = None
+    mgmt_interface: str | None = None
+    fabrics: tuple[Fabric, ...] = ()
+    labels: dict[str, str] = Field(default_factory=dict)
+    model_dirs: tuple[str, ...] | None = None
+    replay: str | None = None
+    engines: EngineLocations | None = None
+    work_dir: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_token(cls, name: str) -> str:
+        if not NODE_NAME.match(name):
+            raise ValueError(
+                "must start with a letter or digit and hold only letters, digits, '.', '_' or '-'"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _fabric_names_unique(self) -> InventoryNode:
+        names = [fabric.name for fabric in self.fabrics]
+        duplicated = sorted({name for name in names if names.count(name) > 1})
+        if duplicated:
+            raise ValueError(f"fabric {duplicated[0]!r} is listed twice")
+        return self
+
+
+class NodeSpec(_Strict):
+    """A node with the defaults applied: what the fleet connects to.
+
+    `port`, `user` and `identity_file` stay None where neither the node nor
+    the defaults set them, so the operator's `~/.ssh/config` decides.
+    """
+
+    name: str
+    host: str
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    mgmt_interface: str | None = None
+    fabrics: tuple[Fabric, ...] = ()
+    labels: dict[str, str] = Field(default_factory=dict)
+    model_dirs: tuple[str, ...] = ()
+    replay: str | None = None
+    engines: EngineLocations = Field(default_factory=EngineLocations)
+    work_dir: str | None = None
+
+
+class Inventory(_Strict):
+    """The whole inventory file."""
+
+    defaults: Defaults = Field(default_factory=Defaults)
+    nodes: tuple[InventoryNode, ...] = Field(min_length=1)
+    known_hosts: str = DEFAULT_KNOWN_HOSTS
+
+    def node_specs(self) -> list[NodeSpec]:
+        """Every node with the defaults applied, in inventory order."""
+        return [apply_defaults(node, self.defaults) for node in self.nodes]
+
+    def node_spec(self, name: str) -> NodeSpec:
+        """One node by name.
+
+        Raises:
+            BadInput: when no node has that name.
+        """
+        for spec in self.node_specs():
+            if spec.name == name:
+                return spec
+        names = ", ".join(node.name for node in self.nodes)
+        raise BadInput(f"no node is named {name!r} in the inventory", f"its nodes are {names}")
+
+    def known_hosts_path(self) -> Path:
+        """The known_hosts file host keys are checked against."""
+        return Path(self.known_hosts).expanduser()
+
+
+def apply_defaults(node: InventoryNode, defaults: Defaults) -> NodeSpec:
+    """A node's own values, falling back to the defaults field by field."""
+    return NodeSpec(
+        name=node.name,
+        host=node.host,
+        port=node.port if node.port is not None else defaults.port,
+        user=node.user or defaults.user,
+        identity_file=node.identity_file or defaults.identity_file,
+        mgmt_interface=node.mgmt_interface or defaults.mgmt_interface,
+        fabrics=node.fabrics,
+        labels={**defaults.labels, **node.labels},
+        model_dirs=node.model_dirs if node.model_dirs is not None else defaults.model_dirs,
+        replay=node.replay,
+        engines=node.engines or defaults.engines or EngineLocations(),
+        work_dir=node.work_dir or defaults.work_dir,
+    )
+
+
+def default_inventory_path() -> Path:
+    """Where the inventory lives when `--inventory` is not given."""
+    return Path(DEFAULT_INVENTORY).expanduser()
+
+
+def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
+    """Read and validate an inventory file (the default one when `path` is None).
+
+    Relative `identity_file` and `known_hosts` paths are taken from the
+    inventory's own folder; `~` is expanded.
+
+    Raises:
+        BadInput: one sentence naming the file, the line and the fix.
+    """
+    file = Path(path).expanduser() if path is not None else default_inventory_path()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        fix = "write one (see docs/inventory.md), pass --inventory FILE, or try --demo"
+        raise BadInput(f"the inventory {file} does not exist", fix) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise BadInput(f"cannot read the inventory {file}: {reason}") from None
+    return parse_inventory(text, source=str(file), folder=file.resolve().parent)
+
+
+def parse_inventory(
+    text: str, *, source: str = "inventory", folder: Path | None = None
+) -> Inventory:
+    """Validate inventory YAML text; see `load_inventory`.
+
+    Raises:
+        BadInput: naming the line and what is wrong with it.
+    """
+    root = _compose(text, source)
+    _refuse_duplicate_keys(root, source)
+    raw = yaml.safe_load(text)
+    try:
+        inventory = Inventory.model_validate(raw)
+    except ValidationError as exc:
+        raise BadInput(_first_problem(exc, root, source)) from None
+    _refuse_duplicate_names(inventory, root, source)
+    inventory = _with_local_paths(inventory, folder or Path.cwd())
+    _check_identity_files(inventory, root, source)
+    return inventory
+
+
+def _compose(text: str, source: str) -> yaml.MappingNode:
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise BadInput(f"{source}: {where}not valid YAML ({problem})") from None
+    if root is None:
+        raise BadInput(f"{source} is empty", "give it a `nodes:` list")
+    if not isinstance(root, yaml.MappingNode):
+        raise BadInput(
+            f"{source}: line {_line(root)}: an inventory is a mapping with `nodes:`",
+            "see docs/inventory.md",
+        )
+    return root
+
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+def _refuse_duplicate_keys(node: yaml.Node, source: str) -> None:
+    """YAML keeps the last of two equal keys silently; an inventory refuses them."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                if key.value in seen:
+                    raise BadInput(f"{source}: line {_line(key)}: {key.value!r} is given twice")
+                seen.add(key.value)
+            _refuse_duplicate_keys(value, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(item, source)
+
+
+def _node_at(root: yaml.Node, loc: tuple[Any, ...]) -> yaml.Node:
+    """The YAML node a validation error location points at (as deep as it exists)."""
+    current: yaml.Node = root
+    for index, part in enumerate(loc):
+        last = index == len(loc) - 1
+        if isinstance(current, yaml.MappingNode):
+            match = next(((k, v) for k, v in current.value if k.value == str(part)), None)
+            if match is None:
+                return current
+            current = match[0] if last else match[1]
+        elif isinstance(current, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(current.value):
+                return current
+            current = current.value[part]
+        else:
+            return current
+    return current
+
+
+def _first_problem(error: ValidationError, root: yaml.Node, source: str) -> str:
+    item = error.errors()[0]
+    loc = tuple(part for part in item["loc"] if not _is_union_tag(part))
+    where = _describe(loc)
+    line = _line(_node_at(root, loc))
+    kind = item["type"]
+    if kind == "extra_forbidden":
+        return f"{source}: line {line}: unknown key {loc[-1]!r} in {_describe(loc[:-1])}"
+    if kind == "missing":
+        return f"{source}: line {line}: {where} is required"
+    message = item["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    message = message.replace("Tuple should", "List should").replace("tuple should", "list should")
+    value = item.get("input")
+    shown = f" (got {value!r})" if isinstance(value, str | int | float | bool) else ""
+    return f"{source}: line {line}: {where}: {message[0].lower()}{message[1:]}{shown}"
+
+
+def _is_union_tag(part: Any) -> bool:
+    """Pydantic puts the tried union member's class name in the location."""
+    return isinstance(part, str) and part[:1].isupper()
+
+
+def _describe(loc: tuple[Any, ...]) -> str:
+    if not loc:
+        return "the inventory"
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return f"`{text}`"
+
+
+def _refuse_duplicate_names(inventory: Inventory, root: yaml.MappingNode, source: str) -> None:
+    seen: set[str] = set()
+    for index, node in enumerate(inventory.nodes):
+        if node.name in seen:
+            line = _line(_node_at(root, ("nodes", index, "name")))
+            raise BadInput(
+                f"{source}: line {line}: two nodes are named {node.name!r}",
+                "give every node its own name",
+            )
+        seen.add(node.name)
+
+
+def _local_path(path: str, folder: Path) -> str:
+    expanded = Path(path).expanduser()
+    return str(expanded if expanded.is_absolute() else folder / expanded)
+
+
+def _with_local_paths(inventory: Inventory, folder: Path) -> Inventory:
+    """Identity files and known_hosts live on this machine: make their paths absolute."""
+    defaults = inventory.defaults
+    if defaults.identity_file:
+        defaults = defaults.model_copy(
+            update={"identity_file": _local_path(defaults.identity_file, folder)}
+        )
+    nodes = tuple(
+        node.model_copy(update={"identity_file": _local_path(node.identity_file, folder)})
+        if node.identity_file
+        else node
+        for node in inventory.nodes
+    )
+    return inventory.model_copy(
+        update={
+            "defaults": defaults,
+            "nodes": nodes,
+            "known_hosts": _local_path(inventory.known_hosts, folder),
+        }
+    )
+
+
+def _check_identity_files(inventory: Inventory, root: yaml.MappingNode, source: str) -> None:
+    places: list[tuple[tuple[Any, ...], str]] = []
+    if inventory.defaults.identity_file:
+        places.append((("defaults", "identity_file"), inventory.defaults.identity_file))
+    for index, node in enumerate(inventory.nodes):
+        if node.identity_file:
+            places.append((("nodes", index, "identity_file"), node.identity_file))
+    for loc, path in places:
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            line = _line(_node_at(root, loc))
+            raise BadInput(
+                f"{source}: line {line}: the identity file {path} cannot be read "
+                f"({exc.strerror or exc})",
+                "point identity_file at a private key this user can read",
+            ) from None
