@@ -1,0 +1,485 @@
+"""Fleet summaries for display: what the console and the `nodes` step show, computed once.
+
+Pure: every function takes a node's state and facts as values and returns
+frozen summaries. The console draws these and computes nothing of its own, so
+the headless runner can print the very same figures.
+
+Facts are read through the wire contract of the agent (`cards`, `gpus`,
+`nvlink`, `adapters`, `nvlink_domain`, `imex`, `host`); a pydantic facts model
+is accepted too and read through its JSON form, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+TrayState = Literal["joined", "degraded", "not-joined"]
+
+# A card that holds more than this much memory with no process listed is
+# still counted busy: a process of another container is invisible to NVML.
+_BUSY_MEMORY_MIB = 1024
+
+
+@dataclass(frozen=True)
+class ClassCount:
+    """Free and total devices of one GPU class on a node (or a CPU node's RAM)."""
+
+    gpu_class: str
+    free: int
+    total: int
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """One row of the fleet: a node at a glance."""
+
+    name: str
+    state: str
+    reason: str | None
+    classes: tuple[ClassCount, ...]
+    fabrics: tuple[str, ...]
+    nvlink_domain: str | None
+    running_shards: int
+    cpu_only: bool
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    """A device placement sees on a node: a whole card, or one MIG instance (`3/mig1`)."""
+
+    label: str
+    gpu_class: str
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    utilisation_pct: int | None
+    temperature_c: int | None
+    power_w: float | None
+    numa_node: int | None
+    nearest_nic: str | None
+    is_mig: bool
+    free: bool
+
+
+@dataclass(frozen=True)
+class AdapterRow:
+    """A network adapter port: state, rate and link layer (InfiniBand, or Ethernet = RoCE)."""
+
+    name: str
+    port: int | None
+    state: str | None
+    rate_gbps: float | None
+    link_layer: str | None
+    gid_index: int | None
+
+
+@dataclass(frozen=True)
+class NvlinkMatrix:
+    """The GPU × GPU link kinds (`NV18`, `PIX`, `SYS` …) in card order; `X` on the diagonal."""
+
+    labels: tuple[str, ...]
+    cells: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class NodeDetail:
+    """Everything the node page shows about one node."""
+
+    summary: NodeSummary
+    devices: tuple[DeviceRow, ...]
+    nvlink: NvlinkMatrix
+    adapters: tuple[AdapterRow, ...]
+    nvlink_domain: str | None
+    imex: str | None
+    host: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class TraySummary:
+    """A tray (a node) of an NVLink domain: joined, degraded or not joined, and why."""
+
+    node: str
+    state: TrayState
+    reason: str | None
+    gpu_count: int
+
+
+@dataclass(frozen=True)
+class RackSummary:
+    """One NVLink domain drawn as a rack: its trays in name order, and IMEX."""
+
+    domain: str
+    cluster_uuid: str
+    clique_id: str | None
+    trays: tuple[TraySummary, ...]
+    imex: str | None
+
+    @property
+    def joined_gpus(self) -> int:
+        """GPUs on trays that take part in the domain (joined or degraded)."""
+        return sum(t.gpu_count for t in self.trays if t.state != "not-joined")
+
+    @property
+    def total_gpus(self) -> int:
+        """Every GPU of every tray of the domain."""
+        return sum(t.gpu_count for t in self.trays)
+
+
+@dataclass(frozen=True)
+class RacksSummary:
+    """Every NVLink domain of the fleet, and the hosts that belong to none (islands)."""
+
+    racks: tuple[RackSummary, ...]
+    islands: tuple[str, ...]
+
+
+def facts_mapping(facts: Any) -> Mapping[str, Any]:
+    """A node's facts as the agent's JSON mapping, whether given as a dict or a pydantic model."""
+    if facts is None:
+        return {}
+    if isinstance(facts, Mapping):
+        return facts
+    dump = getattr(facts, "model_dump", None)
+    if dump is not None:
+        return dump(mode="json", by_alias=True)
+    raise TypeError(f"facts of type {type(facts).__name__} are neither a mapping nor a model")
+
+
+def _first(mapping: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        value = mapping.get(key)
+        if value is not None:
+            return value
+    return None
+
+
+def _as_int(value: Any) -> int | None:
+    return None if value is None else round(float(value))
+
+
+def _as_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def device_is_free(device: Mapping[str, Any]) -> bool:
+    """A device is free when no process holds it, no shard claims it, and little memory is used."""
+    if _first(device, "processes"):
+        return False
+    if _first(device, "claimed", "claimed_by", "busy"):
+        return False
+    used = _as_int(_first(device, "memory_used_mib"))
+    return used is None or used <= _BUSY_MEMORY_MIB
+
+
+def class_counts(facts: Any) -> tuple[ClassCount, ...]:
+    """Free/total devices by class, in class order; a CPU node counts as one `cpu` device."""
+    mapping = facts_mapping(facts)
+    totals: dict[str, list[int]] = {}
+    for device in mapping.get("gpus") or ():
+        counts = totals.setdefault(str(device.get("class") or "gpu"), [0, 0])
+        counts[1] += 1
+        if device_is_free(device):
+            counts[0] += 1
+    if not totals and mapping:
+        totals["cpu"] = [1, 1]
+    return tuple(ClassCount(name, free, total) for name, (free, total) in sorted(totals.items()))
+
+
+def domain_name(domain: Mapping[str, Any] | None) -> str | None:
+    """A short, stable name for an NVLink domain: the cluster UUID's first block and the clique."""
+    if not domain:
+        return None
+    uuid = str(domain.get("cluster_uuid") or "")
+    if not uuid.strip("0-"):
+        return None
+    clique = domain.get("clique_id")
+    head = uuid.split("-")[0]
+    return f"{head}/{clique}" if clique is not None else head
+
+
+def node_summary(
+    name: str,
+    state: str,
+    reason: str | None,
+    facts: Any,
+    *,
+    fabrics: Iterable[str] = (),
+    running_shards: int = 0,
+) -> NodeSummary:
+    """The fleet row of one node from its state and facts.
+
+    Args:
+        name: The node's inventory name.
+        state: `connecting`, `ready`, `unreachable` or `refused`.
+        reason: Why a node is not ready, in one sentence, else None.
+        facts: The node's facts (agent JSON or the core's facts model), None before discovery.
+        fabrics: The fabric names the inventory gives this node.
+        running_shards: Shards of replicas running on it.
+    """
+    mapping = facts_mapping(facts)
+    fabric_names = tuple(fabrics) or tuple(
+        str(f.get("name") if isinstance(f, Mapping) else f) for f in mapping.get("fabrics") or ()
+    )
+    return NodeSummary(
+        name=name,
+        state=state,
+        reason=reason,
+        classes=class_counts(mapping) if mapping else (),
+        fabrics=fabric_names,
+        nvlink_domain=domain_name(mapping.get("nvlink_domain")),
+        running_shards=running_shards,
+        cpu_only=bool(mapping) and not mapping.get("gpus"),
+    )
+
+
+def _card_of(mapping: Mapping[str, Any], card_index: Any) -> Mapping[str, Any]:
+    for card in mapping.get("cards") or ():
+        if card.get("index") == card_index:
+            return card
+    return {}
+
+
+def device_rows(facts: Any) -> tuple[DeviceRow, ...]:
+    """Each device with its figures; a MIG instance shows its card's heat and power, no utilisation."""
+    mapping = facts_mapping(facts)
+    rows: list[DeviceRow] = []
+    for device in mapping.get("gpus") or ():
+        card = _card_of(mapping, device.get("card_index"))
+        is_mig = bool(device.get("mig_profile"))
+        rows.append(
+            DeviceRow(
+                label=str(device.get("label") or device.get("id")),
+                gpu_class=str(device.get("class") or ""),
+                memory_used_mib=_as_int(_first(device, "memory_used_mib")),
+                memory_total_mib=_as_int(_first(device, "memory_mib", "memory_total_mib")),
+                utilisation_pct=None
+                if is_mig
+                else _as_int(_first(device, "utilization_pct", "utilisation_pct"))
+                if _first(device, "utilization_pct", "utilisation_pct") is not None
+                else _as_int(_first(card, "utilization_pct", "utilisation_pct")),
+                temperature_c=_as_int(
+                    _first(device, "temperature_c") or _first(card, "temperature_c")
+                ),
+                power_w=_as_float(_first(device, "power_w") or _first(card, "power_w")),
+                numa_node=_as_int(_first(card, "numa_node")),
+                nearest_nic=_first(card, "nearest_nic"),
+                is_mig=is_mig,
+                free=device_is_free(device),
+            )
+        )
+    return tuple(rows)
+
+
+def nvlink_matrix(facts: Any) -> NvlinkMatrix:
+    """The card × card link kinds, in card index order."""
+    mapping = facts_mapping(facts)
+    links: Mapping[str, Mapping[str, str]] = mapping.get("nvlink") or {}
+    indices = sorted(
+        {str(c.get("index")) for c in mapping.get("cards") or ()} | set(links), key=int
+    )
+    cells = tuple(
+        tuple("X" if a == b else str((links.get(a) or {}).get(b) or "") for b in indices)
+        for a in indices
+    )
+    return NvlinkMatrix(labels=tuple(f"GPU{i}" for i in indices), cells=cells)
+
+
+def adapter_rows(facts: Any) -> tuple[AdapterRow, ...]:
+    """The node's adapter ports, in name order."""
+    mapping = facts_mapping(facts)
+    rows = [
+        AdapterRow(
+            name=str(a.get("name")),
+            port=_as_int(a.get("port")),
+            state=a.get("state"),
+            rate_gbps=_as_float(a.get("rate_gbps")),
+            link_layer=a.get("link_layer"),
+            gid_index=_as_int(a.get("gid_index")),
+        )
+        for a in mapping.get("adapters") or ()
+    ]
+    return tuple(sorted(rows, key=lambda r: (r.name, r.port or 0)))
+
+
+def imex_text(imex: Mapping[str, Any] | None) -> str | None:
+    """IMEX in a few words: its state and how many nodes its domain lists."""
+    if not imex:
+        return None
+    nodes = imex.get("nodes") or ()
+    state = imex.get("state") or "unknown"
+    return f"{state}, {len(nodes)} nodes" if nodes else str(state)
+
+
+def host_pairs(facts: Any) -> tuple[tuple[str, str], ...]:
+    """The host facts worth a line each (CPUs, RAM, driver, CUDA, management address)."""
+    host: Mapping[str, Any] = facts_mapping(facts).get("host") or {}
+    pairs: list[tuple[str, str]] = []
+    for key, title in (
+        ("hostname", "host"),
+        ("cpus", "CPUs"),
+        ("memory_mib", "RAM GiB"),
+        ("driver_version", "driver"),
+        ("cuda_version", "CUDA"),
+        ("mgmt_address", "mgmt"),
+        ("mgmt_interface", "mgmt if"),
+    ):
+        value = host.get(key)
+        if key == "memory_mib" and value is not None:
+            value = round(value / 1024)
+        if value is not None:
+            pairs.append((title, str(value)))
+    return tuple(pairs)
+
+
+def node_detail(summary: NodeSummary, facts: Any) -> NodeDetail:
+    """The node page of one node."""
+    mapping = facts_mapping(facts)
+    return NodeDetail(
+        summary=summary,
+        devices=device_rows(mapping),
+        nvlink=nvlink_matrix(mapping),
+        adapters=adapter_rows(mapping),
+        nvlink_domain=summary.nvlink_domain,
+        imex=imex_text(mapping.get("imex")),
+        host=host_pairs(mapping),
+    )
+
+
+_TRAY_STATE_OF_VERDICT: dict[str, TrayState] = {
+    "joined": "joined",
+    "local": "joined",
+    "degraded": "degraded",
+    "unhealthy": "degraded",
+    "not-joined": "not-joined",
+}
+_VERDICT_RANK = {"not-joined": 0, "unhealthy": 1, "degraded": 2, "joined": 3, "local": 3}
+
+
+def _fabric_reason(index: Any, fabric: Mapping[str, Any]) -> str:
+    health = fabric.get("health") or {}
+    if fabric.get("verdict") == "not-joined":
+        words = f"{fabric.get('state') or 'no state'} / {fabric.get('status') or 'no status'}"
+    else:
+        parts = [health.get("summary"), f"bandwidth {health.get('bandwidth')}"]
+        if health.get("route_unhealthy"):
+            parts.append("route unhealthy")
+        if health.get("route_recovery_in_progress"):
+            parts.append("route recovery in progress")
+        words = ", ".join(str(p) for p in parts if p)
+    return f"GPU{index} fabric {words}"
+
+
+def tray_state(facts: Any) -> tuple[TrayState, str | None]:
+    """Whether a tray takes part in its NVLink domain, and what keeps it out.
+
+    The reading of each card's fabric is the agent's `verdict` (one rule, in
+    `llmgw_agent.discover.fabric`); a tray takes its worst card's verdict, and
+    that card's state, status or health is the reason. `unhealthy` is drawn
+    as degraded: the tray is in the domain but not at full strength.
+    """
+    cards = [c for c in facts_mapping(facts).get("cards") or () if c.get("fabric")]
+    if not cards:
+        return "not-joined", "no card reports an NVLink fabric"
+    worst = min(cards, key=lambda c: _VERDICT_RANK.get(c["fabric"].get("verdict") or "", 0))
+    verdict = worst["fabric"].get("verdict") or "not-joined"
+    state = _TRAY_STATE_OF_VERDICT.get(verdict, "not-joined")
+    if state == "joined":
+        return "joined", None
+    return state, _fabric_reason(worst.get("index"), worst["fabric"])
+
+
+def _cluster_of(mapping: Mapping[str, Any]) -> tuple[str, str | None] | None:
+    domain = mapping.get("nvlink_domain")
+    if domain and str(domain.get("cluster_uuid") or "").strip("0-"):
+        return str(domain["cluster_uuid"]), _str_or_none(domain.get("clique_id"))
+    # A tray that has not joined reports no domain of its own, but its cards
+    # still name the cluster the fabric manager assigned it to.
+    for card in mapping.get("cards") or ():
+        fabric = card.get("fabric") or {}
+        uuid = str(fabric.get("cluster_uuid") or "")
+        if uuid.strip("0-"):
+            return uuid, _str_or_none(fabric.get("clique_id"))
+    return None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def racks_summary(nodes: Iterable[tuple[str, Any]]) -> RacksSummary:
+    """Group nodes into racks by NVLink domain; nodes in none are islands.
+
+    Args:
+        nodes: `(name, facts)` pairs; a node without facts yet is an island.
+    """
+    by_cluster: dict[str, list[tuple[str, Mapping[str, Any], str | None]]] = {}
+    islands: list[str] = []
+    for name, facts in nodes:
+        mapping = facts_mapping(facts)
+        cluster = _cluster_of(mapping)
+        if cluster is None:
+            islands.append(name)
+            continue
+        by_cluster.setdefault(cluster[0], []).append((name, mapping, cluster[1]))
+    racks = []
+    for uuid, members in sorted(by_cluster.items()):
+        trays = []
+        clique: str | None = None
+        imex: str | None = None
+        for name, mapping, member_clique in sorted(members, key=lambda m: m[0]):
+            state, reason = tray_state(mapping)
+            trays.append(TraySummary(name, state, reason, len(mapping.get("cards") or ())))
+            clique = clique or member_clique
+            imex = imex or imex_text(mapping.get("imex"))
+        racks.append(
+            RackSummary(
+                domain=domain_name({"cluster_uuid": uuid, "clique_id": clique}) or uuid,
+                cluster_uuid=uuid,
+                clique_id=clique,
+                trays=tuple(trays),
+                imex=imex,
+            )
+        )
+    return RacksSummary(racks=tuple(racks), islands=tuple(sorted(islands)))
+
+
+@dataclass(frozen=True)
+class FleetSummary:
+    """The whole fleet as the console shows it: rows, node pages and racks."""
+
+    nodes: tuple[NodeSummary, ...]
+    details: Mapping[str, NodeDetail]
+    racks: RacksSummary
+
+
+def _node_states(fleet_state: Any) -> list[Any]:
+    nodes = getattr(fleet_state, "nodes", fleet_state)
+    if isinstance(nodes, Mapping):
+        return list(nodes.values())
+    return list(nodes)
+
+
+def fleet_summary(fleet_state: Any) -> FleetSummary:
+    """Every summary of a fleet snapshot (`FleetState`: node name → `NodeState`), nodes by name.
+
+    Each node state is read for `name`, `state`, `reason`, `facts` and, when
+    present, `fabrics` (inventory names) and `running_shards`.
+    """
+    summaries: list[NodeSummary] = []
+    details: dict[str, NodeDetail] = {}
+    pairs: list[tuple[str, Any]] = []
+    for node in sorted(_node_states(fleet_state), key=lambda n: n.name):
+        facts = getattr(node, "facts", None)
+        summary = node_summary(
+            node.name,
+            str(getattr(node, "state", "ready")),
+            getattr(node, "reason", None),
+            facts,
+            fabrics=tuple(getattr(node, "fabrics", None) or ()),
+            running_shards=int(getattr(node, "running_shards", 0) or 0),
+        )
+        summaries.append(summary)
+        details[node.name] = node_detail(summary, facts)
+        pairs.append((node.name, facts))
+    return FleetSummary(nodes=tuple(summaries), details=details, racks=racks_summary(pairs))

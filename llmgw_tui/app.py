@@ -1,0 +1,143 @@
+"""The console App: top-level screens as modes, global keys, and the fleet poller.
+
+The app owns one thing: the latest fleet snapshot, polled from a feed in a
+worker that never overlaps itself, and published to every screen through the
+`fleet_changed` signal. Screens draw it; nothing here computes a figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import PurePath
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.signal import Signal
+
+from llmgw_core.errors import LlmgwError
+from llmgw_core.views import FleetSummary
+from llmgw_tui.commands import ConsoleCommands, ParsedCommand
+from llmgw_tui.feed import FleetFeed, LiveFeed
+from llmgw_tui.screens.command_line import CommandLine
+from llmgw_tui.screens.fleet import FleetScreen
+from llmgw_tui.screens.help import HelpScreen
+from llmgw_tui.screens.node import NodeScreen
+from llmgw_tui.screens.racks import RacksScreen
+from llmgw_tui.theme import LLMGW_THEME, AnimationLevel, animation_level_from_env
+
+
+class LlmgwApp(App[int]):
+    """llmgw's console over one fleet feed."""
+
+    CSS_PATH: ClassVar[list[str | PurePath]] = ["styles/app.tcss"]
+    TITLE = "llmgw"
+    MODES: ClassVar[dict[str, str | Callable[[], Screen[Any]]]] = {
+        "fleet": FleetScreen,
+        "racks": RacksScreen,
+    }
+    DEFAULT_MODE = "fleet"
+    COMMANDS = App.COMMANDS | {ConsoleCommands}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("question_mark", "help", "Help", key_display="?", id="help"),
+        Binding("colon", "command_mode", "Command", key_display=":", id="command-mode"),
+        Binding("1", "show_fleet", "Fleet", id="show-fleet"),
+        Binding("2", "show_racks", "Racks", id="show-racks"),
+        Binding("ctrl+p", "command_palette", "Palette", show=False, id="palette"),
+        Binding("q", "quit", "Quit", id="quit"),
+    ]
+
+    def __init__(self, feed: FleetFeed, *, animation: AnimationLevel | None = None) -> None:
+        super().__init__()
+        self.feed = feed
+        """Where fleet snapshots come from."""
+        self.fleet: FleetSummary | None = None
+        """The latest snapshot, None until the first arrives."""
+        self.fleet_changed: Signal[FleetSummary] = Signal(self, "fleet-changed")
+        """Published with each new snapshot."""
+        self.animation_level = animation or animation_level_from_env()
+        self.register_theme(LLMGW_THEME)
+        self.theme = LLMGW_THEME.name
+
+    def on_mount(self) -> None:
+        """Start polling the fleet."""
+        self.poll_fleet()
+
+    async def on_unmount(self) -> None:
+        """Close the fleet (and the demo fleet's servers) before the loop ends."""
+        await self.feed.close()
+
+    @work(group="fleet-poll", exclusive=True, exit_on_error=False, description="Polling the fleet")
+    async def poll_fleet(self) -> None:
+        """Take snapshots until the app ends; a failed poll is a red notification, not a crash."""
+        while True:
+            try:
+                snapshot = await self.feed.snapshot()
+            except LlmgwError as error:
+                self.notify(str(error), title="Fleet", severity="error", timeout=10)
+            else:
+                if snapshot != self.fleet:
+                    self.fleet = snapshot
+                    self.fleet_changed.publish(snapshot)
+            if self.feed.refresh_s is None:
+                return
+            await asyncio.sleep(self.feed.refresh_s)
+
+    def action_help(self) -> None:
+        """Show every key of the current screen."""
+        if isinstance(self.screen, HelpScreen):
+            return
+        keys: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        for active in self.screen.active_bindings.values():
+            binding = active.binding
+            label = binding.key_display or self.get_key_display(binding)
+            if label in seen:
+                continue
+            seen.add(label)
+            keys.append((label, binding.description or binding.action.replace("_", " ")))
+        title = self.screen.sub_title or self.screen.__class__.__name__
+        self.push_screen(HelpScreen(title, keys))
+
+    def action_command_mode(self) -> None:
+        """Open the `:` command line."""
+        if isinstance(self.screen, CommandLine):
+            return
+        self.push_screen(CommandLine(), self._run_command)
+
+    async def _run_command(self, command: ParsedCommand | None) -> None:
+        if command is not None:
+            await self.run_action(command.action)
+
+    def action_show_fleet(self) -> None:
+        """The fleet screen."""
+        self._to_mode("fleet")
+
+    def action_show_racks(self) -> None:
+        """The NVLink racks screen."""
+        self._to_mode("racks")
+
+    def _to_mode(self, mode: str) -> None:
+        # A page pushed over a mode (a node page) is left where it was.
+        if self.current_mode != mode:
+            self.switch_mode(mode)
+        while len(self.screen_stack) > 1:
+            self.pop_screen()
+
+    def action_open_node(self, name: str) -> None:
+        """The page of the node called `name`; a red notification when there is none."""
+        if self.fleet is not None and name not in self.fleet.details:
+            known = ", ".join(n.name for n in self.fleet.nodes)
+            self.notify(f"No node called {name!r}. Nodes: {known}.", severity="error")
+            return
+        self.push_screen(NodeScreen(name))
+
+
+def run_app(*, inventory: str | None, demo: bool) -> int:
+    """Run the console over an inventory's fleet, or the demo fleet; the exit code."""
+    app = LlmgwApp(LiveFeed(inventory=inventory, demo=demo))
+    result = app.run()
+    return result if isinstance(result, int) else (app.return_code or 0)

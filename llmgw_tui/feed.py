@@ -1,0 +1,81 @@
+"""Where the console's fleet snapshots come from: the live fleet, or a fixed one for tests.
+
+A feed hands the app one `FleetSummary` at a time; the app polls it from a
+worker and never overlaps two polls. The live feed opens the fleet on its first
+poll (SSH handshakes take seconds) so the first frame never waits for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from llmgw_core.views import FleetSummary, fleet_summary
+
+
+class FleetFeed(Protocol):
+    """A source of fleet snapshots."""
+
+    refresh_s: float | None
+    """Seconds between polls; None polls once (a fixed fleet)."""
+
+    async def snapshot(self) -> FleetSummary:
+        """The fleet as it is now."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the feed opened (SSH connections, the demo fleet)."""
+        ...
+
+
+class StaticFeed:
+    """A fleet that never changes: tests and screenshots, built from real agent facts."""
+
+    def __init__(self, fleet_state: Any) -> None:
+        self.refresh_s: float | None = None
+        self._summary = fleet_summary(fleet_state)
+
+    async def snapshot(self) -> FleetSummary:
+        """The one fixed snapshot."""
+        return self._summary
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+class LiveFeed:
+    """The fleet of an inventory, or the embedded demo fleet, over SSH."""
+
+    def __init__(self, *, inventory: str | None, demo: bool, refresh_s: float = 2.0) -> None:
+        self.refresh_s: float | None = refresh_s
+        self._inventory = inventory
+        self._demo = demo
+        self._fleet: Any = None
+        self._closer: Callable[[], Awaitable[None]] | None = None
+
+    async def snapshot(self) -> FleetSummary:
+        """Open the fleet on first use, then read its current state."""
+        if self._fleet is None:
+            from llmgw_core.fleet.session import open_fleet
+
+            self._fleet, self._closer = await open_fleet(inventory=self._inventory, demo=self._demo)
+        return fleet_summary(await _current_state(self._fleet))
+
+    async def close(self) -> None:
+        """Close every connection, and stop the demo fleet if this feed started it."""
+        closer, self._closer, self._fleet = self._closer, None, None
+        if closer is not None:
+            await closer()
+
+
+async def _current_state(fleet: Any) -> Any:
+    """The fleet's latest `FleetState`, whichever way the fleet offers it."""
+    for name in ("snapshot", "state"):
+        attribute = getattr(fleet, name, None)
+        if attribute is None:
+            continue
+        value = attribute() if callable(attribute) else attribute
+        if hasattr(value, "__await__"):
+            value = await value
+        return value
+    return fleet

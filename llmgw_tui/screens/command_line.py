@@ -1,0 +1,55 @@
+"""`:` command mode: a line at the bottom that takes `:racks`, `:node NAME` …; errors in red."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+from llmgw_tui.commands import CommandError, ParsedCommand, known_names, parse_command
+
+
+class CommandLine(ModalScreen[ParsedCommand | None]):
+    """A k9s-style command line; dismisses with the parsed command, or None on esc."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", id="command-cancel")
+    ]
+
+    def compose(self) -> ComposeResult:
+        """The error line (empty until a command fails) above the input."""
+        with Vertical(id="command-box"):
+            yield Static("", id="command-error")
+            yield Input(placeholder=f"command: {known_names()}", id="command-input")
+
+    def on_mount(self) -> None:
+        """Blinking is a clock: keep it off so frames do not depend on time."""
+        field = self.query_one("#command-input", Input)
+        field.cursor_blink = False
+        field.focus()
+
+    @on(Input.Submitted, "#command-input")
+    def _submitted(self, event: Input.Submitted) -> None:
+        error_line = self.query_one("#command-error", Static)
+        try:
+            command = parse_command(event.value)
+        except CommandError as error:
+            error_line.update(str(error))
+            error_line.add_class("-error")
+            return
+        self.dismiss(command)
+
+    @on(Input.Changed, "#command-input")
+    def _changed(self) -> None:
+        error_line = self.query_one("#command-error", Static)
+        error_line.update("")
+        error_line.remove_class("-error")
+
+    def action_cancel(self) -> None:
+        """Leave command mode without running anything."""
+        self.dismiss(None)

@@ -1,0 +1,164 @@
+"""The fleet: every node at a glance, refreshed in place as snapshots arrive."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from llmgw_core.views import FleetSummary, NodeSummary
+from llmgw_tui.cells import classes_cell, redraw_table, state_cell
+
+COLUMNS = (
+    ("node", "NODE"),
+    ("state", "STATE"),
+    ("classes", "CARDS FREE/TOTAL"),
+    ("fabrics", "FABRICS"),
+    ("domain", "NVLINK DOMAIN"),
+    ("shards", "SHARDS"),
+)
+
+
+def matches(node: NodeSummary, needle: str) -> bool:
+    """Whether a node matches a `/` filter: any of its words contains the text."""
+    if not needle:
+        return True
+    words = [node.name, node.state, node.nvlink_domain or "", *node.fabrics]
+    words += [c.gpu_class for c in node.classes]
+    lowered = needle.lower()
+    return any(lowered in word.lower() for word in words)
+
+
+class FleetScreen(Screen[None]):
+    """Nodes with state, classes and free/total cards, fabrics, NVLink domain, shards."""
+
+    BINDING_GROUP_TITLE = "Fleet"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open_selected", "Node page", id="fleet-open"),
+        Binding("slash", "filter", "Filter", key_display="/", id="fleet-filter"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, id="fleet-clear"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fleet: FleetSummary | None = None
+        self._shown: list[str] = []
+
+    def compose(self) -> ComposeResult:
+        """Header, a status line, the hidden filter, the table and the footer."""
+        yield Header(icon="▦")
+        yield Static("connecting to the fleet…", id="fleet-status")
+        yield Input(placeholder="filter nodes (name, class, state, fabric, domain)", id="filter")
+        table: DataTable[object] = DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        yield table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Show the fleet the app already has, and follow its updates."""
+        self.title = "llmgw"
+        self.sub_title = "fleet"
+        field = self.query_one("#filter", Input)
+        field.cursor_blink = False
+        self.app.fleet_changed.subscribe(self, self.show_fleet)  # type: ignore[attr-defined]
+        fleet = getattr(self.app, "fleet", None)
+        if fleet is not None:
+            self.show_fleet(fleet)
+        self.query_one("#nodes", DataTable).focus()
+
+    def show_fleet(self, fleet: FleetSummary) -> None:
+        """Update the rows that changed; add and remove rows by node name; keep the cursor."""
+        self._fleet = fleet
+        ready = sum(1 for n in fleet.nodes if n.state == "ready")
+        devices = sum(c.total for n in fleet.nodes for c in n.classes if not n.cpu_only)
+        free = sum(c.free for n in fleet.nodes for c in n.classes if not n.cpu_only)
+        self.query_one("#fleet-status", Static).update(
+            f"{len(fleet.nodes)} nodes · {ready} ready · {free}/{devices} GPUs free · "
+            f"{len(fleet.racks.racks)} NVLink domains"
+        )
+        self._sync_rows()
+
+    def _cells(self, node: NodeSummary) -> dict[str, object]:
+        return {
+            "node": Text(node.name, style="bold"),
+            "state": state_cell(self.app, node.state),
+            "classes": classes_cell(self.app, node.classes) if node.classes else "-",
+            "fabrics": ", ".join(node.fabrics) or "-",
+            "domain": node.nvlink_domain or "-",
+            "shards": str(node.running_shards),
+        }
+
+    def _sync_rows(self) -> None:
+        if self._fleet is None:
+            return
+        table = self.query_one("#nodes", DataTable)
+        needle = self.query_one("#filter", Input).value.strip()
+        wanted = [n for n in self._fleet.nodes if matches(n, needle)]
+        wanted_names = [n.name for n in wanted]
+        with self.app.batch_update():
+            if wanted_names != self._shown:
+                # The set of rows changed (a filter, a node added): rebuild in name order.
+                selected = self.selected_node()
+                table.clear()
+                for node in wanted:
+                    table.add_row(
+                        *self._cells(node).values(),
+                        key=node.name,
+                        height=max(1, len(node.classes)),
+                    )
+                self._shown = wanted_names
+                if selected in wanted_names:
+                    table.move_cursor(row=wanted_names.index(selected))
+                # Rows drawn before the table measured its new column widths stay
+                # cached at the old widths (textual 8.2.8): redraw once measured.
+                self.call_after_refresh(redraw_table, table)
+                return
+            for node in wanted:
+                for column, value in self._cells(node).items():
+                    if table.get_cell(node.name, column) != value:
+                        table.update_cell(node.name, column, value)
+
+    def selected_node(self) -> str | None:
+        """The node under the cursor, if any."""
+        table = self.query_one("#nodes", DataTable)
+        if not self._shown or table.cursor_row >= len(self._shown):
+            return None
+        return self._shown[table.cursor_row]
+
+    @on(DataTable.RowSelected, "#nodes")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_open_selected()
+
+    def action_open_selected(self) -> None:
+        """Open the page of the node under the cursor."""
+        name = self.selected_node()
+        if name is not None:
+            self.app.action_open_node(name)  # type: ignore[attr-defined]
+
+    def action_filter(self) -> None:
+        """Show the filter and type into it."""
+        field = self.query_one("#filter", Input)
+        field.add_class("-visible")
+        field.focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self) -> None:
+        self._sync_rows()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self) -> None:
+        self.query_one("#nodes", DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        """Empty and hide the filter."""
+        field = self.query_one("#filter", Input)
+        field.value = ""
+        field.remove_class("-visible")
+        self.query_one("#nodes", DataTable).focus()

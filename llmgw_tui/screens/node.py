@@ -1,0 +1,162 @@
+"""A node's page: its cards and MIG instances, the NVLink matrix, adapters, domain and IMEX."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from llmgw_core.views import FleetSummary, NodeDetail
+from llmgw_tui.cells import link_cell, memory_cell, optional, redraw_table, state_cell
+
+DEVICE_COLUMNS = (
+    ("label", "GPU"),
+    ("class", "CLASS"),
+    ("memory", "MEMORY GiB"),
+    ("util", "UTIL"),
+    ("temp", "TEMP"),
+    ("power", "POWER"),
+    ("numa", "NUMA"),
+    ("nic", "NEAREST NIC"),
+)
+ADAPTER_COLUMNS = (
+    ("name", "ADAPTER"),
+    ("state", "STATE"),
+    ("rate", "RATE"),
+    ("layer", "LINK"),
+)
+
+
+class NodeScreen(Screen[None]):
+    """The page of one node, kept current as fleet snapshots arrive."""
+
+    BINDING_GROUP_TITLE = "Node"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back", id="node-back"),
+        Binding("tab", "focus_next", "Next table", show=False, id="node-next"),
+    ]
+
+    def __init__(self, node_name: str) -> None:
+        super().__init__()
+        self.node_name = node_name
+        """The inventory name of the node shown."""
+        self._matrix_labels: tuple[str, ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        """A summary line, the devices, the NVLink matrix beside the adapters."""
+        yield Header(icon="▦")
+        with VerticalScroll(id="node-body"):
+            yield Static("", id="node-summary")
+            devices: DataTable[object] = DataTable(id="devices", cursor_type="row")
+            for key, label in DEVICE_COLUMNS:
+                devices.add_column(label, key=key)
+            yield devices
+            with Horizontal(id="node-links"):
+                with Vertical(id="matrix-box"):
+                    yield Static("NVLink matrix", classes="section-title")
+                    yield DataTable(id="nvlink", cursor_type="none", show_cursor=False)
+                with Vertical(id="adapter-box"):
+                    yield Static("Adapters", classes="section-title")
+                    adapters: DataTable[object] = DataTable(id="adapters", cursor_type="row")
+                    for key, label in ADAPTER_COLUMNS:
+                        adapters.add_column(label, key=key)
+                    yield adapters
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Show the node from the app's latest snapshot and follow updates."""
+        self.title = "llmgw"
+        self.sub_title = f"node {self.node_name}"
+        self.app.fleet_changed.subscribe(self, self.show_fleet)  # type: ignore[attr-defined]
+        fleet = getattr(self.app, "fleet", None)
+        if fleet is not None:
+            self.show_fleet(fleet)
+        self.query_one("#devices", DataTable).focus()
+
+    def show_fleet(self, fleet: FleetSummary) -> None:
+        """Redraw from a new snapshot, updating rows in place."""
+        detail = fleet.details.get(self.node_name)
+        summary = self.query_one("#node-summary", Static)
+        if detail is None:
+            summary.update(f"{self.node_name} is not in the fleet.")
+            summary.set_class(True, "-error")
+            return
+        summary.update(self._summary_text(detail))
+        summary.set_class(detail.summary.state != "ready", "-error")
+        self._show_devices(detail)
+        self._show_matrix(detail)
+        self._show_adapters(detail)
+        for table in self.query(DataTable):
+            self.call_after_refresh(redraw_table, table)
+
+    def _summary_text(self, detail: NodeDetail) -> str:
+        node = detail.summary
+        parts = [f"[b]{node.name}[/b]", node.state]
+        if node.reason:
+            parts.append(node.reason)
+        parts.append(f"domain {detail.nvlink_domain or 'none'}")
+        parts.append(f"IMEX {detail.imex or 'none'}")
+        parts.append(f"fabrics {', '.join(node.fabrics) or 'none'}")
+        parts.extend(f"{title} {value}" for title, value in detail.host)
+        return " · ".join(parts)
+
+    def _show_devices(self, detail: NodeDetail) -> None:
+        table = self.query_one("#devices", DataTable)
+        for device in detail.devices:
+            cells = {
+                "label": device.label,
+                "class": device.gpu_class,
+                "memory": memory_cell(self.app, device.memory_used_mib, device.memory_total_mib),
+                "util": "-" if device.is_mig else optional(device.utilisation_pct, "%"),
+                "temp": optional(device.temperature_c, "°C"),
+                "power": optional(None if device.power_w is None else round(device.power_w), " W"),
+                "numa": optional(device.numa_node),
+                "nic": device.nearest_nic or "-",
+            }
+            if device.label in table.rows:
+                for column, value in cells.items():
+                    if table.get_cell(device.label, column) != value:
+                        table.update_cell(device.label, column, value)
+            else:
+                table.add_row(*cells.values(), key=device.label)
+        if not detail.devices and not table.row_count:
+            table.add_row("-", "no GPU: a CPU node", "", "", "", "", "", "", key="none")
+
+    def _show_matrix(self, detail: NodeDetail) -> None:
+        matrix = detail.nvlink
+        if matrix.labels == self._matrix_labels:
+            return
+        table = self.query_one("#nvlink", DataTable)
+        table.clear(columns=True)
+        table.add_column("", key="row")
+        for label in matrix.labels:
+            table.add_column(label, key=label)
+        for label, row in zip(matrix.labels, matrix.cells, strict=True):
+            table.add_row(label, *(link_cell(self.app, kind) for kind in row), key=label)
+        self._matrix_labels = matrix.labels
+
+    def _show_adapters(self, detail: NodeDetail) -> None:
+        table = self.query_one("#adapters", DataTable)
+        for adapter in detail.adapters:
+            key = f"{adapter.name}/{adapter.port or 1}"
+            rate = "-" if adapter.rate_gbps is None else f"{adapter.rate_gbps:g} Gb/s"
+            cells = {
+                "name": key,
+                "state": state_cell(self.app, adapter.state) if adapter.state else "-",
+                "rate": rate,
+                "layer": adapter.link_layer or "-",
+            }
+            if key in table.rows:
+                for column, value in cells.items():
+                    if table.get_cell(key, column) != value:
+                        table.update_cell(key, column, value)
+            else:
+                table.add_row(*cells.values(), key=key)
+
+    def action_back(self) -> None:
+        """Back to where the page was opened from."""
+        self.app.pop_screen()

@@ -1,0 +1,57 @@
+"""NVLink racks: every domain drawn as a rack, and the hosts that are islands."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from llmgw_core.views import FleetSummary, RacksSummary
+from llmgw_tui.widgets.rack import RackWidget
+
+
+class RacksScreen(Screen[None]):
+    """Each NVLink domain as a rack with its trays' states; islands listed below."""
+
+    BINDING_GROUP_TITLE = "Racks"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shown: RacksSummary | None = None
+
+    def compose(self) -> ComposeResult:
+        """Header, the racks (scrolling), the footer."""
+        yield Header(icon="▦")
+        yield VerticalScroll(id="racks-body")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        """Draw the racks of the app's latest snapshot and follow updates."""
+        self.title = "llmgw"
+        self.sub_title = "NVLink racks"
+        self.app.fleet_changed.subscribe(self, self.show_fleet)  # type: ignore[attr-defined]
+        fleet = getattr(self.app, "fleet", None)
+        if fleet is not None:
+            await self.show_fleet(fleet)
+        else:
+            await self.query_one("#racks-body").mount(Static("connecting to the fleet…"))
+
+    async def show_fleet(self, fleet: FleetSummary) -> None:
+        """Redraw only when a tray's state changed: racks do not flicker on every poll."""
+        if fleet.racks == self._shown:
+            return
+        self._shown = fleet.racks
+        body = self.query_one("#racks-body", VerticalScroll)
+        await body.remove_children()
+        animation = str(self.app.animation_level)
+        widgets: list[Static | RackWidget] = [
+            RackWidget(rack, animation=animation) for rack in fleet.racks.racks
+        ]
+        if not fleet.racks.racks:
+            widgets.append(Static("No NVLink domain in this fleet.", classes="rack-title"))
+        islands = ", ".join(fleet.racks.islands) or "none"
+        widgets.append(
+            Static(f"Islands (no NVLink domain): {islands}", id="islands", classes="islands")
+        )
+        await body.mount_all(widgets)
