@@ -1,0 +1,142 @@
+"""The fleet summaries the console draws, from facts the real agent parses out of real captures."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmgw_core.views import (
+    class_counts,
+    device_rows,
+    domain_name,
+    fleet_summary,
+    node_summary,
+    nvlink_matrix,
+    racks_summary,
+    tray_state,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "agent"))
+from llmgw_agent.discover import collect_facts  # noqa: E402
+
+
+def replay_facts(tmp_path: Path, hardware_dir: Path, xml: str, topo: str | None = None) -> Any:
+    """The agent's facts for a capture, read in place through a replay directory of links."""
+    replay = tmp_path / xml
+    replay.mkdir()
+    (replay / "nvidia-smi-q-x.xml").symlink_to(hardware_dir / xml)
+    if topo:
+        (replay / "nvidia-smi-topo-m.txt").symlink_to(hardware_dir / topo)
+    return collect_facts(replay=str(replay))
+
+
+@pytest.fixture
+def h100(tmp_path: Path, hardware_dir: Path) -> Any:
+    return replay_facts(
+        tmp_path,
+        hardware_dir,
+        "nvidia-smi-q-x_h100-80gb-hbm3_8gpu_hgx.xml",
+        "topo-m_h100-80gb-hbm3_8gpu_8nic-mlx5.txt",
+    )
+
+
+@pytest.fixture
+def gb200_tray(tmp_path: Path, hardware_dir: Path) -> Any:
+    return replay_facts(tmp_path, hardware_dir, "nvidia-smi-q-x_gb200_4gpu_nvl72-tray.xml")
+
+
+@pytest.fixture
+def a100_mig(tmp_path: Path, hardware_dir: Path) -> Any:
+    return replay_facts(tmp_path, hardware_dir, "nvidia-smi-q-x_a100-sxm4-80gb_mig-4x1g.20gb.xml")
+
+
+def test_an_idle_hgx_h100_shows_8_of_8_h100_80g_cards_free(h100):
+    counts = class_counts(h100)
+    assert [(c.gpu_class, c.free, c.total) for c in counts] == [("h100-80g", 8, 8)]
+
+
+def test_a_card_holding_memory_for_a_process_is_not_free(h100):
+    busy = copy.deepcopy(h100)
+    busy["gpus"][3]["processes"] = [{"pid": 4242, "name": "vllm", "used_mib": 70000}]
+    assert [(c.free, c.total) for c in class_counts(busy)] == [(7, 8)]
+
+
+def test_the_h100_nvlink_matrix_reads_nv18_between_every_pair(h100):
+    matrix = nvlink_matrix(h100)
+    assert matrix.labels[0] == "GPU0" and len(matrix.labels) == 8
+    assert matrix.cells[0][0] == "X"
+    assert {matrix.cells[a][b] for a in range(8) for b in range(8) if a != b} == {"NV18"}
+
+
+def test_each_h100_card_names_its_numa_node_and_nearest_adapter(h100):
+    rows = device_rows(h100)
+    assert (rows[0].numa_node, rows[0].nearest_nic) == (0, "mlx5_0")
+
+
+def test_one_machine_nvswitch_is_no_nvlink_domain_so_the_hgx_is_an_island(h100, gb200_tray):
+    racks = racks_summary([("h100-a", h100), ("tray-01", gb200_tray)])
+    assert racks.islands == ("h100-a",)
+    assert [t.node for t in racks.racks[0].trays] == ["tray-01"]
+
+
+def test_a_gb200_tray_is_in_domain_00000001_clique_2_and_joined(gb200_tray):
+    assert domain_name(gb200_tray["nvlink_domain"]) == "00000001/2"
+    assert tray_state(gb200_tray) == ("joined", None)
+    rack = racks_summary([("tray-01", gb200_tray)]).racks[0]
+    assert (rack.joined_gpus, rack.total_gpus) == (4, 4)
+
+
+def test_a_tray_with_insufficient_resources_is_not_joined_and_says_so(gb200_tray):
+    tray = copy.deepcopy(gb200_tray)
+    fabric = tray["cards"][2]["fabric"]
+    fabric.update(status="Insufficient Resources", verdict="not-joined")
+    state, reason = tray_state(tray)
+    assert state == "not-joined"
+    assert reason == "GPU2 fabric Completed / Insufficient Resources"
+    rack = racks_summary([("tray-01", gb200_tray), ("tray-02", tray)]).racks[0]
+    assert (rack.joined_gpus, rack.total_gpus) == (4, 8)
+
+
+def test_a_tray_at_degraded_bandwidth_is_drawn_degraded_with_the_bandwidth(gb200_tray):
+    tray = copy.deepcopy(gb200_tray)
+    tray["cards"][1]["fabric"]["health"]["bandwidth"] = "Degraded"
+    tray["cards"][1]["fabric"]["verdict"] = "degraded"
+    assert tray_state(tray) == ("degraded", "GPU1 fabric Healthy, bandwidth Degraded")
+
+
+def test_mig_instances_are_listed_as_card_slash_mig_with_no_utilisation(a100_mig):
+    rows = device_rows(a100_mig)
+    assert [r.label for r in rows] == ["0/mig0", "0/mig1", "0/mig2", "0/mig3"]
+    assert {r.gpu_class for r in rows} == {"a100-80g-mig-1g.20gb"}
+    assert all(r.is_mig and r.utilisation_pct is None for r in rows)
+
+
+def test_a_node_without_facts_yet_shows_its_state_and_reason_and_no_cards():
+    summary = node_summary("gpu-a-01", "unreachable", "ssh: connection refused", None)
+    assert (summary.state, summary.reason, summary.classes) == (
+        "unreachable",
+        "ssh: connection refused",
+        (),
+    )
+
+
+def test_a_fleet_summary_lists_nodes_by_name_with_a_page_each(h100, gb200_tray):
+    class Node:
+        def __init__(self, name: str, facts: Any) -> None:
+            self.name, self.state, self.reason, self.facts = name, "ready", None, facts
+
+    fleet = fleet_summary({"b": Node("tray-01", gb200_tray), "a": Node("h100-a", h100)})
+    assert [n.name for n in fleet.nodes] == ["h100-a", "tray-01"]
+    assert fleet.details["tray-01"].nvlink_domain == "00000001/2"
+
+
+def test_validated_facts_models_give_the_same_summary_as_the_agent_json(gb200_tray):
+    from llmgw_core.facts import parse_facts
+
+    model = parse_facts(gb200_tray, "tray-01")
+    assert class_counts(model) == class_counts(gb200_tray)
+    assert tray_state(model) == tray_state(gb200_tray)
