@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import copy
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from llmgw_agent.discover import collect_facts
 
 from llmgw_core.views import (
     class_counts,
@@ -19,9 +19,6 @@ from llmgw_core.views import (
     racks_summary,
     tray_state,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "agent"))
-from llmgw_agent.discover import collect_facts  # noqa: E402
 
 
 def replay_facts(tmp_path: Path, hardware_dir: Path, xml: str, topo: str | None = None) -> Any:
