@@ -1,0 +1,249 @@
+"""The demo fleet: a realistic GPU cluster started on this machine, no hardware needed.
+
+Every simulated node is an SSH server on 127.0.0.1 (its own port, its own
+generated host key pinned in a generated known_hosts, its own home) behind
+which the REAL agent runs, deployed by the real deploy code, reading a
+hardware profile our own simulator writes as a capture directory. Everything
+above the capture directory — SSH, deployment, protocol, parsing, planning,
+launch, supervision — is the code an operator runs against real nodes.
+
+The fleet: two HGX H100 nodes on fabric `ib-a` (8 × 400 Gb/s rails, one rail
+of the second node degraded), one GB200 NVL72 rack (18 trays × 4 GPUs in one
+NVLink domain with IMEX up; one tray degraded, one not joined), an A100 node
+with MIG carved, an L40S PCIe node and a CPU node.
+
+Everything it starts is stopped when it stops, and a last sweep ends any
+process still running from its folder, even after Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import yaml
+
+from llmgw_core.fleet.loopback import LoopbackSshd
+from llmgw_core.fleet.ssh import SshSettings
+from llmgw_core.inventory import Inventory, parse_inventory
+
+NVL72_TRAYS = 18
+NVL72_CLUSTER_UUID = "4f2c9a1e-7b3d-4c55-9e61-0a8d2b7c3f10"
+NVL72_CLIQUE_ID = 32766
+DEGRADED_TRAY = 7
+NOT_JOINED_TRAY = 13
+RAIL_RATE_GBPS = 400
+
+
+@dataclass(frozen=True)
+class DemoNode:
+    """One simulated node: its name, hardware profile and fabric."""
+
+    name: str
+    profile: str
+    options: dict[str, Any] = field(default_factory=dict)
+    fabric: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def demo_nodes() -> list[DemoNode]:
+    """The nodes of the demo fleet, in the order the console lists them."""
+    nodes = [
+        DemoNode("h100-a-01", "hgx-h100", fabric="ib-a", labels={"rack": "r01"}),
+        DemoNode(
+            "h100-a-02",
+            "hgx-h100",
+            options={"degraded_rail": "mlx5_5"},
+            fabric="ib-a",
+            labels={"rack": "r01"},
+        ),
+    ]
+    for tray in range(1, NVL72_TRAYS + 1):
+        state = "joined"
+        if tray == DEGRADED_TRAY:
+            state = "degraded"
+        elif tray == NOT_JOINED_TRAY:
+            state = "not-joined"
+        nodes.append(
+            DemoNode(
+                f"gb200-r1-t{tray:02d}",
+                "gb200-tray",
+                options={
+                    "tray": tray,
+                    "rack": "nvl72-r1",
+                    "cluster_uuid": NVL72_CLUSTER_UUID,
+                    "clique_id": NVL72_CLIQUE_ID,
+                    "state": state,
+                },
+                labels={"rack": "nvl72-r1", "tray": str(tray)},
+            )
+        )
+    nodes += [
+        DemoNode("a100-mig-01", "a100-mig", labels={"rack": "r02"}),
+        DemoNode("l40s-01", "l40s", labels={"rack": "r02"}),
+        DemoNode("cpu-01", "cpu", labels={"rack": "r03"}),
+    ]
+    return nodes
+
+
+@dataclass
+class DemoFleet:
+    """The running demo fleet: its servers, and the inventory that reaches them.
+
+    Attributes:
+        root: the folder holding everything (homes, captures, keys, known_hosts).
+        inventory: an ordinary inventory of the demo nodes (also in `root/inventory.yaml`).
+        settings: SSH settings with the generated client key and known_hosts.
+    """
+
+    root: Path
+    servers: dict[str, LoopbackSshd]
+    inventory: Inventory
+    settings: SshSettings
+    _stopped: bool = False
+
+    async def stop(self) -> None:
+        """Stop every server and everything still running from the demo's folder."""
+        if self._stopped:
+            return
+        self._stopped = True
+        await asyncio.gather(*(server.stop() for server in self.servers.values()))
+        sweep(self.root)
+        atexit.unregister(sweep)
+
+
+async def start_demo_fleet(
+    root: Path | None = None, nodes: list[DemoNode] | None = None
+) -> DemoFleet:
+    """Write the captures and keys, start one SSH server per node; returns at once.
+
+    The agents start when the console connects (it deploys them, as on any fleet).
+    """
+    from llmgw_agent.sim.profiles import write_profile
+
+    root = root or Path(tempfile.mkdtemp(prefix="llmgw-demo-"))
+    atexit.register(sweep, root)
+    nodes = nodes if nodes is not None else demo_nodes()
+    client_key = asyncssh.generate_private_key("ssh-ed25519")
+    authorized = client_key.export_public_key().decode()
+    servers: dict[str, LoopbackSshd] = {}
+    captures: dict[str, Path] = {}
+    for node in nodes:
+        folder = root / "nodes" / node.name
+        options = {"hostname": node.name, **node.options}
+        captures[node.name] = write_profile(node.profile, folder / "capture", **options)
+        servers[node.name] = LoopbackSshd(
+            home=folder / "home",
+            host_key=asyncssh.generate_private_key("ssh-ed25519"),
+            authorized_keys=authorized,
+            env={"LLMGW_AGENT_STATE": str(folder / "home" / "state")},
+        )
+    await asyncio.gather(*(server.start() for server in servers.values()))
+    known_hosts = root / "known_hosts"
+    known_hosts.write_text(
+        "".join(server.known_hosts_line() + "\n" for server in servers.values()), encoding="utf-8"
+    )
+    key_file = root / "client_key"
+    key_file.write_bytes(client_key.export_private_key())
+    key_file.chmod(0o600)
+    document = {
+        "nodes": [
+            _inventory_entry(node, servers[node.name].port, captures[node.name], key_file)
+            for node in nodes
+        ],
+        "known_hosts": str(known_hosts),
+    }
+    text = yaml.safe_dump(document, sort_keys=False)
+    (root / "inventory.yaml").write_text(text, encoding="utf-8")
+    inventory = parse_inventory(text, source=str(root / "inventory.yaml"), folder=root)
+    settings = SshSettings(
+        known_hosts=known_hosts,
+        config_paths=(),
+        client_keys=(client_key,),
+        use_ssh_agent=False,
+        max_handshakes=64,
+    )
+    return DemoFleet(root=root, servers=servers, inventory=inventory, settings=settings)
+
+
+def _inventory_entry(node: DemoNode, port: int, capture: Path, key_file: Path) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": node.name,
+        "host": "127.0.0.1",
+        "port": port,
+        "identity_file": str(key_file),
+        "replay": str(capture),
+    }
+    hcas = _capture_adapters(capture)
+    if node.fabric and hcas:
+        entry["fabrics"] = [{"name": node.fabric, "hcas": hcas, "rate_gbps": RAIL_RATE_GBPS}]
+    if node.labels:
+        entry["labels"] = dict(node.labels)
+    return entry
+
+
+def _capture_adapters(capture: Path) -> list[str]:
+    """The adapters a capture directory holds (what the agent will report)."""
+    folder = capture / "sys" / "class" / "infiniband"
+    return sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
+
+
+def processes_rooted_in(root: Path) -> list[int]:
+    """Our processes that run from `root`: cwd, command line or environment inside it."""
+    marker = os.fsencode(str(root.resolve()))
+    found = []
+    me = os.getpid()
+    uid = os.getuid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            cwd = os.fsencode(os.readlink(entry / "cwd"))
+            if cwd.startswith(marker):
+                found.append(int(entry.name))
+                continue
+            if marker in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+                continue
+            if marker in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def sweep(root: Path, grace_s: float = 2.0) -> None:
+    """End every process still running from `root` (TERM, then KILL), then remove it."""
+    pids = processes_rooted_in(root)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = [pid for pid in pids if _alive(pid)]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != b"Z"
