@@ -1,0 +1,115 @@
+"""The headless runner: a script is validated whole, then run; exit codes and JSON lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmgw_core.script.runner import run_script
+
+
+def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, *, as_json: bool = True):
+    script = tmp_path / "script.yaml"
+    script.write_text(text, encoding="utf-8")
+    code = run_script(str(script), as_json=as_json, inventory=None, demo=False)
+    out, err = capsys.readouterr()
+    lines = [json.loads(line) for line in out.splitlines() if line.strip()] if as_json else out
+    return code, lines, err
+
+
+def test_a_script_that_is_not_yaml_is_refused_with_its_line(tmp_path, capsys):
+    code, lines, _ = _run(tmp_path, capsys, "steps:\n  - plan: {model: x\n")
+    assert code == 2
+    assert lines[0]["ok"] is False and lines[0]["step"] is None
+    assert "line 3: not valid YAML" in lines[0]["error"]
+
+
+def test_an_unknown_step_names_its_line_and_the_known_steps(tmp_path, capsys):
+    code, lines, _ = _run(tmp_path, capsys, "steps:\n  - plan: {model: x}\n  - plna: {model: x}\n")
+    assert code == 2
+    assert "line 3: unknown step 'plna'" in lines[0]["error"]
+    assert "known steps are" in lines[0]["error"] and "plan" in lines[0]["error"]
+
+
+def test_an_unknown_argument_names_its_line_and_the_argument(tmp_path, capsys):
+    code, lines, _ = _run(tmp_path, capsys, "steps:\n  - plan: {model: x, colour: red}\n")
+    assert code == 2
+    assert len(lines) == 1 and lines[0]["step"] is None and lines[0]["ok"] is False
+    assert lines[0]["error"].endswith(
+        "script.yaml: line 2: step 'plan': colour is not a known argument"
+    )
+
+
+def test_a_missing_argument_is_required(tmp_path, capsys):
+    code, lines, _ = _run(tmp_path, capsys, "steps:\n  - plan: {context: 8192}\n")
+    assert code == 2
+    assert "line 2: step 'plan': model is required" in lines[0]["error"]
+
+
+def test_a_script_without_steps_is_refused(tmp_path, capsys):
+    code, lines, _ = _run(tmp_path, capsys, "fleet: []\n")
+    assert code == 2
+    assert "`steps:` must be a list of steps" in lines[0]["error"]
+
+
+def test_an_unknown_top_level_key_is_refused_with_its_line(tmp_path, capsys):
+    code, lines, _ = _run(tmp_path, capsys, "steps: []\nfleets: []\n")
+    assert code == 2
+    assert "line 2: unknown key 'fleets'" in lines[0]["error"]
+
+
+def test_an_empty_script_is_refused(tmp_path, capsys):
+    code, lines, _ = _run(tmp_path, capsys, "")
+    assert code == 2
+    assert "is empty" in lines[0]["error"]
+
+
+def test_nothing_runs_when_a_later_step_is_bad(tmp_path, capsys):
+    code, lines, _ = _run(tmp_path, capsys, "steps:\n  - plan: {model: x}\n  - plan: {modle: x}\n")
+    assert code == 2
+    assert len(lines) == 1 and lines[0]["step"] is None
+
+
+def test_a_step_that_fails_prints_one_json_line_with_its_sentence(tmp_path, capsys):
+    code, lines, _ = _run(
+        tmp_path, capsys, "steps:\n  - plan: {model: catalog:meta-llama/Llama-3.1-8B-Instruct}\n"
+    )
+    assert code == 2
+    assert lines == [
+        {
+            "step": "plan",
+            "ok": False,
+            "error": "this step needs `fleet:` in the script until live planning lands: "
+            "describe the fleet, e.g. fleet: [{name: dgx, count: 2, gpu: h100-80g, gpus: 8, fabric: ib-a}]",
+        }
+    ]
+
+
+def test_a_bad_fleet_entry_fails_the_step_that_uses_it(tmp_path, capsys):
+    code, lines, _ = _run(
+        tmp_path,
+        capsys,
+        "fleet:\n  - {name: dgx, gpu: h100-80g, gpus: 8, colour: red}\n"
+        "steps:\n  - plan: {model: catalog:meta-llama/Llama-3.1-8B-Instruct}\n",
+    )
+    assert code == 2
+    assert lines[0]["step"] == "plan"
+    assert lines[0]["error"] == "fleet entry 1 (dgx): colour is not a known key"
+
+
+def test_without_json_a_bad_script_is_one_line_on_stderr(tmp_path, capsys):
+    code, out, err = _run(tmp_path, capsys, "steps:\n  - plna: {}\n", as_json=False)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("llmgw-tui: ")
+    assert "script.yaml: line 2: unknown step 'plna'" in err
+    assert err.count("\n") == 1
+
+
+def test_a_missing_script_file_is_bad_input(tmp_path, capsys):
+    code = run_script(str(tmp_path / "nope.yaml"), as_json=True, inventory=None, demo=False)
+    line = json.loads(capsys.readouterr().out)
+    assert code == 2
+    assert line["error"].startswith("cannot read script")
