@@ -1,0 +1,134 @@
+"""GPU claims: one file per GPU, created atomically, so no card is given twice.
+
+`state_dir/claims/<gpu id>` is created with `O_CREAT | O_EXCL`; whoever
+creates it holds the card until it is removed. Two consoles (or two requests
+of one) racing for a card cannot both win.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from llmgw_agent import paths
+from llmgw_agent.op_args import OpError
+
+_GPU_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+_UNREADABLE_GRACE_S = 10.0
+"""A claim file still empty after this long was left by a writer that died mid-way."""
+
+
+def claims_dir() -> Path:
+    """Where the claim files live (created on first use)."""
+    path = paths.state_dir() / "claims"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def valid_gpu_id(gpu: str) -> bool:
+    """Whether a GPU id can name a claim file (`0`, `3`, `1001`, `MIG-…`)."""
+    return bool(_GPU_ID.match(gpu))
+
+
+def read_claim(gpu: str) -> Optional[dict]:
+    """The holder recorded in a claim, `{}` while unreadable, None when unclaimed."""
+    try:
+        text = (claims_dir() / gpu).read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        holder = json.loads(text)
+    except ValueError:
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _describe(gpu: str, holder: dict) -> str:
+    if not holder:
+        return "GPU {} is held by a claim being written".format(gpu)
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("claimed_at", 0)))
+    return "GPU {} is held by shard {} (replica {}, rank {}) since {}".format(
+        gpu, holder.get("shard_id"), holder.get("replica"), holder.get("rank"), since
+    )
+
+
+def _try_create(gpu: str, holder: dict) -> bool:
+    try:
+        fd = os.open(str(claims_dir() / gpu), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(holder))
+    return True
+
+
+def acquire(gpus: List[str], holder: dict, is_stale: Callable[[dict], bool]) -> None:
+    """Claim every GPU in `gpus` for `holder`, or none of them.
+
+    A claim whose holder `is_stale` (its shard is dead) is removed and taken.
+
+    Raises:
+        OpError: `busy`, naming the first GPU held and who holds it.
+    """
+    taken: List[str] = []
+    for gpu in sorted(set(gpus)):
+        if _try_create(gpu, holder):
+            taken.append(gpu)
+            continue
+        current = read_claim(gpu)
+        if current is not None and _stale(gpu, current, is_stale):
+            _remove(gpu)
+            if _try_create(gpu, holder):
+                taken.append(gpu)
+                continue
+            current = read_claim(gpu)
+        release(taken, holder["shard_id"])
+        raise OpError("busy", _describe(gpu, current or {}))
+
+
+def _stale(gpu: str, holder: dict, is_stale: Callable[[dict], bool]) -> bool:
+    if not holder:
+        try:
+            age_s = time.time() - (claims_dir() / gpu).stat().st_mtime
+        except FileNotFoundError:
+            return True
+        return age_s > _UNREADABLE_GRACE_S
+    return is_stale(holder)
+
+
+def _remove(gpu: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (claims_dir() / gpu).unlink()
+
+
+def release(gpus: List[str], shard_id: str) -> None:
+    """Free the claims on `gpus` that `shard_id` holds (others' claims are left alone)."""
+    for gpu in gpus:
+        holder = read_claim(gpu)
+        if holder is not None and holder.get("shard_id") == shard_id:
+            _remove(gpu)
+
+
+def list_claims() -> List[dict]:
+    """Every claim held: `{gpu, shard_id, replica, rank, claimed_at}`, by GPU id."""
+    held = []
+    for path in sorted(claims_dir().iterdir()):
+        holder = read_claim(path.name)
+        if holder is None:
+            continue
+        held.append(
+            {
+                "gpu": path.name,
+                "shard_id": holder.get("shard_id"),
+                "replica": holder.get("replica"),
+                "rank": holder.get("rank"),
+                "claimed_at": holder.get("claimed_at"),
+            }
+        )
+    return held

@@ -1,0 +1,196 @@
+"""Shard logs: captured in lines, capped on disk, read back as a tail and a follow.
+
+Engines draw progress bars with carriage returns (tqdm redraws a line with
+`\r`), so a "line" ends at `\n` or `\r`. Each shard keeps `engine.log` and
+one older `engine.log.1`, each at most half the cap: the newest lines always
+survive, and the total stays within `log_max_bytes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Callable, List, Optional
+
+LOG_NAME = "engine.log"
+DEFAULT_LOG_MAX_BYTES = 16 * 1024 * 1024
+_LONGEST_LINE_BYTES = 64 * 1024
+"""A run of bytes with no line end is cut into lines of at most this size."""
+
+_LINE_END = re.compile(rb"[\r\n]")
+_EVENT_LINES = 500
+"""At most this many lines travel in one `{"lines": [...]}` event."""
+
+_FOLLOW_POLL_S = 0.2
+
+
+class CappedLog:
+    """Appends whole lines to `engine.log`, rotating to `engine.log.1` at half the cap."""
+
+    def __init__(self, directory: Path, max_bytes: int) -> None:
+        self.path = directory / LOG_NAME
+        self.older_path = directory / (LOG_NAME + ".1")
+        self.file_max_bytes = max(4096, max_bytes // 2)
+        self._lock = threading.Lock()
+        self._handle = open(self.path, "ab")  # noqa: SIM115 a long-lived log, closed in close()
+        self._size = self._handle.tell()
+
+    def write_line(self, line: bytes) -> None:
+        """Append one line (its end added here), rotating first when it would not fit."""
+        line = line[: self.file_max_bytes - 1] + b"\n"
+        with self._lock:
+            if self._size + len(line) > self.file_max_bytes:
+                self._handle.close()
+                os.replace(str(self.path), str(self.older_path))
+                self._handle = open(self.path, "ab")  # noqa: SIM115
+                self._size = 0
+            self._handle.write(line)
+            self._handle.flush()
+            self._size += len(line)
+
+    def close(self) -> None:
+        """Close the current file."""
+        with self._lock:
+            self._handle.close()
+
+
+class LineSplitter:
+    """Cuts a byte stream into lines at `\n` or `\r`, dropping empty ones."""
+
+    def __init__(self, write_line: Callable[[bytes], None], prefix: bytes = b"") -> None:
+        self._write_line = write_line
+        self._prefix = prefix
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> None:
+        """Take the next bytes of the stream; complete lines are written now."""
+        parts = _LINE_END.split(self._pending + chunk)
+        self._pending = parts.pop()
+        while len(self._pending) > _LONGEST_LINE_BYTES:
+            parts.append(self._pending[:_LONGEST_LINE_BYTES])
+            self._pending = self._pending[_LONGEST_LINE_BYTES:]
+        for part in parts:
+            if part:
+                self._write_line(self._prefix + part)
+
+    def close(self) -> None:
+        """The stream ended: write what is left as the last line."""
+        if self._pending:
+            self._write_line(self._prefix + self._pending)
+        self._pending = b""
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def tail_lines(directory: Path, count: int) -> List[str]:
+    """The last `count` lines of a shard's log (across the rotation)."""
+    if count <= 0:
+        return []
+    lines: List[bytes] = []
+    for path in (directory / LOG_NAME, directory / (LOG_NAME + ".1")):
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        lines = raw.splitlines()[-(count - len(lines)) :] + lines
+        if len(lines) >= count:
+            break
+    return [_decode(line) for line in lines[-count:]]
+
+
+def _emit_batched(lines: List[str], emit: Callable[[dict], None]) -> None:
+    for start in range(0, len(lines), _EVENT_LINES):
+        emit({"lines": lines[start : start + _EVENT_LINES]})
+
+
+class _Follower:
+    """Reads what is appended to `engine.log`, across rotations, in whole lines."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle = None
+        self._inode: Optional[int] = None
+        self._pending = b""
+        with contextlib.suppress(FileNotFoundError):
+            self._open(seek_end=True)
+
+    def _open(self, seek_end: bool) -> None:
+        handle = open(self.path, "rb")  # noqa: SIM115 kept open across polls, closed in close()
+        if seek_end:
+            handle.seek(0, os.SEEK_END)
+        self._handle = handle
+        self._inode = os.fstat(handle.fileno()).st_ino
+
+    def read_new(self) -> List[str]:
+        """Complete lines written since the last call."""
+        chunks = []
+        if self._handle is not None:
+            chunks.append(self._handle.read())
+        try:
+            current_inode = os.stat(str(self.path)).st_ino
+        except FileNotFoundError:
+            current_inode = None
+        if current_inode is not None and current_inode != self._inode:
+            if self._handle is not None:
+                chunks.append(self._handle.read())
+                self._handle.close()
+            self._open(seek_end=False)
+            chunks.append(self._handle.read())
+        data = self._pending + b"".join(chunks)
+        complete, _, self._pending = data.rpartition(b"\n")
+        return [_decode(line) for line in complete.split(b"\n")] if complete else []
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+
+
+def stream_shard_log(
+    shard_id: str,
+    tail: int,
+    follow: bool,
+    emit: Callable[[dict], None],
+    cancelled: threading.Event,
+) -> dict:
+    """Send the last `tail` lines of a shard's log, then (with `follow`) what it writes next.
+
+    Lines travel in `{"lines": [...]}` events of at most 500. A follow ends
+    when cancelled, or once the shard is over and its log read to the end.
+
+    Returns:
+        `{"lines_sent", "cancelled", "phase"}`.
+
+    Raises:
+        OpError: `not_found` for an unknown shard.
+    """
+    from llmgw_agent.shards import shard_directory, shard_phase
+
+    directory = shard_directory(shard_id)
+    follower = _Follower(directory / LOG_NAME) if follow else None
+    lines = tail_lines(directory, tail)
+    _emit_batched(lines, emit)
+    sent = len(lines)
+    phase = shard_phase(shard_id)
+    if follower is None:
+        return {"lines_sent": sent, "cancelled": False, "phase": phase}
+    try:
+        polls = 0
+        while not cancelled.wait(_FOLLOW_POLL_S):
+            fresh = follower.read_new()
+            _emit_batched(fresh, emit)
+            sent += len(fresh)
+            polls += 1
+            if polls % 5 == 0 or phase not in ("starting", "running"):
+                phase = shard_phase(shard_id)
+                if phase not in ("starting", "running"):
+                    fresh = follower.read_new()
+                    _emit_batched(fresh, emit)
+                    return {"lines_sent": sent + len(fresh), "cancelled": False, "phase": phase}
+        return {"lines_sent": sent, "cancelled": True, "phase": shard_phase(shard_id)}
+    finally:
+        follower.close()

@@ -1,0 +1,114 @@
+"""The shard spec `shard.start` takes, checked and normalised (pure: values in, values out).
+
+The console resolves everything (argv, env, ports, GPUs); the agent only
+checks the shape, so a malformed spec is refused before anything starts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, List, Optional
+
+from llmgw_agent.claims import valid_gpu_id
+from llmgw_agent.logcap import DEFAULT_LOG_MAX_BYTES
+from llmgw_agent.op_args import OpError, arg, number_arg
+
+SHARD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+DEFAULT_STOP_TIMEOUT_S = 30.0
+DEFAULT_PORT_TIMEOUT_S = 600.0
+ROLES = ("sidecar", "main")
+
+
+def _bad(message: str) -> OpError:
+    return OpError("bad_args", message)
+
+
+def _command(index: int, raw: Any, last: bool) -> dict:
+    if not isinstance(raw, dict):
+        raise _bad("commands[{}] must be an object".format(index))
+    where = "commands[{}]".format(index)
+    name = raw.get("name") or "command{}".format(index)
+    if not isinstance(name, str):
+        raise _bad("{}.name must be a string".format(where))
+    argv = raw.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise _bad("{}.argv must be a non-empty list of strings".format(where))
+    env = raw.get("env") or {}
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and k and "=" not in k for k, v in env.items()
+    ):
+        raise _bad("{}.env must map names to string values".format(where))
+    cwd = raw.get("cwd")
+    if cwd is not None and not isinstance(cwd, str):
+        raise _bad("{}.cwd must be a path".format(where))
+    port = raw.get("wait_for_port")
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int)):
+        raise _bad("{}.wait_for_port must be a TCP port number".format(where))
+    if port is not None and not 1 <= port <= 65535:
+        raise _bad("{}.wait_for_port must be between 1 and 65535".format(where))
+    role = raw.get("role") or ("main" if last else "sidecar")
+    if role not in ROLES:
+        raise _bad("{}.role must be sidecar or main".format(where))
+    port_timeout_s = number_arg(raw, "port_timeout_s", DEFAULT_PORT_TIMEOUT_S, maximum=86400.0)
+    return {
+        "name": name,
+        "argv": list(argv),
+        "env": dict(env),
+        "cwd": cwd,
+        "wait_for_port": port,
+        "port_timeout_s": float(port_timeout_s),
+        "role": role,
+    }
+
+
+def normalise_spec(args: dict) -> dict:
+    """A `shard.start` request checked and filled with defaults.
+
+    Exactly one command is the main one and it comes last (sidecars first).
+
+    Raises:
+        OpError: `bad_args` with the first thing wrong.
+    """
+    replica = arg(args, "replica", (str,))
+    if not replica:
+        raise _bad("replica must not be empty")
+    rank = arg(args, "rank", (int,))
+    if rank < 0:
+        raise _bad("rank must be 0 or more")
+    shard_id: Optional[str] = arg(args, "shard_id", (str,), None)
+    if shard_id is not None and not SHARD_ID.match(shard_id):
+        raise _bad("shard_id may hold letters, digits, '.', '_' and '-' (128 at most)")
+    gpus = arg(args, "gpus", (list,), [])
+    if not all(isinstance(gpu, str) and valid_gpu_id(gpu) for gpu in gpus):
+        raise _bad('gpus must be a list of GPU ids as strings ("0", "3", "1001")')
+    if len(set(gpus)) != len(gpus):
+        raise _bad("gpus names a GPU twice")
+    raw_commands = arg(args, "commands", (list,))
+    if not raw_commands:
+        raise _bad("commands must hold at least the main command")
+    commands: List[dict] = [
+        _command(index, raw, index == len(raw_commands) - 1)
+        for index, raw in enumerate(raw_commands)
+    ]
+    roles = [command["role"] for command in commands]
+    if roles.count("main") != 1 or roles[-1] != "main":
+        raise _bad("exactly one command is the main one, and it comes last")
+    health_url = arg(args, "health_url", (str,), None)
+    if health_url is not None and not health_url.startswith(("http://", "https://")):
+        raise _bad("health_url must be an http:// URL")
+    log_max_bytes = number_arg(
+        args, "log_max_bytes", DEFAULT_LOG_MAX_BYTES, minimum=8192, maximum=2**40
+    )
+    stop_timeout_s = number_arg(args, "stop_timeout_s", DEFAULT_STOP_TIMEOUT_S, maximum=3600.0)
+    spec = arg(args, "spec", (dict,), {})
+    return {
+        "replica": replica,
+        "rank": rank,
+        "shard_id": shard_id,
+        "gpus": list(gpus),
+        "commands": commands,
+        "health_url": health_url,
+        "log_max_bytes": int(log_max_bytes),
+        "stop_timeout_s": float(stop_timeout_s),
+        "spec": spec,
+    }

@@ -1,0 +1,406 @@
+"""Shards on this node: start one detached, list them, stop them, forget them.
+
+Each shard lives in `state_dir/shards/<shard_id>/`:
+
+* `shard.json` — the spec it was started with, its token, the argv actually
+  run (the sim engine in replay mode); written once, before it starts;
+* `supervisor.json` — pid, start ticks and boot id of its supervising process;
+* `state.json` — phase, each command's pid/start ticks/exit, health; written by
+  the supervisor (by an agent only once the supervisor is dead);
+* `stop.json` — a stop request's timeout; `engine.log`, `engine.log.1`,
+  `supervisor.log`.
+
+Nothing lives in the agent's memory: any agent, started any time, judges the
+same directory the same way, trusting only pid + start time + token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from llmgw_agent import claims, keepalive, paths, proc_identity
+from llmgw_agent.op_args import OpError
+from llmgw_agent.shard_spec import SHARD_ID, normalise_spec
+
+TERMINAL_PHASES = ("exited", "failed", "stopped")
+_STARTUP_GRACE_S = 15.0
+"""A shard without a recorded supervisor younger than this is still being started."""
+_SUPERVISOR_APPEAR_S = 10.0
+_STOP_SLACK_S = 5.0
+"""How much longer than the stop timeout the agent waits for the supervisor's own stop."""
+
+
+def shards_dir() -> Path:
+    """Where shard directories live (created on first use)."""
+    path = paths.state_dir() / "shards"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def read_record(path: Path) -> dict:
+    """A JSON record, or `{}` when it is missing or half-written."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def write_record(path: Path, record: dict) -> None:
+    """Write a JSON record atomically (a reader sees the old or the new one, whole)."""
+    temporary = path.with_name("{}.{}.tmp".format(path.name, threading.get_ident()))
+    temporary.write_text(json.dumps(record, indent=1, sort_keys=True))
+    os.replace(str(temporary), str(path))
+
+
+def shard_directory(shard_id: str) -> Path:
+    """The directory of an existing shard.
+
+    Raises:
+        OpError: `not_found` when there is no such shard here.
+    """
+    if not SHARD_ID.match(shard_id):
+        raise OpError("not_found", "no shard {!r} on this node".format(shard_id))
+    path = shards_dir() / shard_id
+    if not (path / "shard.json").exists():
+        raise OpError("not_found", "no shard {!r} on this node".format(shard_id))
+    return path
+
+
+def agent_command(*args: str) -> List[str]:
+    """The argv that runs this same agent again (from a directory or a zipapp)."""
+    import llmgw_agent
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(llmgw_agent.__file__)))
+    boot = (
+        "import sys; sys.path.insert(0, {!r}); "
+        "from llmgw_agent.__main__ import main; sys.exit(main())".format(root)
+    )
+    flags = ["-S"] if sys.flags.no_site else []
+    return [sys.executable or "python3", *flags, "-c", boot, *args]
+
+
+def _new_shard_id(replica: str, rank: int) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]", "-", replica)[:96].strip("-.") or "shard"
+    return "{}-r{}-{}".format(stem, rank, secrets.token_hex(3))
+
+
+def _run_argv(argv: List[str], replay: Optional[str]) -> List[str]:
+    """The argv to execute: the real one, or in replay mode the sim engine standing in."""
+    if not replay:
+        return argv
+    from llmgw_agent.sim.engine import engine_kind
+
+    kind = engine_kind(argv)
+    if kind is None:
+        return argv
+    return agent_command("sim-engine", "--as", kind, "--", *argv)
+
+
+def _claim_is_stale(holder: dict) -> bool:
+    shard_id = holder.get("shard_id") or ""
+    young = time.time() - float(holder.get("claimed_at") or 0) < _STARTUP_GRACE_S
+    try:
+        directory = shard_directory(shard_id)
+    except OpError:
+        return not young
+    if read_record(directory / "shard.json").get("token") != holder.get("token"):
+        return True
+    return judge_shard(directory)["phase"] in TERMINAL_PHASES
+
+
+def start_shard(args: dict, replay: Optional[str]) -> dict:
+    """Claim the spec's GPUs and start its supervisor, detached from this session.
+
+    Returns:
+        `{"shard_id", "pid", "phase": "starting"}` (pid: the supervisor's).
+
+    Raises:
+        OpError: `bad_args`, `exists`, `busy` (naming the GPU and its holder), `failed`.
+    """
+    spec = normalise_spec(args)
+    shard_id = spec["shard_id"] or _new_shard_id(spec["replica"], spec["rank"])
+    directory = shards_dir() / shard_id
+    try:
+        directory.mkdir()
+    except FileExistsError:
+        raise OpError(
+            "exists", "shard {} already exists on this node; forget it first".format(shard_id)
+        ) from None
+    token = secrets.token_hex(16)
+    method, method_reason = keepalive.keepalive_method()
+    for command in spec["commands"]:
+        command["run_argv"] = _run_argv(command["argv"], replay)
+    record = dict(
+        spec,
+        shard_id=shard_id,
+        token=token,
+        replay=replay,
+        created_at=time.time(),
+        keepalive=method,
+        keepalive_reason=method_reason,
+    )
+    # The record exists before the claims, so a racing start judges our claims live.
+    write_record(directory / "shard.json", record)
+    write_record(directory / "state.json", {"phase": "starting", "commands": []})
+    holder = {
+        "shard_id": shard_id,
+        "replica": spec["replica"],
+        "rank": spec["rank"],
+        "token": token,
+        "claimed_at": time.time(),
+    }
+    try:
+        claims.acquire(spec["gpus"], holder, _claim_is_stale)
+    except OpError:
+        shutil.rmtree(str(directory), ignore_errors=True)
+        raise
+    try:
+        pid = _spawn_supervisor(directory, shard_id, token, replay)
+    except OSError as exc:
+        _finish(directory, record, "failed", "could not start the supervisor: {}".format(exc))
+        raise OpError("failed", "could not start shard {}: {}".format(shard_id, exc)) from exc
+    return {"shard_id": shard_id, "pid": pid, "phase": "starting"}
+
+
+def _spawn_supervisor(directory: Path, shard_id: str, token: str, replay: Optional[str]) -> int:
+    env = dict(os.environ)
+    env[paths.STATE_ENV] = str(paths.state_dir())
+    if replay:
+        env[paths.REPLAY_ENV] = replay
+    argv = keepalive.launch_prefix(shard_id) + agent_command(
+        "supervise", str(directory), "--token", token
+    )
+    with open(str(directory / "supervisor.log"), "ab") as log:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(directory),
+            env=env,
+            close_fds=True,
+            start_new_session=True,
+        )
+    # Reap it when it ends (this agent may live longer than the shard).
+    threading.Thread(target=process.wait, daemon=True).start()
+    identity = proc_identity.identity(process.pid)
+    # Answer only once the supervisor has its signal handlers (it then writes
+    # supervisor.json): a stop sent earlier would kill it before it could stop
+    # its engine.
+    deadline = time.monotonic() + _SUPERVISOR_APPEAR_S
+    while not (directory / "supervisor.json").exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            write_record(directory / "supervisor.json", identity)
+            break
+        time.sleep(0.005)
+    return process.pid
+
+
+def _finish(directory: Path, shard: dict, phase: str, reason: str) -> dict:
+    """Record a shard as over (when its supervisor cannot) and free its claims."""
+    state = read_record(directory / "state.json")
+    if state.get("phase") in TERMINAL_PHASES:
+        return state
+    state.update(phase=phase, reason=reason, ended_at=time.time())
+    write_record(directory / "state.json", state)
+    claims.release(shard.get("gpus", []), shard.get("shard_id", ""))
+    return state
+
+
+def _live_commands(state: dict, token: str) -> List[dict]:
+    return [
+        command
+        for command in state.get("commands", [])
+        if command.get("exit_code") is None and proc_identity.judge(command, token) is None
+    ]
+
+
+def judge_shard(directory: Path) -> dict:
+    """The shard as it really is: its record, with a dead supervisor judged dead.
+
+    A shard whose supervisor and commands are all gone is recorded as failed
+    and its claims are freed, so a crashed node does not hold cards forever.
+    """
+    shard = read_record(directory / "shard.json")
+    state = read_record(directory / "state.json")
+    supervisor = read_record(directory / "supervisor.json") or None
+    token = shard.get("token", "")
+    phase = state.get("phase", "starting")
+    supervisor_alive = False
+    reason = state.get("reason")
+    if phase not in TERMINAL_PHASES:
+        young = time.time() - shard.get("created_at", 0) < _STARTUP_GRACE_S
+        why = proc_identity.judge(supervisor, token)
+        if why is None or (supervisor is None and young):
+            supervisor_alive = True
+        else:
+            state = read_record(directory / "state.json")  # it may have just finished
+            phase = state.get("phase", "starting")
+            reason = state.get("reason")
+            if phase not in TERMINAL_PHASES:
+                if _live_commands(state, token):
+                    reason = "its supervising process is gone ({}); the engine still runs".format(
+                        why
+                    )
+                else:
+                    state = _finish(
+                        directory, shard, "failed", "its supervising process died: {}".format(why)
+                    )
+                    phase, reason = state["phase"], state.get("reason")
+    commands = state.get("commands", [])
+    main = next((c for c in commands if c.get("role") == "main"), {})
+    log_bytes = sum(path.stat().st_size for path in directory.glob("engine.log*") if path.is_file())
+    return {
+        "shard_id": shard.get("shard_id", directory.name),
+        "replica": shard.get("replica"),
+        "rank": shard.get("rank"),
+        "gpus": shard.get("gpus", []),
+        "phase": phase,
+        "reason": reason,
+        "pid": (supervisor or {}).get("pid"),
+        "start_ticks": (supervisor or {}).get("start_ticks"),
+        "supervisor_alive": supervisor_alive,
+        "main_pid": main.get("pid"),
+        "started_at": shard.get("created_at"),
+        "running_at": state.get("running_at"),
+        "ended_at": state.get("ended_at"),
+        "exit_code": state.get("exit_code"),
+        "killed": state.get("killed", False),
+        "healthy": state.get("healthy"),
+        "health_url": shard.get("health_url"),
+        "keepalive": shard.get("keepalive"),
+        "replay": bool(shard.get("replay")),
+        "log_bytes": log_bytes,
+        "commands": [
+            {
+                "name": c.get("name"),
+                "role": c.get("role"),
+                "pid": c.get("pid"),
+                "exit_code": c.get("exit_code"),
+            }
+            for c in commands
+        ],
+        "spec": shard.get("spec", {}),
+    }
+
+
+def shard_phase(shard_id: str) -> str:
+    """The judged phase of one shard."""
+    return judge_shard(shard_directory(shard_id))["phase"]
+
+
+def list_shards() -> List[dict]:
+    """Every shard in the state dir, judged, oldest first."""
+    found = []
+    for directory in shards_dir().iterdir():
+        if (directory / "shard.json").exists():
+            found.append(judge_shard(directory))
+    return sorted(found, key=lambda shard: shard.get("started_at") or 0)
+
+
+def terminate_groups(
+    group_ids: List[int], is_alive: Callable[[int], bool], timeout_s: float
+) -> bool:
+    """SIGTERM each process group, SIGKILL whichever leader outlives `timeout_s`.
+
+    Engines spawn workers (vLLM, SGLang, Ray), so whole groups are signalled;
+    stragglers of a group whose leader is gone get SIGKILL at the end too.
+
+    Returns:
+        Whether SIGKILL was needed for a leader that ignored SIGTERM.
+    """
+    for group in group_ids:
+        _signal_group(group, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while any(is_alive(group) for group in group_ids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stubborn = [group for group in group_ids if is_alive(group)]
+    for group in group_ids:
+        _signal_group(group, signal.SIGKILL)
+    return bool(stubborn)
+
+
+def _signal_group(group: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signum)
+
+
+def stop_shard(shard_id: str, timeout_s: Optional[float]) -> dict:
+    """Stop a shard: its supervisor does it (SIGTERM, then SIGKILL after the timeout).
+
+    Where the supervisor is gone, the agent signals the recorded process groups
+    itself. Claims are freed either way. Stopping a finished shard is a no-op.
+
+    Returns:
+        `{"shard_id", "phase", "exit_code", "killed"}`.
+    """
+    directory = shard_directory(shard_id)
+    shard = read_record(directory / "shard.json")
+    judged = judge_shard(directory)
+    if judged["phase"] in TERMINAL_PHASES:
+        return _stop_result(judged)
+    timeout = shard.get("stop_timeout_s", 30.0) if timeout_s is None else timeout_s
+    write_record(directory / "stop.json", {"timeout_s": timeout, "requested_at": time.time()})
+    supervisor = read_record(directory / "supervisor.json")
+    if judged["supervisor_alive"] and supervisor.get("pid"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(supervisor["pid"]), signal.SIGTERM)
+        deadline = time.monotonic() + timeout + _STOP_SLACK_S
+        while time.monotonic() < deadline:
+            if read_record(directory / "state.json").get("phase") in TERMINAL_PHASES:
+                return _stop_result(judge_shard(directory))
+            if proc_identity.judge(supervisor, shard.get("token", "")) is not None:
+                break  # it died without finishing: the agent stops the engine itself
+            time.sleep(0.05)
+        timeout = 0.0
+    token = shard.get("token", "")
+    state = read_record(directory / "state.json")
+    live = {int(c["pid"]): c for c in _live_commands(state, token)}
+    killed = terminate_groups(
+        sorted(live, reverse=True),
+        lambda pid: proc_identity.judge(live[pid], token) is None,
+        timeout,
+    )
+    if proc_identity.judge(supervisor, token) is None:
+        _signal_group(int(supervisor["pid"]), signal.SIGKILL)
+    state = read_record(directory / "state.json")
+    state["killed"] = killed or state.get("killed", False)
+    write_record(directory / "state.json", state)
+    _finish(directory, shard, "stopped", "stopped on request (by the agent)")
+    return _stop_result(judge_shard(directory))
+
+
+def _stop_result(judged: dict) -> dict:
+    return {
+        "shard_id": judged["shard_id"],
+        "phase": judged["phase"],
+        "exit_code": judged["exit_code"],
+        "killed": judged["killed"],
+    }
+
+
+def forget_shard(shard_id: str) -> dict:
+    """Remove a finished shard's directory (its logs go with it).
+
+    Raises:
+        OpError: `busy` while the shard is still starting or running.
+    """
+    directory = shard_directory(shard_id)
+    judged = judge_shard(directory)
+    if judged["phase"] not in TERMINAL_PHASES:
+        raise OpError("busy", "shard {} is {}; stop it first".format(shard_id, judged["phase"]))
+    shutil.rmtree(str(directory))
+    return {"shard_id": shard_id, "forgotten": True}
