@@ -56,6 +56,7 @@ class AdapterEnd(BaseModel):
         name: `mlx5_0`.
         state: `ACTIVE`, `DOWN`, ... (None when the node did not say).
         rate_gbps: the port's current rate.
+        rated_gbps: the rate it should run at (the best of its identical siblings).
         link_layer: `InfiniBand` or `Ethernet` (RoCE).
         gid_index: the RoCE v2 GID index, when known.
         numa_node: the adapter's NUMA node, when known (for pinning).
@@ -66,6 +67,7 @@ class AdapterEnd(BaseModel):
     name: str
     state: str | None = None
     rate_gbps: float | None = None
+    rated_gbps: float | None = None
     link_layer: str | None = None
     gid_index: int | None = None
     numa_node: int | None = None
@@ -135,43 +137,51 @@ class RailResult(BaseModel):
 
 
 def pair_rails(
-    hcas: Sequence[str],
     node_a: str,
+    hcas_a: Sequence[str],
     adapters_a: Mapping[str, AdapterEnd],
     node_b: str,
+    hcas_b: Sequence[str],
     adapters_b: Mapping[str, AdapterEnd],
     rate_gbps: float | None = None,
 ) -> tuple[list[RailPair], list[RailResult]]:
-    """Pair two nodes' adapters rail by rail: position i of the fabric's list on both.
+    """Pair two nodes' adapters rail by rail: position i of each node's list for the fabric.
 
     Args:
-        hcas: the fabric's adapters, in rail order, as the operator named them.
+        hcas_a, hcas_b: each node's adapters on the fabric, in rail order, as
+            the operator named them in the inventory.
         adapters_a, adapters_b: each node's adapters by name (from its facts).
-        rate_gbps: the fabric's rated speed; else the lower reported port rate.
+        rate_gbps: the fabric's rated speed; else the adapters' rated speed.
 
     Returns:
         The pairs to test, and the rows already decided without a test (an
-        adapter missing or down fails its rail: nothing will run on it).
+        adapter missing, down, or without a partner fails its rail: nothing
+        will run on it).
     """
     pairs: list[RailPair] = []
     decided: list[RailResult] = []
-    for rail, hca in enumerate(hcas):
-        end_a, end_b = adapters_a.get(hca), adapters_b.get(hca)
-        rated = rate_gbps or _lower(end_a, end_b)
-        missing = [node for node, end in ((node_a, end_a), (node_b, end_b)) if end is None]
-        down = [
+    for rail in range(max(len(hcas_a), len(hcas_b))):
+        hca_a = hcas_a[rail] if rail < len(hcas_a) else None
+        hca_b = hcas_b[rail] if rail < len(hcas_b) else None
+        end_a = adapters_a.get(hca_a) if hca_a else None
+        end_b = adapters_b.get(hca_b) if hca_b else None
+        rated = rate_gbps or _rated(end_a, end_b)
+        reasons = [
+            f"{node} has no rail {rail}" if hca is None else f"{node} has no adapter {hca}"
+            for node, hca, end in ((node_a, hca_a, end_a), (node_b, hca_b, end_b))
+            if end is None
+        ] + [
             f"{end.name} on {node} is {end.state}"
             for node, end in ((node_a, end_a), (node_b, end_b))
             if end is not None and not end.is_up
         ]
-        if missing or down:
-            reasons = [f"{node} has no adapter {hca}" for node in missing] + down
+        if reasons or end_a is None or end_b is None:
             decided.append(
                 RailResult(
                     node_a=node_a,
                     node_b=node_b,
-                    adapter_a=hca,
-                    adapter_b=hca,
+                    adapter_a=hca_a,
+                    adapter_b=hca_b,
                     rail=rail,
                     rated_gbps=rated,
                     measured_gbps=None,
@@ -182,7 +192,6 @@ def pair_rails(
                 )
             )
             continue
-        assert end_a is not None and end_b is not None
         pairs.append(
             RailPair(
                 rail=rail,
@@ -196,8 +205,13 @@ def pair_rails(
     return pairs, decided
 
 
-def _lower(end_a: AdapterEnd | None, end_b: AdapterEnd | None) -> float | None:
-    rates = [end.rate_gbps for end in (end_a, end_b) if end is not None and end.rate_gbps]
+def _rated(end_a: AdapterEnd | None, end_b: AdapterEnd | None) -> float | None:
+    """The lower of the two adapters' rated speeds (a rail runs at its slower end)."""
+    rates = [
+        end.rated_gbps or end.rate_gbps
+        for end in (end_a, end_b)
+        if end is not None and (end.rated_gbps or end.rate_gbps)
+    ]
     return min(rates) if rates else None
 
 

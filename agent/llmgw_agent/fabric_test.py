@@ -480,7 +480,12 @@ def _mgmt_address() -> Optional[str]:
 
 
 def _replay_adapters(replay: str) -> Dict[str, Dict[str, Any]]:
-    """The simulated node's adapters by name, each with `rated_gbps` and `efficiency`."""
+    """The simulated node's adapters by name, each with the Gb/s a test would measure.
+
+    A healthy rail carries 97.2 % of its port rate; a rail the profile marks
+    in `host.json` `sim.fabric_ratio` ({adapter: ratio}) carries that share
+    of its rated speed (the demo's degraded rail: 0.6).
+    """
     from llmgw_agent.discover import host, ib
 
     directory = Path(replay)
@@ -492,15 +497,18 @@ def _replay_adapters(replay: str) -> Dict[str, Dict[str, Any]]:
         records = ib.parse_ibstat(ibstat.read_text(errors="replace")) if ibstat.is_file() else []
     rated = ib.rated_speeds(records)
     try:
-        recorded = host.read_host_json(directory / "host.json")
+        sim = host.read_host_json(directory / "host.json").get("sim") or {}
     except ValueError:
-        recorded = {}
-    efficiencies = recorded.get("fabric_efficiency") or {}
+        sim = {}
+    ratios = sim.get("fabric_ratio") or {} if isinstance(sim, dict) else {}
     adapters = {}
     for record in records:
         entry = dict(record)
-        entry["rated_gbps"] = rated.get("{}:{}".format(record["name"], record["port"]))
-        entry["efficiency"] = float(efficiencies.get(record["name"], SIM_EFFICIENCY))
+        rated_gbps = rated.get("{}:{}".format(record["name"], record["port"])) or 0.0
+        if record["name"] in ratios:
+            entry["sim_gbps"] = float(rated_gbps) * float(ratios[record["name"]])
+        else:
+            entry["sim_gbps"] = float(record.get("rate_gbps") or 0.0) * SIM_EFFICIENCY
         adapters[record["name"]] = entry
     return adapters
 
@@ -523,7 +531,7 @@ def _sim_failure(
 
 def _sim_speed(adapter: Dict[str, Any]) -> float:
     """What this side's adapter can carry, in Gb/s."""
-    return float(adapter.get("rate_gbps") or 0.0) * float(adapter["efficiency"])
+    return float(adapter["sim_gbps"])
 
 
 def _sim_server(

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from llmgw_agent.fabric_test import HalfOptions, fabric_client, ib_write_bw_argv
 from llmgw_agent.op_args import OpError
+from llmgw_agent.sim.profiles import write_profile
 
 from llmgw_core.fabric import AdapterEnd, judge_rail, pair_rails
 from llmgw_core.fabric_perftest import parse_ib_write_bw, read_tcp_result
@@ -83,35 +84,13 @@ def test_the_tcp_fallback_is_measured_between_two_processes_and_labelled_tcp() -
     print(f"TCP over loopback: {received.gbps:.1f} Gb/s ({received.bytes_moved} bytes)")
 
 
-IBSTAT = """\
-CA '{name}'
-\tCA type: MT4129
-\tNumber of ports: 1
-\tFirmware version: 28.39.1002
-\tHardware version: 0
-\tPort 1:
-\t\tState: {state}
-\t\tPhysical state: LinkUp
-\t\tRate: 400
-\t\tBase lid: 0
-\t\tLMC: 0
-\t\tSM lid: 0
-\t\tCapability mask: 0x00010000
-\t\tLink layer: InfiniBand
-"""
-
-
 def replay_node(path: Path, *, degraded: str | None = None, down: str | None = None) -> Path:
-    """A simulated node with four NDR adapters (our own ibstat text)."""
-    path.mkdir()
-    names = [f"mlx5_{i}" for i in range(4)]
-    (path / "ibstat.txt").write_text(
-        "".join(IBSTAT.format(name=n, state="Down" if n == down else "Active") for n in names)
-    )
-    host = {"hostname": path.name}
-    if degraded:
-        host["fabric_efficiency"] = {degraded: 0.6}
-    (path / "host.json").write_text(json.dumps(host))
+    """A simulated HGX H100 node, written by the demo's own profile."""
+    options = {"degraded_rail": degraded} if degraded else {}
+    write_profile("hgx-h100", path, hostname=path.name, **options)
+    if down:
+        state = path / "sys" / "class" / "infiniband" / down / "ports" / "1" / "state"
+        state.write_text("1: DOWN\n")
     return path
 
 
@@ -135,7 +114,7 @@ def test_the_degraded_simulated_rail_fails_with_its_ratio(tmp_path: Path) -> Non
     node_a = replay_node(tmp_path / "h100-a")
     node_b = replay_node(tmp_path / "h100-b", degraded="mlx5_3")
     ends = {f"mlx5_{i}": AdapterEnd(name=f"mlx5_{i}", state="ACTIVE") for i in range(4)}
-    pairs, _ = pair_rails(list(ends), "h100-a", ends, "h100-b", ends, 400)
+    pairs, _ = pair_rails("h100-a", list(ends), ends, "h100-b", list(ends), ends, 400)
     verdicts = {}
     for pair in (pairs[0], pairs[3]):
         args = {"device": pair.adapter_a.name, "duration_s": 1}

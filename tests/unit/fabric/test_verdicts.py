@@ -53,7 +53,7 @@ def test_a_rail_passes_at_90_percent_and_warns_from_75(ratio: float, verdict: st
 
 
 def test_rails_pair_by_position_in_the_fabric_list() -> None:
-    pairs, decided = pair_rails(HCAS, "h100-a", adapters(), "h100-b", adapters(), 400)
+    pairs, decided = pair_rails("h100-a", HCAS, adapters(), "h100-b", HCAS, adapters(), 400)
     assert decided == []
     assert [(p.rail, p.adapter_a.name, p.adapter_b.name) for p in pairs] == [
         (0, "mlx5_0", "mlx5_0"),
@@ -65,7 +65,9 @@ def test_rails_pair_by_position_in_the_fabric_list() -> None:
 
 
 def test_a_down_adapter_fails_its_rail_without_a_test() -> None:
-    pairs, decided = pair_rails(HCAS, "h100-a", adapters(), "h100-b", adapters(down="mlx5_2"), 400)
+    pairs, decided = pair_rails(
+        "h100-a", HCAS, adapters(), "h100-b", HCAS, adapters(down="mlx5_2"), 400
+    )
     assert [p.rail for p in pairs] == [0, 1, 3]
     assert len(decided) == 1
     assert decided[0].verdict == "fail"
@@ -74,13 +76,30 @@ def test_a_down_adapter_fails_its_rail_without_a_test() -> None:
 
 def test_a_missing_adapter_fails_its_rail() -> None:
     short = {name: end for name, end in adapters().items() if name != "mlx5_3"}
-    _pairs, decided = pair_rails(HCAS, "h100-a", adapters(), "h100-b", short)
+    _pairs, decided = pair_rails("h100-a", HCAS, adapters(), "h100-b", HCAS, short)
     assert decided[0].reason == "down: h100-b has no adapter mlx5_3"
     assert decided[0].rated_gbps == 400
 
 
+def test_rails_pair_by_position_even_when_the_names_differ() -> None:
+    ends_b = {f"mlx5_{i + 4}": AdapterEnd(name=f"mlx5_{i + 4}", rated_gbps=200) for i in range(3)}
+    pairs, decided = pair_rails("a", HCAS, adapters(), "b", list(ends_b), ends_b)
+    assert [(p.adapter_a.name, p.adapter_b.name, p.rated_gbps) for p in pairs] == [
+        ("mlx5_0", "mlx5_4", 200),
+        ("mlx5_1", "mlx5_5", 200),
+        ("mlx5_2", "mlx5_6", 200),
+    ]
+    assert [r.reason for r in decided] == ["down: b has no rail 3"]
+
+
+def test_a_port_that_trained_slower_is_still_judged_against_its_rated_speed() -> None:
+    slow = AdapterEnd(name="mlx5_5", state="ACTIVE", rate_gbps=200, rated_gbps=400)
+    pairs, _ = pair_rails("a", ["mlx5_5"], {"mlx5_5": slow}, "b", ["mlx5_5"], {"mlx5_5": slow})
+    assert pairs[0].rated_gbps == 400
+
+
 def test_a_rail_at_60_percent_fails_with_its_ratio() -> None:
-    pairs, _ = pair_rails(HCAS, "h100-a", adapters(), "h100-b", adapters(), 400)
+    pairs, _ = pair_rails("h100-a", HCAS, adapters(), "h100-b", HCAS, adapters(), 400)
     result = judge_rail(pairs[3], gbits_output(241.0, "mlx5_3"), gbits_output(240.0, "mlx5_3"))
     assert result.verdict == "fail"
     assert result.measured_gbps == pytest.approx(240.0)
@@ -92,14 +111,14 @@ def test_a_rail_at_60_percent_fails_with_its_ratio() -> None:
 
 def test_the_captured_roce_run_passes_a_400_gbps_rail(hardware_dir: Path) -> None:
     server = (hardware_dir / "ib_write_bw_h200-node_roce-cx7_server-side.txt").read_text()
-    pairs, _ = pair_rails(["mlx5_0"], "h200-a", adapters(), "h200-b", adapters(), 400)
+    pairs, _ = pair_rails("h200-a", ["mlx5_0"], adapters(), "h200-b", ["mlx5_0"], adapters(), 400)
     result = judge_rail(pairs[0], server, "")
     assert result.verdict == "pass"
     assert result.ratio == pytest.approx(0.972, abs=0.001)
 
 
 def test_an_unreachable_server_fails_the_rail_and_says_so() -> None:
-    pairs, _ = pair_rails(HCAS, "h100-a", adapters(), "h100-b", adapters(), 400)
+    pairs, _ = pair_rails("h100-a", HCAS, adapters(), "h100-b", HCAS, adapters(), 400)
     result = judge_rail(pairs[0], "", " Couldn't connect to 10.0.0.7:18515\n")
     assert result.verdict == "fail"
     assert result.reason.startswith("unreachable: h100-b could not reach h100-a on mlx5_0")
