@@ -122,6 +122,7 @@ def card_need(
             usable_gib=usable,
             kv_cache_dtype=kv_cache_dtype,
             engine_version=engine_version,
+            card_memory_gib=card_memory_gib,
         )
     if engine == "sglang":
         from llmgw_core.memory import sglang
