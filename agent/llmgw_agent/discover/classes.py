@@ -18,6 +18,23 @@ from typing import Dict, Optional
 # takes the nominal size that the reported memory rounds up to.
 _NOMINAL_GB = (8, 10, 12, 16, 20, 24, 32, 40, 48, 80, 94, 96, 141, 144, 180, 186, 192, 288)
 
+# The size by family, for a card whose memory is unknown (the `-L` path) and
+# whose name does not print it.
+_NOMINAL_BY_FAMILY = {
+    "gb300": 288,
+    "b300": 288,
+    "gb200": 186,
+    "b200": 180,
+    "gh200": 96,
+    "h200": 141,
+    "l40s": 48,
+    "l40": 48,
+    "l4": 24,
+    "a40": 48,
+    "a10": 24,
+    "t4": 16,
+}
+
 # Compute capability by family, for the paths (nvidia-smi XML) that do not print it.
 _COMPUTE_CAPABILITY = (
     ("gb300", "10.3"),
@@ -80,7 +97,7 @@ def nominal_gb(memory_mib: Optional[int], name: str = "") -> Optional[int]:
     if printed:
         return int(printed.group(1))
     if not memory_mib:
-        return None
+        return _NOMINAL_BY_FAMILY.get(family(name)) if name else None
     gib = memory_mib / 1024.0
     for size in _NOMINAL_GB:
         if gib - 0.5 <= size <= gib * 1.08:

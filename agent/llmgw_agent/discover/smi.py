@@ -351,3 +351,67 @@ def parse_smi_text(text: str) -> Record:
         "cuda_version": clean(header.get("CUDA Version")),
         "cards": cards,
     }
+
+
+# ---- `nvidia-smi --query-gpu=... --format=csv` ---------------------------------
+
+
+def _csv_field(row: Dict[str, str], name: str) -> Optional[str]:
+    for key, value in row.items():
+        if key == name or key.startswith(name + " ["):
+            return value
+    return None
+
+
+def parse_query_gpu_csv(text: str) -> List[Record]:
+    """`--query-gpu` CSV (with units in the header) -> partial card records.
+
+    Fields are separated by `, `; unsupported ones print `[N/A]` (the
+    `fabric.health.*` ones bare `N/A`), both read as None.
+    """
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    header = [name.strip() for name in lines[0].split(",")]
+    cards = []
+    for line in lines[1:]:
+        values = [value.strip() for value in line.split(",")]
+        row = dict(zip(header, values))  # noqa: B905 (Python 3.8)
+        health = {
+            key: _csv_field(row, "fabric.health." + key)
+            for key in (
+                "summary",
+                "bandwidth",
+                "route_recovery_in_progress",
+                "route_unhealthy",
+                "access_timeout_recovery",
+                "incorrect_configuration",
+            )
+        }
+        index = whole(_csv_field(row, "index"))
+        cards.append(
+            {
+                "index": index if index is not None else len(cards),
+                "name": clean(_csv_field(row, "name")) or "unknown GPU",
+                "uuid": clean(_csv_field(row, "uuid")),
+                "pci_bus_id": clean(_csv_field(row, "pci.bus_id")),
+                "memory_mib": whole(_csv_field(row, "memory.total")),
+                "memory_used_mib": whole(_csv_field(row, "memory.used")),
+                "utilization_pct": whole(_csv_field(row, "utilization.gpu")),
+                "temperature_c": number(_csv_field(row, "temperature.gpu")),
+                "power_w": number(_csv_field(row, "power.draw")),
+                "compute_capability": clean(_csv_field(row, "compute_cap")),
+                "mig_mode": _mig_mode(_csv_field(row, "mig.mode.current")),
+                "migs": [],
+                "fabric": fabric_record(
+                    _csv_field(row, "fabric.state"),
+                    _csv_field(row, "fabric.status"),
+                    _csv_field(row, "fabric.cliqueId"),
+                    _csv_field(row, "fabric.clusterUuid"),
+                    health,
+                ),
+                "platform": None,
+                "processes": [],
+            }
+        )
+    return cards
