@@ -1,0 +1,64 @@
+"""The NVML path: its mapping of NVML values to the facts the nvidia-smi path gives.
+
+pynvml is not installed here (and must not be); the mapping functions take
+the plain values NVML returns and are checked against what the XML path reads
+from the same kind of card.
+"""
+
+from __future__ import annotations
+
+from llmgw_agent.discover import nvml
+from llmgw_agent.discover.fabric import fabric_verdict
+from llmgw_agent.discover.smi import parse_smi_xml
+
+# bandwidth FALSE(2) | recovery FALSE(2)<<2 | unhealthy FALSE(2)<<4 | timeout FALSE(2)<<6 | config NONE(1)<<8
+HEALTHY_MASK = 2 | (2 << 2) | (2 << 4) | (2 << 6) | (1 << 8)
+
+
+def test_a_healthy_gb200_reads_the_same_through_nvml_as_through_the_xml(hardware_dir):
+    xml = parse_smi_xml((hardware_dir / "nvidia-smi-q-x_gb200_4gpu_nvl72-tray.xml").read_text())
+    from_xml = xml["cards"][0]["fabric"]
+    raw_uuid = bytes.fromhex("00000001000000000000000000000001")
+    from_nvml = nvml.fabric_from_nvml(3, 0, 2, raw_uuid, HEALTHY_MASK, 1)
+    for key in ("state", "status", "clique_id", "cluster_uuid"):
+        assert from_nvml[key] == from_xml[key]
+    for key in (
+        "summary",
+        "bandwidth",
+        "route_recovery_in_progress",
+        "route_unhealthy",
+        "access_timeout_recovery",
+        "incorrect_configuration",
+    ):
+        assert from_nvml["health"][key] == from_xml["health"][key], key
+    assert fabric_verdict(from_nvml) == "joined"
+
+
+def test_insufficient_resources_from_nvml_is_not_joined():
+    fabric = nvml.fabric_from_nvml(3, 23, 0, [0] * 16, None, None)
+    assert fabric["status"] == "Insufficient Resources"
+    assert fabric["cluster_uuid"] == "00000000-0000-0000-0000-000000000000"
+    assert fabric_verdict(fabric) == "not-joined"
+
+
+def test_degraded_bandwidth_and_an_unsupported_fabric():
+    mask = 1 | (2 << 2) | (2 << 4) | (2 << 6)
+    health = nvml.health_from_mask(mask, 3)
+    assert (health["summary"], health["bandwidth"]) == ("Limited Capacity", "Degraded")
+    assert nvml.fabric_from_nvml(0, 0, 0, None, None, None) is None
+    assert (
+        nvml.health_from_mask((5 << 8), None)["incorrect_configuration"] == "Insufficient NVLinks"
+    )
+
+
+def test_cuda_versions_and_uuids_print_as_nvidia_smi_prints_them():
+    assert nvml.cuda_version_text(12020) == "12.2"
+    assert nvml.cuda_version_text(13000) == "13.0"
+    assert nvml.cuda_version_text(0) is None
+    assert nvml.uuid_text(bytes(range(16))) == "00010203-0405-0607-0809-0a0b0c0d0e0f"
+
+
+def test_without_pynvml_the_nvml_path_says_so_and_yields_nothing():
+    record, reason = nvml.read_cards()
+    assert record is None
+    assert "pynvml" in reason or "NVML" in reason
