@@ -318,7 +318,7 @@ def host_pairs(facts: Any) -> tuple[tuple[str, str], ...]:
     for key, title in (
         ("hostname", "host"),
         ("cpus", "CPUs"),
-        ("memory_mib", "RAM GiB"),
+        ("memory_mib", "RAM"),
         ("driver_version", "driver"),
         ("cuda_version", "CUDA"),
         ("mgmt_address", "mgmt"),
@@ -326,7 +326,7 @@ def host_pairs(facts: Any) -> tuple[tuple[str, str], ...]:
     ):
         value = host.get(key)
         if key == "memory_mib" and value is not None:
-            value = round(value / 1024)
+            value = f"{round(value / 1024)} GiB"
         if value is not None:
             pairs.append((title, str(value)))
     return tuple(pairs)
@@ -407,30 +407,52 @@ def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _chassis_of(mapping: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    for card in mapping.get("cards") or ():
+        platform = card.get("platform") or {}
+        if platform.get("chassis_serial"):
+            return str(platform["chassis_serial"]), platform.get("tray_index")
+    return None, None
+
+
 def racks_summary(nodes: Iterable[tuple[str, Any]]) -> RacksSummary:
-    """Group nodes into racks by NVLink domain; nodes in none are islands.
+    """Group nodes into racks; nodes in no NVLink domain are islands.
+
+    A rack is a chassis (the trays' shared `chassis_serial`), so a tray that
+    has not joined — its cards then report an all-zero cluster — still shows
+    in its rack, red, instead of vanishing among the islands. Without
+    platform facts, trays group by the cluster their cards report.
 
     Args:
         nodes: `(name, facts)` pairs; a node without facts yet is an island.
     """
-    by_cluster: dict[str, list[tuple[str, Mapping[str, Any], str | None]]] = {}
-    islands: list[str] = []
+    groups: dict[str, list[tuple[str, Mapping[str, Any], int | None]]] = {}
+    clusters: dict[str, tuple[str, str | None]] = {}
+    loose: list[str] = []
     for name, facts in nodes:
         mapping = facts_mapping(facts)
+        chassis, tray_index = _chassis_of(mapping)
         cluster = _cluster_of(mapping)
-        if cluster is None:
-            islands.append(name)
+        key = f"chassis:{chassis}" if chassis else f"cluster:{cluster[0]}" if cluster else None
+        if key is None:
+            loose.append(name)
             continue
-        by_cluster.setdefault(cluster[0], []).append((name, mapping, cluster[1]))
+        groups.setdefault(key, []).append((name, mapping, tray_index))
+        if cluster is not None:
+            clusters.setdefault(key, cluster)
     racks = []
-    for uuid, members in sorted(by_cluster.items()):
+    islands = list(loose)
+    for key, members in groups.items():
+        if key not in clusters:
+            islands.extend(name for name, _, _ in members)
+            continue
+        uuid, clique = clusters[key]
+        ordered = sorted(members, key=lambda m: (m[2] is None, m[2] or 0, m[0]))
         trays = []
-        clique: str | None = None
         imex: str | None = None
-        for name, mapping, member_clique in sorted(members, key=lambda m: m[0]):
+        for name, mapping, _ in ordered:
             state, reason = tray_state(mapping)
             trays.append(TraySummary(name, state, reason, len(mapping.get("cards") or ())))
-            clique = clique or member_clique
             imex = imex or imex_text(mapping.get("imex"))
         racks.append(
             RackSummary(
@@ -441,6 +463,7 @@ def racks_summary(nodes: Iterable[tuple[str, Any]]) -> RacksSummary:
                 imex=imex,
             )
         )
+    racks.sort(key=lambda r: r.domain)
     return RacksSummary(racks=tuple(racks), islands=tuple(sorted(islands)))
 
 
@@ -460,23 +483,28 @@ def _node_states(fleet_state: Any) -> list[Any]:
     return list(nodes)
 
 
-def fleet_summary(fleet_state: Any) -> FleetSummary:
-    """Every summary of a fleet snapshot (`FleetState`: node name → `NodeState`), nodes by name.
+def fleet_summary(
+    fleet_state: Any, fabrics: Mapping[str, Iterable[str]] | None = None
+) -> FleetSummary:
+    """Every summary of a fleet snapshot (`FleetState`: node name → `NodeState`), in its order.
 
-    Each node state is read for `name`, `state`, `reason`, `facts` and, when
-    present, `fabrics` (inventory names) and `running_shards`.
+    Args:
+        fleet_state: The snapshot; each node is read for `name`, `state`,
+            `reason`, `facts` and, when present, `running_shards`.
+        fabrics: The fabric names the inventory gives each node (fabrics are
+            named by the operator, never guessed from facts).
     """
     summaries: list[NodeSummary] = []
     details: dict[str, NodeDetail] = {}
     pairs: list[tuple[str, Any]] = []
-    for node in sorted(_node_states(fleet_state), key=lambda n: n.name):
+    for node in _node_states(fleet_state):
         facts = getattr(node, "facts", None)
         summary = node_summary(
             node.name,
             str(getattr(node, "state", "ready")),
             getattr(node, "reason", None),
             facts,
-            fabrics=tuple(getattr(node, "fabrics", None) or ()),
+            fabrics=tuple((fabrics or {}).get(node.name, ())),
             running_shards=int(getattr(node, "running_shards", 0) or 0),
         )
         summaries.append(summary)

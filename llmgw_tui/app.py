@@ -92,7 +92,14 @@ class LlmgwApp(App[int]):
             return
         keys: list[tuple[str, str]] = []
         seen: set[str] = set()
-        for active in self.screen.active_bindings.values():
+        screen = self.screen
+
+        def where(node: object) -> int:
+            # The screen's own keys first, then the app's, then the focused widget's.
+            return 0 if node is screen else 1 if node is self else 2
+
+        ordered = sorted(screen.active_bindings.values(), key=lambda a: where(a.node))
+        for active in ordered:
             binding = active.binding
             label = binding.key_display or self.get_key_display(binding)
             if label in seen:

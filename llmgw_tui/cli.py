@@ -21,7 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument(
         "--demo", action="store_true", help="start an embedded simulated fleet on this machine"
     )
-    parser.add_argument("--run", metavar="SCRIPT", help="run a YAML script headless ('-' for stdin)")
+    parser.add_argument(
+        "--run", metavar="SCRIPT", help="run a YAML script headless ('-' for stdin)"
+    )
     parser.add_argument("--json", action="store_true", help="with --run: one JSON object per step")
     parser.add_argument(
         "--accept-host", metavar="NODE", help="trust the host key a node presents now, then exit"
@@ -38,9 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.run:
         from llmgw_core.script.runner import run_script
 
-        return run_script(
-            args.run, as_json=args.json, inventory=args.inventory, demo=args.demo
-        )
+        return run_script(args.run, as_json=args.json, inventory=args.inventory, demo=args.demo)
     if args.accept_host:
         from llmgw_core.fleet.accept import accept_host_main
 

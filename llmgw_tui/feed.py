@@ -7,7 +7,7 @@ poll (SSH handshakes take seconds) so the first frame never waits for it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from llmgw_core.views import FleetSummary, fleet_summary
@@ -31,9 +31,11 @@ class FleetFeed(Protocol):
 class StaticFeed:
     """A fleet that never changes: tests and screenshots, built from real agent facts."""
 
-    def __init__(self, fleet_state: Any) -> None:
+    def __init__(
+        self, fleet_state: Any, fabrics: Mapping[str, Iterable[str]] | None = None
+    ) -> None:
         self.refresh_s: float | None = None
-        self._summary = fleet_summary(fleet_state)
+        self._summary = fleet_summary(fleet_state, fabrics)
 
     async def snapshot(self) -> FleetSummary:
         """The one fixed snapshot."""
@@ -59,7 +61,7 @@ class LiveFeed:
             from llmgw_core.fleet.session import open_fleet
 
             self._fleet, self._closer = await open_fleet(inventory=self._inventory, demo=self._demo)
-        return fleet_summary(await _current_state(self._fleet))
+        return fleet_summary(self._fleet.snapshot(), inventory_fabrics(self._fleet.inventory))
 
     async def close(self) -> None:
         """Close every connection, and stop the demo fleet if this feed started it."""
@@ -68,14 +70,8 @@ class LiveFeed:
             await closer()
 
 
-async def _current_state(fleet: Any) -> Any:
-    """The fleet's latest `FleetState`, whichever way the fleet offers it."""
-    for name in ("snapshot", "state"):
-        attribute = getattr(fleet, name, None)
-        if attribute is None:
-            continue
-        value = attribute() if callable(attribute) else attribute
-        if hasattr(value, "__await__"):
-            value = await value
-        return value
-    return fleet
+def inventory_fabrics(inventory: Any) -> dict[str, tuple[str, ...]]:
+    """Each node's fabric names, as the operator's inventory gives them."""
+    return {
+        spec.name: tuple(fabric.name for fabric in spec.fabrics) for spec in inventory.node_specs()
+    }

@@ -121,13 +121,13 @@ def test_a_node_without_facts_yet_shows_its_state_and_reason_and_no_cards():
     )
 
 
-def test_a_fleet_summary_lists_nodes_by_name_with_a_page_each(h100, gb200_tray):
+def test_a_fleet_summary_lists_nodes_in_inventory_order_with_a_page_each(h100, gb200_tray):
     class Node:
         def __init__(self, name: str, facts: Any) -> None:
             self.name, self.state, self.reason, self.facts = name, "ready", None, facts
 
     fleet = fleet_summary({"b": Node("tray-01", gb200_tray), "a": Node("h100-a", h100)})
-    assert [n.name for n in fleet.nodes] == ["h100-a", "tray-01"]
+    assert [n.name for n in fleet.nodes] == ["tray-01", "h100-a"]
     assert fleet.details["tray-01"].nvlink_domain == "00000001/2"
 
 
@@ -137,3 +137,30 @@ def test_validated_facts_models_give_the_same_summary_as_the_agent_json(gb200_tr
     model = parse_facts(gb200_tray, "tray-01")
     assert class_counts(model) == class_counts(gb200_tray)
     assert tray_state(model) == tray_state(gb200_tray)
+
+
+def test_the_demo_nvl72_rack_holds_18_trays_with_the_not_joined_one_in_red_and_its_reason(tmp_path):
+    from llmgw_agent.sim.profiles import write_profile
+
+    from llmgw_core.fleet.demo import demo_nodes
+
+    pairs = [
+        (
+            node.name,
+            collect_facts(
+                replay=str(write_profile(node.profile, tmp_path / node.name, **node.options))
+            ),
+        )
+        for node in demo_nodes()
+    ]
+    racks = racks_summary(pairs)
+    assert len(racks.racks) == 1
+    rack = racks.racks[0]
+    assert rack.domain == "4f2c9a1e/32766"
+    assert len(rack.trays) == 18 and (rack.joined_gpus, rack.total_gpus) == (68, 72)
+    states = {t.node: (t.state, t.reason) for t in rack.trays if t.state != "joined"}
+    assert states == {
+        "gb200-r1-t07": ("degraded", "GPU0 fabric Limited Capacity, bandwidth Degraded"),
+        "gb200-r1-t13": ("not-joined", "GPU0 fabric Completed / Insufficient Resources"),
+    }
+    assert racks.islands == ("a100-mig-01", "cpu-01", "h100-a-01", "h100-a-02", "l40s-01")

@@ -1,0 +1,159 @@
+"""Driving the console by keyboard: help, command mode, filter, esc, Enter to a node page."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from textual.widgets import DataTable, Input, Static
+
+from llmgw_tui.commands import CommandError, parse_command
+from llmgw_tui.screens.command_line import CommandLine
+from llmgw_tui.screens.fleet import FleetScreen
+from llmgw_tui.screens.help import HelpScreen
+from llmgw_tui.screens.node import NodeScreen
+from llmgw_tui.screens.racks import RacksScreen
+
+SIZE = (120, 40)
+
+
+async def ready(app, pilot) -> None:
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def console_test(scenario: Callable[[Any, Any], Awaitable[None]]) -> Callable[..., None]:
+    """A plain test that runs `scenario(app, pilot)` on the demo console (no asyncio plugin)."""
+
+    def test(make_app: Callable[[], Any]) -> None:
+        async def run() -> None:
+            app = make_app()
+            async with app.run_test(size=SIZE, notifications=True) as pilot:
+                await ready(app, pilot)
+                await scenario(app, pilot)
+
+        asyncio.run(run())
+
+    test.__name__ = scenario.__name__
+    test.__doc__ = scenario.__doc__
+    return test
+
+
+def shown_nodes(app) -> list[str]:
+    table = app.screen.query_one("#nodes", DataTable)
+    return [str(row.key.value) for row in table.ordered_rows]
+
+
+@console_test
+async def test_enter_on_a_node_opens_its_page_and_esc_comes_back(app, pilot):
+    await pilot.press("down", "enter")
+    await pilot.pause()
+    assert isinstance(app.screen, NodeScreen) and app.screen.node_name == "h100-a-02"
+    devices = app.screen.query_one("#devices", DataTable)
+    assert devices.row_count == 8
+    await pilot.press("escape")
+    await pilot.pause()
+    assert isinstance(app.screen, FleetScreen)
+
+
+@console_test
+async def test_question_mark_lists_every_key_of_the_screen_and_esc_closes_it(app, pilot):
+    await pilot.press("question_mark")
+    await pilot.pause()
+    assert isinstance(app.screen, HelpScreen)
+    table = app.screen.query_one("#help-keys", DataTable)
+    rows = {tuple(table.get_row_at(i)) for i in range(table.row_count)}
+    for key, what in [("/", "Filter"), ("?", "Help"), (":", "Command"), ("2", "Racks")]:
+        assert (key, what) in rows
+    await pilot.press("escape")
+    await pilot.pause()
+    assert isinstance(app.screen, FleetScreen)
+
+
+@console_test
+async def test_slash_filters_the_fleet_and_esc_clears_the_filter(app, pilot):
+    assert len(shown_nodes(app)) == 23
+    await pilot.press("slash", *"l40s")
+    await pilot.pause()
+    assert shown_nodes(app) == ["l40s-01"]
+    await pilot.press("enter", "escape")
+    await pilot.pause()
+    assert len(shown_nodes(app)) == 23
+    assert not app.screen.query_one("#filter", Input).has_class("-visible")
+
+
+@console_test
+async def test_command_mode_racks_switches_to_the_racks_screen(app, pilot):
+    await pilot.press("colon", *"racks", "enter")
+    await pilot.pause()
+    assert isinstance(app.screen, RacksScreen)
+    await pilot.press("1")
+    await pilot.pause()
+    assert isinstance(app.screen, FleetScreen)
+
+
+@console_test
+async def test_command_mode_node_name_opens_that_node(app, pilot):
+    await pilot.press("colon", *"node gb200-r1-t13", "enter")
+    await pilot.pause()
+    assert isinstance(app.screen, NodeScreen) and app.screen.node_name == "gb200-r1-t13"
+
+
+@console_test
+async def test_an_unknown_command_stays_open_with_a_red_line(app, pilot):
+    await pilot.press("colon", *"serve-everything", "enter")
+    await pilot.pause()
+    assert isinstance(app.screen, CommandLine)
+    line = app.screen.query_one("#command-error", Static)
+    assert line.has_class("-error")
+    assert str(line.render()).startswith("Unknown command :serve-everything.")
+    await pilot.press("escape")
+    await pilot.pause()
+    assert isinstance(app.screen, FleetScreen)
+
+
+@console_test
+async def test_a_node_that_is_not_in_the_fleet_is_a_red_notification_not_a_page(app, pilot):
+    await pilot.press("colon", *"node nowhere-01", "enter")
+    await pilot.pause()
+    assert isinstance(app.screen, FleetScreen)
+    [notification] = list(app._notifications)
+    assert notification.severity == "error"
+    assert notification.message.startswith("No node called 'nowhere-01'.")
+
+
+@console_test
+async def test_the_palette_runs_the_same_action_as_the_key(app, pilot):
+    await pilot.press("ctrl+p", *"racks")
+    await pilot.pause(0.3)
+    await pilot.press("enter")
+    await pilot.pause()
+    assert isinstance(app.screen, RacksScreen)
+
+
+@console_test
+async def test_the_racks_screen_marks_each_tray_with_its_state_class(app, pilot):
+    await pilot.press("2")
+    await pilot.pause()
+    rows = list(app.screen.query("TrayRow"))
+    assert len(rows) == 18
+    assert [r.tray.node for r in rows if r.has_class("-not-joined")] == ["gb200-r1-t13"]
+    assert [r.tray.node for r in rows if r.has_class("-degraded")] == ["gb200-r1-t07"]
+
+
+def test_command_lines_parse_with_aliases_and_refuse_what_they_cannot_run():
+    assert parse_command(":no").action == "show_fleet"
+    assert parse_command("nvl").action == "show_racks"
+    assert parse_command(":node h100-a-01").action == "open_node('h100-a-01')"
+    for line, message in [
+        (":node", ":node needs NAME."),
+        (":racks now", ":racks takes no argument (got 'now')."),
+        ("", "Type a command: :nodes, :racks, :node, :help, :quit."),
+    ]:
+        try:
+            parse_command(line)
+        except CommandError as error:
+            assert str(error) == message
+        else:
+            raise AssertionError(f"{line!r} parsed")

@@ -1,0 +1,101 @@
+"""SVG snapshots of every console screen on the demo fleet (facts built offline, no clocks)."""
+
+from __future__ import annotations
+
+from textual.pilot import Pilot
+
+
+async def settle(pilot: Pilot) -> None:
+    """Let the one-shot fleet poll land and the tables measure their columns."""
+    await pilot.app.workers.wait_for_complete()
+    for _ in range(3):
+        await pilot.pause()
+
+
+def test_the_fleet_screen_lists_every_demo_node_at_120x40(snap_compare, make_app):
+    """Fleet: 23 demo nodes, free/total by class, ib-a fabric, the NVL72 domain."""
+    assert snap_compare(make_app(), run_before=settle, terminal_size=(120, 40))
+
+
+def test_the_fleet_screen_fits_80x24(snap_compare, make_app):
+    """Fleet on a small terminal."""
+    assert snap_compare(make_app(), run_before=settle, terminal_size=(80, 24))
+
+
+def test_the_fleet_filtered_to_h100(snap_compare, make_app):
+    """`/h100`: only the two HGX nodes remain."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.press("slash", *"h100", "enter")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
+
+
+def test_the_node_page_of_an_hgx_h100(snap_compare, make_app):
+    """Node page: 8 H100 cards, the NV18 matrix, NUMA and nearest NIC, 8 IB rails."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
+
+
+def test_the_node_page_of_the_a100_with_mig(snap_compare, make_app):
+    """Node page: MIG instances as card/migN beside whole cards."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.app.run_action("open_node('a100-mig-01')")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
+
+
+def test_the_node_page_of_a_gb200_tray(snap_compare, make_app):
+    """Node page: a GB200 tray in its NVLink domain with IMEX up."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.app.run_action("open_node('gb200-r1-t01')")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
+
+
+def test_the_racks_screen_draws_the_nvl72_with_one_degraded_and_one_not_joined_tray(
+    snap_compare, make_app
+):
+    """Racks: the switch band, 18 trays, t07 amber, t13 red with its reason, islands."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.press("2")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
+
+
+def test_the_help_screen_lists_the_fleet_keys(snap_compare, make_app):
+    """`?` over the fleet."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
+
+
+def test_command_mode_shows_an_unknown_command_in_red(snap_compare, make_app):
+    """`:frobnicate` leaves the command line open with a red line naming the known commands."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.press("colon", *"frobnicate", "enter")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
