@@ -323,11 +323,13 @@ def plan_matrix(nodes: Sequence[str], max_pairs: int = 4) -> list[list[tuple[str
     each round is cut into waves of at most `max_pairs` tests.
 
     Returns:
-        The waves, in order; the tests of one wave run at the same time.
+        The waves, in order; the tests of one wave run at the same time. In
+        each pair the node listed first in `nodes` comes first (it serves).
     """
     if max_pairs < 1:
         raise ValueError("max_pairs must be at least 1")
     players: list[str | None] = list(dict.fromkeys(nodes))
+    position = {node: index for index, node in enumerate(players)}
     if len(players) < 2:
         return []
     if len(players) % 2:
@@ -339,7 +341,8 @@ def plan_matrix(nodes: Sequence[str], max_pairs: int = 4) -> list[list[tuple[str
         for index in range(count // 2):
             first, second = players[index], players[count - 1 - index]
             if first is not None and second is not None:
-                pairs.append((first, second) if str(first) < str(second) else (second, first))
+                in_order = position[first] < position[second]
+                pairs.append((first, second) if in_order else (second, first))
         for start in range(0, len(pairs), max_pairs):
             waves.append(pairs[start : start + max_pairs])
         players = [players[0], players[-1], *players[1:-1]]

@@ -3,19 +3,27 @@ between two of them on loopback, and simulated ib_write_bw read by the core's pa
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import asyncssh
 import pytest
+from llmgw_agent.discover import collect_facts
 from llmgw_agent.fabric_test import HalfOptions, fabric_client, ib_write_bw_argv
 from llmgw_agent.op_args import OpError
 from llmgw_agent.sim.profiles import write_profile
 
 from llmgw_core.fabric import AdapterEnd, judge_rail, pair_rails
 from llmgw_core.fabric_perftest import parse_ib_write_bw, read_tcp_result
+from llmgw_core.fabric_run import FabricNode, RailSettings, adapter_ends, run_matrix, run_pair
+from llmgw_core.fleet.client import AgentClient, AgentLost
+from llmgw_core.fleet.loopback import LoopbackSshd
 
 AGENT_ROOT = Path(__file__).resolve().parents[2] / "agent"
 
@@ -47,7 +55,7 @@ def read_message(proc: subprocess.Popen[str]) -> dict:
     return json.loads(line)
 
 
-def run_pair(
+def run_halves(
     server_args: dict, client_args: dict, replay_a=None, replay_b=None
 ) -> tuple[dict, dict]:
     server = start_half("server", server_args, replay_a)
@@ -74,7 +82,7 @@ def run_pair(
 
 def test_the_tcp_fallback_is_measured_between_two_processes_and_labelled_tcp() -> None:
     args = {"method": "tcp", "duration_s": 0.5, "bind_address": "127.0.0.1"}
-    server_result, client_result = run_pair(args, {"method": "tcp", "duration_s": 0.5})
+    server_result, client_result = run_halves(args, {"method": "tcp", "duration_s": 0.5})
     received = read_tcp_result(server_result)
     sent = read_tcp_result(client_result)
     assert server_result["method"] == client_result["method"] == "tcp"
@@ -98,7 +106,7 @@ def test_a_simulated_rail_prints_ib_write_bw_text_the_core_reads(tmp_path: Path)
     node_a = replay_node(tmp_path / "h100-a")
     node_b = replay_node(tmp_path / "h100-b")
     args = {"device": "mlx5_0", "duration_s": 1}
-    server_result, client_result = run_pair(args, args, node_a, node_b)
+    server_result, client_result = run_halves(args, args, node_a, node_b)
     assert client_result["method"] == "ib_write_bw"
     assert client_result["simulated"] is True
     run = parse_ib_write_bw(client_result["output"])
@@ -118,7 +126,7 @@ def test_the_degraded_simulated_rail_fails_with_its_ratio(tmp_path: Path) -> Non
     verdicts = {}
     for pair in (pairs[0], pairs[3]):
         args = {"device": pair.adapter_a.name, "duration_s": 1}
-        server_result, client_result = run_pair(args, args, node_a, node_b)
+        server_result, client_result = run_halves(args, args, node_a, node_b)
         result = judge_rail(pair, server_result["output"], client_result["output"])
         verdicts[pair.adapter_a.name] = (result.verdict, round(result.ratio or 0, 2))
     assert verdicts == {"mlx5_0": ("pass", 0.97), "mlx5_3": ("fail", 0.6)}
@@ -154,3 +162,171 @@ def test_ib_write_bw_gets_the_same_options_on_both_sides_and_numa_pinning() -> N
 def test_an_adapter_name_that_could_reach_a_shell_is_refused() -> None:
     with pytest.raises(OpError, match="is not an adapter name"):
         HalfOptions({"device": "mlx5_0; rm -rf /"}, "server")
+
+
+# --- the core driving real agents over real SSH -------------------------------------
+
+WITH_FABRIC_OPS = """
+import sys
+from llmgw_agent import fabric_test, protocol
+
+_init = protocol.Server.__init__
+
+
+def _with_fabric_ops(self, channel, replay):
+    _init(self, channel, replay)
+    self.ops.setdefault(
+        "fabric.probe", lambda args, stream: fabric_test.fabric_probe(args, self.replay)
+    )
+    self.ops.setdefault(
+        "fabric.server",
+        lambda args, stream: fabric_test.fabric_server(
+            args, stream.emit, stream.cancelled, self.replay
+        ),
+    )
+    self.ops.setdefault(
+        "fabric.client",
+        lambda args, stream: fabric_test.fabric_client(
+            args, stream.emit, stream.cancelled, self.replay
+        ),
+    )
+
+
+protocol.Server.__init__ = _with_fabric_ops
+sys.exit(protocol.serve_main(sys.argv[1:]))
+"""
+"""The agent with the three fabric ops, exactly as `protocol.py` is to register them."""
+
+
+class SshAgents:
+    """Real agents behind real loopback SSH servers, one per simulated node."""
+
+    def __init__(self, tmp_path: Path, state_dir: Path) -> None:
+        self.tmp_path = tmp_path
+        self.state_dir = state_dir
+        self.key = asyncssh.generate_private_key("ssh-ed25519")
+        self.servers: list[LoopbackSshd] = []
+        self.connections: list[asyncssh.SSHClientConnection] = []
+        self.clients: dict[str, AgentClient] = {}
+
+    async def start(self, name: str, capture: Path) -> None:
+        server = LoopbackSshd(
+            home=self.tmp_path / name / "home",
+            host_key=asyncssh.generate_private_key("ssh-ed25519"),
+            authorized_keys=self.key.export_public_key().decode(),
+            env={"LLMGW_AGENT_STATE": str(self.state_dir)},
+        )
+        port = await server.start()
+        self.servers.append(server)
+        connection = await asyncssh.connect(
+            "127.0.0.1", port, known_hosts=None, client_keys=[self.key], config=None
+        )
+        self.connections.append(connection)
+        command = " ".join(
+            [
+                f"PYTHONPATH={shlex.quote(str(AGENT_ROOT))}",
+                f"exec {shlex.quote(sys.executable)} -S -c {shlex.quote(WITH_FABRIC_OPS)}",
+                f"--replay {shlex.quote(str(capture))}",
+            ]
+        )
+        self.clients[name] = await AgentClient.start(name, connection, command)
+
+    def link_of(self, name: str) -> AgentClient:
+        if name not in self.clients:
+            raise AgentLost(f"{name} is unreachable: connection refused")
+        return self.clients[name]
+
+    async def stop(self) -> None:
+        for client in self.clients.values():
+            await client.close()
+        for connection in self.connections:
+            connection.close()
+        for server in self.servers:
+            await server.stop()
+
+
+def fabric_node(name: str, capture: Path, *, on_fabric: bool = True) -> FabricNode:
+    facts = collect_facts(replay=str(capture))
+    ends = adapter_ends(facts)
+    return FabricNode(
+        name=name,
+        address="127.0.0.1",
+        hcas=tuple(sorted(ends)) if on_fabric else (),
+        rate_gbps=400 if on_fabric else None,
+        adapters=ends,
+    )
+
+
+def run_with_agents(tmp_path: Path, state_dir: Path, body) -> Any:
+    """Start agents for h100-a, h100-b (rail mlx5_5 degraded) and cpu-01, run `body`."""
+    captures = {
+        "h100-a": write_profile("hgx-h100", tmp_path / "h100-a-cap", hostname="h100-a"),
+        "h100-b": write_profile(
+            "hgx-h100", tmp_path / "h100-b-cap", hostname="h100-b", degraded_rail="mlx5_5"
+        ),
+        "cpu-01": write_profile("cpu", tmp_path / "cpu-cap", hostname="cpu-01"),
+    }
+    nodes = {
+        name: fabric_node(name, capture, on_fabric=name != "cpu-01")
+        for name, capture in captures.items()
+    }
+
+    async def main() -> Any:
+        agents = SshAgents(tmp_path, state_dir)
+        try:
+            await asyncio.gather(*(agents.start(n, c) for n, c in captures.items()))
+            return await body(nodes, agents.link_of)
+        finally:
+            await agents.stop()
+
+    return asyncio.run(main())
+
+
+def test_two_simulated_h100_nodes_pass_every_rail_but_the_degraded_one(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    async def body(nodes, link_of):
+        settings = RailSettings(duration_s=1, concurrent_rails=True)
+        return await run_pair(nodes["h100-a"], nodes["h100-b"], link_of, settings)
+
+    rows = run_with_agents(tmp_path, state_dir, body)
+    assert [(r.adapter_a, r.verdict) for r in rows] == [
+        *((f"mlx5_{i}", "pass") for i in range(5)),
+        ("mlx5_5", "fail"),
+        *((f"mlx5_{i}", "pass") for i in (6, 7)),
+    ]
+    degraded = rows[5]
+    assert degraded.ratio == pytest.approx(0.6, abs=0.01)
+    assert degraded.reason == "240.0 of 400 Gb/s (60%)"
+    assert {r.method for r in rows} == {"ib_write_bw"}
+    assert all("BW average[Gb/sec]" in r.raw_client for r in rows)
+
+
+def test_a_node_without_perftest_is_measured_over_tcp_and_labelled_so(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    async def body(nodes, link_of):
+        settings = RailSettings(duration_s=0.5)
+        return await run_matrix([nodes["h100-a"], nodes["cpu-01"]], link_of, settings)
+
+    rows = run_with_agents(tmp_path, state_dir, body)
+    assert len(rows) == 1
+    tcp = rows[0]
+    assert (tcp.method, tcp.verdict, tcp.adapter_a) == ("tcp", "untested", None)
+    assert tcp.measured_gbps is not None and tcp.measured_gbps > 0
+    assert tcp.reason == (
+        "TCP over the management network, not the fabric: h100-a and cpu-01 share no fabric"
+    )
+
+
+def test_an_unreachable_node_fails_its_pairs_with_the_reason(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    async def body(nodes, link_of):
+        gone = FabricNode(name="h100-c", address="127.0.0.1", hcas=nodes["h100-a"].hcas)
+        return await run_matrix([nodes["h100-a"], gone], link_of, RailSettings(duration_s=1))
+
+    rows = run_with_agents(tmp_path, state_dir, body)
+    assert [(r.verdict, r.reason) for r in rows] == [
+        ("fail", "unreachable: h100-c is unreachable: connection refused")
+    ]

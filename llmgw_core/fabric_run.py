@@ -1,0 +1,304 @@
+"""Running fabric tests through the nodes' agents: pairs, rails, the matrix.
+
+The edge of `llmgw_core.fabric`: it asks each agent what it can run
+(`fabric.probe`), starts a server half on node A (`fabric.server`, a stream
+whose first event says it is listening), then the client half on node B
+(`fabric.client`), and hands both outputs to the pure verdicts. A node
+without perftest is tested over TCP instead — and the row says TCP.
+
+Rails of one pair run one at a time by default; with `concurrent_rails`
+they run together, each on its own out-of-band port (perftest needs that).
+The matrix runs waves of pairs from `plan_matrix`, no node in two at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from llmgw_core.errors import LlmgwError
+from llmgw_core.fabric import (
+    AdapterEnd,
+    RailPair,
+    RailResult,
+    judge_rail,
+    judge_tcp,
+    pair_rails,
+    plan_matrix,
+    unreachable_pair,
+)
+from llmgw_core.fabric_perftest import read_tcp_result
+
+PROBE_TIMEOUT_S = 30.0
+LISTEN_TIMEOUT_S = 30.0
+"""How long a server half may take to start listening."""
+SLACK_S = 60.0
+"""Added to a test's duration for connecting, exchanging and reporting."""
+BASE_PORT = 18515
+
+
+class AgentStreamLike(Protocol):
+    """A streaming request: its events, then `.result` (the fleet's `AgentStream`)."""
+
+    result: Any
+
+    def __aiter__(self) -> AsyncIterator[dict[str, Any]]: ...
+
+    async def cancel(self) -> Any: ...
+
+
+class AgentLink(Protocol):
+    """What the tests need of one node's agent channel (the fleet's `AgentClient`)."""
+
+    async def request(
+        self, op: str, args: dict[str, Any] | None = None, *, timeout_s: float | None = None
+    ) -> Any: ...
+
+    def stream(self, op: str, args: dict[str, Any] | None = None) -> AgentStreamLike: ...
+
+
+LinkOf = Callable[[str], AgentLink]
+"""A node's agent channel by name; raises `LlmgwError` when the node is not ready."""
+
+
+@dataclass(frozen=True)
+class FabricNode:
+    """One node as a fabric test sees it.
+
+    Attributes:
+        name: the node's name in the inventory.
+        address: where the other node reaches it (management address, else SSH host).
+        hcas: its adapters on the fabric under test, in rail order ((): no fabric).
+        rate_gbps: the fabric's rated speed, when the inventory gives it.
+        adapters: every adapter it reported, by name.
+    """
+
+    name: str
+    address: str | None
+    hcas: tuple[str, ...] = ()
+    rate_gbps: float | None = None
+    adapters: Mapping[str, AdapterEnd] | None = None
+
+
+@dataclass(frozen=True)
+class RailSettings:
+    """How each rail is run (the same for both halves, as perftest requires)."""
+
+    duration_s: float = 5.0
+    size_bytes: int = 8 * 1024 * 1024
+    qps: int = 2
+    concurrent_rails: bool = False
+
+    def common_args(self) -> dict[str, Any]:
+        """The arguments both halves get."""
+        return {"duration_s": self.duration_s, "size_bytes": self.size_bytes, "qps": self.qps}
+
+
+def adapter_ends(facts: Any) -> dict[str, AdapterEnd]:
+    """A node's adapters from its facts (a `NodeFacts` model or the raw dict)."""
+    raw = _get(facts, "adapters") or ()
+    ends: dict[str, AdapterEnd] = {}
+    for adapter in raw:
+        name = _get(adapter, "name")
+        if not name:
+            continue
+        ends[str(name)] = AdapterEnd(
+            name=str(name),
+            state=_get(adapter, "state"),
+            rate_gbps=_get(adapter, "rate_gbps"),
+            rated_gbps=_get(adapter, "rated_gbps"),
+            link_layer=_get(adapter, "link_layer"),
+            gid_index=_get(adapter, "gid_index"),
+        )
+    return ends
+
+
+def _get(value: Any, key: str) -> Any:
+    if isinstance(value, Mapping):
+        return value.get(key)
+    return getattr(value, key, None)
+
+
+async def run_matrix(
+    nodes: Sequence[FabricNode],
+    link_of: LinkOf,
+    settings: RailSettings,
+    *,
+    max_pairs: int = 4,
+) -> list[RailResult]:
+    """Every pair of `nodes`, rail by rail, in waves of at most `max_pairs` pairs."""
+    by_name = {node.name: node for node in nodes}
+    results: list[RailResult] = []
+    for wave in plan_matrix([node.name for node in nodes], max_pairs):
+        rows = await asyncio.gather(
+            *(run_pair(by_name[a], by_name[b], link_of, settings) for a, b in wave)
+        )
+        for pair_rows in rows:
+            results.extend(pair_rows)
+    return results
+
+
+async def run_pair(
+    node_a: FabricNode, node_b: FabricNode, link_of: LinkOf, settings: RailSettings
+) -> list[RailResult]:
+    """Node A serves, node B connects: every rail with ib_write_bw, or TCP without it."""
+    try:
+        link_a, link_b = link_of(node_a.name), link_of(node_b.name)
+        probe_a, probe_b = await asyncio.gather(_probe(link_a), _probe(link_b))
+    except LlmgwError as exc:
+        return [unreachable_pair(node_a.name, node_b.name, "ib_write_bw", exc.sentence())]
+    missing = [
+        name
+        for name, probe in ((node_a.name, probe_a), (node_b.name, probe_b))
+        if not probe.get("ib_write_bw")
+    ]
+    if not node_a.hcas or not node_b.hcas:
+        why = f"{node_a.name} and {node_b.name} share no fabric"
+        return [await _tcp_pair(node_a, node_b, link_a, link_b, settings, why)]
+    if missing:
+        why = f"perftest (ib_write_bw) is missing on {' and '.join(missing)}"
+        return [await _tcp_pair(node_a, node_b, link_a, link_b, settings, why)]
+    pairs, decided = pair_rails(
+        node_a.name,
+        node_a.hcas,
+        node_a.adapters or {},
+        node_b.name,
+        node_b.hcas,
+        node_b.adapters or {},
+        node_a.rate_gbps or node_b.rate_gbps,
+    )
+    if settings.concurrent_rails:
+        tested = await asyncio.gather(
+            *(
+                _rail(link_a, link_b, node_a, pair, BASE_PORT + pair.rail, settings)
+                for pair in pairs
+            )
+        )
+    else:
+        tested = [await _rail(link_a, link_b, node_a, pair, BASE_PORT, settings) for pair in pairs]
+    return sorted([*decided, *tested], key=lambda row: row.rail or 0)
+
+
+async def _probe(link: AgentLink) -> dict[str, Any]:
+    answer = await link.request("fabric.probe", {}, timeout_s=PROBE_TIMEOUT_S)
+    return answer if isinstance(answer, dict) else {}
+
+
+def _half_args(end: AdapterEnd, settings: RailSettings) -> dict[str, Any]:
+    args = {**settings.common_args(), "method": "ib_write_bw", "device": end.name}
+    if end.link_layer == "Ethernet" and end.gid_index is not None:
+        args["gid_index"] = end.gid_index
+    if end.numa_node is not None:
+        args["numa_node"] = end.numa_node
+    return args
+
+
+async def _listening(stream: AgentStreamLike) -> dict[str, Any] | None:
+    """The server half's `listening` event, or None when it ended without one."""
+    async for event in stream:
+        if event.get("listening"):
+            return event
+    return None
+
+
+async def _finish(stream: AgentStreamLike, timeout_s: float) -> dict[str, Any]:
+    """The server half's result, once it ends (cancelled past `timeout_s`)."""
+
+    async def drain() -> Any:
+        async for _event in stream:
+            pass
+        return stream.result
+
+    try:
+        result = await asyncio.wait_for(drain(), timeout_s)
+    except asyncio.TimeoutError:
+        result = await stream.cancel()
+    return result if isinstance(result, dict) else {}
+
+
+async def _rail(
+    link_a: AgentLink,
+    link_b: AgentLink,
+    node_a: FabricNode,
+    pair: RailPair,
+    port: int,
+    settings: RailSettings,
+) -> RailResult:
+    """One rail: the server half on A, then the client half on B; judged from both outputs."""
+    run_s = settings.duration_s + SLACK_S
+    stream = link_a.stream("fabric.server", {**_half_args(pair.adapter_a, settings), "port": port})
+    try:
+        listening = await asyncio.wait_for(_listening(stream), LISTEN_TIMEOUT_S)
+        if listening is None:
+            server = stream.result if isinstance(stream.result, dict) else {}
+            return judge_rail(pair, str(server.get("output", "")), "")
+        client_args = {
+            **_half_args(pair.adapter_b, settings),
+            "port": listening.get("port", port),
+            "server_address": listening.get("address") or node_a.address,
+        }
+        client = await link_b.request("fabric.client", client_args, timeout_s=run_s)
+        server = await _finish(stream, run_s)
+    except (LlmgwError, asyncio.TimeoutError) as exc:
+        await _cancel_quietly(stream)
+        why = exc.sentence() if isinstance(exc, LlmgwError) else "the server half never listened"
+        return _rail_failed(pair, why)
+    return judge_rail(pair, str(server.get("output", "")), str(client.get("output", "")))
+
+
+def _rail_failed(pair: RailPair, why: str) -> RailResult:
+    return RailResult(
+        node_a=pair.node_a,
+        node_b=pair.node_b,
+        adapter_a=pair.adapter_a.name,
+        adapter_b=pair.adapter_b.name,
+        rail=pair.rail,
+        rated_gbps=pair.rated_gbps,
+        measured_gbps=None,
+        ratio=None,
+        verdict="fail",
+        method="ib_write_bw",
+        reason=f"unreachable: {why}",
+    )
+
+
+async def _cancel_quietly(stream: AgentStreamLike) -> None:
+    try:
+        await stream.cancel()
+    except LlmgwError:
+        return
+
+
+async def _tcp_pair(
+    node_a: FabricNode,
+    node_b: FabricNode,
+    link_a: AgentLink,
+    link_b: AgentLink,
+    settings: RailSettings,
+    why: str,
+) -> RailResult:
+    """A TCP stream from B to A over the management network, labelled as such."""
+    run_s = settings.duration_s + SLACK_S
+    stream = link_a.stream("fabric.server", {"method": "tcp", "duration_s": settings.duration_s})
+    try:
+        listening = await asyncio.wait_for(_listening(stream), LISTEN_TIMEOUT_S)
+        if listening is None:
+            return unreachable_pair(
+                node_a.name, node_b.name, "tcp", "the TCP server never listened"
+            )
+        client_args = {
+            "method": "tcp",
+            "duration_s": settings.duration_s,
+            "port": listening["port"],
+            "server_address": listening.get("address") or node_a.address,
+        }
+        await link_b.request("fabric.client", client_args, timeout_s=run_s)
+        server = await _finish(stream, run_s)
+        received = read_tcp_result(server)
+    except (LlmgwError, asyncio.TimeoutError, KeyError, ValueError) as exc:
+        await _cancel_quietly(stream)
+        sentence = exc.sentence() if isinstance(exc, LlmgwError) else f"no TCP figure ({exc!r})"
+        return unreachable_pair(node_a.name, node_b.name, "tcp", sentence)
+    return judge_tcp(node_a.name, node_b.name, received, why)

@@ -1,0 +1,189 @@
+"""The `fabric-test` step: two nodes rail by rail, or every pair of a fabric.
+
+    - fabric-test: {nodes: [h100-a-01, h100-a-02]}
+    - fabric-test: {fabric: ib-a, max_pairs: 4, duration_s: 10}
+
+One row per pair and rail: `node_a, node_b, adapter_a, adapter_b,
+rated_gbps, measured_gbps, ratio, verdict, method, reason` (and, in
+`--json`, what each side printed). A pair where perftest is missing is
+measured over TCP and says so (`method: tcp`, verdict `untested`). The step
+fails (exit 1) when any rail fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from llmgw_core.errors import BadInput
+from llmgw_core.fabric_run import FabricNode, RailSettings, adapter_ends, run_matrix
+from llmgw_core.script.registry import (
+    EXIT_STEP_FAILED,
+    StepArgs,
+    StepContext,
+    StepOutcome,
+    step,
+)
+
+VERDICT_COLOURS = {"pass": "green", "warn": "yellow", "fail": "red", "untested": "magenta"}
+
+
+class FabricTestArgs(StepArgs):
+    """Arguments of `fabric-test`.
+
+    Attributes:
+        nodes: two nodes (or, with `fabric`, the members of the matrix to test).
+        fabric: a fabric's name: every pair of its nodes (the matrix).
+        duration_s: how long each rail runs.
+        size_bytes: the message size (large: small messages under-report).
+        concurrent_rails: run a pair's rails together, each on its own port.
+        max_pairs: how many pairs of the matrix run at once.
+    """
+
+    nodes: list[str] | None = None
+    fabric: str | None = None
+    duration_s: float = Field(default=5.0, gt=0, le=600)
+    size_bytes: int = Field(default=8 * 1024 * 1024, ge=2, le=2**31)
+    concurrent_rails: bool = False
+    max_pairs: int = Field(default=4, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _what_to_test(self) -> FabricTestArgs:
+        if self.fabric is None and (self.nodes is None or len(self.nodes) != 2):
+            raise ValueError("give two nodes (nodes: [A, B]) or a fabric (fabric: NAME)")
+        if self.nodes is not None and len(set(self.nodes)) != len(self.nodes):
+            raise ValueError("a node is listed twice")
+        return self
+
+
+def _fabric_of(spec: Any, name: str | None) -> Any:
+    for fabric in spec.fabrics:
+        if name is None or fabric.name == name:
+            return fabric
+    return None
+
+
+def _shared_fabric(specs: list[Any]) -> str | None:
+    names = [{fabric.name for fabric in spec.fabrics} for spec in specs]
+    shared = set.intersection(*names) if names else set()
+    for fabric in specs[0].fabrics:
+        if fabric.name in shared:
+            return fabric.name
+    return None
+
+
+def _members(args: FabricTestArgs, inventory: Any) -> tuple[list[Any], str | None]:
+    """The node specs to test and the fabric they are tested on."""
+    specs = {spec.name: spec for spec in inventory.node_specs()}
+    unknown = [name for name in args.nodes or [] if name not in specs]
+    if unknown:
+        raise BadInput(f"no node is named {unknown[0]!r}", f"the nodes are {', '.join(specs)}")
+    if args.fabric is None:
+        chosen = [specs[name] for name in args.nodes or []]
+        return chosen, _shared_fabric(chosen)
+    on_fabric = [spec for spec in specs.values() if _fabric_of(spec, args.fabric) is not None]
+    if not on_fabric:
+        fabrics = sorted({f.name for spec in specs.values() for f in spec.fabrics})
+        raise BadInput(
+            f"no node is on a fabric named {args.fabric!r}",
+            f"the fabrics are {', '.join(fabrics)}" if fabrics else "the inventory names none",
+        )
+    if args.nodes is not None:
+        outside = [name for name in args.nodes if _fabric_of(specs[name], args.fabric) is None]
+        if outside:
+            raise BadInput(f"{outside[0]} is not on fabric {args.fabric}")
+        on_fabric = [specs[name] for name in args.nodes]
+    if len(on_fabric) < 2:
+        raise BadInput(f"fabric {args.fabric} has one node: there is no pair to test")
+    return on_fabric, args.fabric
+
+
+def _fabric_node(spec: Any, facts: Any, fabric_name: str | None) -> FabricNode:
+    fabric = _fabric_of(spec, fabric_name) if fabric_name else None
+    host = facts.get("host") if isinstance(facts, dict) else getattr(facts, "host", None)
+    address = (
+        host.get("mgmt_address") if isinstance(host, dict) else getattr(host, "mgmt_address", None)
+    )
+    return FabricNode(
+        name=spec.name,
+        address=address or spec.host,
+        hcas=tuple(fabric.hcas) if fabric else (),
+        rate_gbps=fabric.rate_gbps if fabric else None,
+        adapters=adapter_ends(facts),
+    )
+
+
+def render_fabric_test(result: dict[str, Any]) -> Any:
+    """The rails as one Rich table."""
+    from rich.table import Table
+
+    title = f"fabric test: {result['fabric']}" if result.get("fabric") else "fabric test"
+    table = Table(title=title, title_justify="left")
+    for column in ("node a", "node b", "adapter a", "adapter b", "rated Gb/s", "measured Gb/s"):
+        table.add_column(column, justify="right" if "Gb/s" in column else "left")
+    for column in ("ratio", "verdict", "method", "reason"):
+        table.add_column(column, justify="right" if column == "ratio" else "left")
+    for row in result["rails"]:
+        colour = VERDICT_COLOURS.get(row["verdict"], "red")
+        table.add_row(
+            row["node_a"],
+            row["node_b"],
+            row["adapter_a"] or "-",
+            row["adapter_b"] or "-",
+            _figure(row["rated_gbps"]),
+            _figure(row["measured_gbps"]),
+            f"{row['ratio']:.0%}" if row["ratio"] is not None else "-",
+            f"[{colour}]{row['verdict']}[/{colour}]",
+            row["method"],
+            row["reason"],
+        )
+    return table
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+@step("fabric-test", args=FabricTestArgs, render=render_fabric_test)
+async def run_fabric_test(args: FabricTestArgs, ctx: StepContext) -> StepOutcome:
+    """Test two nodes rail by rail, or every pair of a fabric."""
+    fleet = await ctx.live_fleet()
+    specs, fabric_name = _members(args, fleet.inventory)
+    snapshot = fleet.snapshot()
+    nodes = [
+        _fabric_node(spec, snapshot.nodes[spec.name].facts or {}, fabric_name) for spec in specs
+    ]
+    settings = RailSettings(
+        duration_s=args.duration_s,
+        size_bytes=args.size_bytes,
+        concurrent_rails=args.concurrent_rails,
+    )
+    results = await run_matrix(nodes, fleet.client, settings, max_pairs=args.max_pairs)
+    rails = [
+        {**row.row(), "raw": {"server": row.raw_server, "client": row.raw_client}}
+        for row in results
+    ]
+    counts = {
+        verdict: sum(1 for row in results if row.verdict == verdict)
+        for verdict in ("pass", "warn", "fail", "untested")
+    }
+    result = {
+        "fabric": fabric_name,
+        "nodes": [spec.name for spec in specs],
+        "rails": rails,
+        "counts": counts,
+    }
+    failing = [row for row in results if row.verdict == "fail"]
+    if failing:
+        first = failing[0]
+        where = f"{first.node_a}–{first.node_b}" + (
+            f" {first.adapter_a}" if first.adapter_a else ""
+        )
+        return StepOutcome(
+            result=result,
+            ok=False,
+            exit_code=EXIT_STEP_FAILED,
+            error=f"{len(failing)} rail(s) fail, first {where}: {first.reason}",
+        )
+    return StepOutcome(result=result)
