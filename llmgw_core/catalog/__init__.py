@@ -1,0 +1,110 @@
+"""Models known offline: `catalog:org/name` plans a model from facts shipped with the product.
+
+A plan needs a model's shape and the bytes of its files. Those normally come
+from the Hub; for examples, the demo fleet and tests that must run without a
+network, the catalog holds them for a few well-known models (see `facts`).
+
+Two ways out of the same facts:
+* `catalog_model(ref)` — a `ModelInfo` built by the model package's own
+  readers (shape from the config keys, artifacts from the file listing), so
+  a catalog model is planned exactly like one read from the Hub;
+* `write_model_dir(ref, folder)` — the same model as a local directory
+  (`config.json`, `model.safetensors.index.json`, and empty placeholders
+  for the weight files) for anything that wants a directory.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from llmgw_core.catalog.facts import CATALOG, CatalogModel
+from llmgw_core.errors import BadInput
+from llmgw_core.model.artifacts import RepoFile, artifacts_from_listing
+from llmgw_core.model.shape import shape_from_config
+from llmgw_core.model.source import ModelInfo
+
+PREFIX = "catalog:"
+
+
+def is_catalog_ref(ref: str) -> bool:
+    """True for `catalog:org/name`."""
+    return ref.strip().startswith(PREFIX)
+
+
+def known_models() -> tuple[str, ...]:
+    """The repository ids the catalog knows."""
+    return tuple(entry.repo_id for entry in CATALOG)
+
+
+def _entry(ref: str) -> CatalogModel:
+    repo_id = ref.strip().removeprefix(PREFIX)
+    for entry in CATALOG:
+        if entry.repo_id.lower() == repo_id.lower():
+            return entry
+    raise BadInput(
+        f"the offline catalog has no model {repo_id!r}",
+        f"use one of {', '.join(known_models())}, or a Hub id or directory without `catalog:`",
+    )
+
+
+def _listing(entry: CatalogModel) -> tuple[list[RepoFile], list[str]]:
+    """The weight files of an entry, with sizes, and the safetensors shard names."""
+    files: list[RepoFile] = []
+    shards: list[str] = []
+    if entry.safetensors_bytes:
+        count = entry.safetensors_shards
+        share = entry.safetensors_bytes // count
+        for number in range(1, count + 1):
+            name = f"model-{number:05d}-of-{count:05d}.safetensors"
+            size = share if number < count else entry.safetensors_bytes - share * (count - 1)
+            files.append(RepoFile(name, size))
+            shards.append(name)
+    files.extend(RepoFile(name, size) for name, size in entry.gguf_files.items())
+    return files, shards
+
+
+def catalog_model(ref: str) -> ModelInfo:
+    """The model a `catalog:` reference names, read from the shipped facts.
+
+    Raises:
+        BadInput: the catalog does not know it (naming those it knows).
+    """
+    entry = _entry(ref)
+    shape = shape_from_config(entry.config)
+    files, shards = _listing(entry)
+    artifacts = artifacts_from_listing(
+        files, shape=shape, index_total_size=entry.safetensors_bytes, index_shards=shards
+    )
+    return ModelInfo(
+        ref=ref,
+        repo_id=entry.repo_id,
+        revision=None,
+        local_dir=None,
+        shape=shape,
+        artifacts=artifacts,
+    )
+
+
+def write_model_dir(ref: str, folder: Path) -> Path:
+    """Write a catalog model as a local model directory under `folder` and return it.
+
+    The weight files are empty placeholders: the index's `total_size` and the
+    listing carry the bytes that matter for planning.
+    """
+    entry = _entry(ref)
+    target = folder / entry.repo_id.replace("/", "--")
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "config.json").write_text(json.dumps(entry.config, indent=2) + "\n", encoding="utf-8")
+    files, shards = _listing(entry)
+    if entry.safetensors_bytes:
+        index = {
+            "metadata": {"total_size": entry.safetensors_bytes},
+            "weight_map": {f"shard.{i}": name for i, name in enumerate(shards)},
+        }
+        (target / "model.safetensors.index.json").write_text(
+            json.dumps(index, indent=2) + "\n", encoding="utf-8"
+        )
+    for file in files:
+        (target / file.path).touch()
+    return target
