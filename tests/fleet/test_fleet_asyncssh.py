@@ -1,0 +1,409 @@
+"""The fleet over asyncssh's in-process server, with the real agent behind it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import asyncssh
+import pytest
+from llmgw_agent.sim.profiles import write_profile
+
+from llmgw_core.fleet.accept import trust_key
+from llmgw_core.fleet.client import AgentClient, AgentError, AgentLost
+from llmgw_core.fleet.deploy import agent_command, ensure_agent
+from llmgw_core.fleet.fleet import Fleet
+from llmgw_core.fleet.loopback import LoopbackSshd
+from llmgw_core.fleet.ssh import HostKeyRefused, SshTarget, fingerprint
+from llmgw_core.inventory import parse_inventory
+
+from .conftest import ClientKey, asyncssh_node, connector_for
+
+
+def inventory_text(
+    nodes: list[tuple[str, LoopbackSshd, Path | None]], known_hosts: Path, extra: str = ""
+) -> str:
+    lines = ["nodes:"]
+    for name, server, capture in nodes:
+        lines.append(f"  - name: {name}\n    host: 127.0.0.1\n    port: {server.port}")
+        if capture is not None:
+            lines.append(f"    replay: {capture}")
+    return "\n".join(lines) + f"\n{extra}known_hosts: {known_hosts}\n"
+
+
+def pin(known_hosts: Path, servers: list[LoopbackSshd]) -> None:
+    known_hosts.write_text("".join(server.known_hosts_line() + "\n" for server in servers))
+
+
+async def started(*servers: LoopbackSshd) -> None:
+    await asyncio.gather(*(server.start() for server in servers))
+
+
+def test_several_replay_nodes_are_discovered_over_ssh(tmp_path: Path, client_key: ClientKey):
+    kinds = {"h100": ("hgx-h100", {}), "tray": ("gb200-tray", {"tray": 4}), "cpu": ("cpu", {})}
+
+    async def scenario():
+        servers = {name: asyncssh_node(tmp_path, name, client_key) for name in kinds}
+        await started(*servers.values())
+        pin(tmp_path / "known_hosts", list(servers.values()))
+        captures = {
+            name: write_profile(kind, tmp_path / name / "capture", **options)
+            for name, (kind, options) in kinds.items()
+        }
+        text = inventory_text(
+            [(name, servers[name], captures[name]) for name in kinds], tmp_path / "known_hosts"
+        )
+        fleet = Fleet(
+            parse_inventory(text),
+            connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
+        )
+        try:
+            await fleet.start()
+            return await fleet.wait_settled(60)
+        finally:
+            await fleet.close()
+            for server in servers.values():
+                await server.stop()
+
+    snapshot = asyncio.run(scenario())
+    nodes = snapshot.nodes
+    assert [node.state for node in nodes.values()] == ["ready", "ready", "ready"]
+    assert len(nodes["h100"].facts.gpus) == 8
+    assert {gpu.gpu_class for gpu in nodes["h100"].facts.gpus} == {"h100-80g"}
+    assert len(nodes["tray"].facts.gpus) == 4
+    assert nodes["tray"].facts.nvlink_domain is not None
+    assert nodes["cpu"].facts.gpus == ()
+    assert nodes["cpu"].agent_version == "0.1.0"
+    assert all(node.last_seen is not None for node in nodes.values())
+
+
+def test_an_unknown_host_key_is_refused_with_its_fingerprint_and_the_way_to_accept_it(
+    tmp_path: Path, client_key: ClientKey
+):
+    async def scenario():
+        server = asyncssh_node(tmp_path, "n1", client_key)
+        await server.start()
+        (tmp_path / "known_hosts").write_text("")
+        connector = connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,))
+        try:
+            with pytest.raises(HostKeyRefused) as caught:
+                await connector.connect(SshTarget(node="n1", host="127.0.0.1", port=server.port))
+            return caught.value.sentence(), server
+        finally:
+            await server.stop()
+
+    sentence, server = asyncio.run(scenario())
+    assert (
+        f"n1 ([127.0.0.1]:{server.port}) presents the unknown host key {fingerprint(server.host_key)}"
+        in sentence
+    )
+    assert fingerprint(server.host_key).startswith("ssh-ed25519 SHA256:")
+    assert sentence.endswith("check it out of band, then run `llmgw-tui --accept-host n1`")
+
+
+def test_a_changed_host_key_is_refused_then_accepted_explicitly(
+    tmp_path: Path, client_key: ClientKey
+):
+    async def scenario():
+        server = asyncssh_node(tmp_path, "n1", client_key)
+        await server.start()
+        known_hosts = tmp_path / "known_hosts"
+        old_key = asyncssh.generate_private_key("ssh-ed25519")
+        known_hosts.write_text(f"[127.0.0.1]:{server.port} {old_key.export_public_key().decode()}")
+        text = inventory_text([("n1", server, None)], known_hosts)
+        fleet = Fleet(
+            parse_inventory(text),
+            connector_for(known_hosts, client_keys=(client_key.key,)),
+            retry_initial_s=0.1,
+        )
+        try:
+            await fleet.start()
+            refused = await fleet.wait_settled(30)
+            said = trust_key(known_hosts, f"[127.0.0.1]:{server.port}", server.host_key, node="n1")
+            fleet.reconnect_now("n1")
+            ready = await fleet.wait_for(lambda s: s.nodes["n1"].state == "ready", 30)
+            return refused.nodes["n1"], said, ready.nodes["n1"], known_hosts.read_text(), server
+        finally:
+            await fleet.close()
+            await server.stop()
+
+    refused, said, ready, known, server = asyncio.run(scenario())
+    assert refused.state == "refused"
+    assert (
+        f"the host key of n1 ([127.0.0.1]:{server.port}) CHANGED: it now presents {fingerprint(server.host_key)}"
+        in refused.reason
+    )
+    assert "llmgw-tui --accept-host n1" in refused.reason
+    assert said.endswith(f"it replaces the old key in {tmp_path / 'known_hosts'}")
+    assert ready.state == "ready" and ready.reason is None
+    assert known.count(f"[127.0.0.1]:{server.port} ") == 1
+
+
+def test_a_node_whose_sshd_stops_is_marked_unreachable_and_picked_up_when_it_returns(
+    tmp_path: Path, client_key: ClientKey
+):
+    async def scenario():
+        server = asyncssh_node(tmp_path, "n1", client_key)
+        await server.start()
+        pin(tmp_path / "known_hosts", [server])
+        text = inventory_text(
+            [("n1", server, write_profile("l40s", tmp_path / "cap"))], tmp_path / "known_hosts"
+        )
+        fleet = Fleet(
+            parse_inventory(text),
+            connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
+            retry_initial_s=0.2,
+            retry_max_s=0.5,
+        )
+        try:
+            await fleet.start()
+            first = await fleet.wait_settled(30)
+            port = server.port
+            await server.stop()
+            down = await fleet.wait_for(lambda s: s.nodes["n1"].state == "unreachable", 30)
+            await server.start(port)
+            back = await fleet.wait_for(lambda s: s.nodes["n1"].state == "ready", 30)
+            return first.nodes["n1"], down.nodes["n1"], back.nodes["n1"]
+        finally:
+            await fleet.close()
+            await server.stop()
+
+    first, down, back = asyncio.run(scenario())
+    assert first.state == "ready"
+    assert down.state == "unreachable"
+    assert "n1" in down.reason
+    assert len(down.facts.gpus) == 4  # what it had stays visible while it is away
+    assert back.state == "ready" and back.reason is None
+    assert back.last_seen > first.last_seen
+
+
+def test_a_fabric_naming_adapters_the_node_lacks_marks_that_node(
+    tmp_path: Path, client_key: ClientKey
+):
+    async def scenario():
+        server = asyncssh_node(tmp_path, "h100", client_key)
+        await server.start()
+        pin(tmp_path / "known_hosts", [server])
+        capture = write_profile("hgx-h100", tmp_path / "cap")
+        text = (
+            f"nodes:\n  - name: h100\n    host: 127.0.0.1\n    port: {server.port}\n    replay: {capture}\n"
+            "    fabrics: [{name: ib-a, hcas: [mlx5_0, mlx5_1, mlx5_9], rate_gbps: 400}]\n"
+            f"known_hosts: {tmp_path / 'known_hosts'}\n"
+        )
+        fleet = Fleet(
+            parse_inventory(text),
+            connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
+        )
+        try:
+            await fleet.start()
+            return await fleet.wait_settled(30)
+        finally:
+            await fleet.close()
+            await server.stop()
+
+    node = asyncio.run(scenario()).nodes["h100"]
+    assert node.state == "refused"
+    assert node.reason.startswith(
+        "fabric ib-a names mlx5_9, which h100 does not have (its adapters: mlx5_0, mlx5_1"
+    )
+    assert node.reason.endswith("correct the fabric's hcas in the inventory")
+    assert len(node.facts.gpus) == 8
+
+
+def test_the_agent_is_uploaded_once_and_reused_while_its_hash_is_unchanged(
+    tmp_path: Path, client_key: ClientKey
+):
+    async def scenario():
+        server = asyncssh_node(tmp_path, "n1", client_key)
+        await server.start()
+        pin(tmp_path / "known_hosts", [server])
+        connector = connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,))
+        target = SshTarget(node="n1", host="127.0.0.1", port=server.port)
+        try:
+            async with await connector.connect(target) as connection:
+                first = await ensure_agent(connection, "n1")
+                second = await ensure_agent(connection, "n1")
+                launcher = await connection.run("sh .local/bin/llmgw --help", check=False)
+            return first, second, launcher, server.home
+        finally:
+            await server.stop()
+
+    first, second, launcher, home = asyncio.run(scenario())
+    assert first.uploaded and not second.uploaded
+    assert first.agent_path == second.agent_path
+    cached = sorted(path.name for path in (home / ".cache" / "llmgw").iterdir())
+    assert cached == [Path(first.agent_path).name]  # no temporary file left behind
+    assert Path(first.agent_path).name.startswith("agent-")
+    assert "usage: llmgw {serve,doctor,supervise,sim-engine}" in launcher.stdout
+
+
+def fake_python(folder: Path, version: tuple[int, int, int] | None) -> dict[str, str]:
+    """A node whose `python3` is old (or missing): PATH holds only what the test puts there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if version is not None:
+        script = folder / "python3"
+        major, minor, micro = version
+        answer = (
+            f'{{"python": [{major}, {minor}, {micro}], "home": "\'$HOME\'", '
+            '"present": false, "launcher": false}'
+        )
+        script.write_text(f"#!/bin/sh\necho '{answer}'\n")
+        script.chmod(0o755)
+    return {"PATH": f"{folder}:/nonexistent"}
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        (
+            (3, 6, 8),
+            "n1 has Python 3.6.8; the agent needs 3.8 or newer: install python3.8+ on the node",
+        ),
+        (None, "n1 has no python3 on its PATH; the agent needs Python 3.8 or newer"),
+    ],
+)
+def test_a_node_without_a_recent_python_is_refused_with_what_to_install(
+    tmp_path: Path, client_key: ClientKey, version, expected
+):
+    async def scenario():
+        server = asyncssh_node(
+            tmp_path, "n1", client_key, env=fake_python(tmp_path / "bin", version)
+        )
+        await server.start()
+        pin(tmp_path / "known_hosts", [server])
+        fleet = Fleet(
+            parse_inventory(inventory_text([("n1", server, None)], tmp_path / "known_hosts")),
+            connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
+        )
+        try:
+            await fleet.start()
+            return await fleet.wait_settled(30)
+        finally:
+            await fleet.close()
+            await server.stop()
+
+    node = asyncio.run(scenario()).nodes["n1"]
+    assert node.state == "refused"
+    assert node.reason.startswith(expected)
+
+
+async def _agent(tmp_path: Path, client_key: ClientKey, replay: Path | None = None):
+    server = asyncssh_node(tmp_path, "n1", client_key)
+    await server.start()
+    pin(tmp_path / "known_hosts", [server])
+    connector = connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,))
+    connection = await connector.connect(SshTarget(node="n1", host="127.0.0.1", port=server.port))
+    deployment = await ensure_agent(connection, "n1")
+    client = await AgentClient.start(
+        "n1", connection, agent_command(deployment, replay=str(replay) if replay else None)
+    )
+    return server, connection, client
+
+
+def test_many_requests_are_in_flight_at_once_on_one_channel(tmp_path: Path, client_key: ClientKey):
+    async def scenario():
+        capture = write_profile("a100-mig", tmp_path / "cap")
+        server, connection, client = await _agent(tmp_path, client_key, capture)
+        try:
+            answers = await asyncio.gather(
+                client.request("facts", timeout_s=30),
+                *(client.request("ping", timeout_s=30) for _ in range(30)),
+            )
+            with pytest.raises(AgentError) as caught:
+                await client.request("shard.stop", {"shard_id": 7}, timeout_s=30)
+            return client.hello, answers, caught.value
+        finally:
+            await client.close()
+            connection.close()
+            await server.stop()
+
+    hello, answers, error = asyncio.run(scenario())
+    assert hello["protocol"] == 1 and hello["replay"] is True
+    facts, *pongs = answers
+    assert any(gpu["mig_profile"] for gpu in facts["gpus"])
+    assert len(pongs) == 30 and all(pong["pong"] for pong in pongs)
+    assert error.code == "bad_args"
+    assert error.message.startswith("n1: shard.stop failed: argument 'shard_id' must be a string")
+
+
+def test_a_stream_yields_events_until_cancelled_then_its_result(
+    tmp_path: Path, client_key: ClientKey
+):
+    async def scenario():
+        server, connection, client = await _agent(tmp_path, client_key)
+        watched = tmp_path / "download"
+        watched.mkdir()
+        (watched / "part").write_bytes(b"x" * 1000)
+        try:
+            stream = client.stream("download.watch", {"path": str(watched), "interval_s": 0.05})
+            events = []
+            async for event in stream:
+                events.append(event)
+                if len(events) == 2:
+                    break
+            result = await stream.cancel()
+            still = await client.request("ping", timeout_s=10)
+            return events, result, still
+        finally:
+            await client.close()
+            connection.close()
+            await server.stop()
+
+    events, result, still = asyncio.run(scenario())
+    assert len(events) == 2
+    assert result["cancelled"] is True
+    assert still["pong"] is True
+
+
+def test_a_lost_connection_fails_every_waiting_request_with_a_sentence(
+    tmp_path: Path, client_key: ClientKey
+):
+    async def scenario():
+        server, _connection, client = await _agent(tmp_path, client_key)
+        watched = tmp_path / "watched"
+        watched.mkdir()
+        stream = client.stream("download.watch", {"path": str(watched), "interval_s": 0.05})
+        await stream.__anext__()
+        await server.stop()
+        with pytest.raises(AgentLost) as caught:
+            async for _ in stream:
+                pass
+        with pytest.raises(AgentLost) as later:
+            await client.request("ping")
+        await client.close()
+        return caught.value.sentence(), later.value.sentence()
+
+    during, after = asyncio.run(scenario())
+    assert during.startswith(
+        "download.watch on n1 got no answer: the agent on n1 stopped answering"
+    )
+    assert after.startswith("the agent on n1 stopped answering")
+
+
+def test_lines_the_agent_should_never_send_become_errors_not_crashes(
+    tmp_path: Path, client_key: ClientKey
+):
+    async def scenario():
+        server, connection, client = await _agent(tmp_path, client_key)
+        try:
+            client._dispatch("this is not json\n")
+            client._dispatch('{"id": 999, "ok": true, "result": 1}\n')
+            pending = asyncio.ensure_future(client.request("ping", timeout_s=10))
+            await asyncio.sleep(0)  # the request is on the wire; answer it first, badly
+            request_id = max(client._pending)
+            client._dispatch(f'{{"id": {request_id}, "ok": "maybe"}}\n')
+            with pytest.raises(AgentError) as caught:
+                await pending
+            after = await client.request("ping", timeout_s=10)
+            return list(client.protocol_errors), caught.value, after
+        finally:
+            await client.close()
+            connection.close()
+            await server.stop()
+
+    protocol_errors, error, after = asyncio.run(scenario())
+    assert protocol_errors[0] == "not a JSON object: 'this is not json'"
+    assert protocol_errors[1].startswith("a reply to no request of ours")
+    assert error.code == "malformed"
+    assert error.message.startswith("n1: the agent's answer to ping is malformed")
+    assert after["pong"] is True

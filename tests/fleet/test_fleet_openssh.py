@@ -1,0 +1,216 @@
+"""The fleet over OpenSSH's sshd on loopback ports: the server operators really run."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import asyncssh
+import pytest
+from llmgw_agent.sim.profiles import write_profile
+
+from llmgw_core.fleet.deploy import ensure_agent
+from llmgw_core.fleet.fleet import Fleet
+from llmgw_core.fleet.ssh import SshTarget, fingerprint
+from llmgw_core.inventory import parse_inventory
+
+from .conftest import ClientKey, OpenSshd, connector_for, free_port
+
+pytestmark = pytest.mark.sshd
+
+
+def node_entry(
+    name: str,
+    port: int,
+    key: Path,
+    user: str,
+    *,
+    capture: Path | None = None,
+    work_dir: Path | None = None,
+) -> str:
+    entry = f"  - name: {name}\n    host: 127.0.0.1\n    port: {port}\n    user: {user}\n    identity_file: {key}\n"
+    if capture is not None:
+        entry += f"    replay: {capture}\n"
+    if work_dir is not None:
+        entry += f"    work_dir: {work_dir}\n"
+    return entry
+
+
+def test_several_replay_nodes_are_discovered_through_openssh(
+    tmp_path: Path, client_key: ClientKey, openssh
+):
+    sshd = OpenSshd(tmp_path / "sshd", client_key, ports=[free_port() for _ in range(3)]).start()
+    openssh.append(sshd)
+    (tmp_path / "known_hosts").write_text(sshd.known_hosts_lines())
+    kinds = [
+        ("h100", "hgx-h100", {}),
+        ("mig", "a100-mig", {}),
+        ("tray", "gb200-tray", {"state": "not-joined"}),
+    ]
+    entries = "".join(
+        node_entry(
+            name,
+            port,
+            client_key.path,
+            sshd.user,
+            capture=write_profile(kind, tmp_path / name, **options),
+            work_dir=tmp_path / name / "state",
+        )
+        for (name, kind, options), port in zip(kinds, sshd.ports, strict=True)
+    )
+    inventory = parse_inventory(f"nodes:\n{entries}known_hosts: {tmp_path / 'known_hosts'}\n")
+
+    async def scenario():
+        fleet = Fleet(inventory, connector_for(tmp_path / "known_hosts"))
+        try:
+            await fleet.start()
+            return await fleet.wait_settled(60)
+        finally:
+            await fleet.close()
+
+    nodes = asyncio.run(scenario()).nodes
+    assert {name: node.state for name, node in nodes.items()} == {
+        "h100": "ready",
+        "mig": "ready",
+        "tray": "ready",
+    }
+    assert len(nodes["h100"].facts.gpus) == 8
+    assert any(gpu.mig_profile for gpu in nodes["mig"].facts.gpus)
+    assert nodes["tray"].facts.nvlink_domain is None  # not joined: no domain
+    assert sshd.logins() == 3
+    assert (tmp_path / "h100" / "state").is_dir()  # each node's agent kept its own state dir
+
+
+def test_a_changed_host_key_of_an_openssh_node_is_refused_with_the_fingerprint(
+    tmp_path: Path, client_key: ClientKey, openssh
+):
+    sshd = OpenSshd(tmp_path / "sshd", client_key).start()
+    openssh.append(sshd)
+    old = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode()
+    (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{sshd.ports[0]} {old}")
+    inventory = parse_inventory(
+        f"nodes:\n{node_entry('gpu-a-01', sshd.ports[0], client_key.path, sshd.user)}"
+        f"known_hosts: {tmp_path / 'known_hosts'}\n"
+    )
+
+    async def scenario():
+        fleet = Fleet(inventory, connector_for(tmp_path / "known_hosts"))
+        try:
+            await fleet.start()
+            return await fleet.wait_settled(30)
+        finally:
+            await fleet.close()
+
+    node = asyncio.run(scenario()).nodes["gpu-a-01"]
+    assert node.state == "refused"
+    assert node.reason == (
+        f"the host key of gpu-a-01 ([127.0.0.1]:{sshd.ports[0]}) CHANGED: it now presents "
+        f"{fingerprint(sshd.host_key)}, which {tmp_path / 'known_hosts'} does not list for it: "
+        "check it out of band, then run `llmgw-tui --accept-host gpu-a-01`"
+    )
+    assert sshd.logins() == 0
+
+
+def test_an_openssh_node_that_stops_mid_session_is_unreachable_then_recovered(
+    tmp_path: Path, client_key: ClientKey, openssh
+):
+    sshd = OpenSshd(tmp_path / "sshd", client_key).start()
+    openssh.append(sshd)
+    (tmp_path / "known_hosts").write_text(sshd.known_hosts_lines())
+    capture = write_profile("l40s", tmp_path / "cap")
+    inventory = parse_inventory(
+        f"nodes:\n{node_entry('n1', sshd.ports[0], client_key.path, sshd.user, capture=capture)}"
+        f"known_hosts: {tmp_path / 'known_hosts'}\n"
+    )
+
+    async def scenario():
+        fleet = Fleet(
+            inventory, connector_for(tmp_path / "known_hosts"), retry_initial_s=0.2, retry_max_s=0.5
+        )
+        try:
+            await fleet.start()
+            first = await fleet.wait_settled(30)
+            await asyncio.to_thread(sshd.crash)
+            down = await fleet.wait_for(lambda s: s.nodes["n1"].state == "unreachable", 30)
+            sshd.start()
+            back = await fleet.wait_for(lambda s: s.nodes["n1"].state == "ready", 30)
+            return first.nodes["n1"], down.nodes["n1"], back.nodes["n1"]
+        finally:
+            await fleet.close()
+
+    first, down, back = asyncio.run(scenario())
+    assert first.state == "ready"
+    assert down.state == "unreachable" and "n1" in down.reason
+    assert back.state == "ready"
+    assert back.last_seen > first.last_seen
+
+
+def test_nodes_behind_a_proxyjump_share_one_bastion_connection(
+    tmp_path: Path, client_key: ClientKey, openssh
+):
+    bastion = OpenSshd(tmp_path / "bastion", client_key).start()
+    nodes = OpenSshd(tmp_path / "nodes", client_key, ports=[free_port(), free_port()]).start()
+    openssh.extend([bastion, nodes])
+    (tmp_path / "known_hosts").write_text(bastion.known_hosts_lines() + nodes.known_hosts_lines())
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host bastion\n  HostName 127.0.0.1\n  Port {bastion.ports[0]}\n  User {bastion.user}\n"
+        f"  IdentityFile {client_key.path}\n"
+        + "".join(
+            f"Host gpu-{index}\n  HostName 127.0.0.1\n  Port {port}\n  User {nodes.user}\n"
+            f"  IdentityFile {client_key.path}\n  ProxyJump bastion\n"
+            for index, port in enumerate(nodes.ports)
+        )
+    )
+    inventory = parse_inventory(
+        "nodes:\n  - {name: gpu-0, host: gpu-0}\n  - {name: gpu-1, host: gpu-1}\n"
+        f"known_hosts: {tmp_path / 'known_hosts'}\n"
+    )
+
+    async def scenario():
+        fleet = Fleet(inventory, connector_for(tmp_path / "known_hosts", config=config))
+        try:
+            await fleet.start()
+            return await fleet.wait_settled(60)
+        finally:
+            await fleet.close()
+
+    snapshot = asyncio.run(scenario())
+    assert [node.state for node in snapshot.nodes.values()] == ["ready", "ready"]
+    assert bastion.logins() == 1
+    assert nodes.logins() == 2
+
+
+def test_the_agent_is_uploaded_once_over_openssh_and_reused(
+    tmp_path: Path, client_key: ClientKey, openssh
+):
+    sshd = OpenSshd(tmp_path / "sshd", client_key).start()
+    openssh.append(sshd)
+    (tmp_path / "known_hosts").write_text(sshd.known_hosts_lines())
+    target = SshTarget(
+        node="n1",
+        host="127.0.0.1",
+        port=sshd.ports[0],
+        user=sshd.user,
+        identity_file=str(client_key.path),
+    )
+
+    async def scenario():
+        connector = connector_for(tmp_path / "known_hosts")
+        async with await connector.connect(target) as connection:
+            first = await ensure_agent(connection, "n1")
+            stamp = Path(first.agent_path).stat().st_mtime_ns
+        async with await connector.connect(target) as connection:
+            second = await ensure_agent(connection, "n1")
+            doctor = await connection.run('"$HOME/.local/bin/llmgw" --help', check=False)
+        return first, stamp, second, doctor
+
+    first, stamp, second, doctor = asyncio.run(scenario())
+    assert first.uploaded and not second.uploaded
+    assert Path(second.agent_path).stat().st_mtime_ns == stamp
+    assert first.agent_path == f"{sshd.home}/.cache/llmgw/{Path(first.agent_path).name}"
+    assert first.home == str(sshd.home)
+    launcher = sshd.home / ".local" / "bin" / "llmgw"
+    assert launcher.stat().st_mode & 0o111
+    assert Path(first.agent_path).name in launcher.read_text()
+    assert "usage: llmgw {serve,doctor,supervise,sim-engine}" in doctor.stdout
