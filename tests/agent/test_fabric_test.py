@@ -330,3 +330,64 @@ def test_an_unreachable_node_fails_its_pairs_with_the_reason(
     assert [(r.verdict, r.reason) for r in rows] == [
         ("fail", "unreachable: h100-c is unreachable: connection refused")
     ]
+
+
+# --- the headless step on the demo fleet ---------------------------------------------
+
+
+def test_the_fabric_test_step_on_the_demo_h100s_and_a_cpu_node(tmp_path: Path) -> None:
+    """Through the real inventory, SSH, deployed agent and step: rails, then TCP."""
+    from llmgw_core.fleet.demo import demo_nodes, start_demo_fleet
+    from llmgw_core.script.registry import StepContext, all_steps
+    from llmgw_core.script.steps.fabric_test import FabricTestArgs
+
+    wanted = ("h100-a-01", "h100-a-02", "cpu-01")
+
+    async def main() -> tuple[Any, Any] | None:
+        demo = await start_demo_fleet(
+            tmp_path / "demo", nodes=[n for n in demo_nodes() if n.name in wanted]
+        )
+        ctx = StepContext(
+            script_dir=tmp_path,
+            described_fleet=None,
+            inventory=str(demo.root / "inventory.yaml"),
+            demo=False,
+        )
+        try:
+            fleet = await ctx.live_fleet()
+            if "fabric.server" not in fleet.client("h100-a-01").hello.get("capabilities", []):
+                return None
+            step = all_steps()["fabric-test"]
+            rails = await step.call(
+                FabricTestArgs(
+                    nodes=["h100-a-01", "h100-a-02"], duration_s=1, concurrent_rails=True
+                ),
+                ctx,
+            )
+            tcp = await step.call(
+                FabricTestArgs(nodes=["h100-a-01", "cpu-01"], duration_s=0.5), ctx
+            )
+            return rails, tcp
+        finally:
+            await ctx.close()
+            await demo.stop()
+
+    outcomes = asyncio.run(main())
+    if outcomes is None:
+        pytest.skip("the agent's protocol does not register fabric.probe/server/client yet")
+    rails, tcp = outcomes
+    assert not rails.ok
+    assert rails.exit_code == 1
+    assert rails.error.startswith("1 rail(s) fail, first h100-a-01–h100-a-02 mlx5_5: 240.0 of 400")
+    rows = rails.result["rails"]
+    assert rails.result["fabric"] == "ib-a"
+    assert [(r["adapter_a"], r["verdict"]) for r in rows] == [
+        (f"mlx5_{i}", "fail" if i == 5 else "pass") for i in range(8)
+    ]
+    assert rows[5]["ratio"] == 0.6
+    assert {r["method"] for r in rows} == {"ib_write_bw"}
+    assert rows[0]["raw"]["client"].count("BW average[Gb/sec]") == 1
+    assert tcp.ok
+    (row,) = tcp.result["rails"]
+    assert (row["method"], row["verdict"], row["rated_gbps"]) == ("tcp", "untested", None)
+    assert row["measured_gbps"] > 0

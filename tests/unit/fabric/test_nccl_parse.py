@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from llmgw_core.fabric import transport_warnings
 from llmgw_core.fabric_nccl import parse_all_reduce_perf, parse_nccl_transport
 
 SHARP = "nccl-debug-info_all_reduce_perf_a100-pcie_2node_ib-hdr_sharp-plugin.txt"
@@ -152,3 +153,31 @@ def test_mpirun_tags_and_na_wrong_counts_are_read() -> None:
     run = parse_all_reduce_perf(text)
     assert run.hosts == ("nodea", "nodeb")
     assert run.rows[0].out_of_place_busbw_gbs == pytest.approx(5.16)
+
+
+def sim_rank_lines(env: dict[str, str], node_rank: int) -> list[str]:
+    """What the demo's sim engine prints for one rank of a 2-node, 16-card replica."""
+    from llmgw_agent.sim.engine_lines import nccl_lines
+
+    engine = {"nnodes": 2, "tp": 8, "pp": 2, "node_rank": node_rank}
+    return nccl_lines({"NCCL_DEBUG": "INFO", **env}, f"h100-a-0{node_rank + 1}", 4242, engine)
+
+
+def test_the_demo_replica_given_its_adapters_is_ib_with_gdr() -> None:
+    env = {"NCCL_IB_HCA": "=" + ",".join(f"mlx5_{i}:1" for i in range(8))}
+    shards = {f"rank{r}": parse_nccl_transport(sim_rank_lines(env, r)) for r in (0, 1)}
+    for transport in shards.values():
+        assert transport.label == "IB + GDR"
+        assert [a.name for a in transport.adapters] == [f"mlx5_{i}" for i in range(8)]
+        assert transport.nodes == 2
+    hcas = [f"mlx5_{i}" for i in range(8)]
+    assert transport_warnings("llama-70b", shards, hcas) == []
+
+
+def test_the_demo_replica_with_no_adapters_given_is_socket_and_warned() -> None:
+    shards = {f"rank{r}": parse_nccl_transport(sim_rank_lines({}, r)) for r in (0, 1)}
+    assert {t.label for t in shards.values()} == {"Socket (TCP)"}
+    assert {t.ib_found for t in shards.values()} == {False}
+    warnings = transport_warnings("llama-70b", shards, [f"mlx5_{i}" for i in range(8)])
+    assert len(warnings) == 1
+    assert "NCCL fell back to TCP sockets on rank0, rank1" in warnings[0]
