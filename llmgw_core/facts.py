@@ -211,6 +211,13 @@ class ModelDir(_Snapshot):
     models: tuple[StoredModel, ...] = ()
 
 
+class Keepalive(_Snapshot):
+    """How shards outlive the SSH session on the node (`method` None: no way, see `reason`)."""
+
+    method: Literal["setsid", "systemd-run"] | None = None
+    reason: str = ""
+
+
 class NodeFacts(_Snapshot):
     """Everything one node reports (see `llmgw_agent.discover` for how it is found)."""
 
@@ -227,6 +234,7 @@ class NodeFacts(_Snapshot):
     imex_channels: tuple[str, ...] = ()
     engines: dict[str, Engine] = {}
     model_dirs: dict[str, ModelDir] = {}
+    keepalive: Keepalive | None = None
     errors: tuple[str, ...] = ()
 
 

@@ -392,6 +392,28 @@ def _engine_checks(facts: Dict[str, Any]) -> List[Check]:
     return [_check("engines", "pass", listed)]
 
 
+def _keepalive_checks(facts: Dict[str, Any]) -> List[Check]:
+    keepalive = facts.get("keepalive")
+    if not keepalive:
+        return []
+    if keepalive.get("method") is None:
+        return [
+            _check(
+                "keepalive",
+                "fail",
+                "no way to keep a shard running after the SSH session ends",
+                keepalive.get("reason") or "",
+            )
+        ]
+    return [
+        _check(
+            "keepalive",
+            "pass",
+            "shards detach with {}: {}".format(keepalive["method"], keepalive.get("reason") or ""),
+        )
+    ]
+
+
 def _state_checks(state_dir: Optional[Path]) -> List[Check]:
     if state_dir is None:
         return []
@@ -422,6 +444,7 @@ def run_checks(facts: Dict[str, Any], state_dir: Optional[Path] = None) -> List[
     checks += _adapter_checks(facts)
     checks += _model_dir_checks(facts)
     checks += _engine_checks(facts)
+    checks += _keepalive_checks(facts)
     checks += _state_checks(Path(state_dir) if state_dir is not None else None)
     return checks
 

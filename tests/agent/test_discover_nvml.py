@@ -62,3 +62,10 @@ def test_without_pynvml_the_nvml_path_says_so_and_yields_nothing():
     record, reason = nvml.read_cards()
     assert record is None
     assert "pynvml" in reason or "NVML" in reason
+
+
+def test_a_process_name_is_read_from_proc_and_a_gone_one_is_empty():
+    import os
+
+    assert nvml.process_name(os.getpid()) != ""
+    assert nvml.process_name(None) == ""

@@ -17,7 +17,8 @@
   for a MIG instance: unknown, not zero);
 - `nvlink` ({"0": {"1": "NV18"}}), `nic_affinity`, `adapters`, `nvlink_domain`,
   `imex`, `imex_channels`, `engines` ({name: {version, path}}), `model_dirs`
-  ({path: {state, shared, fs_type, models}}).
+  ({path: {state, shared, fs_type, models}}), `keepalive` ({method, reason}:
+  how shards outlive the SSH session; method None when nothing can).
 
 Simulated memory (replay mode only): each running sim engine writes
 `paths.sim_usage_dir()/<pid>.json` =
@@ -123,6 +124,16 @@ def read_sim_usage(directory: Path) -> List[Dict[str, Any]]:
     return usages
 
 
+def keepalive_facts() -> Optional[Dict[str, Any]]:
+    """How shards outlive the SSH session here: `{method, reason}` (method None: no way)."""
+    try:
+        from llmgw_agent.keepalive import keepalive_method
+    except ImportError:
+        return None  # an agent built without supervision
+    method, reason = keepalive_method()
+    return {"method": method, "reason": reason}
+
+
 def _model_dirs(model_dirs: Iterable[str], mounts: List[Dict[str, str]]) -> Dict[str, Any]:
     return {str(path): storage.scan_model_dir(str(path), mounts) for path in model_dirs}
 
@@ -179,6 +190,8 @@ def _replay_facts(directory: Path, model_dirs: Iterable[str]) -> Dict[str, Any]:
         errors=errors,
     )
     apply_sim_usage(facts, read_sim_usage(paths.sim_usage_dir()))
+    # Simulated shards run on this machine, so its own keepalive applies unless recorded.
+    facts["keepalive"] = recorded.get("keepalive") or keepalive_facts()
     return facts
 
 
@@ -217,7 +230,7 @@ def _live_facts(model_dirs: Iterable[str]) -> Dict[str, Any]:
         adapters = ib.parse_ibstat(ibstat_text or "")
     host = host_mod.live_host()
     host["cpu_only"] = os.environ.get(CPU_ONLY_ENV, "") in ("1", "true", "yes")
-    return build_facts(
+    facts = build_facts(
         smi=smi_log,
         listing=listing,
         topo=topo_parsed,
@@ -231,6 +244,8 @@ def _live_facts(model_dirs: Iterable[str]) -> Dict[str, Any]:
         agent_version=__version__,
         errors=errors,
     )
+    facts["keepalive"] = keepalive_facts()
+    return facts
 
 
 def collect_facts(replay: Optional[str] = None, model_dirs: Iterable[str] = ()) -> Dict[str, Any]:

@@ -210,13 +210,24 @@ def _processes(nvml: Any, handle: Any) -> List[Record]:
         processes.append(
             {
                 "pid": getattr(proc, "pid", None),
-                "name": "",
+                "name": process_name(getattr(proc, "pid", None)),
                 "used_mib": int(used // (1024 * 1024)) if isinstance(used, int) else 0,
                 "gpu_instance_id": getattr(proc, "gpuInstanceId", None),
                 "compute_instance_id": getattr(proc, "computeInstanceId", None),
             }
         )
     return processes
+
+
+def process_name(pid: Optional[int]) -> str:
+    """A process's command name from /proc (NVML gives only the pid), "" when gone."""
+    if not pid:
+        return ""
+    try:
+        with open("/proc/{}/comm".format(pid)) as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
 
 
 def read_cards() -> Tuple[Optional[Record], Optional[str]]:
