@@ -73,8 +73,15 @@ def catalog_model(ref: str) -> ModelInfo:
     entry = _entry(ref)
     shape = shape_from_config(entry.config)
     files, shards = _listing(entry)
+    parameters = entry.parameters
+    if parameters is None and entry.safetensors_bytes and shape.dtype == "bfloat16":
+        parameters = entry.safetensors_bytes // 2  # two bytes a parameter in a bf16 checkpoint
     artifacts = artifacts_from_listing(
-        files, shape=shape, index_total_size=entry.safetensors_bytes, index_shards=shards
+        files,
+        shape=shape,
+        index_total_size=entry.safetensors_bytes,
+        index_shards=shards,
+        param_count=parameters,
     )
     return ModelInfo(
         ref=ref,

@@ -28,6 +28,7 @@ class CatalogModel:
         safetensors_bytes: the index's `total_size`, when the repository has safetensors.
         safetensors_shards: how many shard files the index names.
         gguf_files: GGUF file name → bytes, for a repository of quantisations.
+        parameters: the parameter count (a bf16 checkpoint holds two bytes of each).
         source: where the figures come from, in a few words.
     """
 
@@ -36,6 +37,7 @@ class CatalogModel:
     safetensors_bytes: int | None = None
     safetensors_shards: int = 1
     gguf_files: dict[str, int] = field(default_factory=dict)
+    parameters: int | None = None
     source: str = ""
 
 
@@ -185,6 +187,7 @@ CATALOG: tuple[CatalogModel, ...] = (
     CatalogModel(
         "Qwen/Qwen2.5-14B-Instruct-GGUF",
         _QWEN25_14B,
+        parameters=14_770_033_664,
         gguf_files={
             "qwen2.5-14b-instruct-q2_k.gguf": _gguf_bytes(5.37),
             "qwen2.5-14b-instruct-q3_k_m.gguf": _gguf_bytes(6.83),

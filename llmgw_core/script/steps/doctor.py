@@ -1,5 +1,8 @@
 """The `doctor` step: every node's own checks, run by its agent.
 
+For people, a line per node and each check that did not pass; `--json` has
+every check.
+
     - doctor: {}                       # every node
     - doctor: {nodes: [h100-a-01]}     # some of them
 
@@ -52,7 +55,7 @@ def _checks_of(raw: Any) -> list[dict[str, Any]]:
 
 
 def render_doctor(result: dict[str, Any]) -> Any:
-    """Each node's checks as one Rich table."""
+    """One summary row per node, then each check that did not pass (JSON has them all)."""
     from rich.table import Table
 
     table = Table(title="doctor", title_justify="left")
@@ -63,10 +66,19 @@ def render_doctor(result: dict[str, Any]) -> Any:
         if node["error"]:
             table.add_row(node["name"], "-", "[red]fail[/red]", node["error"], "")
             continue
+        counts = node["counts"]
+        summary = ", ".join(f"{counts[status]} {status}" for status in STATUSES if counts[status])
+        worst = next((s for s in ("fail", "warn") if counts[s]), "pass")
+        colour = colours[worst]
+        table.add_row(
+            node["name"], "all", f"[{colour}]{worst}[/{colour}]", summary or "no checks", ""
+        )
         for check in node["checks"]:
+            if check["status"] == "pass":
+                continue
             colour = colours.get(check["status"], "red")
             table.add_row(
-                node["name"],
+                "",
                 check["check"],
                 f"[{colour}]{check['status']}[/{colour}]",
                 check["message"],

@@ -114,29 +114,55 @@ def _fabric_node(spec: Any, facts: Any, fabric_name: str | None) -> FabricNode:
     )
 
 
+def _note(row: dict[str, Any]) -> str:
+    """The reason, where the figures alone do not say it (down, unreachable, TCP)."""
+    if row["method"] == "tcp" or row["measured_gbps"] is None or row["ratio"] is None:
+        return row["reason"]
+    return ""
+
+
+def _adapters(row: dict[str, Any]) -> str:
+    a, b = row["adapter_a"], row["adapter_b"]
+    if a is None and b is None:
+        return "-"
+    return str(a) if a == b else f"{a or '-'}/{b or '-'}"
+
+
 def render_fabric_test(result: dict[str, Any]) -> Any:
-    """The rails as one Rich table."""
+    """The rails as one Rich table (a row per pair and rail), reasons beneath it."""
+    from rich import box
     from rich.table import Table
 
     title = f"fabric test: {result['fabric']}" if result.get("fabric") else "fabric test"
-    table = Table(title=title, title_justify="left")
-    for column in ("node a", "node b", "adapter a", "adapter b", "rated Gb/s", "measured Gb/s"):
-        table.add_column(column, justify="right" if "Gb/s" in column else "left")
-    for column in ("ratio", "verdict", "method", "reason"):
-        table.add_column(column, justify="right" if column == "ratio" else "left")
+    notes = [
+        f"{row['node_a']}–{row['node_b']} {_adapters(row)}: {_note(row)}".replace(" -:", ":")
+        for row in result["rails"]
+        if _note(row)
+    ]
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        caption="\n".join(notes) or None,
+        caption_justify="left",
+    )
+    for column in ("node a", "node b", "adapter"):
+        table.add_column(column, no_wrap=True)
+    for column in ("rated", "Gb/s", "ratio"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for column in ("verdict", "method"):
+        table.add_column(column, no_wrap=True)
     for row in result["rails"]:
         colour = VERDICT_COLOURS.get(row["verdict"], "red")
         table.add_row(
             row["node_a"],
             row["node_b"],
-            row["adapter_a"] or "-",
-            row["adapter_b"] or "-",
+            _adapters(row),
             _figure(row["rated_gbps"]),
             _figure(row["measured_gbps"]),
             f"{row['ratio']:.0%}" if row["ratio"] is not None else "-",
             f"[{colour}]{row['verdict']}[/{colour}]",
             row["method"],
-            row["reason"],
         )
     return table
 

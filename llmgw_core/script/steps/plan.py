@@ -85,6 +85,10 @@ def _shape_summary(model: Any) -> dict[str, Any] | None:
     if shape is None:
         return None
     params = next((a.param_count for a in model.artifacts if a.param_count), None)
+    if params is None:
+        from llmgw_core.model.params import count_parameters
+
+        params = count_parameters(shape).main  # counted from the architecture, layer by layer
     return {
         "architecture": shape.architecture,
         "layers": shape.num_layers,

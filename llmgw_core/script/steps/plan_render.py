@@ -53,12 +53,23 @@ def _files_table(result: dict[str, Any]) -> Table:
 
 
 def _ways_table(options: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, pad_edge=False, show_header=False)
-    for _ in range(5):
-        table.add_column()
+    table = Table(box=None, padding=(0, 1, 0, 2), header_style="dim")
+    for name in ("FILE", "WAY", "HOW", "A CARD", "WEIGHTS + CONTEXT + ENGINE", "OF", "NOW"):
+        right = name in ("A CARD", "OF")
+        wraps = name in ("WAY", "HOW")
+        table.add_column(name, justify="right" if right else "left", no_wrap=not wraps)
     for way in options[:MAX_WAYS_SHOWN]:
         now = Text("free", style="green") if way["free_now"] else Text("busy", style="yellow")
-        table.add_row("  " + way["artifact"], way["label"], way["layout"], way["memory"], now)
+        parts = f"{way['weights_gib']:.1f} + {way['context_gib']:.1f} + {way['engine_gib']:.1f}"
+        table.add_row(
+            way["artifact"],
+            way["label"],
+            way["layout"],
+            f"{way['per_card_gib']:.1f} GB",
+            parts,
+            f"{way['usable_gib']:.0f} GB",
+            now,
+        )
     return table
 
 

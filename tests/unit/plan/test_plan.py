@@ -1,0 +1,183 @@
+"""Planning whole models against described fleets: the ways offered, their order, and why not."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmgw_core.catalog import catalog_model
+from llmgw_core.errors import BadInput
+from llmgw_core.plan import plan
+from llmgw_core.pools import described_fleet
+
+TWO_DGX = [
+    {"name": "dgx", "count": 2, "gpu": "h100-80g", "gpus": 8, "fabric": "ib-a"},
+    {"name": "cpu1", "gpus": 0, "memory_gib": 512},
+]
+LLAMA_70B = "catalog:meta-llama/Llama-3.3-70B-Instruct"
+QWEN_235B = "catalog:Qwen/Qwen3-235B-A22B"
+QWEN_14B_GGUF = "catalog:Qwen/Qwen2.5-14B-Instruct-GGUF"
+
+
+def _plan(ref: str, fleet: list[dict], **kw):
+    kw.setdefault("context", 32768)
+    return plan(catalog_model(ref), described_fleet(fleet), **kw)
+
+
+def test_llama_70b_at_32k_on_two_h100_nodes_is_best_on_4_cards_of_one_node():
+    result = _plan(LLAMA_70B, TWO_DGX, format="safetensors")
+    best = result.best
+    assert (best.engine, best.cards, best.nodes, best.tensor_parallel, best.pipeline_parallel) == (
+        "vllm",
+        4,
+        1,
+        4,
+        1,
+    )
+    assert best.gpu_class == "h100-80g" and best.free_now
+    assert round(best.weights_gib, 1) == 32.9
+    assert round(best.context_gib, 1) == 2.5
+    assert best.usable_gib == pytest.approx(71.27, abs=0.01)
+    assert (
+        best.memory_text().startswith("4")
+        and "(weights 32.9 + context 2.5 + engine " in best.memory_text()
+    )
+    assert round(result.context_gib_per_1k_tokens, 2) == 0.31
+    assert best.serve.startswith(
+        "vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 4 --pipeline-parallel-size 1"
+        " --max-model-len 32768"
+    )
+
+
+def test_every_way_is_listed_best_first_one_node_before_two():
+    result = _plan(LLAMA_70B, TWO_DGX, format="safetensors")
+    vllm = [(w.tensor_parallel, w.nodes) for w in result.options if w.engine == "vllm"]
+    assert vllm[:2] == [(4, 1), (8, 1)]
+    assert all(nodes == 2 for _, nodes in vllm[2:]) and vllm[2:]
+    engines = [w.engine for w in result.options[:2]]
+    assert engines == ["vllm", "sglang"]
+
+
+def test_qwen3_235b_at_bf16_runs_8_wide_with_expert_parallel():
+    result = _plan(QWEN_235B, TWO_DGX, format="safetensors")
+    best = result.best
+    assert (best.cards, best.nodes, best.tensor_parallel) == (8, 1, 8)
+    assert best.expert_parallel
+    assert "--enable-expert-parallel" in best.serve
+    assert best.precision == "bf16" and best.quantization is None
+
+
+def test_a_width_of_12_is_never_offered_for_8_kv_heads_even_on_a_16_card_node():
+    fleet = [{"name": "big", "gpu": "h100-80g", "gpus": 16}]
+    result = _plan(LLAMA_70B, fleet, format="safetensors", context=8192)
+    widths = {w.tensor_parallel for w in result.options}
+    assert 12 not in widths
+    assert widths == {4, 8, 16}
+
+
+def test_a_mig_instance_serves_a_replica_alone():
+    fleet = [{"name": "a100m", "gpu": "a100-80g-mig-3g.40gb", "gpus": 7, "fabric": "ib-a"}]
+    small = _plan("catalog:meta-llama/Llama-3.1-8B-Instruct", fleet, context=8192)
+    assert small.options and all(w.cards == 1 and w.nodes == 1 for w in small.options)
+    assert any("a MIG instance serves a replica alone" in note for note in small.notes)
+    big = _plan(LLAMA_70B, fleet, format="safetensors")
+    assert big.best is None
+
+
+def test_a_gguf_file_runs_on_a_cpu_node_from_a_downloaded_path():
+    fleet = [{"name": "cpu1", "gpus": 0, "memory_gib": 512}]
+    result = _plan(QWEN_14B_GGUF, fleet)
+    best = result.best
+    assert best.on_cpu and best.engine == "llama.cpp" and best.cards == 0
+    assert best.needs_download
+    assert best.source == "models/Qwen/Qwen2.5-14B-Instruct-GGUF/qwen2.5-14b-instruct-q8_0.gguf"
+    assert best.serve.endswith("--n-gpu-layers 0")
+    assert best.label() == "CPU node"
+
+
+def test_safetensors_never_run_on_a_cpu_node():
+    fleet = [{"name": "cpu1", "gpus": 0, "memory_gib": 2048}]
+    result = _plan("catalog:meta-llama/Llama-3.1-8B-Instruct", fleet, context=8192)
+    assert result.best is None
+
+
+def test_among_gguf_files_on_one_card_the_better_precision_up_to_8_bits_wins():
+    fleet = [{"name": "dgx", "gpu": "h100-80g", "gpus": 8}]
+    result = _plan(QWEN_14B_GGUF, fleet)
+    one_card = [w.artifact for w in result.options if w.cards == 1]
+    assert one_card[0] == "Q8_0"
+    assert one_card.index("Q6_K") < one_card.index("Q4_K_M") < one_card.index("Q2_K")
+    assert all(w.engine == "llama.cpp" for w in result.options)
+
+
+def test_a_pcie_box_runs_one_card_a_replica_and_says_why():
+    fleet = [{"name": "pcie", "gpu": "l40s-48g", "gpus": 4, "nvlink": False}]
+    result = _plan("catalog:meta-llama/Llama-3.1-8B-Instruct", fleet, context=8192)
+    assert {w.tensor_parallel for w in result.options} == {1}
+    assert any("share no NVLink" in note for note in result.notes)
+
+
+def test_nodes_on_two_fabrics_are_never_one_replica():
+    split = [
+        {"name": "a", "count": 2, "gpu": "h100-80g", "gpus": 1, "fabric": "ib-a"},
+        {"name": "b", "gpu": "h100-80g", "gpus": 1, "fabric": "ib-b"},
+    ]
+    assert _plan(LLAMA_70B, split, format="safetensors").best is None
+    joined = [{"name": "a", "count": 3, "gpu": "h100-80g", "gpus": 1, "fabric": "ib-a"}]
+    best = _plan(LLAMA_70B, joined, format="safetensors").best
+    assert (best.nodes, best.pipeline_parallel, best.tensor_parallel) == (3, 3, 1)
+    assert best.label() == "3 nodes × 1 × h100-80g on ib-a"
+
+
+def test_an_nvlink_domain_spans_its_trays():
+    fleet = [
+        {"name": "nvl", "count": 18, "gpu": "gb200-186g", "gpus": 4, "nvlink_domain": "nvl72-a"}
+    ]
+    result = _plan("catalog:Qwen/Qwen3-235B-A22B", fleet, format="safetensors")
+    assert result.best is not None
+    several = [w for w in result.options if w.nodes > 1]
+    assert several and all(w.interconnect == "nvl72-a" for w in several)
+
+
+def test_when_every_way_uses_busy_cards_it_says_which_to_free():
+    fleet = [{"name": "dgx", "count": 2, "gpu": "h100-80g", "gpus": 8, "busy": 6}]
+    result = _plan(LLAMA_70B, fleet, format="safetensors")
+    assert result.best is not None and not result.best.free_now
+    assert result.advice == (
+        "free 4 h100-80g cards of one node: every way that fits uses busy cards now",
+    )
+
+
+def test_when_nothing_fits_it_says_what_would():
+    fleet = [{"name": "dgx", "count": 1, "gpu": "h100-80g", "gpus": 4, "fabric": "ib-a"}]
+    result = _plan(QWEN_235B, fleet, format="safetensors")
+    assert result.best is None
+    sentence = result.does_not_fit_sentence()
+    assert sentence.startswith(
+        "Qwen/Qwen3-235B-A22B at a context of 32768 tokens fits nowhere in this fleet"
+    )
+    assert "a 4-bit version" in sentence
+    assert "nodes of 4 × h100-80g on one fabric (h100-80g on ib-a has 1)" in sentence
+
+
+def test_a_shorter_context_is_offered_when_that_is_what_it_takes():
+    fleet = [{"name": "box", "gpu": "h100-80g", "gpus": 1}]
+    result = _plan("catalog:meta-llama/Llama-3.1-8B-Instruct", fleet, context=131072, concurrency=8)
+    assert result.best is None
+    assert any(
+        line.startswith("a context of ") and "(not 131072) on 1 × h100-80g" in line
+        for line in result.advice
+    )
+
+
+def test_a_context_longer_than_trained_is_bad_input():
+    with pytest.raises(BadInput, match="longer than the 40960 tokens the model was trained for"):
+        _plan(QWEN_235B, TWO_DGX, context=131072)
+
+
+def test_each_file_has_its_own_row_with_its_best_way():
+    result = _plan(QWEN_14B_GGUF, TWO_DGX)
+    names = [row.name for row in result.artifacts]
+    assert names == ["Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "F16"]
+    q4 = result.artifacts[2]
+    assert round(q4.size_gib, 2) == 8.37
+    assert q4.best is not None and q4.best.artifact == "Q4_K_M"
