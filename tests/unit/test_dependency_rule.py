@@ -31,10 +31,7 @@ def _modules_after_import(module: str, *python_flags: str, path: str | None = No
 
 
 def _core_modules() -> list[str]:
-    return [
-        info.name
-        for info in pkgutil.walk_packages(llmgw_core.__path__, prefix="llmgw_core.")
-    ]
+    return [info.name for info in pkgutil.walk_packages(llmgw_core.__path__, prefix="llmgw_core.")]
 
 
 def test_the_core_never_imports_textual():
@@ -49,8 +46,7 @@ def test_the_agent_imports_only_the_standard_library():
     import llmgw_agent
 
     names = ["llmgw_agent", "llmgw_agent.__main__"] + [
-        info.name
-        for info in pkgutil.walk_packages(llmgw_agent.__path__, prefix="llmgw_agent.")
+        info.name for info in pkgutil.walk_packages(llmgw_agent.__path__, prefix="llmgw_agent.")
     ]
     stdlib = set(sys.stdlib_module_names) | {"llmgw_agent", "pynvml", "__main__"}
     for module in names:
