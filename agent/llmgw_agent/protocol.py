@@ -7,7 +7,7 @@ The console runs `python3 agent.pyz serve` on one SSH channel and speaks this:
 * a request `{"id": str|int, "op": str, "args": {...}}` gets
   `{"id", "ok": true, "result": ...}` or
   `{"id", "ok": false, "error": {"code", "message"}}`;
-* a streaming op (`shard.logs`, `download.watch`) first sends
+* a streaming op (`shard.logs`, `download.watch`, `fabric.server`) first sends
   `{"id", "event": {...}}` lines, then its final result line;
 * `{"id": X, "op": "cancel", "args": {"target": Y}}` ends stream Y (which then
   sends its final result, with `"cancelled": true`) and answers X with
@@ -102,6 +102,9 @@ class Server:
             "shard.forget": _op_shard_forget,
             "shard.logs": _op_shard_logs,
             "download.watch": _op_download_watch,
+            "fabric.probe": self._op_fabric_probe,
+            "fabric.server": self._op_fabric_server,
+            "fabric.client": self._op_fabric_client,
         }
 
     def hello(self) -> dict:
@@ -245,6 +248,21 @@ class Server:
                 "unavailable", "the doctor is not part of this agent: {}".format(exc)
             ) from exc
         return {"checks": run_checks(facts, state_dir=str(paths.state_dir()))}
+
+    def _op_fabric_probe(self, args: dict, _stream: Stream) -> dict:
+        from llmgw_agent import fabric_test
+
+        return fabric_test.fabric_probe(args, self.replay)
+
+    def _op_fabric_server(self, args: dict, stream: Stream) -> dict:
+        from llmgw_agent import fabric_test
+
+        return fabric_test.fabric_server(args, stream.emit, stream.cancelled, self.replay)
+
+    def _op_fabric_client(self, args: dict, stream: Stream) -> dict:
+        from llmgw_agent import fabric_test
+
+        return fabric_test.fabric_client(args, stream.emit, stream.cancelled, self.replay)
 
     def _op_shard_start(self, args: dict, _stream: Stream) -> dict:
         from llmgw_agent.shards import start_shard

@@ -101,7 +101,7 @@ def _run_argv(argv: List[str], replay: Optional[str]) -> List[str]:
     """The argv to execute: the real one, or in replay mode the sim engine standing in."""
     if not replay:
         return argv
-    from llmgw_agent.sim.engine import engine_kind
+    from llmgw_agent.sim.engine_args import engine_kind
 
     kind = engine_kind(argv)
     if kind is None:
@@ -361,6 +361,7 @@ def stop_shard(shard_id: str, timeout_s: Optional[float]) -> dict:
         deadline = time.monotonic() + timeout + _STOP_SLACK_S
         while time.monotonic() < deadline:
             if read_record(directory / "state.json").get("phase") in TERMINAL_PHASES:
+                _wait_gone(supervisor, shard.get("token", ""), _STOP_SLACK_S)
                 return _stop_result(judge_shard(directory))
             if proc_identity.judge(supervisor, shard.get("token", "")) is not None:
                 break  # it died without finishing: the agent stops the engine itself
@@ -381,6 +382,13 @@ def stop_shard(shard_id: str, timeout_s: Optional[float]) -> dict:
     write_record(directory / "state.json", state)
     _finish(directory, shard, "stopped", "stopped on request (by the agent)")
     return _stop_result(judge_shard(directory))
+
+
+def _wait_gone(recorded: dict, token: str, timeout_s: float) -> None:
+    """Wait (a little) until a recorded process has exited."""
+    deadline = time.monotonic() + timeout_s
+    while proc_identity.judge(recorded, token) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _stop_result(judged: dict) -> dict:

@@ -229,9 +229,10 @@ class Supervisor:
         if killed:
             reason += " (SIGKILL after the stop timeout)"
         self.note("shard {}: {}".format(phase, reason))
-        self.update(phase=phase, reason=reason, exit_code=code, killed=killed, ended_at=time.time())
-        claims.release(self.shard.get("gpus", []), self.shard["shard_id"])
         self.log.close()
+        # Claims go first: whoever sees the terminal phase may reuse the cards at once.
+        claims.release(self.shard.get("gpus", []), self.shard["shard_id"])
+        self.update(phase=phase, reason=reason, exit_code=code, killed=killed, ended_at=time.time())
         return 0
 
 

@@ -154,7 +154,9 @@ def state_dir(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "state"
     path.mkdir()
     yield path
-    left = processes_with_state(path)
+    deadline = time.monotonic() + 5
+    while (left := processes_with_state(path)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     for pid in left:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,427 @@
+"""The sim engine: a real process that stands in for vLLM, SGLang or llama.cpp.
+
+`llmgw sim-engine --as vllm -- vllm serve MODEL --port 8000 …` reads the real
+command line, prints start-up lines shaped like that engine's (NCCL's lines
+reflecting the environment it was given), serves `/health` (503 while
+loading, then 200), `/v1/models`, `/v1/chat/completions`, `/v1/completions`
+and `/metrics` on 127.0.0.1, and records the memory it holds on its simulated
+cards in `sim_usage_dir()/<pid>.json` until it exits. In replay mode the
+agent's supervisor runs it in place of the real binary (`engine_args.engine_kind`
+says which commands).
+
+Environment: `LLMGW_SIM_LOAD_S` (seconds of loading, default 1.5),
+`LLMGW_SIM_FAIL` (a message: fail with it after loading half-way),
+`LLMGW_SIM_CARD_MIB` (memory of one card, else from the replayed node).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import List, Optional
+
+from llmgw_agent import paths
+from llmgw_agent.sim.engine_args import KINDS, engine_kind, parse_engine_argv
+from llmgw_agent.sim.engine_lines import (
+    loading_lines,
+    memory_plan,
+    nccl_lines,
+    ready_lines,
+)
+
+DEFAULT_LOAD_S = 1.5
+DEFAULT_CARD_MIB = 81559
+"""An H100 80 GB's memory, when nothing better is known."""
+_DEFAULT_WEIGHTS_BYTES = 16 * 1024**3
+
+
+def say(text: str, end: str = "\n") -> None:
+    """Print one engine line (or a `\r` progress redraw) at once."""
+    sys.stdout.write(text + end)
+    sys.stdout.flush()
+
+
+def _card_gpus() -> List[str]:
+    """The cards this engine runs on: the shard's claimed ids, else CUDA_VISIBLE_DEVICES."""
+    listed = os.environ.get("LLMGW_SHARD_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return [gpu.strip() for gpu in listed.split(",") if gpu.strip()]
+
+
+def _card_mib(gpus: List[str]) -> int:
+    """The memory of one of this engine's cards: explicit, from the replayed node, or a default."""
+    explicit = os.environ.get("LLMGW_SIM_CARD_MIB")
+    if explicit and explicit.isdigit():
+        return int(explicit)
+    replay = paths.replay_dir()
+    if replay is None:
+        return DEFAULT_CARD_MIB
+    try:
+        text = (replay / "nvidia-smi-q-x.xml").read_text(errors="replace")
+    except OSError:
+        return DEFAULT_CARD_MIB
+    totals = [
+        int(found) for found in re.findall(r"<fb_memory_usage>\s*<total>\s*(\d+)\s*MiB", text)
+    ]
+    if not totals:
+        return DEFAULT_CARD_MIB
+    wanted = gpus[0] if gpus else "0"
+    if wanted.isdigit() and int(wanted) < len(totals):
+        return totals[int(wanted)]
+    return totals[0]
+
+
+def _weights(model: Optional[str]) -> tuple:
+    """(weights bytes, shard file count) of a model path, or defaults when absent."""
+    if not model or not os.path.exists(model):
+        return _DEFAULT_WEIGHTS_BYTES, 4
+    if os.path.isfile(model):
+        return os.path.getsize(model), 1
+    files = [
+        path
+        for path in Path(model).iterdir()
+        if path.suffix in (".safetensors", ".bin", ".gguf", ".pt") and path.is_file()
+    ]
+    if not files:
+        return _DEFAULT_WEIGHTS_BYTES, 4
+    return sum(path.stat().st_size for path in files), len(files)
+
+
+class SimState:
+    """What the HTTP side needs to know: loading or ready, and counters for /metrics."""
+
+    def __init__(self, engine: dict, plan: dict) -> None:
+        self.engine = engine
+        self.plan = plan
+        self.ready = threading.Event()
+        self.lock = threading.Lock()
+        self.requests_total = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+
+
+def _answer_text(state: SimState) -> str:
+    return "Hello from the simulated {} engine serving {}.".format(
+        state.engine["kind"], state.engine["served_name"]
+    )
+
+
+def _prompt_words(body: dict) -> int:
+    if isinstance(body.get("messages"), list):
+        text = " ".join(
+            str(message.get("content", ""))
+            for message in body["messages"]
+            if isinstance(message, dict)
+        )
+    else:
+        text = str(body.get("prompt", ""))
+    return max(1, len(text.split()))
+
+
+class SimHandler(BaseHTTPRequestHandler):
+    """The OpenAI-style API of the sim engine."""
+
+    server_version = "llmgw-sim"
+    protocol_version = "HTTP/1.1"
+    sim: SimState
+
+    def log_message(self, format: str, *args) -> None:
+        if not self.path.startswith(("/health", "/metrics")):
+            say(
+                'INFO:     {}:{} - "{} {} HTTP/1.1" {}'.format(
+                    self.client_address[0], self.client_address[1], self.command, self.path, args[1]
+                )
+            )
+
+    def _send(self, status: int, body: object, content_type: str = "application/json") -> None:
+        raw = (body if isinstance(body, str) else json.dumps(body)).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def _loading(self) -> bool:
+        if self.sim.ready.is_set():
+            return False
+        error = {"code": 503, "message": "Loading model", "type": "unavailable_error"}
+        self._send(503, {"error": error})
+        return True
+
+    def do_GET(self) -> None:
+        """`/health`, `/v1/models`, `/metrics`, `/version`."""
+        route = self.path.split("?")[0]
+        if route in ("/health", "/v1/health", "/health_generate"):
+            if not self._loading():
+                self._send(200, {"status": "ok"})
+        elif route == "/v1/models":
+            context = self.sim.engine.get("context_tokens") or 32768
+            model = {
+                "id": self.sim.engine["served_name"],
+                "object": "model",
+                "created": 0,
+                "owned_by": "llmgw-sim",
+                "max_model_len": context,
+            }
+            self._send(200, {"object": "list", "data": [model]})
+        elif route == "/metrics":
+            self._send(200, self._metrics(), "text/plain; version=0.0.4")
+        elif route == "/version":
+            self._send(200, {"version": "sim"})
+        else:
+            self._send(404, {"error": {"code": 404, "message": "no route " + route}})
+
+    def _metrics(self) -> str:
+        prefix = {"vllm": "vllm:", "sglang": "sglang:"}.get(self.sim.engine["kind"], "llamacpp:")
+        label = '{{model_name="{}"}}'.format(self.sim.engine["served_name"])
+        with self.sim.lock:
+            values = [
+                ("num_requests_running", 0),
+                ("num_requests_waiting", 0),
+                ("kv_cache_usage_perc", 0.0),
+                ("request_success_total", self.sim.requests_total),
+                ("prompt_tokens_total", self.sim.prompt_tokens_total),
+                ("generation_tokens_total", self.sim.generation_tokens_total),
+            ]
+        return "".join("{}{}{} {}\n".format(prefix, name, label, value) for name, value in values)
+
+    def do_POST(self) -> None:
+        """`/v1/chat/completions` and `/v1/completions`: a short deterministic answer."""
+        route = self.path.split("?")[0]
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            self._send(400, {"error": {"code": 400, "message": "the body is not JSON"}})
+            return
+        if route not in ("/v1/chat/completions", "/v1/completions") or not isinstance(body, dict):
+            self._send(404, {"error": {"code": 404, "message": "no route " + route}})
+            return
+        if self._loading():
+            return
+        words = _answer_text(self.sim).split()
+        max_tokens = body.get("max_tokens")
+        if isinstance(max_tokens, int) and max_tokens > 0:
+            words = words[:max_tokens]
+        prompt_tokens = _prompt_words(body)
+        with self.sim.lock:
+            self.sim.requests_total += 1
+            self.sim.prompt_tokens_total += prompt_tokens
+            self.sim.generation_tokens_total += len(words)
+        chat = route == "/v1/chat/completions"
+        if body.get("stream"):
+            self._stream(words, chat)
+            return
+        text = " ".join(words)
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": text}}
+            if chat
+            else {"index": 0, "text": text}
+        )
+        choice["finish_reason"] = "stop"
+        self._send(
+            200,
+            {
+                "id": "sim-{}".format(self.sim.requests_total),
+                "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": self.sim.engine["served_name"],
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": len(words),
+                    "total_tokens": prompt_tokens + len(words),
+                },
+            },
+        )
+
+    def _stream(self, words: List[str], chat: bool) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        for index, word in enumerate(words):
+            piece = word if index == 0 else " " + word
+            delta = (
+                {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
+            )
+            chunk = {"object": "chat.completion.chunk", "model": self.sim.engine["served_name"]}
+            chunk["choices"] = [delta]
+            self.wfile.write("data: {}\n\n".format(json.dumps(chunk)).encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+
+def _bind_host(requested: Optional[str]) -> str:
+    """The sim serves on loopback only (a real engine's 0.0.0.0 is not ours to take)."""
+    return requested if requested and requested.startswith("127.") else "127.0.0.1"
+
+
+def _listen_forever(host: str, port: int, stop: threading.Event) -> socket.socket:
+    """A bare TCP listener (the Ray head's or an RPC server's port), accepting and closing."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen(16)
+    listener.settimeout(0.2)
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            connection.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener
+
+
+def _write_usage(gpus: List[str], used_mib: int) -> Path:
+    record = {
+        "pid": os.getpid(),
+        "gpus": gpus,
+        "used_mib": used_mib,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    path = paths.sim_usage_dir() / "{}.json".format(os.getpid())
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(record))
+    os.replace(str(temporary), str(path))
+    return path
+
+
+def run_engine(kind: str, real_argv: List[str]) -> int:
+    """Be the engine the real argv names until SIGTERM; exit code like the real one."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda _signum, _frame: stop.set())
+    engine = parse_engine_argv(kind, real_argv)
+    load_s = float(os.environ.get("LLMGW_SIM_LOAD_S") or DEFAULT_LOAD_S)
+    host = _bind_host(engine["host"])
+    bound = "{}:{}".format(host, engine["port"])
+    if kind in ("ray", "rpc-server"):
+        return _run_listener(kind, engine, host, stop)
+    gpus = _card_gpus()
+    weights_bytes, shard_count = _weights(engine["model"])
+    plan = memory_plan(engine, _card_mib(gpus), weights_bytes)
+    state = SimState(engine, plan)
+    say(
+        "INFO {} sim {} engine, model={} served as {!r}, tp={} pp={} nnodes={} node_rank={}".format(
+            time.strftime("%m-%d %H:%M:%S"),
+            kind,
+            engine["model"],
+            engine["served_name"],
+            engine["tp"],
+            engine["pp"],
+            engine["nnodes"],
+            engine["node_rank"],
+        )
+    )
+    server = None
+    if engine["serves_http"]:
+        handler = type("BoundSimHandler", (SimHandler,), {"sim": state})
+        try:
+            server = ThreadingHTTPServer((host, engine["port"]), handler)
+        except OSError as exc:
+            say("ERROR: [Errno {}] could not bind {}: {}".format(exc.errno, bound, exc.strerror))
+            return 1
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    usage_path = _write_usage(gpus, int(plan["weights_gib"] * 1024))
+    try:
+        return _load_and_serve(engine, plan, state, load_s, bound, stop, gpus, shard_count)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        with contextlib.suppress(FileNotFoundError):
+            usage_path.unlink()
+
+
+def _load_and_serve(
+    engine: dict,
+    plan: dict,
+    state: SimState,
+    load_s: float,
+    bound: str,
+    stop: threading.Event,
+    gpus: List[str],
+    shard_count: int,
+) -> int:
+    for line in nccl_lines(dict(os.environ), socket.gethostname(), os.getpid(), engine):
+        say(line)
+    lines = loading_lines(engine, plan, shard_count)
+    failure = os.environ.get("LLMGW_SIM_FAIL")
+    for index, (text, end) in enumerate(lines):
+        if stop.wait(load_s / max(1, len(lines))):
+            say("INFO Shutting down while loading")
+            return 0
+        say(text, end)
+        if failure and index >= len(lines) // 2:
+            say(
+                "ERROR {} EngineCore failed to start: {}".format(time.strftime("%H:%M:%S"), failure)
+            )
+            return 1
+    _write_usage(gpus, plan["used_mib"])
+    for line in ready_lines(engine, plan, load_s, bound):
+        say(line)
+    state.ready.set()
+    stop.wait()
+    say("INFO:     Shutting down")
+    return 0
+
+
+def _run_listener(kind: str, engine: dict, host: str, stop: threading.Event) -> int:
+    listens = kind == "rpc-server" or engine["head"]
+    listener = None
+    if listens:
+        try:
+            listener = _listen_forever(host, engine["port"], stop)
+        except OSError as exc:
+            say("ERROR: could not bind {}:{}: {}".format(host, engine["port"], exc.strerror))
+            return 1
+    if kind == "ray":
+        say("Local node IP: 127.0.0.1")
+        say("Ray runtime started.")
+        if engine["head"]:
+            say("To add another node to this Ray cluster, run")
+            say("  ray start --address='127.0.0.1:{}'".format(engine["port"]))
+    else:
+        say("Starting RPC server v3.0.0")
+        say("  endpoint       : {}:{}".format(host, engine["port"]))
+    stop.wait()
+    if listener is not None:
+        listener.close()
+    return 0
+
+
+def main(argv) -> int:
+    """`llmgw sim-engine [--as KIND] -- REAL ARGV…`."""
+    args = list(argv)
+    real_argv: List[str] = []
+    if "--" in args:
+        split = args.index("--")
+        args, real_argv = args[:split], args[split + 1 :]
+    parser = argparse.ArgumentParser(prog="llmgw sim-engine")
+    parser.add_argument("--as", dest="kind", choices=KINDS, default=None)
+    options = parser.parse_args(args)
+    kind = options.kind or engine_kind(real_argv)
+    if kind is None or not real_argv:
+        sys.stderr.write(
+            "llmgw sim-engine: give the real command after `--` (vllm serve …, llama-server …)\n"
+        )
+        return 2
+    return run_engine(kind, real_argv)

@@ -1,0 +1,161 @@
+"""Which engine a command line starts, and what the sim engine reads from it (pure).
+
+In replay mode the agent runs the sim engine in place of a real one, with
+the real argv. The rule that recognises an engine command lives here:
+
+* `vllm serve …`, `sglang serve …`, `llama-server …`, `rpc-server …`, `ray start …`
+  (by the basename of argv[0]);
+* `python… -m vllm.entrypoints.openai.api_server`, `-m sglang.launch_server`,
+  `-m llama_cpp.server` (any python interpreter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import List, Optional
+
+KINDS = ("vllm", "sglang", "llama.cpp", "rpc-server", "ray")
+
+_BY_PROGRAM = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "llama-server": "llama.cpp",
+    "rpc-server": "rpc-server",
+    "ray": "ray",
+}
+_BY_MODULE = {
+    "vllm.entrypoints.openai.api_server": "vllm",
+    "vllm.entrypoints.cli.main": "vllm",
+    "sglang.launch_server": "sglang",
+    "llama_cpp.server": "llama.cpp",
+}
+_DEFAULT_PORTS = {
+    "vllm": 8000,
+    "sglang": 30000,
+    "llama.cpp": 8080,
+    "rpc-server": 50052,
+    "ray": 6379,
+}
+_DEFAULT_MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88}
+
+
+def engine_kind(argv: List[str]) -> Optional[str]:
+    """The engine an argv starts (`vllm`, `sglang`, `llama.cpp`, `rpc-server`, `ray`), or None."""
+    if not argv:
+        return None
+    program = os.path.basename(argv[0])
+    if program in _BY_PROGRAM:
+        return _BY_PROGRAM[program]
+    if program.startswith("python") and len(argv) >= 3 and argv[1] == "-m":
+        return _BY_MODULE.get(argv[2])
+    return None
+
+
+def _engine_args(argv: List[str]) -> List[str]:
+    """The flags after the program (and `-m module`, and a `serve`/`start` verb)."""
+    if os.path.basename(argv[0]).startswith("python") and argv[1:2] == ["-m"]:
+        return list(argv[3:])
+    return list(argv[1:])
+
+
+def _parser(kind: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=kind, add_help=False, allow_abbrev=False)
+    add = parser.add_argument
+    add("--port", "-p", type=int, default=_DEFAULT_PORTS[kind])
+    add("--host", "-H", default=None)
+    add("--served-model-name", "--alias", "-a", "--model_alias", nargs="+", default=None)
+    if kind == "vllm":
+        add("--model", default=None)
+        add("--tensor-parallel-size", "-tp", type=int, default=1)
+        add("--pipeline-parallel-size", "-pp", type=int, default=1)
+        add("--data-parallel-size", "-dp", type=int, default=1)
+        add("--max-model-len", default=None)
+        add("--gpu-memory-utilization", type=float, default=_DEFAULT_MEMORY_FRACTION[kind])
+        add("--nnodes", "-n", type=int, default=1)
+        add("--node-rank", "-r", type=int, default=0)
+        add("--headless", action="store_true")
+        add("--master-addr", default=None)
+    elif kind == "sglang":
+        add("--model-path", "--model", default=None)
+        add("--tp-size", "--tensor-parallel-size", "--tp", type=int, default=1)
+        add("--pp-size", "--pipeline-parallel-size", type=int, default=1)
+        add("--nnodes", type=int, default=1)
+        add("--node-rank", type=int, default=0)
+        add("--dist-init-addr", "--nccl-init-addr", default=None)
+        add("--context-length", default=None)
+        add("--mem-fraction-static", type=float, default=_DEFAULT_MEMORY_FRACTION[kind])
+    elif kind == "llama.cpp":
+        add("--model", "-m", default=None)
+        add("--n-gpu-layers", "-ngl", "--gpu-layers", "--n_gpu_layers", default="auto")
+        add("--ctx-size", "-c", "--n_ctx", type=int, default=0)
+        add("--rpc", default=None)
+    elif kind == "ray":
+        add("--head", action="store_true")
+        add("--address", default=None)
+        add("--block", action="store_true")
+    return parser
+
+
+def _context_tokens(text: Optional[str]) -> Optional[int]:
+    """`32768`, `32k` (×1000), `32K` (×1024), `auto`/`-1` (None: from the model)."""
+    if text is None or text in ("auto", "-1"):
+        return None
+    multiplier = {"k": 1000, "K": 1024, "m": 1000_000, "M": 1024 * 1024}.get(text[-1:], 1)
+    number = text[:-1] if multiplier != 1 else text
+    try:
+        return int(float(number) * multiplier)
+    except ValueError:
+        return None
+
+
+def parse_engine_argv(kind: str, argv: List[str]) -> dict:
+    """What the sim engine needs from a real command line; unknown flags are ignored.
+
+    Returns:
+        `{kind, model, served_name, host, port, tp, pp, nnodes, node_rank,
+        serves_http, context_tokens, memory_fraction, gpu_layers, head}`.
+    """
+    rest = _engine_args(argv)
+    positional_model = None
+    if rest[:1] in (["serve"], ["start"]):
+        rest = rest[1:]
+        if rest and not rest[0].startswith("-"):
+            positional_model, rest = rest[0], rest[1:]
+    options, _unknown = _parser(kind).parse_known_args(rest)
+    model = (
+        positional_model or getattr(options, "model", None) or getattr(options, "model_path", None)
+    )
+    names = options.served_model_name or []
+    if kind == "llama.cpp" and names and "," in names[0]:
+        names = names[0].split(",")
+    served_name = names[0] if names else (model or kind)
+    tp = getattr(options, "tensor_parallel_size", None) or getattr(options, "tp_size", 1)
+    pp = getattr(options, "pipeline_parallel_size", None) or getattr(options, "pp_size", 1)
+    node_rank = getattr(options, "node_rank", 0)
+    serves_http = kind in ("vllm", "sglang", "llama.cpp")
+    if kind == "vllm" and options.headless:
+        serves_http = False
+    if kind == "sglang" and node_rank >= 1:
+        serves_http = False  # SGLang's non-zero ranks run schedulers only: no HTTP
+    context_text = getattr(options, "max_model_len", None) or getattr(
+        options, "context_length", None
+    )
+    return {
+        "kind": kind,
+        "model": model,
+        "served_name": served_name,
+        "host": options.host,
+        "port": options.port,
+        "tp": tp,
+        "pp": pp,
+        "nnodes": getattr(options, "nnodes", 1),
+        "node_rank": node_rank,
+        "serves_http": serves_http,
+        "context_tokens": _context_tokens(context_text)
+        or (getattr(options, "ctx_size", 0) or None),
+        "memory_fraction": getattr(options, "gpu_memory_utilization", None)
+        or getattr(options, "mem_fraction_static", None),
+        "gpu_layers": getattr(options, "n_gpu_layers", None),
+        "head": getattr(options, "head", False),
+    }

@@ -1,0 +1,196 @@
+"""What the sim engine says while it starts, shaped like each real engine (pure).
+
+The console reads these lines for progress only (readiness is the HTTP health
+check), and reads NCCL's INFO lines to tell the fabric from a TCP fallback:
+`NET/IB` + `Using network IB` when NCCL was given adapters (`NCCL_IB_HCA`, not
+`NCCL_IB_DISABLE=1`), `NET/Socket` + `Using network Socket` otherwise, and
+`MNNVL 1` when multi-node NVLink was switched on (`NCCL_MNNVL_ENABLE=1`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Tuple
+
+GIB = 1024**3
+MIB = 1024**2
+_OVERHEAD_GIB = 1.5
+"""CUDA context, activations and graphs: what a card holds besides weights and KV."""
+_KV_BYTES_PER_TOKEN = 128 * 1024
+"""A mid-sized model's KV bytes per token, when the sim knows nothing better."""
+
+Line = Tuple[str, str]
+"""(text, terminator): `\n` for a line, `\r` for a progress bar redrawn in place."""
+
+
+def memory_plan(engine: dict, card_mib: int, weights_bytes: int) -> dict:
+    """How the sim engine's memory divides on each of its cards.
+
+    Args:
+        engine: `parse_engine_argv` output.
+        card_mib: memory of one card.
+        weights_bytes: the whole model's weights (split over tp × pp cards).
+
+    Returns:
+        `{used_mib, weights_gib, kv_gib, kv_tokens}` per card.
+    """
+    cards = max(1, engine["tp"] * engine["pp"])
+    weights_gib = weights_bytes / cards / GIB
+    fraction = engine.get("memory_fraction")
+    if fraction is None:  # llama.cpp takes what it needs, not a fraction
+        context = engine.get("context_tokens") or 4096
+        kv_gib = context * _KV_BYTES_PER_TOKEN / GIB / cards
+        used_gib = weights_gib + kv_gib + 0.5
+    else:
+        used_gib = card_mib / 1024.0 * float(fraction)
+        kv_gib = max(0.0, used_gib - weights_gib - _OVERHEAD_GIB)
+    kv_tokens = int(kv_gib * GIB * cards / _KV_BYTES_PER_TOKEN)
+    return {
+        "used_mib": int(min(used_gib * 1024, card_mib)),
+        "weights_gib": weights_gib,
+        "kv_gib": kv_gib,
+        "kv_tokens": kv_tokens,
+    }
+
+
+def _adapters(hca_list: str) -> List[Tuple[str, str]]:
+    """`=mlx5_0:1,mlx5_1` → [("mlx5_0", "1"), ("mlx5_1", "1")]; an exclusion list names none."""
+    if hca_list.startswith("^"):
+        return []
+    adapters = []
+    for item in hca_list.lstrip("=").split(","):
+        name, _, rest = item.strip().partition(":")
+        if name:
+            adapters.append((name, rest.split(":")[0] or "1"))
+    return adapters
+
+
+def nccl_lines(env: Dict[str, str], host: str, pid: int, engine: dict) -> List[str]:
+    """NCCL's INFO lines for this rank, when `NCCL_DEBUG` asks for them."""
+    if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+        return []
+    prefix = "{}:{}:{} [0] NCCL INFO ".format(host, pid, pid)
+    interface = env.get("NCCL_SOCKET_IFNAME", "eth0").lstrip("=^").split(",")[0] or "eth0"
+    oob = "{}:127.0.0.1<0>".format(interface)
+    lines = ["Bootstrap : Using " + oob, "NCCL version 2.21.5+cuda12.4"]
+    adapters = _adapters(env.get("NCCL_IB_HCA", ""))
+    use_ib = bool(adapters) and env.get("NCCL_IB_DISABLE", "0") != "1"
+    if use_ib:
+        layer = "RoCE" if env.get("NCCL_IB_GID_INDEX") else "IB"
+        listed = " ".join(
+            "[{}]{}:{}/{}".format(index, name, port, layer)
+            for index, (name, port) in enumerate(adapters)
+        )
+        lines += ["NET/IB : Using {} ; OOB {}".format(listed, oob), "Using network IB"]
+        lines += [
+            "NET/IB : GPU Direct RDMA Enabled for HCA {} '{}'".format(index, name)
+            for index, (name, _port) in enumerate(adapters)
+        ]
+    else:
+        if env.get("NCCL_IB_DISABLE", "0") != "1":
+            lines.append("NET/IB : No device found.")
+        lines += ["NET/Socket : Using [0]" + oob, "Using network Socket"]
+    nnodes = max(1, engine["nnodes"])
+    ranks = max(1, engine["tp"] * engine["pp"])
+    local_ranks = max(1, ranks // nnodes)
+    rank = engine["node_rank"] * local_ranks
+    mnnvl = 1 if env.get("NCCL_MNNVL_ENABLE") == "1" else 0
+    lines.append(
+        "comm 0x7f00{:08x} rank {} nRanks {} nNodes {} localRanks {} localRank 0 MNNVL {}".format(
+            pid, rank, ranks, nnodes, local_ranks, mnnvl
+        )
+    )
+    if nnodes > 1:
+        peer = (rank + local_ranks) % ranks
+        via = "NET/IB/0/GDRDMA" if use_ib else "NET/Socket/0"
+        lines.append("Channel 00/0 : {}[0] -> {}[0] [send] via {}".format(rank, peer, via))
+    lines.append("comm 0x7f00{:08x} rank {} nranks {} - Init COMPLETE".format(pid, rank, ranks))
+    return [prefix + line for line in lines]
+
+
+def _stamp() -> str:
+    return time.strftime("%m-%d %H:%M:%S")
+
+
+def loading_lines(engine: dict, plan: dict, shard_count: int) -> List[Line]:
+    """The lines printed while weights load, spread over the load time by the caller."""
+    kind = engine["kind"]
+    lines: List[Line] = []
+    if kind == "vllm":
+        for done in range(shard_count + 1):
+            lines.append(
+                (
+                    "Loading safetensors checkpoint shards: {:3d}% Completed | {}/{} "
+                    "[00:0{}<00:00, 1.00it/s]".format(
+                        done * 100 // shard_count, done, shard_count, done
+                    ),
+                    "\n",
+                )
+            )
+    elif kind == "sglang":
+        lines.append(("[{}] Load weight begin. avail mem={:.2f} GB".format(_stamp(), 79.0), "\n"))
+        for done in range(shard_count + 1):
+            lines.append(
+                (
+                    "Loading safetensors checkpoint shards: {:3d}% Completed | {}/{}".format(
+                        done * 100 // shard_count, done, shard_count
+                    ),
+                    "\r",
+                )
+            )
+    elif kind == "llama.cpp":
+        lines.append(("llama_model_loader: loaded meta data from {}".format(engine["model"]), "\n"))
+        for done in range(shard_count + 1):
+            lines.append(
+                ("load_tensors: loading model tensors {}%".format(done * 100 // shard_count), "\n")
+            )
+    return lines
+
+
+def ready_lines(engine: dict, plan: dict, load_s: float, bound: str) -> List[str]:
+    """The lines printed once loaded: memory, KV cache, and the server coming up."""
+    kind = engine["kind"]
+    context = engine.get("context_tokens") or 32768
+    if kind == "vllm":
+        lines = [
+            "INFO {} Loading weights took {:.2f} seconds".format(_stamp(), load_s * 0.8),
+            "INFO {} Model loading took {:.4f} GiB and {:.6f} seconds".format(
+                _stamp(), plan["weights_gib"], load_s
+            ),
+            "INFO {} Available KV cache memory: {:.2f} GiB".format(_stamp(), plan["kv_gib"]),
+            "INFO {} GPU KV cache size: {:,} tokens".format(_stamp(), plan["kv_tokens"]),
+            "INFO {} Maximum concurrency for {:,} tokens per request: {:.2f}x".format(
+                _stamp(), context, plan["kv_tokens"] / max(1, context)
+            ),
+        ]
+        if engine["serves_http"]:
+            lines += [
+                "INFO {} Starting vLLM API server 0 on http://{}".format(_stamp(), bound),
+                "INFO:     Application startup complete.",
+                "INFO:     Uvicorn running on http://{} (Press CTRL+C to quit)".format(bound),
+            ]
+        return lines
+    if kind == "sglang":
+        lines = [
+            "[{}] Load weight end. type=sim, avail mem={:.2f} GB, mem usage={:.2f} GB.".format(
+                _stamp(), plan["kv_gib"] + _OVERHEAD_GIB, plan["weights_gib"]
+            ),
+            "[{}] KV Cache is allocated. #tokens: {}, KV size: {:.2f} GB".format(
+                _stamp(), plan["kv_tokens"], plan["kv_gib"]
+            ),
+            "[{}] Memory pool end. avail mem={:.2f} GB".format(_stamp(), _OVERHEAD_GIB),
+        ]
+        if engine["serves_http"]:
+            lines += [
+                "INFO:     Uvicorn running on http://{} (Press CTRL+C to quit)".format(bound),
+                "[{}] The server is fired up and ready to roll!".format(_stamp()),
+            ]
+        return lines
+    return [
+        "llama_context: n_ctx = {}".format(engine.get("context_tokens") or 4096),
+        "llama_kv_cache: size = {:.2f} MiB".format(plan["kv_gib"] * 1024),
+        "load_tensors: offloaded {} layers to GPU".format(engine.get("gpu_layers") or "all"),
+        "main: model loaded",
+        "main: server is listening on http://{}".format(bound),
+        "srv  update_slots: all slots are idle",
+    ]

@@ -1,0 +1,265 @@
+"""The sim engine, started by the real agent in replay mode in place of real engines."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import AgentClient, agent_env
+from llmgw_agent.sim.engine_args import engine_kind, parse_engine_argv
+from llmgw_agent.sim.engine_lines import nccl_lines
+
+CARD_MIB = 81559
+CAPTURE_XML = (
+    "<?xml version='1.0'?><nvidia_smi_log>"
+    + f"<gpu id='0'><fb_memory_usage><total>{CARD_MIB} MiB</total></fb_memory_usage></gpu>" * 2
+    + "</nvidia_smi_log>"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def http_status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return None
+
+
+def post_json(url: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture
+def replay_agent(state_dir: Path, tmp_path: Path):
+    capture = tmp_path / "capture"
+    capture.mkdir()
+    (capture / "nvidia-smi-q-x.xml").write_text(CAPTURE_XML)
+    client = AgentClient(
+        agent_env(state_dir), "--replay", str(capture), stderr_path=tmp_path / "agent.stderr"
+    )
+    yield client
+    for shard in client.call("shard.list")["shards"]:
+        if shard["phase"] in ("starting", "running"):
+            client.call("shard.stop", {"shard_id": shard["shard_id"], "timeout_s": 5})
+    client.close()
+
+
+def all_log_lines(agent: AgentClient, shard_id: str) -> list[str]:
+    request_id = agent.send("shard.logs", {"shard_id": shard_id, "tail": 10000})
+    lines: list[str] = []
+    while "event" in (message := agent.next_message(request_id)):
+        lines.extend(message["event"]["lines"])
+    return lines
+
+
+def wait_for_line(agent: AgentClient, shard_id: str, text: str, timeout_s: float = 20) -> list:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        lines = all_log_lines(agent, shard_id)
+        if any(text in line for line in lines):
+            return lines
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} never appeared in the log of {shard_id}: {lines[-20:]}")
+
+
+def test_vllm_in_replay_mode_loads_then_serves_chat_and_says_it_uses_the_fabric(
+    replay_agent: AgentClient, state_dir: Path
+) -> None:
+    assert replay_agent.hello["replay"] is True
+    port = free_port()
+    argv = ["vllm", "serve", "/models/tiny-llama", "--port", str(port)]
+    argv += ["--served-model-name", "tiny", "--tensor-parallel-size", "2"]
+    argv += ["--gpu-memory-utilization", "0.5"]
+    env = {
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "NCCL_DEBUG": "INFO",
+        "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1",
+        "LLMGW_SIM_LOAD_S": "1.0",
+    }
+    started = replay_agent.call(
+        "shard.start",
+        {
+            "replica": "tiny-1",
+            "rank": 0,
+            "gpus": ["0", "1"],
+            "commands": [{"name": "vllm", "argv": argv, "env": env, "role": "main"}],
+            "health_url": f"http://127.0.0.1:{port}/health",
+        },
+    )
+    health = f"http://127.0.0.1:{port}/health"
+    seen: list[int] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and 200 not in seen:
+        status = http_status(health)
+        if status is not None and (not seen or seen[-1] != status):
+            seen.append(status)
+        time.sleep(0.02)
+    assert seen == [503, 200]
+
+    reply = post_json(
+        f"http://127.0.0.1:{port}/v1/chat/completions",
+        {"model": "tiny", "messages": [{"role": "user", "content": "Say hello"}]},
+    )
+    assert reply["choices"][0]["message"]["content"] == (
+        "Hello from the simulated vllm engine serving tiny."
+    )
+    assert reply["model"] == "tiny"
+
+    lines = wait_for_line(replay_agent, started["shard_id"], "Uvicorn running")
+    assert any("NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB" in line for line in lines)
+    assert any(line.endswith("NCCL INFO Using network IB") for line in lines)
+    assert any("GPU KV cache size:" in line for line in lines)
+    assert any("Model loading took" in line for line in lines)
+
+    usage = [json.loads(p.read_text()) for p in (state_dir / "sim-usage").glob("*.json")]
+    assert usage == [
+        {
+            "pid": usage[0]["pid"],
+            "gpus": ["0", "1"],
+            "used_mib": int(CARD_MIB / 1024 * 0.5 * 1024),
+            "cuda_visible_devices": "0,1",
+        }
+    ]
+    shard = next(s for s in replay_agent.call("shard.list")["shards"])
+    deadline = time.monotonic() + 10
+    while shard["healthy"] is not True and time.monotonic() < deadline:
+        time.sleep(0.2)
+        shard = replay_agent.call("shard.list")["shards"][0]
+    assert shard["healthy"] is True
+
+    stopped = replay_agent.call("shard.stop", {"shard_id": started["shard_id"], "timeout_s": 5})
+    assert stopped["phase"] == "stopped"
+    assert stopped["killed"] is False
+    assert list((state_dir / "sim-usage").glob("*.json")) == []
+
+
+def test_an_sglang_worker_rank_without_a_fabric_serves_no_http_and_falls_back_to_sockets(
+    replay_agent: AgentClient,
+) -> None:
+    port = free_port()
+    argv = ["/usr/bin/python3", "-m", "sglang.launch_server", "--model-path", "/models/m"]
+    argv += ["--tp-size", "8", "--nnodes", "2", "--node-rank", "1"]
+    argv += ["--dist-init-addr", "10.0.0.1:20000", "--port", str(port)]
+    env = {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1", "NCCL_MNNVL_ENABLE": "1"}
+    env["LLMGW_SIM_LOAD_S"] = "0.3"
+    shard_id = replay_agent.call(
+        "shard.start",
+        {
+            "replica": "m-1",
+            "rank": 1,
+            "gpus": ["0"],
+            "commands": [{"name": "sglang", "argv": argv, "env": env}],
+        },
+    )["shard_id"]
+    lines = wait_for_line(replay_agent, shard_id, "Memory pool end")
+    assert any(line.endswith("NCCL INFO Using network Socket") for line in lines)
+    assert any("NCCL INFO NET/Socket : Using [0]" in line for line in lines)
+    assert any("nNodes 2 localRanks 4 localRank 0 MNNVL 1" in line for line in lines)
+    assert not any("NET/IB : Using" in line for line in lines)
+    # the shard bar redrawn with \r arrives as separate lines
+    assert "Loading safetensors checkpoint shards: 100% Completed | 4/4" in lines
+    assert http_status(f"http://127.0.0.1:{port}/health") is None
+
+
+def test_llama_server_in_replay_mode_lists_its_alias_as_the_model(
+    replay_agent: AgentClient,
+) -> None:
+    port = free_port()
+    argv = ["/opt/llama.cpp/bin/llama-server", "-m", "/models/tiny.gguf", "--port", str(port)]
+    argv += ["-ngl", "99", "-c", "4096", "-a", "tiny-gguf"]
+    shard_id = replay_agent.call(
+        "shard.start",
+        {
+            "replica": "g-1",
+            "rank": 0,
+            "gpus": ["1"],
+            "commands": [{"name": "llama", "argv": argv, "env": {"LLMGW_SIM_LOAD_S": "0.2"}}],
+        },
+    )["shard_id"]
+    wait_for_line(replay_agent, shard_id, "server is listening")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as response:
+        models = json.loads(response.read())
+    assert models["data"][0]["id"] == "tiny-gguf"
+    assert models["data"][0]["max_model_len"] == 4096
+
+
+def test_a_failing_sim_engine_fails_the_shard_with_its_last_lines_in_the_log(
+    replay_agent: AgentClient,
+) -> None:
+    env = {"LLMGW_SIM_LOAD_S": "0.2", "LLMGW_SIM_FAIL": "CUDA out of memory"}
+    shard_id = replay_agent.call(
+        "shard.start",
+        {
+            "replica": "oom",
+            "rank": 0,
+            "gpus": ["0"],
+            "commands": [{"argv": ["vllm", "serve", "/m", "--port", str(free_port())], "env": env}],
+        },
+    )["shard_id"]
+    lines = wait_for_line(replay_agent, shard_id, "shard failed")
+    assert any("EngineCore failed to start: CUDA out of memory" in line for line in lines)
+    assert replay_agent.call("claims") == {"claims": []}
+
+
+@pytest.mark.parametrize(
+    ("argv", "kind"),
+    [
+        (["vllm", "serve", "m"], "vllm"),
+        (["/usr/local/bin/llama-server", "-m", "x.gguf"], "llama.cpp"),
+        (["python3", "-m", "sglang.launch_server", "--model-path", "m"], "sglang"),
+        (["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"], "vllm"),
+        (["python3.11", "-m", "llama_cpp.server", "--model", "x.gguf"], "llama.cpp"),
+        (["ray", "start", "--head"], "ray"),
+        (["rpc-server", "-p", "50052"], "rpc-server"),
+        (["python3", "-c", "pass"], None),
+        (["sh", "-c", "vllm serve m"], None),
+    ],
+)
+def test_the_engine_a_command_starts_is_told_by_its_program_or_module(
+    argv: list[str], kind: str | None
+) -> None:
+    assert engine_kind(argv) == kind
+
+
+def test_the_vllm_command_line_is_read_with_its_parallel_sizes_and_names() -> None:
+    argv = ["vllm", "serve", "/models/llama", "--port", "8001", "--tensor-parallel-size", "4"]
+    argv += ["--pipeline-parallel-size", "2", "--served-model-name", "llama", "alias"]
+    argv += ["--max-model-len", "32K", "--nnodes", "2", "--node-rank", "1", "--headless"]
+    argv += ["--trust-remote-code"]
+    engine = parse_engine_argv("vllm", argv)
+    assert (engine["model"], engine["served_name"], engine["port"]) == (
+        "/models/llama",
+        "llama",
+        8001,
+    )
+    assert (engine["tp"], engine["pp"], engine["nnodes"], engine["node_rank"]) == (4, 2, 2, 1)
+    assert engine["context_tokens"] == 32768
+    assert engine["serves_http"] is False
+
+
+def test_nccl_says_roce_when_a_gid_index_is_given_and_nothing_without_nccl_debug() -> None:
+    engine = parse_engine_argv("vllm", ["vllm", "serve", "m", "--tensor-parallel-size", "2"])
+    env = {"NCCL_DEBUG": "INFO", "NCCL_IB_HCA": "=mlx5_2:1", "NCCL_IB_GID_INDEX": "3"}
+    lines = nccl_lines(env, "node-a", 42, engine)
+    assert (
+        "node-a:42:42 [0] NCCL INFO NET/IB : Using [0]mlx5_2:1/RoCE ; OOB eth0:127.0.0.1<0>"
+        in lines
+    )
+    assert nccl_lines({"NCCL_IB_HCA": "mlx5_0"}, "node-a", 42, engine) == []
