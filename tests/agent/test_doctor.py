@@ -196,3 +196,13 @@ def test_a_capture_of_this_machine_replays_as_this_machine(tmp_path):
     replayed = collect_facts(replay=str(tmp_path / "cap"))
     assert replayed["host"]["hostname"] == socket.gethostname()
     assert replayed["cards"] == []
+
+
+def test_a_captured_infiniband_tree_reads_back_as_the_original(hardware_dir, tmp_path):
+    from llmgw_agent.discover.capture import copy_sysfs
+    from llmgw_agent.discover.ib import read_sysfs
+
+    source = hardware_dir / "sysfs-class-infiniband_h100-node"
+    copied = copy_sysfs(source, tmp_path / "sys" / "class" / "infiniband")
+    assert copied == 63
+    assert read_sysfs(tmp_path / "sys" / "class" / "infiniband") == read_sysfs(source)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
-from llmgw_agent.sim import hw_smi
+from llmgw_agent.sim import hw_fabric, hw_smi
 
 PROFILES = ("hgx-h100", "gb200-tray", "a100-mig", "l40s", "cpu")
 """The kinds `write_profile` knows."""
@@ -53,92 +53,8 @@ def _host_json(dest: Path, options: Dict[str, Any], defaults: Dict[str, Any]) ->
     _write(dest / "host.json", json.dumps(host, indent=2, sort_keys=True) + "\n")
 
 
-# ---- RDMA adapters: sysfs tree and ibstat -------------------------------------
-
-
-def _write_adapters(dest: Path, adapters: Sequence[Dict[str, Any]]) -> None:
-    """`sys/class/infiniband/<dev>/...` and the matching `ibstat.txt`."""
-    blocks = []
-    for adapter in adapters:
-        device = dest / "sys" / "class" / "infiniband" / adapter["name"]
-        port = device / "ports" / "1"
-        state_words = {"ACTIVE": "4: ACTIVE", "DOWN": "1: DOWN"}[adapter["state"]]
-        phys_words = "5: LinkUp" if adapter["state"] == "ACTIVE" else "3: Disabled"
-        _write(device / "hca_type", adapter["hca_type"] + "\n")
-        _write(device / "fw_ver", adapter["fw"] + "\n")
-        _write(device / "board_id", adapter.get("board_id", "MT_0000000838") + "\n")
-        _write(port / "state", state_words + "\n")
-        _write(port / "phys_state", phys_words + "\n")
-        _write(port / "rate", "{} Gb/sec ({})\n".format(adapter["rate"], adapter["width"]))
-        _write(port / "link_layer", adapter["link_layer"] + "\n")
-        (device / "device" / "net" / adapter["netdev"]).mkdir(parents=True, exist_ok=True)
-        if adapter["link_layer"] == "Ethernet":
-            # RoCE: entries 0/1 are the link-local GID (v1, v2), 2/3 the IPv4-mapped one.
-            ipv4 = adapter["ipv4"].split(".")
-            mapped = "0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}".format(
-                *map(int, ipv4)
-            )
-            link_local = "fe80:0000:0000:0000:{}".format(adapter["guid_tail"])
-            for index, (kind, gid) in enumerate(
-                (
-                    ("IB/RoCE v1", link_local),
-                    ("RoCE v2", link_local),
-                    ("IB/RoCE v1", mapped),
-                    ("RoCE v2", mapped),
-                )
-            ):
-                _write(port / "gid_attrs" / "types" / str(index), kind + "\n")
-                _write(port / "gids" / str(index), gid + "\n")
-        blocks.append(
-            "CA '{name}'\n\tCA type: {hca}\n\tNumber of ports: 1\n\tFirmware version: {fw}\n"
-            "\tHardware version: 0\n\tNode GUID: 0x{guid}\n\tSystem image GUID: 0x{guid}\n"
-            "\tPort 1:\n\t\tState: {state}\n\t\tPhysical state: {phys}\n\t\tRate: {rate}\n"
-            "\t\tBase lid: {lid}\n\t\tLMC: 0\n\t\tSM lid: {sm}\n\t\tCapability mask: {mask}\n"
-            "\t\tPort GUID: 0x{guid}\n\t\tLink layer: {layer}\n".format(
-                name=adapter["name"],
-                hca=adapter["hca_type"],
-                fw=adapter["fw"],
-                guid=adapter["guid_tail"].replace(":", ""),
-                state="Active" if adapter["state"] == "ACTIVE" else "Down",
-                phys="LinkUp" if adapter["state"] == "ACTIVE" else "Disabled",
-                rate=adapter["rate"],
-                lid=adapter.get("lid", 0),
-                sm=1 if adapter["link_layer"] == "InfiniBand" else 0,
-                mask="0xa751e848" if adapter["link_layer"] == "InfiniBand" else "0x00010000",
-                layer=adapter["link_layer"],
-            )
-        )
-    if blocks:
-        _write(dest / "ibstat.txt", "".join(blocks))
-
-
-def _ib_adapter(
-    name: str,
-    index: int,
-    host_seed: int,
-    hca: str,
-    rate: int,
-    width: str,
-    layer: str = "InfiniBand",
-    ipv4: str = "",
-) -> Dict[str, Any]:
-    tail = "a088:c203:00{:02x}:{:02x}{:02x}".format(host_seed % 256, index, (host_seed * 7) % 256)
-    return {
-        "name": name,
-        "hca_type": hca,
-        "fw": "28.41.1000" if hca == "MT4129" else "22.39.1002",
-        "state": "ACTIVE",
-        "rate": rate,
-        "width": width,
-        "link_layer": layer,
-        "netdev": ("ibp{}s0" if layer == "InfiniBand" else "ens{}f0np0").format(24 + 16 * index),
-        "guid_tail": tail,
-        "lid": 100 + host_seed % 200 + index if layer == "InfiniBand" else 0,
-        "ipv4": ipv4,
-    }
-
-
 def _seed(text: str) -> int:
+    """A small stable number from a name: the same host gets the same addresses."""
     return sum(ord(c) * (i + 1) for i, c in enumerate(text)) % 997
 
 
@@ -199,12 +115,12 @@ def _hgx_h100(dest: Path, options: Dict[str, Any]) -> None:
     seed = _seed(hostname)
     adapters = []
     for i, name in enumerate(nics):
-        adapter = _ib_adapter(name, i, seed, "MT4129", 400, "4X NDR")
+        adapter = hw_fabric.ib_adapter(name, i, seed, "MT4129", 400, "4X NDR")
         if name == degraded:
             # The rail trained at HDR instead of NDR: up, but at half its rated speed.
             adapter.update({"rate": 200, "width": "4X HDR"})
         adapters.append(adapter)
-    _write_adapters(dest, adapters)
+    hw_fabric.write_adapters(dest, adapters)
     _host_json(
         dest,
         options,
@@ -323,8 +239,9 @@ def _gb200_tray(dest: Path, options: Dict[str, Any]) -> None:
         ),
     )
     seed = _seed(hostname)
-    _write_adapters(
-        dest, [_ib_adapter(n, i, seed, "MT4129", 400, "4X NDR") for i, n in enumerate(nics)]
+    hw_fabric.write_adapters(
+        dest,
+        [hw_fabric.ib_adapter(n, i, seed, "MT4129", 400, "4X NDR") for i, n in enumerate(nics)],
     )
     members = options.get("imex_nodes") or [
         "10.30.{}.{}".format(_seed(rack) % 250, 10 + t) for t in range(1, 19)
@@ -332,7 +249,7 @@ def _gb200_tray(dest: Path, options: Dict[str, Any]) -> None:
     address = options.get("mgmt_address") or (
         members[tray - 1] if 0 < tray <= len(members) else "10.30.0.{}".format(100 + tray)
     )
-    _write(dest / "nvidia-imex-ctl-N.txt", _imex_text(members, "580.173.02"))
+    _write(dest / "nvidia-imex-ctl-N.txt", hw_fabric.imex_text(members, "580.173.02"))
     _write(dest / "dev" / "nvidia-caps-imex-channels" / "channel0", "")
     _host_json(
         dest,
@@ -348,39 +265,6 @@ def _gb200_tray(dest: Path, options: Dict[str, Any]) -> None:
             "arch": "aarch64",
         },
     )
-
-
-def _imex_text(members: Sequence[str], version: str) -> str:
-    """`nvidia-imex-ctl -N` for a domain whose nodes are all up and connected."""
-    lines = [
-        "Connectivity Table Legend:",
-        "I - Invalid - Node wasn't reachable, no connection status available",
-        "N - Never Connected",
-        "R - Recovering - Connection was lost, but clean up has not yet been triggered.",
-        "D - Disconnected - Connection was lost, and clean up has been triggreed.",
-        "A - Authenticating - If GSSAPI enabled, client has initiated mutual authentication.",
-        "!V! - Version mismatch, communication disabled.",
-        "!M! - Node map mismatch, communication disabled.",
-        "C - Connected - Ready for operation",
-        "",
-        "11/29/2026 08:00:00.000",
-        "Nodes:",
-    ]
-    for index, address in enumerate(members):
-        lines.append(
-            "{:<9} - {:<15} - READY                - Version: {}".format(
-                "Node #{}".format(index), address, version
-            )
-        )
-    lines.append("")
-    lines.append(
-        " Nodes From\\To  " + "".join("{:<4}".format(i) for i in range(len(members))).rstrip()
-    )
-    for index in range(len(members)):
-        lines.append("{:>8}        ".format(index) + "   ".join("C" * len(members)))
-    lines.append("")
-    lines.append("Domain State: UP")
-    return "\n".join(lines) + "\n"
 
 
 _A100_MIG = {
@@ -460,8 +344,12 @@ def _a100_mig(dest: Path, options: Dict[str, Any]) -> None:
         ),
     )
     seed = _seed(hostname)
-    _write_adapters(
-        dest, [_ib_adapter("mlx5_{}".format(i), i, seed, "MT4123", 200, "4X HDR") for i in range(2)]
+    hw_fabric.write_adapters(
+        dest,
+        [
+            hw_fabric.ib_adapter("mlx5_{}".format(i), i, seed, "MT4123", 200, "4X HDR")
+            for i in range(2)
+        ],
     )
     _host_json(
         dest,
@@ -518,10 +406,10 @@ def _l40s(dest: Path, options: Dict[str, Any]) -> None:
     )
     seed = _seed(hostname)
     address = options.get("mgmt_address", "10.20.2.{}".format(11 + seed % 200))
-    _write_adapters(
+    hw_fabric.write_adapters(
         dest,
         [
-            _ib_adapter(
+            hw_fabric.ib_adapter(
                 "mlx5_{}".format(i),
                 i,
                 seed,
