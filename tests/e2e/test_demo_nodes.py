@@ -1,0 +1,112 @@
+"""The demo fleet end to end: `llmgw-tui --demo --run -` lists every node, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from llmgw_core.fleet.demo import demo_nodes, processes_rooted_in
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-c", "import sys; from llmgw_tui.cli import main; sys.exit(main())"]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    """The demo puts everything under TMPDIR: here, so the test can look for leftovers."""
+    return {**os.environ, "TMPDIR": str(tmp_path)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_the_demo_lists_every_node_ready_and_no_process_of_it_survives(tmp_path: Path):
+    script = "steps:\n  - nodes: {all_ready: true}\n"
+    done = subprocess.run(
+        [*CLI, "--demo", "--run", "-", "--json"],
+        input=script,
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (line,) = [json.loads(text) for text in done.stdout.splitlines() if text.strip()]
+    assert line["step"] == "nodes" and line["ok"] is True
+    rows = {row["name"]: row for row in line["result"]["nodes"]}
+    assert list(rows) == [node.name for node in demo_nodes()]
+    assert len(rows) == 23
+    assert {row["state"] for row in rows.values()} == {"ready"}
+    assert line["result"]["counts"] == {"ready": 23}
+    assert rows["h100-a-01"]["gpus"] == 8 and rows["h100-a-01"]["classes"] == ["h100-80g"]
+    assert rows["h100-a-02"]["fabrics"] == ["ib-a"]
+    trays = [row for name, row in rows.items() if name.startswith("gb200-r1-t")]
+    assert len(trays) == 18 and all(row["gpus"] == 4 for row in trays)
+    domains = {json.dumps(row["nvlink_domain"]) for row in trays if row["nvlink_domain"]}
+    assert len(domains) == 1  # one rack, one NVLink domain
+    assert rows["gb200-r1-t13"]["nvlink_domain"] is None  # the tray that did not join
+    assert any("mig" in gpu_class for gpu_class in rows["a100-mig-01"]["classes"])
+    assert rows["l40s-01"]["classes"] == ["l40s-48g"]
+    assert rows["cpu-01"]["gpus"] == 0
+    assert {row["agent_version"] for row in rows.values()} == {"0.1.0"}
+    assert processes_rooted_in(tmp_path) == []
+    assert list(tmp_path.glob("llmgw-demo-*")) == []
+
+
+DRIVER = """
+import asyncio, json
+from llmgw_core.fleet.session import open_fleet
+
+async def main():
+    fleet, close = await open_fleet(inventory=None, demo=True)
+    try:
+        spec = {"replica": "r1", "rank": 0, "commands": [{"argv": ["sleep", "300"]}]}
+        await fleet.request("cpu-01", "shard.start", spec, timeout_s=30)
+        listing = await fleet.request("cpu-01", "shard.list", timeout_s=30)
+        pids = [c["pid"] for s in listing["shards"] for c in s["commands"] if c["pid"]]
+        pids.append(fleet.client("cpu-01").hello["pid"])
+        print(json.dumps({"pids": pids}), flush=True)
+        await asyncio.sleep(120)
+    finally:
+        await close()
+
+asyncio.run(main())
+"""
+
+
+def test_ctrl_c_ends_the_demo_with_its_agents_and_their_shards(tmp_path: Path):
+    console = subprocess.Popen(
+        [sys.executable, "-c", DRIVER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(tmp_path),
+        cwd=REPO,
+    )
+    try:
+        first = console.stdout.readline()
+        assert first, console.stderr.read()
+        pids = json.loads(first)["pids"]
+        assert all(_alive(pid) for pid in pids)
+        console.send_signal(signal.SIGINT)
+        console.wait(60)
+    finally:
+        if console.poll() is None:
+            console.kill()
+            console.wait()
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids)
+    assert processes_rooted_in(tmp_path) == []
+    assert list(tmp_path.glob("llmgw-demo-*")) == []
