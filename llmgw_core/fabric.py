@@ -279,7 +279,12 @@ def _first(run: IbWriteBw) -> str:
 
 
 def judge_tcp(
-    node_a: str, node_b: str, receiver: TcpThroughput, why: str, raw: str = ""
+    node_a: str,
+    node_b: str,
+    receiver: TcpThroughput,
+    why: str,
+    raw_server: str = "",
+    raw_client: str = "",
 ) -> RailResult:
     """A TCP measurement between two nodes: labelled TCP, never taken for the fabric."""
     return RailResult(
@@ -294,7 +299,8 @@ def judge_tcp(
         verdict="untested",
         method="tcp",
         reason=f"TCP over the management network, not the fabric: {why}",
-        raw_server=raw,
+        raw_server=raw_server,
+        raw_client=raw_client,
     )
 
 

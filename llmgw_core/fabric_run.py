@@ -14,6 +14,7 @@ The matrix runs waves of pairs from `plan_matrix`, no node in two at once.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -294,11 +295,13 @@ async def _tcp_pair(
             "port": listening["port"],
             "server_address": listening.get("address") or node_a.address,
         }
-        await link_b.request("fabric.client", client_args, timeout_s=run_s)
+        client = await link_b.request("fabric.client", client_args, timeout_s=run_s)
         server = await _finish(stream, run_s)
         received = read_tcp_result(server)
     except (LlmgwError, asyncio.TimeoutError, KeyError, ValueError) as exc:
         await _cancel_quietly(stream)
         sentence = exc.sentence() if isinstance(exc, LlmgwError) else f"no TCP figure ({exc!r})"
         return unreachable_pair(node_a.name, node_b.name, "tcp", sentence)
-    return judge_tcp(node_a.name, node_b.name, received, why)
+    return judge_tcp(
+        node_a.name, node_b.name, received, why, json.dumps(server), json.dumps(client)
+    )

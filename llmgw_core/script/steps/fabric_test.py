@@ -143,10 +143,12 @@ def render_fabric_test(result: dict[str, Any]) -> Any:
         title=title,
         title_justify="left",
         box=box.SIMPLE_HEAD,
+        padding=(0, 1),
+        pad_edge=False,
         caption="\n".join(notes) or None,
         caption_justify="left",
     )
-    for column in ("node a", "node b", "adapter"):
+    for column in ("node a", "node b", "rail"):
         table.add_column(column, no_wrap=True)
     for column in ("rated", "Gb/s", "ratio"):
         table.add_column(column, justify="right", no_wrap=True)
