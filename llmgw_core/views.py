@@ -70,8 +70,14 @@ class AdapterRow:
     port: int | None
     state: str | None
     rate_gbps: float | None
+    rated_gbps: float | None
     link_layer: str | None
     gid_index: int | None
+
+    @property
+    def below_rated(self) -> bool:
+        """True when the port trained below the speed it is rated for (a degraded rail)."""
+        return bool(self.rate_gbps and self.rated_gbps and self.rate_gbps < self.rated_gbps)
 
 
 @dataclass(frozen=True)
@@ -294,6 +300,7 @@ def adapter_rows(facts: Any) -> tuple[AdapterRow, ...]:
             port=_as_int(a.get("port")),
             state=a.get("state"),
             rate_gbps=_as_float(a.get("rate_gbps")),
+            rated_gbps=_as_float(a.get("rated_gbps")),
             link_layer=a.get("link_layer"),
             gid_index=_as_int(a.get("gid_index")),
         )

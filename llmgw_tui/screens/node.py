@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -12,6 +13,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from llmgw_core.views import FleetSummary, NodeDetail
 from llmgw_tui.cells import link_cell, memory_cell, optional, redraw_table, state_cell
+from llmgw_tui.theme import theme_style
 
 DEVICE_COLUMNS = (
     ("label", "GPU"),
@@ -143,7 +145,10 @@ class NodeScreen(Screen[None]):
         table = self.query_one("#adapters", DataTable)
         for adapter in detail.adapters:
             key = f"{adapter.name}/{adapter.port or 1}"
-            rate = "-" if adapter.rate_gbps is None else f"{adapter.rate_gbps:g} Gb/s"
+            rate = Text("-" if adapter.rate_gbps is None else f"{adapter.rate_gbps:g} Gb/s")
+            if adapter.below_rated:
+                rate.append(f" of {adapter.rated_gbps:g}")
+                rate.stylize(theme_style(self.app, "warning"))
             cells = {
                 "name": key,
                 "state": state_cell(self.app, adapter.state) if adapter.state else "-",

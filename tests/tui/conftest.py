@@ -30,7 +30,8 @@ def demo_fleet_state(root: Path) -> tuple[FleetState, dict[str, tuple[str, ...]]
     nodes: dict[str, NodeState] = {}
     fabrics: dict[str, tuple[str, ...]] = {}
     for node in demo_nodes():
-        capture = write_profile(node.profile, root / node.name, **node.options)
+        options = {"hostname": node.name, **node.options}  # as the live demo writes them
+        capture = write_profile(node.profile, root / node.name, **options)
         facts = parse_facts(collect_facts(replay=str(capture)), node.name)
         nodes[node.name] = NodeState(
             name=node.name, address="127.0.0.1", state="ready", facts=facts, last_seen=FROZEN_AT

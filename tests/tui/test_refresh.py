@@ -1,0 +1,102 @@
+"""Live refresh: a new snapshot updates rows in place; the cursor and the page stay put."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import DataTable
+
+from llmgw_core.facts import GpuProcess
+from llmgw_core.fleet.state import FleetState
+from llmgw_core.views import FleetSummary, fleet_summary
+from llmgw_tui.app import LlmgwApp
+from llmgw_tui.screens.node import NodeScreen
+
+
+class SteppedFeed:
+    """A feed that hands out the snapshots it is given, one per `advance`."""
+
+    def __init__(self, states: list[FleetState], fabrics: dict) -> None:
+        self.refresh_s: float | None = 0.01
+        self._summaries = [fleet_summary(state, fabrics) for state in states]
+        self._at = 0
+
+    def advance(self) -> None:
+        self._at = min(self._at + 1, len(self._summaries) - 1)
+
+    async def snapshot(self) -> FleetSummary:
+        return self._summaries[self._at]
+
+    async def close(self) -> None:
+        return None
+
+
+def with_node(fleet: FleetState, name: str, **changes) -> FleetState:
+    nodes = dict(fleet.nodes)
+    nodes[name] = nodes[name].model_copy(update=changes)
+    return fleet.model_copy(update={"nodes": nodes})
+
+
+def busy(state: FleetState, name: str, card: int) -> FleetState:
+    """The same fleet with one process holding 70 GiB on one card of one node."""
+    facts = state.nodes[name].facts
+    gpus = list(facts.gpus)
+    gpus[card] = gpus[card].model_copy(
+        update={
+            "memory_used_mib": 71680,
+            "processes": (GpuProcess(pid=4242, name="vllm", used_mib=71680),),
+        }
+    )
+    return with_node(state, name, facts=facts.model_copy(update={"gpus": tuple(gpus)}))
+
+
+async def until(pilot, condition) -> None:
+    for _ in range(100):
+        if condition():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("the console never showed the change")
+
+
+def test_a_node_going_unreachable_updates_its_row_and_keeps_the_cursor(demo_state):
+    state, fabrics = demo_state
+    later = with_node(state, "gb200-r1-t05", state="unreachable", reason="ssh: timed out")
+    feed = SteppedFeed([state, later], fabrics)
+
+    async def run() -> None:
+        app = LlmgwApp(feed, animation="none")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            table = app.screen.query_one("#nodes", DataTable)
+            await until(pilot, lambda: table.row_count == 23)
+            await pilot.press("down", "down", "down")
+            feed.advance()
+            await until(pilot, lambda: str(table.get_cell("gb200-r1-t05", "state")) != "ready")
+            assert str(table.get_cell("gb200-r1-t05", "state")) == "unreachable"
+            assert table.cursor_row == 3
+            assert table.row_count == 23
+
+    asyncio.run(run())
+
+
+def test_the_node_page_shows_a_card_taken_while_it_is_open(demo_state):
+    state, fabrics = demo_state
+    feed = SteppedFeed([state, busy(state, "h100-a-01", 2)], fabrics)
+
+    async def run() -> None:
+        app = LlmgwApp(feed, animation="none")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            await until(pilot, lambda: app.fleet is not None)
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, NodeScreen)
+            devices = app.screen.query_one("#devices", DataTable)
+            feed.advance()
+            await until(pilot, lambda: "70.0/79.6" in str(devices.get_cell("2", "memory")))
+            fleet_row = app.fleet.nodes[0]
+            assert [(c.gpu_class, c.free, c.total) for c in fleet_row.classes] == [
+                ("h100-80g", 7, 8)
+            ]
+
+    asyncio.run(run())
