@@ -69,3 +69,102 @@ def test_a_process_name_is_read_from_proc_and_a_gone_one_is_empty():
 
     assert nvml.process_name(os.getpid()) != ""
     assert nvml.process_name(None) == ""
+
+
+class _NVMLError(Exception):
+    """What pynvml raises; its subclasses are named NVMLError_<Reason>."""
+
+
+class NVMLError_NotSupported(_NVMLError):
+    pass
+
+
+class _Struct:
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+def _stand_in_pynvml(cards):
+    """A stand-in for the third-party pynvml, answering with a real capture's values."""
+    import types
+
+    mib = 1024 * 1024
+    module = types.ModuleType("pynvml")
+    module.NVML_TEMPERATURE_GPU = 0
+    module.NVML_DEVICE_MIG_ENABLE = 1
+    module.nvmlInit = lambda: None
+    module.nvmlShutdown = lambda: None
+    module.nvmlSystemGetDriverVersion = lambda: "580.173.02"
+    module.nvmlSystemGetCudaDriverVersion_v2 = lambda: 13000
+    module.nvmlDeviceGetCount = lambda: len(cards)
+    module.nvmlDeviceGetHandleByIndex = lambda i: cards[i]
+    module.nvmlDeviceGetName = lambda h: h["name"].encode()
+    module.nvmlDeviceGetUUID = lambda h: h["uuid"]
+    module.nvmlDeviceGetMemoryInfo = lambda h: _Struct(
+        total=h["memory_mib"] * mib, used=h["memory_used_mib"] * mib
+    )
+    module.nvmlDeviceGetUtilizationRates = lambda h: _Struct(gpu=h["utilization_pct"])
+    module.nvmlDeviceGetPciInfo = lambda h: _Struct(busId=h["pci_bus_id"].encode())
+    module.nvmlDeviceGetCudaComputeCapability = lambda h: (10, 0)
+    module.nvmlDeviceGetMigMode = lambda h: (0, 0)
+    module.nvmlDeviceGetPowerUsage = lambda h: int(h["power_w"] * 1000)
+    module.nvmlDeviceGetTemperature = lambda h, sensor: h["temperature_c"]
+    module.nvmlDeviceGetComputeRunningProcesses = lambda h: []
+
+    def fabric(h):
+        raw = bytes.fromhex(h["fabric"]["cluster_uuid"].replace("-", ""))
+        healthy = 2 | (2 << 2) | (2 << 4) | (2 << 6) | (1 << 8)
+        return _Struct(
+            state=3,
+            status=0,
+            cliqueId=h["fabric"]["clique_id"],
+            clusterUuid=raw,
+            healthMask=healthy,
+            healthSummary=1,
+        )
+
+    module.nvmlDeviceGetGpuFabricInfoV = fabric
+
+    def unsupported(*_args):
+        raise NVMLError_NotSupported("Not Supported")
+
+    module.nvmlDeviceGetMaxMigDeviceCount = unsupported
+    return module
+
+
+def test_the_nvml_path_gives_the_facts_the_xml_path_gives(hardware_dir, monkeypatch):
+    import sys
+
+    from llmgw_agent.discover.assemble import build_facts
+
+    xml = parse_smi_xml((hardware_dir / "nvidia-smi-q-x_gb200_4gpu_nvl72-tray.xml").read_text())
+    monkeypatch.setitem(sys.modules, "pynvml", _stand_in_pynvml(xml["cards"]))
+    record, reason = nvml.read_cards()
+    assert reason is None
+    assert record["cuda_version"] == xml["cuda_version"]
+
+    def facts(smi):
+        return build_facts(smi, [], None, [], None, [], {}, {}, {}, "test", "0", [])
+
+    from_nvml, from_xml = facts(record), facts(xml)
+    for key in (
+        "index",
+        "name",
+        "uuid",
+        "pci_bus_id",
+        "memory_mib",
+        "memory_used_mib",
+        "class",
+        "compute_capability",
+        "mig_mode",
+        "utilization_pct",
+        "temperature_c",
+        "power_w",
+    ):
+        assert [c[key] for c in from_nvml["cards"]] == [c[key] for c in from_xml["cards"]], key
+    for key in ("state", "status", "clique_id", "cluster_uuid", "verdict"):
+        assert [c["fabric"][key] for c in from_nvml["cards"]] == [
+            c["fabric"][key] for c in from_xml["cards"]
+        ]
+    assert from_nvml["nvlink_domain"] == from_xml["nvlink_domain"]
+    assert from_nvml["gpus"] == from_xml["gpus"]
