@@ -417,32 +417,34 @@ def _ways_on_pool(
                 " one card a replica (llama.cpp can still split a GGUF file by layer)"
             )
         widths = tensor_widths(shape, widest, artifact.quantization)
+
+    def fits(width: int, nodes: int) -> bool:
+        ep = uses_expert_parallel(engine, shape, width)
+        return sizer.fits(engine, artifact, shape, Layout(width, nodes, ep), memory)
+
+    one_node = [width for width in widths if fits(width, 1)]
+    for width in one_node:
+        free = pool.nodes_with(width, free_only=True) >= 1
+        ways.append(_way(engine, artifact, shape, pool, ref, sizer, width, 1, 1, free))
+    if not pool.spans_nodes or card.is_mig:
+        if not one_node and widths:
+            _record_miss(misses, sizer, engine, artifact, shape, pool, widths[-1], 1)
+        return ways
+    # Several nodes, only where that takes fewer cards than one node would:
+    # a way with as many cards spread over more nodes is never better.
+    fewest_cards = min(one_node, default=None)
     for width in widths:
-        node_limit = (
-            pool.nodes_with(width, free_only=False) if pool.spans_nodes and not card.is_mig else 1
-        )
-        node_limit = min(node_limit, shape.num_layers)
-        if node_limit < 1:
+        if width in one_node:
             continue
-
-        def fits(nodes: int, width: int = width) -> bool:
-            ep = uses_expert_parallel(engine, shape, width)
-            return sizer.fits(engine, artifact, shape, Layout(width, nodes, ep), memory)
-
-        nodes = smallest_fitting(fits, 1, node_limit)
+        node_limit = min(pool.nodes_with(width, free_only=False), shape.num_layers)
+        if fewest_cards is not None:
+            node_limit = min(node_limit, (fewest_cards - 1) // width)
+        nodes = smallest_fitting(lambda n, width=width: fits(width, n), 2, node_limit)
         if nodes is None:
-            ep = uses_expert_parallel(engine, shape, width)
-            _miss(
-                misses,
-                sizer,
-                engine,
-                artifact,
-                shape,
-                pool,
-                width,
-                node_limit,
-                Layout(width, node_limit, ep),
-            )
+            if fewest_cards is None:
+                _record_miss(
+                    misses, sizer, engine, artifact, shape, pool, width, max(node_limit, 1)
+                )
             continue
         free = pool.nodes_with(width, free_only=True) >= nodes
         ways.append(_way(engine, artifact, shape, pool, ref, sizer, width, 1, nodes, free))
@@ -465,6 +467,21 @@ def _miss(
     usable = sizer.usable(engine, memory)
     overshoot = need.total_gib / usable if usable > 0 else float("inf")
     misses.append(Miss(overshoot, engine, artifact, shape, pool, width, nodes))
+
+
+def _record_miss(
+    misses: list[Miss],
+    sizer: Sizer,
+    engine: str,
+    artifact: Artifact,
+    shape: ModelShape,
+    pool: Pool,
+    width: int,
+    nodes: int,
+) -> None:
+    """Remember the widest tensor-parallel try on a pool that did not fit."""
+    layout = Layout(width, nodes, uses_expert_parallel(engine, shape, width))
+    _miss(misses, sizer, engine, artifact, shape, pool, width, nodes, layout)
 
 
 def _cpu_way(

@@ -91,16 +91,25 @@ class Sizer:
 
 
 def smallest_fitting(fits: Callable[[int], bool], low: int, high: int) -> int | None:
-    """The smallest n in [low, high] with fits(n), assuming more n never hurts."""
-    if high < low or not fits(high):
+    """The smallest n in [low, high] with fits(n), assuming more n never hurts.
+
+    Doubles from `low` until it fits, then halves the gap: a model that fits
+    on two nodes costs two questions, not a search over a thousand.
+    """
+    if high < low:
         return None
-    while low < high:
-        middle = (low + high) // 2
+    below, probe = low - 1, low
+    while not fits(probe):
+        if probe >= high:
+            return None
+        below, probe = probe, min(high, probe * 2)
+    while probe - below > 1:
+        middle = (below + probe) // 2
         if fits(middle):
-            high = middle
+            probe = middle
         else:
-            low = middle + 1
-    return low
+            below = middle
+    return probe
 
 
 def advice_when_nothing_fits(misses: list[Miss], sizer: Sizer, context: int) -> list[str]:

@@ -209,7 +209,7 @@ class Pool:
     Attributes:
         gpu_class: the class, or None for a pool of CPU nodes.
         interconnect: the fabric's or NVLink domain's name; None when the
-            pool's nodes share none, so a replica stays on one node.
+            pool's nodes share none, so each replica stays on one of them.
         interconnect_kind: "fabric" or "nvlink-domain", or None.
         nodes: the nodes, in fleet order.
     """
@@ -278,7 +278,9 @@ class Pool:
             return f"{self.label} on {self.interconnect}"
         if self.interconnect_kind == "nvlink-domain":
             return f"{self.label} in NVLink domain {self.interconnect}"
-        return f"{self.label} on {self.nodes[0].name}" if len(self.nodes) == 1 else self.label
+        if len(self.nodes) == 1:
+            return f"{self.label} on {self.nodes[0].name}"
+        return f"{self.label} on {len(self.nodes)} nodes without a shared fabric"
 
 
 @dataclass(frozen=True)
@@ -316,8 +318,9 @@ class Fleet:
             for device in node.devices:
                 label = device.gpu_class.label
                 classes[label] = device.gpu_class
-                # A pool with no interconnect holds one node: it cannot be spanned.
-                key = (label, kind, name) if kind else (label, None, f"node:{node.name}")
+                # Nodes with no interconnect pool together by class, but a
+                # replica never spans them (`spans_nodes` is False).
+                key = (label, kind, name)
                 members = grouped.setdefault(key, [])
                 if not members or members[-1] is not node:
                     members.append(node)

@@ -36,6 +36,8 @@ FLEET = [
     {"name": "cpu", "count": 48, "gpus": 0, "memory_gib": 512},
 ]
 
+REFUSED_SCRIPT = [sys.executable, "-m", "llmgw_tui.cli", "--run", "-", "--json"]
+
 REPOSITORIES = (
     ("catalog:Qwen/Qwen2.5-14B-Instruct-GGUF", 32768),
     ("catalog:meta-llama/Llama-3.3-70B-Instruct", 32768),
@@ -70,6 +72,19 @@ def main() -> None:
     ]
     help_s = statistics.median(help_runs)
     print(f"llmgw-tui --help (start-up, doing nothing): {help_s * 1000:.0f} ms (median of 5)")
+    # The runner's own start-up: a script refused at validation (every step imported, nothing run).
+    refused = [
+        _best_of(
+            1,
+            lambda: subprocess.run(
+                REFUSED_SCRIPT, input="steps:\n  - nothing: {}\n", text=True, capture_output=True
+            ),
+        )
+        for _ in range(5)
+    ]
+    print(
+        f"llmgw-tui --run (runner start-up, script refused): {statistics.median(refused) * 1000:.0f} ms (median of 5)"
+    )
     for ref, context in REPOSITORIES:
         model = catalog_model(ref)
         result = plan(model, fleet, context=context)

@@ -48,13 +48,23 @@ def test_llama_70b_at_32k_on_two_h100_nodes_is_best_on_4_cards_of_one_node():
     )
 
 
-def test_every_way_is_listed_best_first_one_node_before_two():
+def test_every_way_is_listed_best_first_and_both_engines_offered():
     result = _plan(LLAMA_70B, TWO_DGX, format="safetensors")
     vllm = [(w.tensor_parallel, w.nodes) for w in result.options if w.engine == "vllm"]
-    assert vllm[:2] == [(4, 1), (8, 1)]
-    assert all(nodes == 2 for _, nodes in vllm[2:]) and vllm[2:]
-    engines = [w.engine for w in result.options[:2]]
-    assert engines == ["vllm", "sglang"]
+    assert vllm == [(4, 1), (8, 1)]
+    assert [w.engine for w in result.options[:2]] == ["vllm", "sglang"]
+
+
+def test_several_nodes_are_offered_only_for_fewer_cards_than_one_node_takes():
+    # One node holds it on 4 cards; 2 + 2 over two nodes is as many cards, so not listed.
+    result = _plan(LLAMA_70B, TWO_DGX, format="safetensors", context=8192)
+    assert all(w.nodes == 1 for w in result.options)
+    # One card a node: only several nodes hold it, as few as fit (not all four).
+    thin = [{"name": "n", "count": 4, "gpu": "h100-80g", "gpus": 1, "fabric": "ib-a"}]
+    spread = _plan(LLAMA_70B, thin, format="safetensors", context=8192)
+    assert {(w.nodes, w.pipeline_parallel, w.tensor_parallel) for w in spread.options} == {
+        (3, 3, 1)
+    }
 
 
 def test_qwen3_235b_at_bf16_runs_8_wide_with_expert_parallel():

@@ -174,3 +174,12 @@ def test_the_cards_with_the_most_nvlink_between_them_are_chosen():
         nvlink_groups=nvlink_groups_from_matrix(links),
     )
     assert node.choose_nvlink_cards("a100-80g", 2, links) == (0, 1)
+
+
+def test_nodes_without_a_fabric_pool_by_class_but_are_never_spanned():
+    pools = _pools_by_name(
+        [{"name": "pcie", "count": 3, "gpu": "l40s-48g", "gpus": 4, "nvlink": False}]
+    )
+    pool = pools["l40s-48g on 3 nodes without a shared fabric"]
+    assert len(pool.nodes) == 3
+    assert not pool.spans_nodes
