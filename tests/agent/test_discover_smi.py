@@ -373,3 +373,22 @@ def test_a_listing_joins_cards_by_uuid_before_index():
     ]
     joined = join_listing(cards, listing)
     assert joined[0]["migs"][0]["uuid"] == "MIG-1"
+
+
+def test_processes_on_a_mig_card_land_on_their_instance(tmp_path):
+    from llmgw_agent.sim.profiles import write_profile
+
+    capture = write_profile("a100-mig", tmp_path / "a100")
+    xml = (capture / "nvidia-smi-q-x.xml").read_text()
+    process = (
+        "<processes>\n\t\t\t<process_info>\n\t\t\t\t<gpu_instance_id>5</gpu_instance_id>\n"
+        "\t\t\t\t<compute_instance_id>0</compute_instance_id>\n\t\t\t\t<pid>4242</pid>\n"
+        "\t\t\t\t<type>C</type>\n\t\t\t\t<process_name>python3</process_name>\n"
+        "\t\t\t\t<used_memory>17000 MiB</used_memory>\n\t\t\t</process_info>\n\t\t</processes>"
+    )
+    xml = xml.replace("<processes>\n\t\t</processes>", process, 1)
+    smi = parse_smi_xml(xml)
+    listing = parse_smi_list((capture / "nvidia-smi-L.txt").read_text())
+    gpus = {g["label"]: g for g in _facts(smi, listing)["gpus"]}
+    assert gpus["0/mig1"]["processes"] == [{"pid": 4242, "name": "python3", "used_mib": 17000}]
+    assert gpus["0/mig0"]["processes"] == []

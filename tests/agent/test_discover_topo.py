@@ -83,3 +83,18 @@ def test_output_without_a_matrix_gives_an_empty_topology():
         "matrix": {},
         "affinity": {},
     }
+
+
+def test_older_drivers_name_the_nic_in_the_header_and_have_no_numa_columns():
+    # nccl-tests issue #78 shape: `mlx5_0` straight in the header, only `CPU Affinity`.
+    text = (
+        "\tGPU0\tGPU1\tmlx5_0\tCPU Affinity\n"
+        "GPU0\t X \tNV2\tPHB\t0-19\n"
+        "GPU1\tNV2\t X \tPHB\t0-19\n"
+        "mlx5_0\tPHB\tPHB\t X \t\n"
+    )
+    topo = parse_topo(text)
+    assert topo["nics"] == ["mlx5_0"]
+    assert nvlink_matrix(topo) == {"0": {"1": "NV2"}, "1": {"0": "NV2"}}
+    assert nearest_nics(topo) == {0: "mlx5_0", 1: "mlx5_0"}
+    assert topo["affinity"]["GPU0"] == {"cpus": "0-19", "numa_node": None, "gpu_numa_id": None}
