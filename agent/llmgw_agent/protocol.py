@@ -24,15 +24,12 @@ Error codes: `bad_json`, `bad_request`, `too_large`, `unknown_op`, `bad_args`,
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
-import platform
 import sys
 import threading
 import time
-import traceback
 from typing import Any, Callable, Dict, Optional
 
 from llmgw_agent import PROTOCOL_VERSION, __version__, paths
@@ -113,7 +110,7 @@ class Server:
             "hello": {
                 "agent_version": __version__,
                 "protocol": PROTOCOL_VERSION,
-                "python": platform.python_version(),
+                "python": "{}.{}.{}".format(*sys.version_info[:3]),
                 "capabilities": sorted([*self.ops, "cancel"]),
                 "pid": os.getpid(),
                 "replay": self.replay is not None,
@@ -194,6 +191,8 @@ class Server:
         except ImportError as exc:
             self.error(request_id, "unavailable", "this agent lacks a part: {}".format(exc))
         except Exception as exc:  # the edge: report, never crash the channel
+            import traceback
+
             traceback.print_exc(file=sys.stderr)
             self.error(request_id, "internal", "{}: {}".format(type(exc).__name__, exc))
         else:
@@ -351,12 +350,29 @@ def read_lines(
         on_line(line)
 
 
+def _replay_option(argv) -> Optional[str]:
+    """`--replay DIR` / `--replay=DIR` from serve's argv (argparse costs start-up time).
+
+    Raises:
+        SystemExit: 2 on anything else, with the usage.
+    """
+    args = list(argv)
+    replay = None
+    while args:
+        word = args.pop(0)
+        if word == "--replay" and args:
+            replay = args.pop(0)
+        elif word.startswith("--replay="):
+            replay = word.split("=", 1)[1]
+        else:
+            sys.stderr.write("usage: llmgw serve [--replay DIR]\n")
+            raise SystemExit(0 if word in ("-h", "--help") else 2)
+    return replay
+
+
 def serve_main(argv) -> int:
     """`llmgw serve [--replay DIR]`: speak the protocol until stdin ends."""
-    parser = argparse.ArgumentParser(prog="llmgw serve", description="JSON lines on stdin/stdout")
-    parser.add_argument("--replay", metavar="DIR", help="read facts from a capture directory")
-    options = parser.parse_args(argv)
-    replay_path = paths.replay_dir(options.replay)
+    replay_path = paths.replay_dir(_replay_option(argv))
     requests_in, replies_out = _private_stdio()
     server = Server(Channel(replies_out), str(replay_path) if replay_path else None)
     server.channel.send(server.hello())

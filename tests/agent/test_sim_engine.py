@@ -263,3 +263,37 @@ def test_nccl_says_roce_when_a_gid_index_is_given_and_nothing_without_nccl_debug
         in lines
     )
     assert nccl_lines({"NCCL_IB_HCA": "mlx5_0"}, "node-a", 42, engine) == []
+
+
+def test_a_sim_engine_on_a_mig_instance_shows_its_memory_in_the_facts_while_it_runs(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    from llmgw_agent.sim.profiles import write_profile
+
+    capture = write_profile("a100-mig", tmp_path / "a100")
+    agent = AgentClient(
+        agent_env(state_dir), "--replay", str(capture), stderr_path=tmp_path / "agent.stderr"
+    )
+    try:
+        before = {g["id"]: g["memory_used_mib"] for g in agent.call("facts")["gpus"]}
+        argv = ["vllm", "serve", "/models/m", "--port", str(free_port())]
+        argv += ["--gpu-memory-utilization", "0.5"]
+        shard_id = agent.call(
+            "shard.start",
+            {
+                "replica": "mig",
+                "rank": 0,
+                "gpus": ["1001"],
+                "commands": [{"argv": argv, "env": {"LLMGW_SIM_LOAD_S": "0.2"}}],
+            },
+        )["shard_id"]
+        wait_for_line(agent, shard_id, "Uvicorn running")
+        during = {g["id"]: g["memory_used_mib"] for g in agent.call("facts")["gpus"]}
+        assert during[1001] - before[1001] == int(19968 / 1024 * 0.5 * 1024)
+        assert during[1000] == before[1000]
+
+        agent.call("shard.stop", {"shard_id": shard_id, "timeout_s": 5})
+        after = {g["id"]: g["memory_used_mib"] for g in agent.call("facts")["gpus"]}
+        assert after == before
+    finally:
+        agent.close()

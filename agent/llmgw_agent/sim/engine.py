@@ -65,6 +65,9 @@ def _card_mib(gpus: List[str]) -> int:
     replay = paths.replay_dir()
     if replay is None:
         return DEFAULT_CARD_MIB
+    from_facts = _card_mib_from_facts(str(replay), gpus)
+    if from_facts:
+        return from_facts
     try:
         text = (replay / "nvidia-smi-q-x.xml").read_text(errors="replace")
     except OSError:
@@ -78,6 +81,22 @@ def _card_mib(gpus: List[str]) -> int:
     if wanted.isdigit() and int(wanted) < len(totals):
         return totals[int(wanted)]
     return totals[0]
+
+
+def _card_mib_from_facts(replay: str, gpus: List[str]) -> Optional[int]:
+    """The memory of the first GPU named, as the replayed node's facts tell it (MIG included)."""
+    try:
+        from llmgw_agent.discover import collect_facts
+
+        facts = collect_facts(replay=replay)
+    except Exception as exc:  # discovery is another module's edge: say so, fall back
+        say("WARNING sim engine could not read the replayed node's facts: {}".format(exc))
+        return None
+    wanted = gpus[0] if gpus else "0"
+    for gpu in facts.get("gpus", []):
+        if wanted in (str(gpu.get("id")), gpu.get("label"), gpu.get("uuid")):
+            return gpu.get("memory_mib")
+    return None
 
 
 def _weights(model: Optional[str]) -> tuple:
