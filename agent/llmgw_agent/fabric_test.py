@@ -23,13 +23,12 @@ Methods:
 In replay mode (a simulated node) `ib_write_bw` is not run: the two halves
 meet over a real loopback socket, exchange their adapters' speeds, and print
 text in ib_write_bw's own format with the figure the simulated hardware
-allows (a profile's degraded rail shows its reduced speed).
+allows (see `fabric_replay`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -56,10 +55,6 @@ LISTEN_WAIT_S = 15.0
 """How long the server half waits for ib_write_bw to open its port before giving up."""
 OUTPUT_LIMIT_BYTES = 512 * 1024
 TCP_BUFFER_BYTES = 1024 * 1024
-SIM_EFFICIENCY = 0.972
-"""A healthy simulated rail reaches 97.2 % of its rate (the captured RoCE run: 388.7 of 400)."""
-SIM_RUN_S = 0.3
-"""A simulated run takes this long, whatever duration was asked: the demo should not wait."""
 
 _SYSFS_IB = Path("/sys/class/infiniband")
 
@@ -73,8 +68,10 @@ def fabric_probe(args: Dict[str, Any], replay: Optional[str] = None) -> Dict[str
     A simulated node "has" perftest when its profile has RDMA adapters.
     """
     if replay is not None:
+        from llmgw_agent.fabric_replay import replay_adapters
+
         return {
-            "ib_write_bw": bool(_replay_adapters(replay)),
+            "ib_write_bw": bool(replay_adapters(replay)),
             "numactl": False,
             "replay": True,
         }
@@ -171,7 +168,9 @@ def fabric_server(
     if options.method == "tcp":
         return tcp_server(options, emit, cancelled, replay)
     if replay is not None:
-        return _sim_server(options, emit, cancelled, replay)
+        from llmgw_agent.fabric_replay import sim_server
+
+        return sim_server(options, emit, cancelled, replay)
     return _perftest_half(options, emit, cancelled)
 
 
@@ -187,11 +186,14 @@ def fabric_client(
     if options.method == "tcp":
         return tcp_client(options, emit, cancelled)
     if replay is not None:
-        return _sim_client(options, cancelled, replay)
+        from llmgw_agent.fabric_replay import sim_client
+
+        return sim_client(options, cancelled, replay)
     return _perftest_half(options, emit, cancelled)
 
 
-def _result(options: HalfOptions, **values: Any) -> Dict[str, Any]:
+def half_result(options: HalfOptions, **values: Any) -> Dict[str, Any]:
+    """The answer of one half: method, side, device and port, plus `values`."""
     result = {
         "method": options.method,
         "side": options.side,
@@ -267,13 +269,13 @@ def _perftest_half(options: HalfOptions, emit: Emit, cancelled: threading.Event)
         raise OpError("failed", "{} could not start: {}".format(PERFTEST, exc)) from exc
     output = _Output(proc.stdout)
     if options.side == "server":
-        if _wait_listening(options.port, proc, cancelled, LISTEN_WAIT_S):
-            emit(_listening(options, None))
+        if _waitlistening_event(options.port, proc, cancelled, LISTEN_WAIT_S):
+            emit(listening_event(options, None))
         deadline = time.monotonic() + options.accept_timeout_s + options.expected_run_s + 30.0
     else:
         deadline = time.monotonic() + options.expected_run_s + 60.0
     stopped = _wait(proc, cancelled, deadline)
-    return _result(
+    return half_result(
         options,
         argv=argv,
         exit_code=proc.returncode,
@@ -323,7 +325,7 @@ def listening_ports(proc_net: Tuple[str, ...] = ("/proc/net/tcp", "/proc/net/tcp
     return ports
 
 
-def _wait_listening(
+def _waitlistening_event(
     port: int, proc: "subprocess.Popen[bytes]", cancelled: threading.Event, wait_s: float
 ) -> bool:
     deadline = time.monotonic() + wait_s
@@ -336,7 +338,8 @@ def _wait_listening(
     return False
 
 
-def _listening(options: HalfOptions, address: Optional[str]) -> Dict[str, Any]:
+def listening_event(options: HalfOptions, address: Optional[str]) -> Dict[str, Any]:
+    """The event a server half sends once a client may connect."""
     return {"listening": True, "method": options.method, "port": options.port, "address": address}
 
 
@@ -364,15 +367,17 @@ def tcp_server(
             ) from exc
         listener.listen(1)
         options.port = listener.getsockname()[1]
-        emit(_listening(options, bind if bind not in ("0.0.0.0", "::") else _mgmt_address()))
-        connection = _accept(listener, cancelled, options.accept_timeout_s)
+        emit(listening_event(options, bind if bind not in ("0.0.0.0", "::") else _mgmt_address()))
+        connection = accept_one(listener, cancelled, options.accept_timeout_s)
         if connection is None:
-            return _result(options, bytes=0, seconds=0.0, gbps=0.0, stopped=_why_stopped(cancelled))
+            return half_result(
+                options, bytes=0, seconds=0.0, gbps=0.0, stopped=stop_reason(cancelled)
+            )
         with connection:
             received, seconds, stopped = _count_bytes(
                 connection, cancelled, options.duration_s + 10.0
             )
-    return _result(
+    return half_result(
         options,
         bytes=received,
         seconds=seconds,
@@ -406,17 +411,17 @@ def tcp_client(options: HalfOptions, emit: Emit, cancelled: threading.Event) -> 
             connection.recv(1)  # the server closes once it has counted everything
         except OSError as exc:
             raise OpError("failed", "the TCP stream to {} broke: {}".format(address, exc)) from exc
-    return _result(
+    return half_result(
         options,
         bytes=sent,
         seconds=seconds,
         gbps=_gbps(sent, seconds),
         address=address,
-        stopped=_why_stopped(cancelled),
+        stopped=stop_reason(cancelled),
     )
 
 
-def _accept(
+def accept_one(
     listener: socket.socket, cancelled: threading.Event, timeout_s: float
 ) -> Optional[socket.socket]:
     listener.settimeout(0.2)
@@ -466,7 +471,8 @@ def _gbps(byte_count: int, seconds: float) -> float:
     return byte_count * 8 / seconds / 1e9 if seconds > 0 else 0.0
 
 
-def _why_stopped(cancelled: threading.Event) -> Optional[str]:
+def stop_reason(cancelled: threading.Event) -> Optional[str]:
+    """`cancelled` when the console cancelled the request, else None."""
     return "cancelled" if cancelled.is_set() else None
 
 
@@ -474,182 +480,3 @@ def _mgmt_address() -> Optional[str]:
     from llmgw_agent.discover.host import management_interface
 
     return management_interface()[0]
-
-
-# --- replay: simulated halves that meet over loopback ------------------------------------
-
-
-def _replay_adapters(replay: str) -> Dict[str, Dict[str, Any]]:
-    """The simulated node's adapters by name, each with the Gb/s a test would measure.
-
-    A healthy rail carries 97.2 % of its port rate; a rail the profile marks
-    in `host.json` `sim.fabric_ratio` ({adapter: ratio}) carries that share
-    of its rated speed (the demo's degraded rail: 0.6).
-    """
-    from llmgw_agent.discover import host, ib
-
-    directory = Path(replay)
-    sys_ib = directory / "sys" / "class" / "infiniband"
-    if sys_ib.is_dir():
-        records = ib.read_sysfs(sys_ib)
-    else:
-        ibstat = directory / "ibstat.txt"
-        records = ib.parse_ibstat(ibstat.read_text(errors="replace")) if ibstat.is_file() else []
-    rated = ib.rated_speeds(records)
-    try:
-        sim = host.read_host_json(directory / "host.json").get("sim") or {}
-    except ValueError:
-        sim = {}
-    ratios = sim.get("fabric_ratio") or {} if isinstance(sim, dict) else {}
-    adapters = {}
-    for record in records:
-        entry = dict(record)
-        rated_gbps = rated.get("{}:{}".format(record["name"], record["port"])) or 0.0
-        if record["name"] in ratios:
-            entry["sim_gbps"] = float(rated_gbps) * float(ratios[record["name"]])
-        else:
-            entry["sim_gbps"] = float(record.get("rate_gbps") or 0.0) * SIM_EFFICIENCY
-        adapters[record["name"]] = entry
-    return adapters
-
-
-def _sim_failure(
-    options: HalfOptions, replay: str
-) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
-    """This half's simulated adapter, or the text ib_write_bw prints when it cannot use it."""
-    adapter = _replay_adapters(replay).get(str(options.device))
-    if adapter is None:
-        return None, " IB device {} not found\n Unable to find the Infiniband/RoCE device\n".format(
-            options.device
-        )
-    if adapter.get("state") not in (None, "ACTIVE"):
-        return None, " Port number {} state is Down\n Couldn't set the link layer\n".format(
-            options.ib_port
-        )
-    return adapter, None
-
-
-def _sim_speed(adapter: Dict[str, Any]) -> float:
-    """What this side's adapter can carry, in Gb/s."""
-    return float(adapter["sim_gbps"])
-
-
-def _sim_server(
-    options: HalfOptions, emit: Emit, cancelled: threading.Event, replay: str
-) -> Dict[str, Any]:
-    adapter, failure = _sim_failure(options, replay)
-    if adapter is None:
-        return _result(
-            options,
-            argv=ib_write_bw_argv(options, False),
-            exit_code=1,
-            output=failure,
-            simulated=True,
-        )
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        options.port = listener.getsockname()[1]
-        emit(_listening(options, "127.0.0.1"))
-        connection = _accept(listener, cancelled, options.accept_timeout_s)
-        if connection is None:
-            return _result(
-                options,
-                argv=ib_write_bw_argv(options, False),
-                exit_code=1,
-                output=_banner() + " no client connected\n",
-                stopped=_why_stopped(cancelled) or "timeout",
-                simulated=True,
-            )
-        with connection:
-            connection.settimeout(5.0)
-            peer = _exchange(
-                connection, {"gbps": _sim_speed(adapter), "link_layer": adapter.get("link_layer")}
-            )
-    gbps = min(_sim_speed(adapter), float(peer.get("gbps") or 0.0))
-    output = _banner() + _sim_report(options, adapter, gbps)
-    return _result(
-        options, argv=ib_write_bw_argv(options, False), exit_code=0, output=output, simulated=True
-    )
-
-
-def _sim_client(options: HalfOptions, cancelled: threading.Event, replay: str) -> Dict[str, Any]:
-    adapter, failure = _sim_failure(options, replay)
-    argv = ib_write_bw_argv(options, False)
-    if adapter is None:
-        return _result(options, argv=argv, exit_code=1, output=failure, simulated=True)
-    try:
-        connection = socket.create_connection((str(options.server_address), options.port), 5.0)
-    except OSError:
-        text = " Couldn't connect to {}:{}\nUnable to open file descriptor for socket connection Unable to init the socket connection\n".format(
-            options.server_address, options.port
-        )
-        return _result(options, argv=argv, exit_code=1, output=text, simulated=True)
-    with connection:
-        connection.settimeout(5.0)
-        peer = _exchange(
-            connection, {"gbps": _sim_speed(adapter), "link_layer": adapter.get("link_layer")}
-        )
-    time.sleep(min(SIM_RUN_S, options.duration_s))
-    gbps = min(_sim_speed(adapter), float(peer.get("gbps") or 0.0))
-    return _result(
-        options, argv=argv, exit_code=0, output=_sim_report(options, adapter, gbps), simulated=True
-    )
-
-
-def _exchange(connection: socket.socket, mine: Dict[str, Any]) -> Dict[str, Any]:
-    """Send this side's figures as one JSON line and read the peer's."""
-    connection.sendall((json.dumps(mine) + "\n").encode())
-    received = b""
-    while not received.endswith(b"\n"):
-        chunk = connection.recv(4096)
-        if not chunk:
-            break
-        received += chunk
-    try:
-        peer = json.loads(received.decode() or "{}")
-    except ValueError:
-        peer = {}
-    return peer if isinstance(peer, dict) else {}
-
-
-def _banner() -> str:
-    line = "*" * 36
-    return "\n{0}\n* Waiting for client to connect... *\n{0}\n".format(line)
-
-
-def _sim_report(options: HalfOptions, adapter: Dict[str, Any], gbps: float) -> str:
-    """A result in ib_write_bw's `--report_gbits` layout, with the simulated figure."""
-    rule = "-" * 87
-    roce = adapter.get("link_layer") == "Ethernet"
-    link = "Ethernet" if roce else "IB"
-    lines = [
-        rule,
-        "                    RDMA_Write BW Test",
-        " Dual-port       : OFF          Device         : {}".format(options.device),
-        " Number of qps   : {:<12} Transport type : IB".format(options.qps),
-        " Connection type : RC           Using SRQ      : OFF",
-        " Mtu             : 4096[B]",
-        " Link type       : {}".format(link),
-    ]
-    if roce:
-        lines.append(
-            " GID index       : {}".format(
-                options.gid_index if options.gid_index is not None else 3
-            )
-        )
-    lines += [" Data ex. method : Ethernet", rule]
-    if options.iterations is None:
-        lines.append(" WARNING: BW peak won't be measured in this run.")
-    lines.append(" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]")
-    msg_rate = gbps * 1e9 / 8 / options.size_bytes / 1e6
-    iterations = options.iterations or max(1, int(msg_rate * 1e6 * options.duration_s))
-    peak = 0.0 if options.iterations is None else gbps * 1.001
-    lines.append(
-        " {:<10} {:<16} {:<18.2f} {:<20.2f} {:.6f}".format(
-            options.size_bytes, iterations, peak, gbps, msg_rate
-        )
-    )
-    lines.append(rule)
-    return "\n".join(lines) + "\n"
