@@ -462,6 +462,29 @@ def _node_of(entry: FleetEntry, name: str) -> Node:
     )
 
 
+def check_fleet_entry(raw: Any, index: int) -> FleetEntry:
+    """Validate one entry of a `fleet:` list (index from 0), class label included.
+
+    The runner calls this for each entry before any step runs, so a bad entry
+    is reported with its line.
+
+    Raises:
+        BadInput: naming the entry and what is wrong with it.
+    """
+    try:
+        entry = FleetEntry.model_validate(raw)
+    except ValidationError as exc:
+        raise BadInput(_entry_sentence(index, raw, exc)) from None
+    if entry.gpu:
+        try:
+            gpu_class(entry.gpu)
+        except BadInput as exc:
+            raise BadInput(
+                f"fleet entry {index + 1} ({entry.name}): {exc.message}", exc.fix
+            ) from None
+    return entry
+
+
 def described_fleet(entries: Sequence[Any]) -> Fleet:
     """A fleet from a script's `fleet:` list.
 
@@ -475,19 +498,9 @@ def described_fleet(entries: Sequence[Any]) -> Fleet:
         )
     nodes: list[Node] = []
     for index, raw in enumerate(entries):
-        try:
-            entry = FleetEntry.model_validate(raw)
-        except ValidationError as exc:
-            raise BadInput(_entry_sentence(index, raw, exc)) from None
-        try:
-            if entry.count == 1:
-                nodes.append(_node_of(entry, entry.name))
-            else:
-                nodes.extend(
-                    _node_of(entry, f"{entry.name}-{i}") for i in range(1, entry.count + 1)
-                )
-        except BadInput as exc:
-            raise BadInput(
-                f"fleet entry {index + 1} ({entry.name}): {exc.message}", exc.fix
-            ) from None
+        entry = check_fleet_entry(raw, index)
+        if entry.count == 1:
+            nodes.append(_node_of(entry, entry.name))
+        else:
+            nodes.extend(_node_of(entry, f"{entry.name}-{i}") for i in range(1, entry.count + 1))
     return Fleet.from_nodes(nodes)

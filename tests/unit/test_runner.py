@@ -87,7 +87,7 @@ def test_a_step_that_fails_prints_one_json_line_with_its_sentence(tmp_path, caps
     ]
 
 
-def test_a_bad_fleet_entry_fails_the_step_that_uses_it(tmp_path, capsys):
+def test_a_bad_fleet_entry_is_bad_input(tmp_path, capsys):
     code, lines, _ = _run(
         tmp_path,
         capsys,
@@ -95,8 +95,8 @@ def test_a_bad_fleet_entry_fails_the_step_that_uses_it(tmp_path, capsys):
         "steps:\n  - plan: {model: catalog:meta-llama/Llama-3.1-8B-Instruct}\n",
     )
     assert code == 2
-    assert lines[0]["step"] == "plan"
-    assert lines[0]["error"] == "fleet entry 1 (dgx): colour is not a known key"
+    assert len(lines) == 1
+    assert lines[0]["error"].endswith("fleet entry 1 (dgx): colour is not a known key")
 
 
 def test_without_json_a_bad_script_is_one_line_on_stderr(tmp_path, capsys):
@@ -113,3 +113,35 @@ def test_a_missing_script_file_is_bad_input(tmp_path, capsys):
     line = json.loads(capsys.readouterr().out)
     assert code == 2
     assert line["error"].startswith("cannot read script")
+
+
+# Runner bugs found while testing it; the fixes are in the planner engineer's report.
+# strict: when the runner is fixed these pass, and the marker must come off.
+RUNNER_BUG = "runner.py: see the planner report for the exact fix"
+
+
+@pytest.mark.xfail(strict=True, reason=RUNNER_BUG)
+def test_a_yaml_tag_that_cannot_be_built_is_bad_input_not_a_traceback(tmp_path, capsys):
+    code, lines, _ = _run(tmp_path, capsys, 'steps: !!python/object/apply:os.system ["true"]\n')
+    assert code == 2
+    assert "line 1: not valid YAML" in lines[0]["error"]
+
+
+@pytest.mark.xfail(strict=True, reason=RUNNER_BUG)
+def test_a_key_that_is_not_a_name_is_bad_input_not_a_traceback(tmp_path, capsys):
+    code, lines, _ = _run(tmp_path, capsys, "? [a]\n: 1\nsteps: []\n")
+    assert code == 2
+    assert "line 1:" in lines[0]["error"]
+
+
+@pytest.mark.xfail(strict=True, reason=RUNNER_BUG)
+def test_a_bad_fleet_entry_is_refused_with_its_line_before_any_step_runs(tmp_path, capsys):
+    code, lines, _ = _run(
+        tmp_path,
+        capsys,
+        "fleet:\n  - {name: dgx, gpu: h100-80g, gpus: 8}\n  - {name: x, gpu: h900-1t, gpus: 8}\n"
+        "steps:\n  - plan: {model: catalog:meta-llama/Llama-3.1-8B-Instruct}\n",
+    )
+    assert code == 2
+    assert lines[0]["step"] is None
+    assert "line 3: fleet entry 2 (x): unknown GPU class 'h900-1t'" in lines[0]["error"]
