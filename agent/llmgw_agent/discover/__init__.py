@@ -85,8 +85,9 @@ def run_command(
         return None, "{} could not run: {}".format(" ".join(argv), exc)
     out = done.stdout.decode(errors="replace")
     if done.returncode != 0:
-        err = done.stderr.decode(errors="replace").strip().splitlines()
-        reason = err[-1] if err else "exit status {}".format(done.returncode)
+        # nvidia-smi prints its own failure ("couldn't communicate with the driver") on stdout.
+        said = (done.stderr.decode(errors="replace").strip() or out.strip()).splitlines()
+        reason = said[-1].strip() if said else "exit status {}".format(done.returncode)
         return (out or None), "{} failed: {}".format(" ".join(argv), reason)
     return out, None
 
