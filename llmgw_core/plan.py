@@ -462,7 +462,7 @@ def _miss(
     nodes: int,
     layout: Layout,
 ) -> None:
-    memory = pool.gpu_class.memory_gib if pool.gpu_class else pool.ram_gib(free_only=False)
+    memory = pool.device_memory_gib
     need = sizer.need(engine, artifact, shape, layout, memory)
     usable = sizer.usable(engine, memory)
     overshoot = need.total_gib / usable if usable > 0 else float("inf")
@@ -487,7 +487,7 @@ def _record_miss(
 def _cpu_way(
     artifact: Artifact, shape: ModelShape, pool: Pool, ref: str, sizer: Sizer, misses: list[Miss]
 ) -> list[Way]:
-    ram = pool.ram_gib(free_only=False)
+    ram = pool.device_memory_gib
     if not sizer.fits(LLAMA_CPP, artifact, shape, Layout(), ram):
         _miss(misses, sizer, LLAMA_CPP, artifact, shape, pool, 1, 1, Layout())
         return []
@@ -508,7 +508,7 @@ def _way(
 ) -> Way:
     """Build the way of `width` × `nodes` (or a llama.cpp split over `layer_split` cards)."""
     card: GpuClass | None = pool.gpu_class
-    memory = card.memory_gib if card else pool.ram_gib(free_only=False)
+    memory = pool.device_memory_gib
     expert = uses_expert_parallel(engine, shape, width)
     pipeline = layer_split if engine == LLAMA_CPP else nodes
     layout = Layout(width, pipeline, expert)

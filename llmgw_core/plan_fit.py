@@ -141,11 +141,7 @@ def advice_when_nothing_fits(misses: list[Miss], sizer: Sizer, context: int) -> 
 
 def _layout_of(miss: Miss, nodes: int | None = None) -> tuple[Layout, float]:
     nodes = miss.nodes if nodes is None else nodes
-    memory = (
-        miss.pool.gpu_class.memory_gib
-        if miss.pool.gpu_class
-        else miss.pool.ram_gib(free_only=False)
-    )
+    memory = miss.pool.device_memory_gib
     if miss.engine == LLAMA_CPP:
         return Layout(pipeline_parallel=nodes if not miss.pool.is_cpu else 1), memory
     ep = uses_expert_parallel(miss.engine, miss.shape, miss.tensor_parallel)

@@ -263,8 +263,11 @@ class Pool:
         )
         return sum(1 for w in per_node if w >= width)
 
-    def ram_gib(self, *, free_only: bool) -> float:
-        """The largest host RAM of this pool's (CPU) nodes, GiB."""
+    @property
+    def device_memory_gib(self) -> float:
+        """What one replica's device holds: a card's memory, or the largest CPU node's RAM."""
+        if self.gpu_class is not None:
+            return self.gpu_class.memory_gib
         return max((n.memory_gib or 0.0 for n in self.nodes), default=0.0)
 
     def describe(self) -> str:

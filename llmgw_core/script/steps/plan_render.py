@@ -131,6 +131,9 @@ def render(result: dict[str, Any]) -> Group:
                 )
             )
         parts.append(Text("  " + best["serve"]))
+        if best["nodes"] > 1:
+            where = f"{best['nodes']} nodes of {best['interconnect']}"
+            parts.append(Text(f"  # one pipeline stage a node, over {where}", style="dim"))
         for line in result.get("advice", []):
             parts.append(Text(f"To run it now: {line}.", style="yellow"))
     notes = result.get("notes") or []
