@@ -42,6 +42,10 @@ class AgentError(LlmgwError):
         self.code = code
 
 
+class AgentAbsent(LlmgwError):
+    """The node does not have this agent yet (the serve command said so instead of hello)."""
+
+
 class AgentLost(LlmgwError):
     """The channel to the agent closed (node down, connection lost, agent exited)."""
 
@@ -124,6 +128,7 @@ class AgentClient:
         """Run the agent on the connection and wait for its hello.
 
         Raises:
+            AgentAbsent: the command reported the agent missing (see `deploy.serve_command`).
             AgentLost: it exited or said nothing we can read within the timeout.
             AgentError: it speaks another protocol version.
         """
@@ -138,6 +143,9 @@ class AgentClient:
         except (asyncio.TimeoutError, asyncssh.Error, OSError):
             hello_line = ""
         hello = _parse(hello_line)
+        if isinstance(hello, dict) and hello.get("absent") is True:
+            await client._stop_process()
+            raise AgentAbsent(f"{node} does not have this agent yet")
         if not isinstance(hello, dict) or not isinstance(hello.get("hello"), dict):
             await client._stop_process()
             said = client._last_words() or (hello_line.strip()[:200] or "nothing")

@@ -200,18 +200,45 @@ async def _put_atomically(sftp: asyncssh.SFTPClient, path: str, content: bytes, 
         await sftp.rename(temporary, path)
 
 
-def agent_command(
-    deployment: Deployment, *, replay: str | None = None, state_dir: str | None = None
+ABSENT_LINE = '{"absent": true}'
+"""What the serve command prints instead of a hello when the node lacks this agent."""
+
+
+def serve_command(
+    bundle: AgentBundle | None = None,
+    *,
+    agent_path: str | None = None,
+    replay: str | None = None,
+    state_dir: str | None = None,
 ) -> str:
-    """The command line that starts the agent's protocol on the channel.
+    """The command that starts the agent's protocol on the channel, if the node has it.
+
+    Without `agent_path` it looks for this bundle in the node's cache: the
+    usual case (agent already there) then costs one Python start, not two. When
+    the file is missing it prints `ABSENT_LINE` instead of a hello.
 
     Replay and state dir travel as environment, so the shards the agent
-    starts (and the sim engine) see the same ones.
+    starts (and the sim engine) see the same ones. The script runs under
+    `sh` whatever the user's login shell is.
     """
+    bundle = bundle or agent_bundle()
+    path = shlex.quote(agent_path) if agent_path else f'"$HOME/{REMOTE_CACHE}/{bundle.file_name}"'
     env = []
     if replay:
         env.append(f"LLMGW_AGENT_REPLAY={shlex.quote(replay)}")
     if state_dir:
         env.append(f"LLMGW_AGENT_STATE={shlex.quote(state_dir)}")
     prefix = f"env {' '.join(env)} " if env else ""
-    return f"exec {prefix}python3 {shlex.quote(deployment.agent_path)} serve"
+    script = (
+        f"a={path}; "
+        f'if [ ! -f "$a" ]; then echo {shlex.quote(ABSENT_LINE)}; exit 0; fi; '
+        f'exec {prefix}python3 "$a" serve'
+    )
+    return f"/bin/sh -c {shlex.quote(script)}"
+
+
+def agent_command(
+    deployment: Deployment, *, replay: str | None = None, state_dir: str | None = None
+) -> str:
+    """The serve command for an agent just deployed (see `serve_command`)."""
+    return serve_command(agent_path=deployment.agent_path, replay=replay, state_dir=state_dir)

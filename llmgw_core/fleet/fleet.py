@@ -21,8 +21,8 @@ import asyncssh
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.facts import NodeFacts, parse_facts
 from llmgw_core.fleet.checks import fabric_problem
-from llmgw_core.fleet.client import AgentClient, AgentError, AgentLost
-from llmgw_core.fleet.deploy import NodeUnfit, agent_command, ensure_agent
+from llmgw_core.fleet.client import AgentAbsent, AgentClient, AgentError, AgentLost
+from llmgw_core.fleet.deploy import NodeUnfit, agent_command, ensure_agent, serve_command
 from llmgw_core.fleet.ssh import HostKeyRefused, SshConnector, SshTarget
 from llmgw_core.fleet.state import FleetState, NodeState, NodeStatus
 from llmgw_core.inventory import Inventory, NodeSpec
@@ -228,14 +228,19 @@ class Fleet:
             identity_file=spec.identity_file,
         )
         node.connection = await self.connector.connect(target)
-        deployment = await ensure_agent(node.connection, spec.name)
-        command = agent_command(deployment, replay=spec.replay, state_dir=spec.work_dir)
-        node.client = await AgentClient.start(spec.name, node.connection, command)
-        await self._set(
-            node,
-            agent_version=node.client.agent_version,
-            python_version=deployment.python_version,
-        )
+        options = {"replay": spec.replay, "state_dir": spec.work_dir}
+        try:
+            # Most connections find the agent in place: start it straight away.
+            node.client = await AgentClient.start(
+                spec.name, node.connection, serve_command(**options)
+            )
+        except AgentAbsent:
+            deployment = await ensure_agent(node.connection, spec.name)
+            node.client = await AgentClient.start(
+                spec.name, node.connection, agent_command(deployment, **options)
+            )
+        python = str(node.client.hello.get("python") or "")
+        await self._set(node, agent_version=node.client.agent_version, python_version=python)
         await self._refresh(node)
 
     async def _serve(self, node: _Node) -> None:
