@@ -269,7 +269,7 @@ def _perftest_half(options: HalfOptions, emit: Emit, cancelled: threading.Event)
         raise OpError("failed", "{} could not start: {}".format(PERFTEST, exc)) from exc
     output = _Output(proc.stdout)
     if options.side == "server":
-        if _waitlistening_event(options.port, proc, cancelled, LISTEN_WAIT_S):
+        if _wait_until_listening(options.port, proc, cancelled, LISTEN_WAIT_S):
             emit(listening_event(options, None))
         deadline = time.monotonic() + options.accept_timeout_s + options.expected_run_s + 30.0
     else:
@@ -325,7 +325,7 @@ def listening_ports(proc_net: Tuple[str, ...] = ("/proc/net/tcp", "/proc/net/tcp
     return ports
 
 
-def _waitlistening_event(
+def _wait_until_listening(
     port: int, proc: "subprocess.Popen[bytes]", cancelled: threading.Event, wait_s: float
 ) -> bool:
     deadline = time.monotonic() + wait_s

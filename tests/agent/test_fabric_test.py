@@ -7,15 +7,17 @@ import asyncio
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 import pytest
 from llmgw_agent.discover import collect_facts
-from llmgw_agent.fabric_test import HalfOptions, fabric_client, ib_write_bw_argv
+from llmgw_agent.fabric_test import HalfOptions, fabric_client, fabric_server, ib_write_bw_argv
 from llmgw_agent.op_args import OpError
 from llmgw_agent.sim.profiles import write_profile
 
@@ -391,3 +393,111 @@ def test_the_fabric_test_step_on_the_demo_h100s_and_a_cpu_node(tmp_path: Path) -
     (row,) = tcp.result["rails"]
     assert (row["method"], row["verdict"], row["rated_gbps"]) == ("tcp", "untested", None)
     assert row["measured_gbps"] > 0
+
+
+# --- the real ib_write_bw path, against a stand-in for perftest ------------------------
+
+FAKE_PERFTEST = """#!{python}
+# A stand-in for perftest's ib_write_bw: the same command line, a real
+# out-of-band TCP port, and a result table in --report_gbits layout.
+import socket, sys
+args = sys.argv[1:]
+port = int(args[args.index("-p") + 1])
+device = args[args.index("-d") + 1]
+with open({log!r}, "a") as log:
+    log.write(" ".join(sys.argv) + "\\n")
+table = (" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\\n"
+         " 8388608    2300             0.00               {gbps}                0.005855\\n")
+server = args[-1] == "-F"  # a client's command line ends with the server's address
+if server:
+    print("************************************")
+    print("* Waiting for client to connect... *")
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(1)
+    connection, _ = listener.accept()
+    connection.recv(16)
+else:
+    try:
+        connection = socket.create_connection((args[-1], port), timeout=5)
+    except OSError:
+        print(" Couldn't connect to %s:%d" % (args[-1], port))
+        sys.exit(1)
+    connection.sendall(b"go")
+print(" Device         : " + device)
+print(table, end="")
+"""
+
+
+@pytest.fixture
+def fake_perftest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`ib_write_bw` on PATH is our stand-in; returns the file its command lines go to."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "argv.log"
+    script = bin_dir / "ib_write_bw"
+    script.write_text(FAKE_PERFTEST.format(python=sys.executable, log=str(log), gbps="392.84"))
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    return log
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_the_server_half_says_listening_once_perftest_holds_its_port(fake_perftest: Path) -> None:
+    port = free_port()
+    args = {"device": "mlx5_2", "port": port, "duration_s": 1}
+    events: list[dict] = []
+    answers: dict[str, dict] = {}
+    listening = threading.Event()
+
+    def emit(event: dict) -> None:
+        events.append(event)
+        listening.set()
+
+    server = threading.Thread(
+        target=lambda: answers.setdefault("server", fabric_server(args, emit)), daemon=True
+    )
+    server.start()
+    assert listening.wait(15), "the server half never said it was listening"
+    answers["client"] = fabric_client({**args, "server_address": "127.0.0.1"}, lambda e: None)
+    server.join(15)
+    assert events == [{"listening": True, "method": "ib_write_bw", "port": port, "address": None}]
+    for side in ("server", "client"):
+        answer = answers[side]
+        assert answer["exit_code"] == 0
+        assert answer["stopped"] is None
+        assert parse_ib_write_bw(answer["output"]).average_gbps == pytest.approx(392.84)
+    assert answers["server"]["argv"][:3] == ["ib_write_bw", "-d", "mlx5_2"]
+    assert fake_perftest.read_text().count("--report_gbits") == 2
+
+
+def test_a_cancelled_server_half_is_killed_and_says_so(fake_perftest: Path) -> None:
+    cancelled = threading.Event()
+    listening = threading.Event()
+    args = {"device": "mlx5_0", "port": free_port(), "duration_s": 1}
+    answer: dict[str, dict] = {}
+    server = threading.Thread(
+        target=lambda: answer.setdefault(
+            "server", fabric_server(args, lambda e: listening.set(), cancelled)
+        ),
+        daemon=True,
+    )
+    server.start()
+    assert listening.wait(15)
+    cancelled.set()
+    server.join(15)
+    assert answer["server"]["stopped"] == "cancelled"
+    assert "Waiting for client to connect" in answer["server"]["output"]
+
+
+def test_a_client_whose_server_is_gone_reads_as_unreachable(fake_perftest: Path) -> None:
+    args = {"device": "mlx5_0", "port": free_port(), "server_address": "127.0.0.1"}
+    answer = fabric_client(args, lambda e: None)
+    assert answer["exit_code"] == 1
+    assert parse_ib_write_bw(answer["output"]).failure == "unreachable"
