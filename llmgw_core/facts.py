@@ -180,6 +180,7 @@ class Host(_Snapshot):
     python: str | None = None
     kernel: str | None = None
     arch: str | None = None
+    pci_gpus: int | None = None
     cpu_only: bool = False
 
 

@@ -76,7 +76,21 @@ def _card_checks(facts: Dict[str, Any]) -> List[Check]:
     for card in cards:
         classes[card["class"]] = classes.get(card["class"], 0) + 1
     summary = ", ".join("{} x {}".format(n, c) for c, n in sorted(classes.items()))
-    checks = [_check("cards", "pass", "{} card(s) visible: {}".format(len(cards), summary))]
+    on_bus = (facts.get("host") or {}).get("pci_gpus")
+    if on_bus is not None and on_bus > len(cards):
+        checks = [
+            _check(
+                "cards",
+                "fail",
+                "{} NVIDIA GPU(s) on the PCI bus but only {} visible to the driver: {}".format(
+                    on_bus, len(cards), summary
+                ),
+                "look for `fallen off the bus` or Xid errors in `dmesg`; a reset "
+                "(`nvidia-smi -r`) or a reboot usually brings the card back",
+            )
+        ]
+    else:
+        checks = [_check("cards", "pass", "{} card(s) visible: {}".format(len(cards), summary))]
     for card in cards:
         if card.get("memory_mib") is None:
             checks.append(

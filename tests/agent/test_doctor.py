@@ -206,3 +206,29 @@ def test_a_captured_infiniband_tree_reads_back_as_the_original(hardware_dir, tmp
     copied = copy_sysfs(source, tmp_path / "sys" / "class" / "infiniband")
     assert copied == 63
     assert read_sysfs(tmp_path / "sys" / "class" / "infiniband") == read_sysfs(source)
+
+
+def test_a_card_on_the_pci_bus_that_the_driver_lost_fails(tmp_path):
+    _, checks = _checks(tmp_path, "hgx-h100", pci_gpus=9)
+    (failure,) = _by(checks, "cards", "fail")
+    assert failure["message"] == (
+        "9 NVIDIA GPU(s) on the PCI bus but only 8 visible to the driver: 8 x h100-80g"
+    )
+    assert "fallen off the bus" in failure["fix"]
+
+
+def test_gpus_are_counted_on_the_pci_bus_by_vendor_and_class(tmp_path):
+    from llmgw_agent.discover.host import count_pci_gpus
+
+    for name, vendor, pci_class in (
+        ("0000:18:00.0", "0x10de", "0x030200"),  # H100: 3D controller
+        ("0000:2a:00.0", "0x10de", "0x030200"),
+        ("0000:05:00.0", "0x10de", "0x068000"),  # NVSwitch: a bridge, not a GPU
+        ("0000:c1:00.0", "0x15b3", "0x020700"),  # ConnectX-7
+    ):
+        device = tmp_path / name
+        device.mkdir()
+        (device / "vendor").write_text(vendor + "\n")
+        (device / "class").write_text(pci_class + "\n")
+    assert count_pci_gpus(tmp_path) == 2
+    assert count_pci_gpus(tmp_path / "absent") is None

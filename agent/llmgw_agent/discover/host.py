@@ -26,7 +26,11 @@ HOST_KEYS = (
     "python",
     "kernel",
     "arch",
+    "pci_gpus",
 )
+
+_NVIDIA_VENDOR = "0x10de"
+_GPU_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers; NVSwitches are bridges (0x0680)
 
 
 def read_host_json(path: Path) -> Dict[str, Any]:
@@ -96,6 +100,26 @@ def management_interface() -> Tuple[Optional[str], Optional[str]]:
     return address, interface
 
 
+def count_pci_gpus(devices_dir: Path) -> Optional[int]:
+    """NVIDIA GPUs on the PCI bus (`/sys/bus/pci/devices`), whatever the driver sees.
+
+    A card that fell off the bus or failed to initialise is still here while
+    nvidia-smi no longer lists it; the doctor compares the two counts.
+    """
+    if not devices_dir.is_dir():
+        return None
+    count = 0
+    for device in devices_dir.iterdir():
+        try:
+            vendor = (device / "vendor").read_text().strip().lower()
+            pci_class = (device / "class").read_text().strip().lower()
+        except OSError:
+            continue
+        if vendor == _NVIDIA_VENDOR and pci_class.startswith(_GPU_CLASSES):
+            count += 1
+    return count
+
+
 def live_host() -> Dict[str, Any]:
     """This machine's host facts (driver and CUDA left None for the GPU path to fill)."""
     address, interface = management_interface()
@@ -110,6 +134,7 @@ def live_host() -> Dict[str, Any]:
         "python": platform.python_version(),
         "kernel": platform.release(),
         "arch": platform.machine(),
+        "pci_gpus": count_pci_gpus(Path("/sys/bus/pci/devices")),
     }
 
 

@@ -44,7 +44,7 @@ def _write(path: Path, text: str) -> None:
 
 def _host_json(dest: Path, options: Dict[str, Any], defaults: Dict[str, Any]) -> None:
     host = dict(defaults)
-    for key in ("hostname", "mgmt_address", "mgmt_interface", "cpus", "memory_mib"):
+    for key in ("hostname", "mgmt_address", "mgmt_interface", "cpus", "memory_mib", "pci_gpus"):
         if options.get(key) is not None:
             host[key] = options[key]
     host["engines"] = options.get("engines", defaults.get("engines", _DEFAULT_ENGINES))
@@ -127,6 +127,7 @@ def _hgx_h100(dest: Path, options: Dict[str, Any]) -> None:
         {
             "hostname": hostname,
             "cpus": 224,
+            "pci_gpus": len(cards),
             "memory_mib": 2063937,
             "mgmt_address": options.get("mgmt_address", "10.20.0.{}".format(11 + seed % 200)),
             "mgmt_interface": "eno1",
@@ -257,6 +258,7 @@ def _gb200_tray(dest: Path, options: Dict[str, Any]) -> None:
         {
             "hostname": hostname,
             "cpus": 144,
+            "pci_gpus": len(cards),
             "memory_mib": 904192,
             "mgmt_address": address,
             "mgmt_interface": "enP6p3s0f0np0",
@@ -357,6 +359,7 @@ def _a100_mig(dest: Path, options: Dict[str, Any]) -> None:
         {
             "hostname": hostname,
             "cpus": 128,
+            "pci_gpus": len(cards),
             "memory_mib": 1031891,
             "mgmt_address": options.get("mgmt_address", "10.20.1.{}".format(11 + seed % 200)),
             "mgmt_interface": "enp225s0f0",
@@ -428,6 +431,7 @@ def _l40s(dest: Path, options: Dict[str, Any]) -> None:
         {
             "hostname": hostname,
             "cpus": 192,
+            "pci_gpus": len(cards),
             "memory_mib": 772859,
             "mgmt_address": address,
             "mgmt_interface": "eno1",
@@ -447,6 +451,7 @@ def _cpu(dest: Path, options: Dict[str, Any]) -> None:
         {
             "hostname": hostname,
             "cpus": 128,
+            "pci_gpus": 0,
             "memory_mib": 512 * 1024,
             "mgmt_address": options.get("mgmt_address", "10.20.3.{}".format(11 + seed % 200)),
             "mgmt_interface": "eno1",
@@ -472,7 +477,8 @@ def write_profile(kind: str, dest: Union[Path, str], **options: Any) -> Path:
     """Write a capture directory for a simulated node of `kind` into `dest`; return it.
 
     Options every kind takes: `hostname`, `mgmt_address`, `mgmt_interface`,
-    `engines` ({name: {version, path}}), `mounts` ([{path, fs_type}] to make a
+    `engines` ({name: {version, path}}), `pci_gpus` (GPUs on the PCI bus; more than
+    the cards written simulates a card the driver lost), `mounts` ([{path, fs_type}] to make a
     model dir look shared). `hgx-h100`: `degraded_rail` (an adapter name that
     links at HDR 200 instead of NDR 400). `gb200-tray`: `tray` (1..18), `rack`,
     `cluster_uuid`, `clique_id`, `state` (joined | degraded | not-joined),
