@@ -5,7 +5,8 @@
 - `agent_version`, `source` (`nvml` | `nvidia-smi` | `replay:<dir>` | `none`), `errors`
   (sentences about what could not be read);
 - `host`: hostname, cpus, memory_mib, mgmt_address, mgmt_interface,
-  driver_version, cuda_version, python, kernel, arch, cpu_only;
+  driver_version, cuda_version, python, kernel, arch, pci_gpus (NVIDIA GPUs
+  on the PCI bus), cpu_only;
 - `cards`: each physical card: index, name, uuid, pci_bus_id, memory_mib,
   memory_used_mib, utilization_pct, temperature_c, power_w,
   compute_capability, class, mig_mode, numa_node, cpu_affinity, nearest_nic,
