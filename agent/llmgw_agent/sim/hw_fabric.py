@@ -82,6 +82,7 @@ def ib_adapter(
     layer: str = "InfiniBand",
     ipv4: str = "",
 ) -> Dict[str, Any]:
+    """One simulated ConnectX port: name, type, rate and width, link layer, stable GUID."""
     tail = "a088:c203:00{:02x}:{:02x}{:02x}".format(host_seed % 256, index, (host_seed * 7) % 256)
     return {
         "name": name,
