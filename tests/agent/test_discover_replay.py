@@ -160,3 +160,23 @@ def test_host_values_are_read_from_proc_text():
     )
     assert default_route_interface(route) == "eno1"
     assert default_route_interface("Iface\tDestination\n") is None
+
+
+def test_a_capture_with_the_text_query_instead_of_xml_is_read_too(hardware_dir, tmp_path, state):
+    capture = tmp_path / "capture"
+    capture.mkdir()
+    (capture / "nvidia-smi-q.txt").write_text(
+        (hardware_dir / "nvidia-smi-q-text_h100-80gb-hbm3_mig-enabled.txt").read_text()
+    )
+    (capture / "nvidia-smi-L.txt").write_text(
+        (hardware_dir / "nvidia-smi-L_h100-80gb-hbm3_mig-4-instances.txt").read_text()
+    )
+    facts = collect_facts(replay=str(capture))
+    assert facts["errors"] == []
+    assert [(g["label"], g["class"], g["uuid"]) for g in facts["gpus"]] == [
+        ("0/mig0", "h100-80g-mig-3g.40gb", "MIG-00000000-0000-0000-0000-000000000000"),
+        ("0/mig1", "h100-80g-mig-2g.20gb", "MIG-00000001-0000-0000-0000-000000000001"),
+        ("0/mig2", "h100-80g-mig-1g.10gb", "MIG-00000002-0000-0000-0000-000000000002"),
+        ("0/mig3", "h100-80g-mig-1g.10gb", "MIG-00000003-0000-0000-0000-000000000003"),
+    ]
+    assert facts["host"]["driver_version"] == "590.48.01"
