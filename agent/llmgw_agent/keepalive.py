@@ -13,7 +13,7 @@ import glob
 import os
 import pwd
 import shutil
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 KEEPALIVE_ENV = "LLMGW_AGENT_KEEPALIVE"
 """`setsid` or `systemd-run`: overrides detection (tests, odd nodes)."""
@@ -27,10 +27,10 @@ _LOGIND_CONFS = (
 )
 
 
-def _logind_settings() -> dict:
+def _logind_settings(config_globs: Sequence[str]) -> dict:
     """The `[Login]` settings of logind's config files, later files winning."""
     settings: dict = {}
-    for pattern in _LOGIND_CONFS:
+    for pattern in config_globs:
         for path in sorted(glob.glob(pattern)):
             try:
                 with open(path) as handle:
@@ -53,16 +53,22 @@ def _user_name() -> str:
         return str(os.getuid())
 
 
-def keepalive_method() -> Tuple[Optional[str], str]:
+def keepalive_method(
+    config_globs: Sequence[str] = _LOGIND_CONFS, linger_dir: str = "/var/lib/systemd/linger"
+) -> Tuple[Optional[str], str]:
     """The way shards are kept alive here, and why: `("setsid"|"systemd-run"|None, reason)`.
 
     None means neither way works: logind kills session processes and the
     user manager does not outlive the login (the reason says what to run).
+
+    Args:
+        config_globs: logind's config files, in the order systemd reads them.
+        linger_dir: where `loginctl enable-linger` leaves one file per user.
     """
     forced = os.environ.get(KEEPALIVE_ENV)
     if forced in ("setsid", "systemd-run"):
         return forced, "chosen by {}={}".format(KEEPALIVE_ENV, forced)
-    settings = _logind_settings()
+    settings = _logind_settings(config_globs)
     kill = settings.get("KillUserProcesses", "").lower()
     if kill not in ("yes", "true", "1", "on"):
         how = "set to no" if kill else "not set in logind.conf (distributions default to no)"
@@ -77,7 +83,7 @@ def keepalive_method() -> Tuple[Optional[str], str]:
             "logind kills session processes (KillUserProcesses=yes) and systemd-run is "
             "missing: set KillUserProcesses=no in /etc/systemd/logind.conf"
         )
-    if not os.path.exists("/var/lib/systemd/linger/{}".format(user)):
+    if not os.path.exists(os.path.join(linger_dir, user)):
         return None, (
             "logind kills session processes (KillUserProcesses=yes) and lingering is off "
             "for {0}: run `loginctl enable-linger {0}`".format(user)

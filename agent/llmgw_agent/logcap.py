@@ -87,14 +87,20 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def tail_lines(directory: Path, count: int) -> List[str]:
-    """The last `count` lines of a shard's log (across the rotation)."""
+def tail_lines(directory: Path, count: int, current_bytes: Optional[int] = None) -> List[str]:
+    """The last `count` lines of a shard's log (across the rotation).
+
+    Args:
+        current_bytes: read `engine.log` only this far (where a follow starts).
+    """
     if count <= 0:
         return []
     lines: List[bytes] = []
     for path in (directory / LOG_NAME, directory / (LOG_NAME + ".1")):
         try:
-            raw = path.read_bytes()
+            with open(path, "rb") as handle:
+                limit = current_bytes if path.name == LOG_NAME else None
+                raw = handle.read(-1 if limit is None else limit)
         except FileNotFoundError:
             continue
         lines = raw.splitlines()[-(count - len(lines)) :] + lines
@@ -116,6 +122,7 @@ class _Follower:
         self._handle = None
         self._inode: Optional[int] = None
         self._pending = b""
+        self.start_offset: Optional[int] = None
         with contextlib.suppress(FileNotFoundError):
             self._open(seek_end=True)
 
@@ -125,6 +132,7 @@ class _Follower:
             handle.seek(0, os.SEEK_END)
         self._handle = handle
         self._inode = os.fstat(handle.fileno()).st_ino
+        self.start_offset = handle.tell()
 
     def read_new(self) -> List[str]:
         """Complete lines written since the last call."""
@@ -172,7 +180,8 @@ def stream_shard_log(
 
     directory = shard_directory(shard_id)
     follower = _Follower(directory / LOG_NAME) if follow else None
-    lines = tail_lines(directory, tail)
+    # The tail ends where the follow begins: no line is sent twice or missed.
+    lines = tail_lines(directory, tail, follower.start_offset if follower else None)
     _emit_batched(lines, emit)
     sent = len(lines)
     phase = shard_phase(shard_id)

@@ -44,10 +44,16 @@ def agent_argv(*args: str) -> list[str]:
 class AgentClient:
     """The console's side of one `serve` channel, over a real subprocess."""
 
-    def __init__(self, env: dict[str, str], *args: str, stderr_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        *args: str,
+        stderr_path: Path | None = None,
+        command: list[str] | None = None,
+    ) -> None:
         self._stderr = open(stderr_path or os.devnull, "ab")  # noqa: SIM115 closed in close()
         self.proc = subprocess.Popen(
-            agent_argv("serve", *args),
+            command or agent_argv("serve", *args),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

@@ -100,3 +100,45 @@ def test_facts_answer_with_the_facts_or_say_discovery_is_missing(agent: AgentCli
 def test_closing_stdin_ends_the_agent_cleanly(agent: AgentClient) -> None:
     agent.request("ping")
     assert agent.close() == 0
+
+
+def test_closing_stdin_with_a_stream_in_flight_still_ends_the_agent(
+    agent: AgentClient, tmp_path
+) -> None:
+    agent.send("download.watch", {"path": str(tmp_path), "interval_s": 0.1})
+    agent.request("ping")
+    assert agent.close() == 0
+
+
+def test_a_download_watch_reports_bytes_and_when_they_last_moved(
+    agent: AgentClient, tmp_path
+) -> None:
+    target = tmp_path / "weights"
+    target.mkdir()
+    (target / "model-00001.safetensors").write_bytes(b"x" * 1000)
+    stream = agent.send("download.watch", {"path": str(target), "interval_s": 0.1})
+    first = agent.next_message(stream)["event"]
+    assert (first["bytes"], first["files"], first["exists"]) == (1000, 1, True)
+    with open(target / "model-00002.safetensors", "wb") as part:
+        part.write(b"y" * 500)
+    while (event := agent.next_message(stream)["event"])["bytes"] != 1500:
+        pass
+    assert event["last_moved_at"] >= first["last_moved_at"]
+    agent.call("cancel", {"target": stream})
+    final = agent.answer(stream)
+    assert final["result"]["cancelled"] is True
+    assert final["result"]["bytes"] == 1500
+
+
+def test_a_download_watch_on_a_missing_path_says_it_does_not_exist(
+    agent: AgentClient, tmp_path
+) -> None:
+    stream = agent.send("download.watch", {"path": str(tmp_path / "nope"), "interval_s": 0.1})
+    assert agent.next_message(stream)["event"] == {
+        "bytes": 0,
+        "files": 0,
+        "exists": False,
+        "last_moved_at": None,
+    }
+    agent.call("cancel", {"target": stream})
+    assert agent.answer(stream)["ok"] is True

@@ -1,0 +1,111 @@
+"""Supervision's harder cases: a lost supervisor, a zipapp agent, how shards outlive logout."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import signal
+import sys
+import zipapp
+from pathlib import Path
+
+import pytest
+from conftest import AGENT_ROOT, AgentClient, agent_env
+from llmgw_agent.keepalive import keepalive_method
+from test_supervise import SLEEPER, alive, listed, log_lines, shard_spec, wait_until
+
+
+def test_a_shard_whose_supervisor_was_killed_is_still_stopped_by_the_agent(
+    agent: AgentClient,
+) -> None:
+    started = agent.call("shard.start", shard_spec(SLEEPER, ["4"]))
+    shard_id = started["shard_id"]
+    wait_until(lambda: "engine up" in log_lines(agent, shard_id))
+    main_pid = listed(agent, shard_id)["main_pid"]
+    os.kill(started["pid"], signal.SIGKILL)
+    wait_until(lambda: not alive(started["pid"]))
+
+    shard = listed(agent, shard_id)
+    assert shard["phase"] == "running"
+    assert shard["supervisor_alive"] is False
+    assert "the engine still runs" in shard["reason"]
+    assert agent.call("claims")["claims"][0]["gpu"] == "4"
+
+    stopped = agent.call("shard.stop", {"shard_id": shard_id, "timeout_s": 5})
+    assert stopped["phase"] == "stopped"
+    assert not alive(main_pid)
+    assert agent.call("claims") == {"claims": []}
+
+
+def test_an_agent_run_from_a_zipapp_supervises_shards_from_the_same_zipapp(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    source = tmp_path / "src"
+    shutil.copytree(AGENT_ROOT / "llmgw_agent", source / "llmgw_agent")
+    archive = tmp_path / "agent-test.pyz"
+    zipapp.create_archive(source, archive, main="llmgw_agent.__main__:main")
+    env = agent_env(state_dir)
+    env.pop("PYTHONPATH")
+    client = AgentClient(env, command=[sys.executable, "-S", str(archive), "serve"])
+    try:
+        shard_id = client.call("shard.start", shard_spec(SLEEPER, ["0"]))["shard_id"]
+        wait_until(lambda: "engine up" in log_lines(client, shard_id))
+        shard = listed(client, shard_id)
+        supervisor_cmdline = Path(f"/proc/{shard['pid']}/cmdline").read_bytes()
+        assert str(archive).encode() in supervisor_cmdline
+        client.call("shard.stop", {"shard_id": shard_id, "timeout_s": 5})
+    finally:
+        client.close()
+
+
+def _logind(tmp_path: Path, text: str) -> list[str]:
+    conf = tmp_path / "logind.conf"
+    conf.write_text("[Login]\n" + text)
+    return [str(conf)]
+
+
+def test_where_logind_leaves_sessions_alone_setsid_is_enough(tmp_path: Path) -> None:
+    method, reason = keepalive_method(_logind(tmp_path, "#KillUserProcesses=no\n"))
+    assert method == "setsid"
+    assert "not set" in reason
+
+
+@pytest.mark.skipif(shutil.which("systemd-run") is None, reason="systemd-run is not installed")
+def test_where_logind_kills_sessions_a_lingering_user_gets_a_transient_scope(
+    tmp_path: Path,
+) -> None:
+    confs = _logind(tmp_path, "KillUserProcesses=yes\nKillExcludeUsers=\n")
+    linger = tmp_path / "linger"
+    linger.mkdir()
+    method, reason = keepalive_method(confs, str(linger))
+    assert method is None
+    assert f"loginctl enable-linger {getpass.getuser()}" in reason
+    (linger / getpass.getuser()).touch()
+    assert keepalive_method(confs, str(linger))[0] == "systemd-run"
+
+
+def test_a_user_excluded_from_logind_killing_keeps_setsid(tmp_path: Path) -> None:
+    confs = _logind(tmp_path, f"KillUserProcesses=yes\nKillExcludeUsers={getpass.getuser()}\n")
+    assert keepalive_method(confs, str(tmp_path))[0] == "setsid"
+
+
+def test_a_follow_keeps_going_across_log_rotations_in_order(agent: AgentClient) -> None:
+    noisy = (
+        "import time\n"
+        "for i in range(600):\n"
+        "    print('line %04d' % i + ' ' + 'z' * 60, flush=True)\n"
+        "    if i % 50 == 0: time.sleep(0.05)\n"
+        "print('the end', flush=True)\n"
+    )
+    spec = shard_spec(noisy, [], log_max_bytes=16384)
+    shard_id = agent.call("shard.start", spec)["shard_id"]
+    request_id = agent.send("shard.logs", {"shard_id": shard_id, "tail": 0, "follow": True})
+    lines: list[str] = []
+    while "event" in (message := agent.next_message(request_id)):
+        lines.extend(message["event"]["lines"])
+    assert message["result"]["phase"] == "exited"
+    numbers = [int(line.split()[1]) for line in lines if line.startswith("line ")]
+    assert numbers == sorted(numbers)
+    assert numbers[-1] == 599
+    assert "the end" in lines
