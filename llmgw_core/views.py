@@ -60,6 +60,8 @@ class DeviceRow:
     nearest_nic: str | None
     is_mig: bool
     free: bool
+    fabric: str | None
+    """The card's NVLink fabric verdict (`joined`, `degraded`, `not-joined`, `local` …), or None."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,8 @@ class NodeDetail:
     nvlink_domain: str | None
     imex: str | None
     host: tuple[tuple[str, str], ...]
+    fabric_problem: str | None
+    """What keeps the node's cards out of (or weak in) their NVLink domain, else None."""
 
 
 @dataclass(frozen=True)
@@ -272,6 +276,7 @@ def device_rows(facts: Any) -> tuple[DeviceRow, ...]:
                 nearest_nic=_first(card, "nearest_nic"),
                 is_mig=is_mig,
                 free=device_is_free(device),
+                fabric=(card.get("fabric") or {}).get("verdict"),
             )
         )
     return tuple(rows)
@@ -350,7 +355,16 @@ def node_detail(summary: NodeSummary, facts: Any) -> NodeDetail:
         nvlink_domain=summary.nvlink_domain,
         imex=imex_text(mapping.get("imex")),
         host=host_pairs(mapping),
+        fabric_problem=_fabric_problem(mapping),
     )
+
+
+def _fabric_problem(mapping: Mapping[str, Any]) -> str | None:
+    verdicts = {(c.get("fabric") or {}).get("verdict") for c in mapping.get("cards") or ()}
+    if not verdicts - {None, "local", "joined"}:
+        return None
+    state, reason = tray_state(mapping)
+    return f"NVLink {state}: {reason}"
 
 
 _TRAY_STATE_OF_VERDICT: dict[str, TrayState] = {

@@ -26,6 +26,8 @@ STATE_COLOURS = {
     "armed": "warning",
     "polling": "warning",
     "down": "error",
+    "local": "foreground",
+    "unhealthy": "warning",
 }
 """Which theme colour each state is drawn in."""
 
@@ -59,6 +61,11 @@ def link_cell(app: App[object], kind: str) -> Text:
     return Text(kind, style=theme_style(app, LINK_COLOURS.get(prefix, "error")))
 
 
+def plain(value: object) -> Text:
+    """A value from a node as literal text: a table would read `[N/A]` in a str as markup."""
+    return Text(str(value))
+
+
 def gib(mib: int | None) -> str:
     """MiB shown as GiB with one decimal (`79.6`), or `-` when unknown."""
     return "-" if mib is None else f"{mib / 1024:.1f}"
@@ -77,9 +84,9 @@ def memory_cell(app: App[object], used_mib: int | None, total_mib: int | None) -
     return text
 
 
-def optional(value: object, unit: str = "") -> str:
+def optional(value: object, unit: str = "") -> Text:
     """A figure with its unit, or `n/a` where the hardware does not report it."""
-    return "n/a" if value is None else f"{value}{unit}"
+    return Text("n/a" if value is None else f"{value}{unit}")
 
 
 def redraw_table(table: DataTable[object]) -> None:

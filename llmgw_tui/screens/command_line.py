@@ -24,7 +24,7 @@ class CommandLine(ModalScreen[ParsedCommand | None]):
     def compose(self) -> ComposeResult:
         """The error line (empty until a command fails) above the input."""
         with Vertical(id="command-box"):
-            yield Static("", id="command-error")
+            yield Static("", id="command-error", markup=False)
             yield Input(placeholder=f"command: {known_names()}", id="command-input")
 
     def on_mount(self) -> None:

@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from llmgw_core.views import FleetSummary, NodeSummary
-from llmgw_tui.cells import classes_cell, redraw_table, state_cell
+from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
 
 COLUMNS = (
     ("node", "NODE"),
@@ -88,10 +88,10 @@ class FleetScreen(Screen[None]):
         return {
             "node": Text(node.name, style="bold"),
             "state": state_cell(self.app, node.state),
-            "classes": classes_cell(self.app, node.classes) if node.classes else "-",
-            "fabrics": ", ".join(node.fabrics) or "-",
-            "domain": node.nvlink_domain or "-",
-            "shards": str(node.running_shards),
+            "classes": classes_cell(self.app, node.classes) if node.classes else plain("-"),
+            "fabrics": plain(", ".join(node.fabrics) or "-"),
+            "domain": plain(node.nvlink_domain or "-"),
+            "shards": plain(node.running_shards),
         }
 
     def _sync_rows(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -26,11 +27,11 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         """The title and one row per key."""
         with Vertical(id="help-box"):
-            yield Static(f"Keys of {self._screen_title}", id="help-title")
+            yield Static(f"Keys of {self._screen_title}", id="help-title", markup=False)
             table: DataTable[str] = DataTable(id="help-keys", cursor_type="row", zebra_stripes=True)
             table.add_columns("KEY", "WHAT IT DOES")
             for key, description in self._keys:
-                table.add_row(key, description)
+                table.add_row(Text(key), Text(description))
             yield table
             yield Static("esc closes · : command mode · ctrl+p palette", id="help-hint")
 

@@ -8,11 +8,19 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.markup import escape
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from llmgw_core.views import FleetSummary, NodeDetail
-from llmgw_tui.cells import link_cell, memory_cell, optional, redraw_table, state_cell
+from llmgw_tui.cells import (
+    link_cell,
+    memory_cell,
+    optional,
+    plain,
+    redraw_table,
+    state_cell,
+)
 from llmgw_tui.theme import theme_style
 
 DEVICE_COLUMNS = (
@@ -24,6 +32,7 @@ DEVICE_COLUMNS = (
     ("power", "POWER"),
     ("numa", "NUMA"),
     ("nic", "NEAREST NIC"),
+    ("fabric", "NVLINK FABRIC"),
 )
 ADAPTER_COLUMNS = (
     ("name", "ADAPTER"),
@@ -96,28 +105,32 @@ class NodeScreen(Screen[None]):
             self.call_after_refresh(redraw_table, table)
 
     def _summary_text(self, detail: NodeDetail) -> str:
+        # Every value comes from a node: escaped, so a `[` in a reason is text, not markup.
         node = detail.summary
-        parts = [f"[b]{node.name}[/b]", node.state]
+        parts = [f"[b]{escape(node.name)}[/b]", escape(node.state)]
         if node.reason:
-            parts.append(node.reason)
-        parts.append(f"domain {detail.nvlink_domain or 'none'}")
-        parts.append(f"IMEX {detail.imex or 'none'}")
-        parts.append(f"fabrics {', '.join(node.fabrics) or 'none'}")
-        parts.extend(f"{title} {value}" for title, value in detail.host)
+            parts.append(escape(node.reason))
+        parts.append(f"domain {escape(detail.nvlink_domain or 'none')}")
+        if detail.fabric_problem:
+            parts.append(f"[$warning]{escape(detail.fabric_problem)}[/]")
+        parts.append(f"IMEX {escape(detail.imex or 'none')}")
+        parts.append(f"fabrics {escape(', '.join(node.fabrics) or 'none')}")
+        parts.extend(f"{title} {escape(value)}" for title, value in detail.host)
         return " · ".join(parts)
 
     def _show_devices(self, detail: NodeDetail) -> None:
         table = self.query_one("#devices", DataTable)
         for device in detail.devices:
             cells = {
-                "label": device.label,
-                "class": device.gpu_class,
+                "label": plain(device.label),
+                "class": plain(device.gpu_class),
                 "memory": memory_cell(self.app, device.memory_used_mib, device.memory_total_mib),
-                "util": "-" if device.is_mig else optional(device.utilisation_pct, "%"),
+                "util": plain("-") if device.is_mig else optional(device.utilisation_pct, "%"),
                 "temp": optional(device.temperature_c, "°C"),
                 "power": optional(None if device.power_w is None else round(device.power_w), " W"),
                 "numa": optional(device.numa_node),
-                "nic": device.nearest_nic or "-",
+                "nic": plain(device.nearest_nic or "-"),
+                "fabric": state_cell(self.app, device.fabric) if device.fabric else plain("-"),
             }
             if device.label in table.rows:
                 for column, value in cells.items():
@@ -126,7 +139,7 @@ class NodeScreen(Screen[None]):
             else:
                 table.add_row(*cells.values(), key=device.label)
         if not detail.devices and not table.row_count:
-            table.add_row("-", "no GPU: a CPU node", "", "", "", "", "", "", key="none")
+            table.add_row("-", "no GPU: a CPU node", *[""] * 7, key="none")
 
     def _show_matrix(self, detail: NodeDetail) -> None:
         matrix = detail.nvlink
@@ -138,7 +151,7 @@ class NodeScreen(Screen[None]):
         for label in matrix.labels:
             table.add_column(label, key=label)
         for label, row in zip(matrix.labels, matrix.cells, strict=True):
-            table.add_row(label, *(link_cell(self.app, kind) for kind in row), key=label)
+            table.add_row(plain(label), *(link_cell(self.app, kind) for kind in row), key=label)
         self._matrix_labels = matrix.labels
 
     def _show_adapters(self, detail: NodeDetail) -> None:
@@ -150,10 +163,10 @@ class NodeScreen(Screen[None]):
                 rate.append(f" of {adapter.rated_gbps:g}")
                 rate.stylize(theme_style(self.app, "warning"))
             cells = {
-                "name": key,
-                "state": state_cell(self.app, adapter.state) if adapter.state else "-",
+                "name": plain(key),
+                "state": state_cell(self.app, adapter.state) if adapter.state else plain("-"),
                 "rate": rate,
-                "layer": adapter.link_layer or "-",
+                "layer": plain(adapter.link_layer or "-"),
             }
             if key in table.rows:
                 for column, value in cells.items():

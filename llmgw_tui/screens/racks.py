@@ -52,6 +52,11 @@ class RacksScreen(Screen[None]):
             widgets.append(Static("No NVLink domain in this fleet.", classes="rack-title"))
         islands = ", ".join(fleet.racks.islands) or "none"
         widgets.append(
-            Static(f"Islands (no NVLink domain): {islands}", id="islands", classes="islands")
+            Static(
+                f"Islands (no NVLink domain): {islands}",
+                id="islands",
+                classes="islands",
+                markup=False,
+            )
         )
         await body.mount_all(widgets)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.markup import escape
 from textual.timer import Timer
 from textual.widgets import Static
 
@@ -35,10 +36,10 @@ class TrayRow(Horizontal):
         """The row's cells, left to right."""
         tray = self.tray
         yield Static("┃", classes="backplane")
-        yield Static(tray.node, classes="tray-name")
+        yield Static(tray.node, classes="tray-name", markup=False)
         yield Static(" ".join([CHIP] * max(tray.gpu_count, 1)), classes="chips")
         yield Static(TRAY_STATE_WORDS[tray.state], classes="tray-state")
-        yield Static(tray.reason or "", classes="tray-reason")
+        yield Static(tray.reason or "", classes="tray-reason", markup=False)
 
 
 class RackWidget(Vertical):
@@ -62,8 +63,8 @@ class RackWidget(Vertical):
         rack = self.rack
         imex = f"IMEX {rack.imex}" if rack.imex else "IMEX not seen"
         yield Static(
-            f"NVLink domain [b]{rack.domain}[/b] · {rack.joined_gpus}/{rack.total_gpus} GPUs in "
-            f"the domain · {len(rack.trays)} trays · {imex}",
+            f"NVLink domain [b]{escape(rack.domain)}[/b] · {rack.joined_gpus}/{rack.total_gpus} "
+            f"GPUs in the domain · {len(rack.trays)} trays · {escape(imex)}",
             classes="rack-title",
         )
         yield Static("NVLink Switch", classes="switch-band")

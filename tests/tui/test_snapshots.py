@@ -99,3 +99,14 @@ def test_command_mode_shows_an_unknown_command_in_red(snap_compare, make_app):
         await settle(pilot)
 
     assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
+
+
+def test_the_node_page_of_the_tray_that_has_not_joined_says_why(snap_compare, make_app):
+    """Node page: gb200-r1-t13, every card's fabric not joined, the reason in the summary."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.app.run_action("open_node('gb200-r1-t13')")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))

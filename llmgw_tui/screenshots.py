@@ -1,0 +1,74 @@
+"""Regenerate `screenshots/`: one SVG of every console screen, from the demo fleet.
+
+    python -m llmgw_tui.screenshots [--out screenshots]
+
+The fleet is the demo's, built offline (`llmgw_tui.offline_demo`), and
+animation is off, so the pictures change only when the console does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from llmgw_tui.app import LlmgwApp
+from llmgw_tui.feed import StaticFeed
+from llmgw_tui.offline_demo import offline_demo_state
+
+SHOTS: tuple[tuple[str, tuple[int, int], tuple[str, ...]], ...] = (
+    ("fleet", (120, 40), ()),
+    ("fleet-80x24", (80, 24), ()),
+    ("fleet-filter", (120, 40), ("slash", *"gb200-r1-t1", "enter")),
+    ("node-h100", (120, 40), ("enter",)),
+    ("node-a100-mig", (120, 40), ("colon", *"node a100-mig-01", "enter")),
+    ("node-gb200-tray", (120, 40), ("colon", *"node gb200-r1-t13", "enter")),
+    ("racks", (120, 40), ("2",)),
+    ("help", (120, 40), ("question_mark",)),
+    ("command-mode", (120, 40), ("colon", *"node ")),
+)
+"""Each picture: its file name, the terminal size, and the keys pressed before it is taken."""
+
+
+async def _shoot(app: LlmgwApp, size: tuple[int, int], keys: Sequence[str]) -> str:
+    async with app.run_test(size=size) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.press(*keys)
+        for _ in range(3):
+            await pilot.pause()
+        return app.export_screenshot(title="llmgw")
+
+
+def write_screenshots(out: Path) -> list[Path]:
+    """Write every screen's SVG into `out`; the paths written."""
+    os.environ.pop("NO_COLOR", None)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    with tempfile.TemporaryDirectory(prefix="llmgw-shots-") as captures:
+        state, fabrics = offline_demo_state(Path(captures))
+        for name, size, keys in SHOTS:
+            app = LlmgwApp(StaticFeed(state, fabrics), animation="none")
+            svg = asyncio.run(_shoot(app, size, keys))
+            path = out / f"{name}.svg"
+            path.write_text(svg, encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: write the screenshots, print where."""
+    parser = argparse.ArgumentParser(prog="python -m llmgw_tui.screenshots")
+    parser.add_argument("--out", type=Path, default=Path("screenshots"), help="folder to write")
+    args = parser.parse_args(argv)
+    for path in write_screenshots(args.out):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
