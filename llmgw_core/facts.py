@@ -196,7 +196,7 @@ class StoredModel(_Snapshot):
 
     name: str
     path: str
-    format: Literal["safetensors", "gguf", "other"] = "other"
+    format: Literal["safetensors", "pytorch", "gguf", "other"] = "other"
     state: Literal["complete", "partial"]
     size_bytes: int = 0
     files: tuple[str, ...] = ()

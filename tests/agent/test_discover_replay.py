@@ -180,3 +180,33 @@ def test_a_capture_with_the_text_query_instead_of_xml_is_read_too(hardware_dir, 
         ("0/mig3", "h100-80g-mig-1g.10gb", "MIG-00000003-0000-0000-0000-000000000003"),
     ]
     assert facts["host"]["driver_version"] == "590.48.01"
+
+
+def test_a_hub_cache_link_to_a_missing_blob_is_partial_and_refs_main_picks_the_snapshot(tmp_path):
+    entry = tmp_path / "hub" / "models--org--m"
+    old = entry / "snapshots" / "aaa111"
+    new = entry / "snapshots" / "bbb222"
+    for snapshot in (old, new):
+        snapshot.mkdir(parents=True)
+        (snapshot / "config.json").write_text("{}")
+    (entry / "blobs").mkdir()
+    (entry / "blobs" / "f00d").write_bytes(b"\0" * 32)
+    (old / "model.safetensors").symlink_to(entry / "blobs" / "f00d")
+    (new / "model.safetensors").symlink_to(entry / "blobs" / "gone")
+    (entry / "refs").mkdir()
+    (entry / "refs" / "main").write_text("aaa111")
+    (model,) = scan_model_dir(str(tmp_path / "hub"), [])["models"]
+    assert (model["path"], model["state"]) == (str(old), "complete")
+    (entry / "refs" / "main").write_text("bbb222")
+    (model,) = scan_model_dir(str(tmp_path / "hub"), [])["models"]
+    assert (model["state"], model["missing"]) == ("partial", ["model.safetensors"])
+
+
+def test_pytorch_bin_weights_are_a_model_too(tmp_path):
+    model = tmp_path / "models" / "old-model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "pytorch_model.bin").write_bytes(b"\0" * 16)
+    entry = scan_model_dir(str(tmp_path / "models"), [])
+    assert entry["state"] == "complete"
+    assert entry["models"][0]["format"] == "pytorch"

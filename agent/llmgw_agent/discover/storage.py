@@ -71,9 +71,17 @@ def _is_partial_name(name: str) -> bool:
     return name.endswith(_PARTIAL_SUFFIXES)
 
 
+def _usable(path: Path) -> bool:
+    """A weight file that is there and not empty (a hub-cache link may point at no blob)."""
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
 def _weights_state(directory: Path) -> Dict[str, Any]:
     """Format, state, size and missing files of one model directory."""
-    files = [p for p in directory.iterdir()]
+    files = list(directory.iterdir())
     names = {p.name for p in files}
     missing: List[str] = []
     partial = any(_is_partial_name(n) for n in names)
@@ -84,33 +92,32 @@ def _weights_state(directory: Path) -> Dict[str, Any]:
         )
     ggufs = sorted(n for n in names if n.endswith(".gguf"))
     shards = sorted(n for n in names if n.endswith(".safetensors"))
-    index = directory / "model.safetensors.index.json"
-    if index.is_file():
+    bins = sorted(n for n in names if n.endswith(".bin") and n.startswith("pytorch_model"))
+    listed: List[str] = []
+    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        index = directory / index_name
+        if not index.is_file():
+            continue
         try:
-            weight_map = json.loads(index.read_text()).get("weight_map", {})
+            listed += list(json.loads(index.read_text()).get("weight_map", {}).values())
         except ValueError:
-            weight_map = {}
-            missing.append(index.name)
-        for shard in sorted(set(weight_map.values())):
-            target = directory / shard
-            if not target.exists() or target.stat().st_size == 0:
-                missing.append(shard)
-    fmt = (
-        "gguf"
-        if ggufs and not shards
-        else ("safetensors" if shards or index.is_file() else "other")
-    )
-    if fmt == "safetensors" and "config.json" not in names:
+            missing.append(index_name)
+    for weight in sorted(set(listed) | set(shards) | set(bins) | set(ggufs)):
+        if not _usable(directory / weight):
+            missing.append(weight)
+    if ggufs and not shards and not bins:
+        fmt = "gguf"
+    elif shards or any(n.endswith(".safetensors") for n in listed):
+        fmt = "safetensors"
+    elif bins or listed:
+        fmt = "pytorch"
+    else:
+        fmt = "other"
+    if fmt in ("safetensors", "pytorch") and "config.json" not in names:
         missing.append("config.json")
     if fmt == "other" and "config.json" in names:
         missing.append("weights (*.safetensors)")
-    size_bytes = 0
-    for path in files:
-        try:
-            if path.is_file():
-                size_bytes += path.stat().st_size
-        except OSError:
-            continue
+    size_bytes = sum(p.stat().st_size for p in files if _usable(p) and p.is_file())
     return {
         "format": fmt,
         "state": "partial" if (partial or missing) else "complete",
@@ -120,16 +127,28 @@ def _weights_state(directory: Path) -> Dict[str, Any]:
     }
 
 
+def _revisions(entry: Path) -> List[Path]:
+    """A hub-cache model's snapshots, the one `refs/main` names last (it is the one used)."""
+    snapshots = entry / "snapshots"
+    if not snapshots.is_dir():
+        return []
+    revisions = sorted(
+        (p for p in snapshots.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime
+    )
+    main = entry / "refs" / "main"
+    if main.is_file():
+        wanted = main.read_text().strip()
+        revisions.sort(key=lambda p: p.name == wanted)
+    return revisions
+
+
 def _hub_cache_models(root: Path) -> List[Dict[str, Any]]:
     models = []
     for entry in sorted(root.iterdir()):
         if not entry.name.startswith("models--") or not entry.is_dir():
             continue
         name = entry.name[len("models--") :].replace("--", "/")
-        snapshots = entry / "snapshots"
-        revisions = (
-            sorted(p for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
-        )
+        revisions = _revisions(entry)
         blobs = entry / "blobs"
         incomplete = blobs.is_dir() and any(_is_partial_name(p.name) for p in blobs.iterdir())
         if not revisions:
