@@ -1,0 +1,345 @@
+"""llama.cpp's memory for a GGUF model, per device (pure).
+
+* Weights: each device holds the GGUF tensor bytes of the layers it is given
+  (layer split, `--split-mode layer`, even across equal cards); the last
+  device also holds the output head. The token embeddings stay in host
+  memory ("input embeddings are always on the CPU"). On a CPU node
+  everything is in RAM.
+* KV cache: `layers × cells × (n_embd_k_gqa + n_embd_v_gqa) × type bytes`,
+  with cells = the context padded up to a multiple of 256 (20,000 → 20,224
+  in a logged run). With several sequences and a split (non-unified) cache,
+  each stream holds its own cells. Sliding-window layers get the iSWA cache:
+  `pad256(min(cells, window + n_ubatch))` cells per stream (gpt-oss: 128 +
+  1024 → 1,280), kept in F16 even when the rest is quantised (newest rules).
+  MLA models (deepseek2) cache only the 576-wide latent in the newest builds.
+* Compute buffer: one per device, about `n_ubatch × 4 bytes × (2 × hidden +
+  the vocabulary on the device holding the head, the FFN width elsewhere)` —
+  a micro-batch's fp32 logits dominate (gpt-oss-120b, n_ubatch 1024: 796 MiB logged).
+* Quantisation recipes (`llama_tensor_get_type`): for a shape without a file,
+  `recipe_bytes` predicts the tensor bytes of Q8_0, Q4_K_M and kin, e.g.
+  8.37 GiB for a Qwen2.5-14B Q4_K_M and 14.62 GiB for its Q8_0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmgw_core.errors import BadInput
+from llmgw_core.memory import CardNeed, Layout
+from llmgw_core.model.artifacts import Artifact
+from llmgw_core.model.params import count_parameters
+from llmgw_core.model.shape import SLIDING, ModelShape
+
+GIB = 1024**3
+CELL_PADDING = 256
+DEFAULT_UBATCH = 512
+CUDA_CONTEXT_GIB = 0.35  # per GPU device; not a figure llama.cpp prints (CUDA/ROCm runtime)
+
+# Bytes per weight of ggml types (block bytes / block size, from ggml's type traits).
+TYPE_BYTES = {
+    "F32": 4.0,
+    "F16": 2.0,
+    "BF16": 2.0,
+    "Q8_0": 34 / 32,
+    "Q6_K": 210 / 256,
+    "Q5_K": 176 / 256,
+    "Q5_0": 22 / 32,
+    "Q4_K": 144 / 256,
+    "Q4_0": 18 / 32,
+    "Q3_K": 110 / 256,
+    "Q2_K": 84 / 256,
+    "IQ4_XS": 136 / 256,
+    "MXFP4": 17 / 32,
+}
+KV_TYPE_BYTES = {
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q5_0": 22 / 32,
+    "q4_0": 18 / 32,
+}
+
+# Base type of each file type, and the type of the output head.
+_RECIPES = {
+    "F16": ("F16", "F16"),
+    "BF16": ("BF16", "BF16"),
+    "Q8_0": ("Q8_0", "Q8_0"),
+    "Q6_K": ("Q6_K", "Q6_K"),
+    "Q5_K_M": ("Q5_K", "Q6_K"),
+    "Q5_K_S": ("Q5_K", "Q6_K"),
+    "Q4_K_M": ("Q4_K", "Q6_K"),
+    "Q4_K_S": ("Q4_K", "Q6_K"),
+    "Q4_0": ("Q4_0", "Q6_K"),
+    "Q3_K_M": ("Q3_K", "Q6_K"),
+    "Q2_K": ("Q2_K", "Q6_K"),
+    "IQ4_XS": ("IQ4_XS", "Q6_K"),
+}
+
+
+def use_more_bits(index: int, count: int) -> bool:
+    """llama.cpp's choice of layers that get more bits in *_K_M recipes.
+
+    The first and last eighth of the layers, and every third in between.
+    """
+    return index < count // 8 or index >= 7 * count // 8 or (index - count // 8) % 3 == 2
+
+
+def recipe_bytes(shape: ModelShape, file_type: str) -> int:
+    """Tensor bytes of a GGUF quantised with `file_type` by llama.cpp's recipe.
+
+    Q4_K_M / Q5_K_M give attn_v and ffn_down Q6_K on the `use_more_bits`
+    layers; 80-layer (70B) models move attn_v up to Q5_K; 8-expert models keep
+    attn_v in Q8_0 and attn_output in Q5_K; the head is Q6_K unless the file
+    is Q8_0 or 16-bit; norms and biases stay F32.
+
+    Raises:
+        BadInput: for a file type without a known recipe.
+    """
+    name = file_type.upper()
+    if name not in _RECIPES:
+        raise BadInput(
+            f"no llama.cpp recipe known for {file_type}", f"known: {', '.join(_RECIPES)}"
+        )
+    base, head = _RECIPES[name]
+    medium = name in ("Q4_K_M", "Q5_K_M")
+    params = count_parameters(shape)
+    hidden = shape.hidden_size
+    q_width = shape.num_attention_heads * shape.head_dim
+    kv_width = shape.num_kv_heads * shape.head_dim
+    total = params.embedding * TYPE_BYTES[base] + params.output * TYPE_BYTES[head]
+    total += params.final_norm * 4
+    n = shape.num_layers
+    eight_experts = shape.num_experts == 8
+    for i, layer in enumerate(params.layers):
+        v_type = base
+        down_type = base
+        if medium and use_more_bits(i, n):
+            v_type = down_type = "Q6_K"
+        elif name == "Q4_K_S" and i < n // 8:
+            down_type = "Q5_K"
+        if n == 80 and v_type in ("Q4_K", "Q3_K"):
+            v_type = "Q5_K"
+        if eight_experts and base not in ("F16", "BF16", "Q8_0"):
+            v_type = "Q8_0"
+        out_type = "Q5_K" if eight_experts and base in ("Q4_K", "Q3_K", "Q2_K") else base
+        if shape.mla:
+            attention = layer.attention * TYPE_BYTES[base]
+        else:
+            attention = (
+                hidden * q_width * TYPE_BYTES[base]
+                + hidden * kv_width * TYPE_BYTES[base]
+                + hidden * kv_width * TYPE_BYTES[v_type]
+                + q_width * hidden * TYPE_BYTES[out_type]
+            )
+        mlp = layer.dense_mlp + layer.routed_experts + layer.shared_experts
+        total += attention + mlp / 3 * (2 * TYPE_BYTES[base] + TYPE_BYTES[down_type])
+        total += layer.small * 4
+    return int(total)
+
+
+def padded_cells(tokens: int) -> int:
+    """KV cells for `tokens`: padded up to a multiple of 256."""
+    return -(-tokens // CELL_PADDING) * CELL_PADDING
+
+
+@dataclass(frozen=True)
+class LlamaCppKv:
+    """A llama.cpp KV cache on one device: full and sliding parts, in bytes."""
+
+    cells: int
+    swa_cells: int
+    full_bytes: int
+    swa_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        """Both caches."""
+        return self.full_bytes + self.swa_bytes
+
+
+def kv_cache(
+    shape: ModelShape,
+    layers: range,
+    *,
+    context: int,
+    sequences: int = 1,
+    kv_type: str = "f16",
+    n_ubatch: int = DEFAULT_UBATCH,
+    unified: bool = False,
+) -> LlamaCppKv:
+    """The KV cache of `layers` for `sequences` streams of `context` tokens each."""
+    kv_bytes = KV_TYPE_BYTES.get(kv_type.lower())
+    if kv_bytes is None:
+        raise BadInput(
+            f"cache type {kv_type!r} is not one llama.cpp offers", f"use {', '.join(KV_TYPE_BYTES)}"
+        )
+    if shape.mla:
+        per_cell_layer = shape.mla.latent_width * kv_bytes
+    else:
+        per_cell_layer = 2 * shape.num_kv_heads * shape.head_dim * kv_bytes
+    streams = 1 if unified else sequences
+    cells = padded_cells(context * sequences if unified else context)
+    full_layers = sum(1 for i in layers if shape.layer_attention[i] != SLIDING)
+    swa_layers = len(layers) - full_layers
+    swa_cells = 0
+    swa_bytes = 0
+    if swa_layers and shape.sliding_window:
+        window_tokens = shape.sliding_window * (sequences if unified else 1) + n_ubatch
+        swa_cells = padded_cells(min(cells, window_tokens))
+        # the SWA part stays F16 when the rest is quantised (llama.cpp PR 21277)
+        swa_per_cell = 2 * shape.num_kv_heads * shape.head_dim * 2.0
+        swa_bytes = int(swa_layers * swa_cells * swa_per_cell * streams)
+    elif swa_layers:
+        full_layers += swa_layers
+    full = int(full_layers * cells * per_cell_layer * streams)
+    return LlamaCppKv(cells=cells, swa_cells=swa_cells, full_bytes=full, swa_bytes=swa_bytes)
+
+
+def compute_buffer_bytes(
+    shape: ModelShape, *, holds_head: bool, n_ubatch: int = DEFAULT_UBATCH
+) -> int:
+    """One device's compute buffer: a micro-batch's logits (on the head's device) and activations."""
+    ffn = (
+        (shape.moe_intermediate_size or 0) * (shape.experts_per_token or 1)
+        if shape.is_moe
+        else shape.intermediate_size
+    )
+    width = 2 * shape.hidden_size + (shape.vocab_size if holds_head else ffn)
+    return n_ubatch * 4 * width
+
+
+@dataclass(frozen=True)
+class DeviceWeights:
+    """Weights on one device and in host memory, in bytes."""
+
+    device_bytes: list[int]
+    host_bytes: int
+
+
+def device_weights(
+    artifact: Artifact, shape: ModelShape, devices: int, *, cpu_only: bool
+) -> DeviceWeights:
+    """GGUF tensor bytes per device for an even layer split.
+
+    Uses the header's per-layer bytes when read; else the file size divided by
+    the parameter count of each part.
+    """
+    if artifact.tensor_bytes_by_layer and len(artifact.tensor_bytes_by_layer) == shape.num_layers:
+        by_layer = list(artifact.tensor_bytes_by_layer)
+        embedding = artifact.embedding_bytes or 0
+        output = artifact.output_bytes or 0
+    else:
+        params = count_parameters(shape)
+        per_param = artifact.size_bytes / max(1, params.main)
+        by_layer = [int(layer.total * per_param) for layer in params.layers]
+        embedding = int(params.embedding * per_param)
+        output = int((params.output + params.final_norm) * per_param)
+        if shape.tie_word_embeddings:
+            output += embedding  # a tied head is read from the embedding on the head's device
+    if cpu_only:
+        return DeviceWeights([sum(by_layer) + embedding + output], 0)
+    base, extra = divmod(shape.num_layers, devices)
+    result, start = [], 0
+    for index in range(devices):
+        count = base + (1 if index < extra else 0)
+        result.append(sum(by_layer[start : start + count]))
+        start += count
+    result[-1] += output
+    return DeviceWeights(result, embedding)
+
+
+@dataclass(frozen=True)
+class LlamaCppEstimate:
+    """llama.cpp on each device (the worst device's figures first), GiB."""
+
+    weights_gib: float
+    kv_cache_gib: float
+    compute_gib: float
+    context_gib: float
+    host_gib: float
+    kv_cells: int
+    swa_cells: int
+    devices_gib: tuple[float, ...]
+
+
+def estimate(
+    artifact: Artifact,
+    shape: ModelShape,
+    *,
+    devices: int = 1,
+    context: int,
+    sequences: int = 1,
+    kv_type: str = "f16",
+    n_ubatch: int = DEFAULT_UBATCH,
+    cpu_only: bool = False,
+) -> LlamaCppEstimate:
+    """What llama.cpp puts on each device for a layer split over `devices`."""
+    placed = device_weights(artifact, shape, devices, cpu_only=cpu_only)
+    base, extra = divmod(shape.num_layers, devices if not cpu_only else 1)
+    totals, start = [], 0
+    worst = None
+    count_devices = 1 if cpu_only else devices
+    for index in range(count_devices):
+        count = (base + (1 if index < extra else 0)) if not cpu_only else shape.num_layers
+        layers = range(start, start + count)
+        start += count
+        kv = kv_cache(
+            shape, layers, context=context, sequences=sequences, kv_type=kv_type, n_ubatch=n_ubatch
+        )
+        compute = compute_buffer_bytes(
+            shape, holds_head=index == count_devices - 1, n_ubatch=n_ubatch
+        )
+        context_gib = 0.0 if cpu_only else CUDA_CONTEXT_GIB
+        total = (placed.device_bytes[index] + kv.total_bytes + compute) / GIB + context_gib
+        totals.append(total)
+        if worst is None or total > worst[0]:
+            worst = (total, placed.device_bytes[index], kv, compute, context_gib)
+    assert worst is not None
+    _, weights, kv, compute, context_gib = worst
+    return LlamaCppEstimate(
+        weights_gib=weights / GIB,
+        kv_cache_gib=kv.total_bytes / GIB,
+        compute_gib=compute / GIB,
+        context_gib=context_gib,
+        host_gib=placed.host_bytes / GIB,
+        kv_cells=kv.cells,
+        swa_cells=kv.swa_cells,
+        devices_gib=tuple(totals),
+    )
+
+
+def card_need(
+    artifact: Artifact,
+    shape: ModelShape,
+    layout: Layout,
+    *,
+    context: int,
+    concurrency: int,
+    usable_gib: float,
+    kv_cache_dtype: str | None = None,
+) -> CardNeed:
+    """The worst device's need under llama.cpp (a layer split over `pipeline_parallel` devices).
+
+    `tensor_parallel` > 1 is treated as more devices of the same split:
+    llama.cpp's row split is not planned. A CPU node is planned by the caller
+    with `card_memory_gib` = RAM and one device.
+    """
+    devices = layout.tensor_parallel * layout.pipeline_parallel
+    kv_type = kv_cache_dtype if kv_cache_dtype and kv_cache_dtype != "auto" else "f16"
+    result = estimate(
+        artifact, shape, devices=devices, context=context, sequences=concurrency, kv_type=kv_type
+    )
+    one = estimate(artifact, shape, devices=devices, context=context, sequences=1, kv_type=kv_type)
+    engine = result.compute_gib + result.context_gib
+    per_token = kv_cache(shape, range(shape.num_layers), context=CELL_PADDING * 4, kv_type=kv_type)
+    per_1k = per_token.full_bytes / (CELL_PADDING * 4) * 1000 / GIB / devices
+    left = usable_gib - result.weights_gib - engine
+    return CardNeed(
+        weights_gib=result.weights_gib,
+        context_gib=result.kv_cache_gib,
+        engine_gib=engine,
+        context_gib_per_1k_tokens=per_1k,
+        max_concurrency=left / one.kv_cache_gib if left > 0 and one.kv_cache_gib else None,
+        usable_gib=usable_gib,
+    )

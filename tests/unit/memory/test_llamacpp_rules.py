@@ -1,0 +1,103 @@
+"""llama.cpp's sizes reproduced: quantisation recipes, padded cells, the iSWA cache, splits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from published_shapes import QWEN25_14B
+
+from llmgw_core.memory import Layout, card_need
+from llmgw_core.memory.llamacpp import (
+    compute_buffer_bytes,
+    device_weights,
+    estimate,
+    kv_cache,
+    padded_cells,
+    recipe_bytes,
+    use_more_bits,
+)
+from llmgw_core.model.artifacts import Artifact
+from llmgw_core.model.shape import shape_from_config
+
+GIB = 2**30
+MIB = 2**20
+
+
+def test_a_qwen25_14b_q4_k_m_is_8_37_gib_as_llama_cpp_prints_it():
+    shape = shape_from_config(QWEN25_14B)
+    assert (
+        round(recipe_bytes(shape, "Q4_K_M") / GIB, 2) == 8.37
+    )  # gpustack#1681: 8.37 GiB (4.87 BPW)
+
+
+def test_a_qwen25_14b_q8_0_is_14_62_gib():
+    assert round(recipe_bytes(shape_from_config(QWEN25_14B), "Q8_0") / GIB, 2) == 14.62
+
+
+def test_a_70b_llama_q4_0_is_37_22_gib(model_shape):
+    shape = model_shape("meta-llama--Llama-3.1-70B-Instruct")
+    assert round(recipe_bytes(shape, "Q4_0") / GIB, 2) == 37.22  # ollama#6279: 37.22 GiB, 70.55 B
+
+
+def test_q4_k_m_gives_half_of_48_layers_more_bits():
+    assert sum(use_more_bits(i, 48) for i in range(48)) == 24
+
+
+def test_cells_are_padded_to_a_multiple_of_256():
+    assert padded_cells(20000) == 20224
+    assert padded_cells(8192) == 8192
+
+
+def test_gpt_oss_120b_iswa_cache_matches_the_logged_mib(model_shape):
+    shape = model_shape("openai--gpt-oss-120b")
+    kv = kv_cache(shape, range(36), context=131072, sequences=2, n_ubatch=1024)
+    # ollama#16480: non-SWA 9216.00 MiB (131072 cells, 18 layers, 2/2 seqs); SWA 1280 cells, 90.00 MiB
+    assert (kv.cells, kv.swa_cells) == (131072, 1280)
+    assert kv.full_bytes == 9216 * MIB
+    assert kv.swa_bytes == 90 * MIB
+
+
+def test_gpt_oss_compute_buffer_is_near_the_logged_796_mib(model_shape):
+    shape = model_shape("openai--gpt-oss-120b")
+    assert compute_buffer_bytes(shape, holds_head=True, n_ubatch=1024) / MIB == pytest.approx(
+        796, rel=0.08
+    )
+
+
+def test_a_layer_split_keeps_embeddings_on_the_host_and_the_head_on_the_last_card():
+    shape = shape_from_config(QWEN25_14B)
+    artifact = Artifact("Q8_0", "gguf", ("q8.gguf",), recipe_bytes(shape, "Q8_0"))
+    placed = device_weights(artifact, shape, 2, cpu_only=False)
+    assert placed.host_bytes > 0
+    assert placed.device_bytes[1] > placed.device_bytes[0]
+    assert sum(placed.device_bytes) + placed.host_bytes == pytest.approx(
+        artifact.size_bytes, rel=0.001
+    )
+
+
+def test_on_a_cpu_node_everything_is_in_ram():
+    shape = shape_from_config(QWEN25_14B)
+    artifact = Artifact("Q4_K_M", "gguf", ("q4.gguf",), recipe_bytes(shape, "Q4_K_M"))
+    cpu = estimate(artifact, shape, context=8192, cpu_only=True)
+    assert cpu.weights_gib == pytest.approx(8.37, abs=0.01)
+    assert cpu.host_gib == 0 and cpu.context_gib == 0
+    # 48 layers × 8192 cells × 2 × 8 × 128 × 2 bytes = 1.5 GiB
+    assert cpu.kv_cache_gib == pytest.approx(1.5)
+
+
+def test_card_need_for_llama_cpp_counts_kv_for_every_sequence():
+    shape = shape_from_config(QWEN25_14B)
+    artifact = Artifact("Q4_K_M", "gguf", ("q4.gguf",), recipe_bytes(shape, "Q4_K_M"))
+    one = card_need("llama.cpp", artifact, shape, Layout(), context=8192, card_memory_gib=23.58)
+    four = card_need("llama.cpp", artifact, shape, Layout(), context=8192, concurrency=4,
+                     card_memory_gib=23.58)  # fmt: skip
+    assert four.context_gib == pytest.approx(4 * one.context_gib)
+    assert one.fits and one.max_concurrency > 4
+    assert one.context_gib_per_1k_tokens == pytest.approx(48 * 2 * 8 * 128 * 2 * 1000 / GIB)
+
+
+def test_gguf_shape_drives_the_same_rules(models_dir):
+    config = json.loads((models_dir / "Qwen--Qwen2.5-7B-Instruct" / "config.json").read_text())
+    shape = shape_from_config(config)
+    assert recipe_bytes(shape, "Q8_0") < recipe_bytes(shape, "F16")
