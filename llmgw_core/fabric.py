@@ -355,11 +355,39 @@ def plan_matrix(nodes: Sequence[str], max_pairs: int = 4) -> list[list[tuple[str
     return waves
 
 
+def node_fabric_gbps(
+    hcas: Sequence[str],
+    adapters: Mapping[str, AdapterEnd],
+    rate_gbps: float | None = None,
+    measured_gbps: Mapping[str, float] | None = None,
+) -> float | None:
+    """What one node can put on a fabric: the sum of its rails, in Gb/s.
+
+    A rail counts at its measured speed where a fabric test measured it, else
+    at its rated speed (the fabric's, else the adapter's); a down rail counts
+    nothing. None when no rail has a known speed.
+    """
+    total = 0.0
+    known = False
+    for hca in hcas:
+        end = adapters.get(hca)
+        if end is not None and not end.is_up:
+            known = True
+            continue
+        speed = (measured_gbps or {}).get(hca)
+        if speed is None:
+            speed = rate_gbps or (end.rated_gbps or end.rate_gbps if end else None)
+        if speed:
+            total += speed
+            known = True
+    return total if known else None
+
+
 class AllReduceJudgement(BaseModel):
     """An all_reduce run set against the slowest node's fabric.
 
     Attributes:
-        node_count: the distinct hosts of the run.
+        node_count: the nodes of the run (NCCL's `nNodes`, else the distinct hosts).
         algbw_gbs: algbw (GB/s) at the largest message, out-of-place.
         busbw_gbs: busbw (GB/s) at the same size, as nccl-tests prints it.
         internode_gbs: what each node sent over the network per second: for a
@@ -389,7 +417,8 @@ def judge_all_reduce(run: AllReducePerf, slowest_node_gbps: float | None) -> All
         slowest_node_gbps: the lowest, over the run's nodes, of the sum of
             each node's rail speeds (Gb/s); measured rails if tested, else rated.
     """
-    nodes = len(run.hosts) or 1
+    # NCCL's own node count wins: containers can share one host name.
+    nodes = run.transport.nodes or len(run.hosts) or 1
     largest = run.largest
     if largest is None:
         return AllReduceJudgement(

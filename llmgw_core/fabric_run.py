@@ -22,14 +22,18 @@ from typing import Any, Protocol
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fabric import (
     AdapterEnd,
+    AllReduceJudgement,
     RailPair,
     RailResult,
+    judge_all_reduce,
     judge_rail,
     judge_tcp,
+    node_fabric_gbps,
     pair_rails,
     plan_matrix,
     unreachable_pair,
 )
+from llmgw_core.fabric_nccl import AllReducePerf, parse_all_reduce_perf
 from llmgw_core.fabric_perftest import read_tcp_result
 
 PROBE_TIMEOUT_S = 30.0
@@ -305,3 +309,55 @@ async def _tcp_pair(
     return judge_tcp(
         node_a.name, node_b.name, received, why, json.dumps(server), json.dumps(client)
     )
+
+
+async def run_all_reduce(
+    link: AgentLink,
+    nodes: Sequence[FabricNode],
+    *,
+    gpus_per_node: int,
+    env: Mapping[str, str] | None = None,
+    max_bytes: int = 1024**3,
+    timeout_s: float = 600.0,
+    measured: Sequence[RailResult] = (),
+) -> tuple[AllReducePerf, AllReduceJudgement]:
+    """all_reduce_perf over every card of `nodes`, launched by `link`'s node (the first).
+
+    Args:
+        env: the `NCCL_*` variables the replica will run with (its adapters:
+            `NCCL_IB_HCA`), so the test takes the path the engine will.
+        measured: fabric-test rows, whose speeds replace the rated ones.
+
+    Returns:
+        The run, read, and its judgement against the slowest node's fabric.
+    """
+    args = {
+        "hosts": [node.address or node.name for node in nodes],
+        "gpus_per_node": gpus_per_node,
+        "max_bytes": max_bytes,
+        "env": dict(env or {}),
+        "timeout_s": timeout_s,
+    }
+    answer = await link.request("fabric.all_reduce", args, timeout_s=timeout_s + SLACK_S)
+    output = answer.get("output", "") if isinstance(answer, dict) else ""
+    run = parse_all_reduce_perf(str(output))
+    speeds = [
+        node_fabric_gbps(
+            node.hcas, node.adapters or {}, node.rate_gbps, _measured_on(node, measured)
+        )
+        for node in nodes
+    ]
+    known = [speed for speed in speeds if speed is not None]
+    return run, judge_all_reduce(run, min(known) if known else None)
+
+
+def _measured_on(node: FabricNode, rows: Sequence[RailResult]) -> dict[str, float]:
+    """The lowest speed each of `node`'s adapters measured in `rows` (ib_write_bw only)."""
+    speeds: dict[str, float] = {}
+    for row in rows:
+        if row.method != "ib_write_bw" or row.measured_gbps is None:
+            continue
+        for name, adapter in ((row.node_a, row.adapter_a), (row.node_b, row.adapter_b)):
+            if name == node.name and adapter:
+                speeds[adapter] = min(speeds.get(adapter, row.measured_gbps), row.measured_gbps)
+    return speeds

@@ -23,7 +23,14 @@ from llmgw_agent.sim.profiles import write_profile
 
 from llmgw_core.fabric import AdapterEnd, judge_rail, pair_rails
 from llmgw_core.fabric_perftest import parse_ib_write_bw, read_tcp_result
-from llmgw_core.fabric_run import FabricNode, RailSettings, adapter_ends, run_matrix, run_pair
+from llmgw_core.fabric_run import (
+    FabricNode,
+    RailSettings,
+    adapter_ends,
+    run_all_reduce,
+    run_matrix,
+    run_pair,
+)
 from llmgw_core.fleet.client import AgentClient, AgentLost
 from llmgw_core.fleet.loopback import LoopbackSshd
 
@@ -170,7 +177,7 @@ def test_an_adapter_name_that_could_reach_a_shell_is_refused() -> None:
 
 WITH_FABRIC_OPS = """
 import sys
-from llmgw_agent import fabric_test, protocol
+from llmgw_agent import fabric_allreduce, fabric_test, protocol
 
 _init = protocol.Server.__init__
 
@@ -192,12 +199,18 @@ def _with_fabric_ops(self, channel, replay):
             args, stream.emit, stream.cancelled, self.replay
         ),
     )
+    self.ops.setdefault(
+        "fabric.all_reduce",
+        lambda args, stream: fabric_allreduce.all_reduce(
+            args, stream.emit, stream.cancelled, self.replay
+        ),
+    )
 
 
 protocol.Server.__init__ = _with_fabric_ops
 sys.exit(protocol.serve_main(sys.argv[1:]))
 """
-"""The agent with the three fabric ops, exactly as `protocol.py` is to register them."""
+"""The agent with the fabric ops, exactly as `protocol.py` is to register them."""
 
 
 class SshAgents:
@@ -332,6 +345,34 @@ def test_an_unreachable_node_fails_its_pairs_with_the_reason(
     assert [(r.verdict, r.reason) for r in rows] == [
         ("fail", "unreachable: h100-c is unreachable: connection refused")
     ]
+
+
+def test_all_reduce_across_the_two_h100_nodes_is_judged_against_the_slowest_node(
+    tmp_path: Path, state_dir: Path
+) -> None:
+    """The degraded rail slows every ring: the rail test's figures explain the all_reduce."""
+
+    async def body(nodes, link_of):
+        pair = [nodes["h100-b"], nodes["h100-a"]]
+        settings = RailSettings(duration_s=1, concurrent_rails=True)
+        rails = await run_pair(pair[0], pair[1], link_of, settings)
+        hca = "=" + ",".join(f"{name}:1" for name in pair[0].hcas)
+        env = {"NCCL_IB_HCA": hca}
+        rated = await run_all_reduce(link_of("h100-b"), pair, gpus_per_node=8, env=env)
+        informed = await run_all_reduce(
+            link_of("h100-b"), pair, gpus_per_node=8, env=env, measured=rails
+        )
+        return rated, informed
+
+    (run, against_rated), (_, against_measured) = run_with_agents(tmp_path, state_dir, body)
+    assert run.rank_count == 16
+    assert run.transport.nodes == 2
+    assert run.transport.label == "IB + GDR"
+    assert [a.name for a in run.transport.adapters] == [f"mlx5_{i}" for i in range(8)]
+    assert against_rated.expected_gbs == 400
+    assert against_rated.verdict == "fail"
+    assert against_measured.expected_gbs == pytest.approx((7 * 388.8 + 240) / 8, abs=0.5)
+    assert against_measured.ratio is not None and against_measured.ratio > against_rated.ratio
 
 
 # --- the headless step on the demo fleet ---------------------------------------------

@@ -12,6 +12,7 @@ from llmgw_core.fabric import (
     AdapterEnd,
     judge_all_reduce,
     judge_rail,
+    node_fabric_gbps,
     pair_rails,
     plan_matrix,
     transport_warnings,
@@ -212,3 +213,10 @@ def test_a_shard_on_an_adapter_outside_its_fabric_is_warned() -> None:
 def test_a_replica_on_its_fabric_with_ib_has_no_warning() -> None:
     shards = {n: parse_nccl_transport(nccl("IB", *HCAS)) for n in ("h100-a", "h100-b")}
     assert transport_warnings("r1", shards, HCAS) == []
+
+
+def test_a_node_puts_the_sum_of_its_rails_on_the_fabric_and_a_down_rail_adds_nothing() -> None:
+    ends = adapters(down="mlx5_1")
+    assert node_fabric_gbps(HCAS, ends, 400) == 1200
+    assert node_fabric_gbps(HCAS, ends, 400, {"mlx5_3": 240.0}) == 1040
+    assert node_fabric_gbps(["mlx5_9"], {}) is None
