@@ -85,6 +85,7 @@ class Card(_Snapshot):
     compute_capability: str | None = None
     gpu_class: str = Field(alias="class")
     mig_mode: Literal["enabled", "disabled"] | None = None
+    mig_pending: Literal["enabled", "disabled"] | None = None
     numa_node: int | None = None
     cpu_affinity: str | None = None
     nearest_nic: str | None = None

@@ -102,6 +102,20 @@ def _card_checks(facts: Dict[str, Any]) -> List[Check]:
                     "memory may need a reset".format(card["index"]),
                 )
             )
+        pending = card.get("mig_pending")
+        if pending and card.get("mig_mode") and pending != card["mig_mode"]:
+            checks.append(
+                _check(
+                    "mig",
+                    "warn",
+                    "card {}: MIG mode is {} but {} is pending until the card is reset".format(
+                        card["index"], card["mig_mode"], pending
+                    ),
+                    "reset the card when it is idle (`nvidia-smi -r -i {}`) or reboot".format(
+                        card["index"]
+                    ),
+                )
+            )
         if card.get("out_of_placement"):
             checks.append(
                 _check(
@@ -305,6 +319,7 @@ def _adapter_checks(facts: Dict[str, Any]) -> List[Check]:
             ]
         return []
     checks = []
+    healthy: Dict[tuple, List[str]] = {}
     for adapter in adapters:
         name = "{} port {}".format(adapter["name"], adapter["port"])
         kind = "RoCE" if adapter.get("link_layer") == "Ethernet" else "InfiniBand"
@@ -333,13 +348,16 @@ def _adapter_checks(facts: Dict[str, Any]) -> List[Check]:
                 )
             )
         else:
-            checks.append(
-                _check(
-                    "adapters",
-                    "pass",
-                    "{} ({}) active at {:.0f} Gb/s".format(name, kind, rate or 0),
-                )
+            healthy.setdefault((kind, rate), []).append(adapter["name"])
+    for (kind, rate), names in sorted(healthy.items(), key=lambda item: item[1][0]):
+        rate_words = "{:.0f} Gb/s".format(rate) if rate is not None else "an unreported rate"
+        checks.append(
+            _check(
+                "adapters",
+                "pass",
+                "{} active: {} x {} at {}".format(", ".join(names), len(names), kind, rate_words),
             )
+        )
     return checks
 
 

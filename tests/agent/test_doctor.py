@@ -232,3 +232,21 @@ def test_gpus_are_counted_on_the_pci_bus_by_vendor_and_class(tmp_path):
         (device / "class").write_text(pci_class + "\n")
     assert count_pci_gpus(tmp_path) == 2
     assert count_pci_gpus(tmp_path / "absent") is None
+
+
+def test_a_mig_mode_change_waiting_for_a_reset_is_a_warning(tmp_path):
+    capture = write_profile("a100-mig", tmp_path / "a100")
+    xml = capture / "nvidia-smi-q-x.xml"
+    text = xml.read_text()
+    # Card 3: MIG was switched on with `nvidia-smi -mig 1`, the card not yet reset.
+    head, _sep, tail = text.rpartition("<pending_mig>Disabled</pending_mig>")
+    xml.write_text(head + "<pending_mig>Enabled</pending_mig>" + tail)
+    facts = collect_facts(replay=str(capture))
+    assert (facts["cards"][3]["mig_mode"], facts["cards"][3]["mig_pending"]) == (
+        "disabled",
+        "enabled",
+    )
+    warnings = [c for c in _by(run_checks(facts), "mig", "warn") if "pending" in c["message"]]
+    assert [c["message"] for c in warnings] == [
+        "card 3: MIG mode is disabled but enabled is pending until the card is reset"
+    ]

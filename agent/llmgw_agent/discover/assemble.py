@@ -125,6 +125,7 @@ def _card_facts(card: Record, topo: Optional[Record], nearest: Dict[int, Optiona
         "compute_capability": card.get("compute_capability") or classes.compute_capability(name),
         "class": label,
         "mig_mode": card.get("mig_mode"),
+        "mig_pending": card.get("mig_pending"),
         "numa_node": affinity.get("numa_node"),
         "cpu_affinity": affinity.get("cpus"),
         "nearest_nic": nearest.get(card["index"]),

@@ -151,6 +151,9 @@ def _card(nvml: Any, index: int) -> Record:
         "power_w": power_mw / 1000.0 if power_mw is not None else None,
         "compute_capability": "{}.{}".format(*capability) if capability else None,
         "mig_mode": None if mig is None else ("enabled" if mig_enabled else "disabled"),
+        "mig_pending": None
+        if mig is None
+        else ("enabled" if mig[1] == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1) else "disabled"),
         "migs": _migs(nvml, handle) if mig_enabled else [],
         "fabric": _fabric(nvml, handle),
         "platform": None,

@@ -3,7 +3,8 @@
 A *card record* is the one shape every discovery path (XML, text, NVML)
 produces for a physical card, before the facts are assembled:
 `index, name, uuid, pci_bus_id, memory_mib, memory_used_mib, utilization_pct,
-temperature_c, power_w, compute_capability, mig_mode, migs, fabric, platform,
+temperature_c, power_w, compute_capability, mig_mode, mig_pending, migs, fabric,
+platform,
 processes`. A MIG device in the XML or text carries no UUID and no profile
 name; `-L` supplies both (see `parse_smi_list`), and the assembly joins them.
 """
@@ -181,6 +182,7 @@ def parse_smi_xml(text: str) -> Record:
                 "power_w": _xml_power(gpu),
                 "compute_capability": None,
                 "mig_mode": _mig_mode(_text(gpu, "mig_mode/current_mig")),
+                "mig_pending": _mig_mode(_text(gpu, "mig_mode/pending_mig")),
                 "migs": _xml_migs(gpu),
                 "fabric": _xml_fabric(gpu),
                 "platform": _xml_platform(gpu),
@@ -339,6 +341,7 @@ def parse_smi_text(text: str) -> Record:
                 or number(_value(node, "GPU Power Readings", "Power Draw")),
                 "compute_capability": None,
                 "mig_mode": _mig_mode(_value(node, "MIG Mode", "Current")),
+                "mig_pending": _mig_mode(_value(node, "MIG Mode", "Pending")),
                 "migs": migs,
                 "fabric": text_fabric(fabric_node) if fabric_node is not None else None,
                 "platform": None,
@@ -402,6 +405,7 @@ def parse_query_gpu_csv(text: str) -> List[Record]:
                 "power_w": number(_csv_field(row, "power.draw")),
                 "compute_capability": clean(_csv_field(row, "compute_cap")),
                 "mig_mode": _mig_mode(_csv_field(row, "mig.mode.current")),
+                "mig_pending": _mig_mode(_csv_field(row, "mig.mode.pending")),
                 "migs": [],
                 "fabric": fabric_record(
                     _csv_field(row, "fabric.state"),
