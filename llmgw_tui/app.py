@@ -17,6 +17,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.signal import Signal
+from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.views import FleetSummary
@@ -58,6 +59,8 @@ class LlmgwApp(App[int]):
         """The latest snapshot, None until the first arrives."""
         self.fleet_changed: Signal[FleetSummary] = Signal(self, "fleet-changed")
         """Published with each new snapshot."""
+        self.fleet_failed: Signal[str] = Signal(self, "fleet-failed")
+        """Published with the sentence when the fleet cannot be read."""
         self.animation_level = animation or animation_level_from_env()
         self.register_theme(LLMGW_THEME)
         self.theme = LLMGW_THEME.name
@@ -78,6 +81,7 @@ class LlmgwApp(App[int]):
                 snapshot = await self.feed.snapshot()
             except LlmgwError as error:
                 self.notify(str(error), title="Fleet", severity="error", timeout=10)
+                self.fleet_failed.publish(str(error))
             else:
                 if snapshot != self.fleet:
                     self.fleet = snapshot
@@ -85,6 +89,15 @@ class LlmgwApp(App[int]):
             if self.feed.refresh_s is None:
                 return
             await asyncio.sleep(self.feed.refresh_s)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A worker that died of an unexpected error is a red notification, never a crash."""
+        if event.state == WorkerState.ERROR:
+            what = event.worker.description or event.worker.name or "a background task"
+            sentence = f"{what} stopped: {event.worker.error}"
+            self.notify(sentence, title="Error", severity="error", timeout=15)
+            if event.worker.group == "fleet-poll":
+                self.fleet_failed.publish(sentence)
 
     def action_help(self) -> None:
         """Show every key of the current screen."""

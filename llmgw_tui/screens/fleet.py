@@ -52,7 +52,7 @@ class FleetScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         """Header, a status line, the hidden filter, the table and the footer."""
         yield Header(icon="▦")
-        yield Static("connecting to the fleet…", id="fleet-status")
+        yield Static("connecting to the fleet…", id="fleet-status", markup=False)
         yield Input(placeholder="filter nodes (name, class, state, fabric, domain)", id="filter")
         table: DataTable[object] = DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
         for key, label in COLUMNS:
@@ -67,6 +67,7 @@ class FleetScreen(Screen[None]):
         field = self.query_one("#filter", Input)
         field.cursor_blink = False
         self.app.fleet_changed.subscribe(self, self.show_fleet)  # type: ignore[attr-defined]
+        self.app.fleet_failed.subscribe(self, self.show_failure)  # type: ignore[attr-defined]
         fleet = getattr(self.app, "fleet", None)
         if fleet is not None:
             self.show_fleet(fleet)
@@ -75,6 +76,7 @@ class FleetScreen(Screen[None]):
     def show_fleet(self, fleet: FleetSummary) -> None:
         """Update the rows that changed; add and remove rows by node name; keep the cursor."""
         self._fleet = fleet
+        self.query_one("#fleet-status", Static).remove_class("-error")
         ready = sum(1 for n in fleet.nodes if n.state == "ready")
         devices = sum(c.total for n in fleet.nodes for c in n.classes if not n.cpu_only)
         free = sum(c.free for n in fleet.nodes for c in n.classes if not n.cpu_only)
@@ -83,6 +85,12 @@ class FleetScreen(Screen[None]):
             f"{len(fleet.racks.racks)} NVLink domains"
         )
         self._sync_rows()
+
+    def show_failure(self, sentence: str) -> None:
+        """Say in red why the fleet cannot be read; the last rows stay as they were."""
+        status = self.query_one("#fleet-status", Static)
+        status.update(sentence)
+        status.add_class("-error")
 
     def _cells(self, node: NodeSummary) -> dict[str, object]:
         return {

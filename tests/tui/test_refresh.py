@@ -100,3 +100,45 @@ def test_the_node_page_shows_a_card_taken_while_it_is_open(demo_state):
             ]
 
     asyncio.run(run())
+
+
+class BrokenFeed:
+    """A feed whose fleet cannot be opened: the inventory names a missing file."""
+
+    refresh_s: float | None = None
+
+    async def snapshot(self) -> FleetSummary:
+        from llmgw_core.errors import BadInput
+
+        raise BadInput("inventory /nowhere.yaml does not exist", "pass --inventory FILE")
+
+    async def close(self) -> None:
+        return None
+
+
+class CrashingFeed(BrokenFeed):
+    """A feed that fails with something no one expected."""
+
+    async def snapshot(self) -> FleetSummary:
+        raise OSError("address already in use")
+
+
+def test_a_fleet_that_cannot_be_opened_is_a_red_notification_and_the_console_stays_up():
+    async def run() -> None:
+        for feed, words in [
+            (BrokenFeed(), "inventory /nowhere.yaml does not exist"),
+            (CrashingFeed(), "Polling the fleet stopped: address already in use"),
+        ]:
+            app = LlmgwApp(feed, animation="none")
+            async with app.run_test(size=(120, 40), notifications=True) as pilot:
+                await until(pilot, lambda app=app: bool(app._notifications))
+                [notification] = list(app._notifications)
+                assert notification.severity == "error"
+                assert words in notification.message
+                status = app.screen.query_one("#fleet-status")
+                assert status.has_class("-error") and words in str(status.render())
+                await pilot.press("2")
+                await pilot.pause()
+                assert app.is_running
+
+    asyncio.run(run())
