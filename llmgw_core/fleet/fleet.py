@@ -186,11 +186,20 @@ class Fleet:
 
     async def refresh(self, name: str | None = None) -> FleetState:
         """Re-read the facts of one ready node (or all) now; never overlaps a refresh."""
-        nodes = self._nodes.values() if name is None else [self._node(name)]
-        await asyncio.gather(
-            *(self._refresh(node) for node in nodes if node.client is not None),
-            return_exceptions=True,
+        nodes = [
+            node
+            for node in (self._nodes.values() if name is None else [self._node(name)])
+            if node.client is not None
+        ]
+        outcomes = await asyncio.gather(
+            *(self._refresh(node) for node in nodes), return_exceptions=True
         )
+        for node, outcome in zip(nodes, outcomes, strict=True):
+            if isinstance(outcome, LlmgwError):
+                # The node's own task reconnects if the channel is gone; say what happened.
+                await self._set(node, reason=f"refreshing failed: {outcome.sentence()}")
+            elif isinstance(outcome, BaseException):
+                raise outcome
         return self._snapshot
 
     async def _keep_up(self, node: _Node) -> None:
@@ -234,7 +243,9 @@ class Fleet:
             node.client = await AgentClient.start(
                 spec.name, node.connection, serve_command(**options)
             )
-        except AgentAbsent:
+        except (AgentAbsent, AgentLost):
+            # Absent, or present but unable to start (a Python too old for it):
+            # the deploy step checks the node's Python and says what is wrong.
             deployment = await ensure_agent(node.connection, spec.name)
             node.client = await AgentClient.start(
                 spec.name, node.connection, agent_command(deployment, **options)

@@ -17,7 +17,7 @@ from llmgw_core.fleet.loopback import LoopbackSshd
 from llmgw_core.fleet.ssh import HostKeyRefused, SshTarget, fingerprint
 from llmgw_core.inventory import parse_inventory
 
-from .conftest import ClientKey, asyncssh_node, connector_for
+from .conftest import ClientKey, asyncssh_node, connector_for, free_port
 
 
 def inventory_text(
@@ -407,3 +407,71 @@ def test_lines_the_agent_should_never_send_become_errors_not_crashes(
     assert error.code == "malformed"
     assert error.message.startswith("n1: the agent's answer to ping is malformed")
     assert after["pong"] is True
+
+
+def test_a_closed_port_and_a_refused_login_read_as_sentences(tmp_path: Path, client_key: ClientKey):
+    async def scenario():
+        stranger = ClientKey(key=asyncssh.generate_private_key("ssh-ed25519"), path=tmp_path / "x")
+        server = asyncssh_node(tmp_path, "locked", stranger)
+        await server.start()
+        pin(tmp_path / "known_hosts", [server])
+        closed_port = free_port()
+        text = (
+            f"nodes:\n  - {{name: locked, host: 127.0.0.1, port: {server.port}, user: ops}}\n"
+            f"  - {{name: gone, host: 127.0.0.1, port: {closed_port}}}\n"
+            f"known_hosts: {tmp_path / 'known_hosts'}\n"
+        )
+        fleet = Fleet(
+            parse_inventory(text),
+            connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
+        )
+        try:
+            await fleet.start()
+            return await fleet.wait_settled(30), server.port, closed_port
+        finally:
+            await fleet.close()
+            await server.stop()
+
+    snapshot, port, closed_port = asyncio.run(scenario())
+    locked, gone = snapshot.nodes["locked"], snapshot.nodes["gone"]
+    assert locked.state == "unreachable"
+    assert locked.reason == (
+        f"locked (127.0.0.1:{port}) refused the login of user 'ops': "
+        "check the user and the key (identity_file, ssh-agent) for this node"
+    )
+    assert gone.state == "unreachable"
+    assert (
+        gone.reason
+        == f"gone (127.0.0.1:{closed_port}) cannot be reached: connection refused (is sshd running?)"
+    )
+
+
+def test_refreshing_rereads_the_facts_and_tells_listeners(tmp_path: Path, client_key: ClientKey):
+    async def scenario():
+        server = asyncssh_node(tmp_path, "n1", client_key)
+        await server.start()
+        pin(tmp_path / "known_hosts", [server])
+        text = inventory_text(
+            [("n1", server, write_profile("cpu", tmp_path / "cap"))], tmp_path / "known_hosts"
+        )
+        fleet = Fleet(
+            parse_inventory(text),
+            connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
+        )
+        seen = []
+        fleet.add_listener(seen.append)
+        try:
+            await fleet.start()
+            first = await fleet.wait_settled(30)
+            second = await fleet.refresh("n1")
+            return first, second, seen
+        finally:
+            await fleet.close()
+            await server.stop()
+
+    first, second, seen = asyncio.run(scenario())
+    assert second.nodes["n1"].last_seen > first.nodes["n1"].last_seen
+    assert second.taken_at > first.taken_at
+    assert seen[-1] is second
+    with pytest.raises(Exception, match="frozen"):
+        second.nodes["n1"].state = "unreachable"

@@ -214,3 +214,45 @@ def test_the_agent_is_uploaded_once_over_openssh_and_reused(
     assert launcher.stat().st_mode & 0o111
     assert Path(first.agent_path).name in launcher.read_text()
     assert "usage: llmgw {serve,doctor,supervise,sim-engine}" in doctor.stdout
+
+
+def test_accept_host_prints_the_fingerprint_and_trusts_the_key_once(
+    tmp_path: Path, client_key: ClientKey, openssh, capsys
+):
+    from llmgw_core.fleet.accept import accept_host_main
+
+    sshd = OpenSshd(tmp_path / "sshd", client_key).start()
+    openssh.append(sshd)
+    known_hosts = tmp_path / "known_hosts"
+    inventory_file = tmp_path / "inventory.yaml"
+    inventory_file.write_text(
+        f"nodes:\n{node_entry('gpu-a-01', sshd.ports[0], client_key.path, sshd.user)}"
+        "known_hosts: known_hosts\n"
+    )
+    assert accept_host_main("gpu-a-01", inventory=str(inventory_file)) == 0
+    assert accept_host_main("gpu-a-01", inventory=str(inventory_file)) == 0
+    assert accept_host_main("gpu-zz", inventory=str(inventory_file)) == 2
+    out, err = capsys.readouterr()
+    listed = f"[127.0.0.1]:{sshd.ports[0]}"
+    shown = f"gpu-a-01 ({listed}) presents {fingerprint(sshd.host_key)}"
+    assert out.splitlines() == [
+        f"{shown}; added to {known_hosts}",
+        f"{shown}; {known_hosts} already trusts it",
+    ]
+    assert (
+        err.strip()
+        == "llmgw-tui: no node is named 'gpu-zz' in the inventory: its nodes are gpu-a-01"
+    )
+    assert known_hosts.read_text().count(listed) == 1
+
+    async def scenario():
+        fleet = Fleet(
+            parse_inventory(inventory_file.read_text(), folder=tmp_path), connector_for(known_hosts)
+        )
+        try:
+            await fleet.start()
+            return await fleet.wait_settled(30)
+        finally:
+            await fleet.close()
+
+    assert asyncio.run(scenario()).nodes["gpu-a-01"].state == "ready"
