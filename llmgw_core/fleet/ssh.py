@@ -109,7 +109,7 @@ class SshConnector:
     def __init__(self, settings: SshSettings) -> None:
         self.settings = settings
         self._handshakes = asyncio.Semaphore(settings.max_handshakes)
-        self._per_server: dict[tuple[str, int, str | None], asyncio.Semaphore] = {}
+        self._per_server: dict[tuple[str, str | None], asyncio.Semaphore] = {}
         self._jumps: dict[str, asyncio.Task[asyncssh.SSHClientConnection]] = {}
         self._jump_lock = asyncio.Lock()
 
@@ -170,7 +170,9 @@ class SshConnector:
         )
 
     def _server_gate(self, resolved: _Resolved) -> asyncio.Semaphore:
-        key = (resolved.host, resolved.port, resolved.jump)
+        # By address, not port: several ports of one address may be one sshd,
+        # and MaxStartups counts per sshd.
+        key = (resolved.host, resolved.jump)
         if key not in self._per_server:
             self._per_server[key] = asyncio.Semaphore(self.settings.max_handshakes_per_server)
         return self._per_server[key]

@@ -164,6 +164,21 @@ class OpenSshd:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
+    def freeze(self) -> list[int]:
+        """Stop answering without closing anything, as a hung node or a cut cable does."""
+        assert self.process is not None
+        frozen = [self.process.pid, *_descendants(self.process.pid)]
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        return frozen
+
+    @staticmethod
+    def thaw(frozen: list[int]) -> None:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
     def logins(self) -> int:
         """How many logins this sshd accepted."""
         return self.log.read_text(errors="replace").count("Accepted publickey")

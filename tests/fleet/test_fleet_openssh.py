@@ -256,3 +256,68 @@ def test_accept_host_prints_the_fingerprint_and_trusts_the_key_once(
             await fleet.close()
 
     assert asyncio.run(scenario()).nodes["gpu-a-01"].state == "ready"
+
+
+def test_a_node_that_hangs_without_closing_is_found_out_by_keepalives(
+    tmp_path: Path, client_key: ClientKey, openssh
+):
+    sshd = OpenSshd(tmp_path / "sshd", client_key).start()
+    openssh.append(sshd)
+    (tmp_path / "known_hosts").write_text(sshd.known_hosts_lines())
+    inventory = parse_inventory(
+        f"nodes:\n{node_entry('n1', sshd.ports[0], client_key.path, sshd.user, capture=write_profile('cpu', tmp_path / 'cap'))}"
+        f"known_hosts: {tmp_path / 'known_hosts'}\n"
+    )
+
+    async def scenario():
+        # keepalives every second, two unanswered = gone (the default is 15 s x 3)
+        fleet = Fleet(
+            inventory, connector_for(tmp_path / "known_hosts"), retry_initial_s=0.2, retry_max_s=0.5
+        )
+        frozen: list[int] = []
+        try:
+            await fleet.start()
+            await fleet.wait_settled(30)
+            frozen = sshd.freeze()
+            down = await fleet.wait_for(lambda s: s.nodes["n1"].state == "unreachable", 30)
+            sshd.thaw(frozen)
+            back = await fleet.wait_for(lambda s: s.nodes["n1"].state == "ready", 30)
+            return down.nodes["n1"], back.nodes["n1"]
+        finally:
+            sshd.thaw(frozen)
+            await fleet.close()
+
+    down, back = asyncio.run(scenario())
+    assert down.state == "unreachable"
+    assert back.state == "ready"
+
+
+def test_handshakes_stay_below_maxstartups_of_a_strict_sshd(
+    tmp_path: Path, client_key: ClientKey, openssh
+):
+    # This sshd drops every unauthenticated connection above 3 at once.
+    sshd = OpenSshd(
+        tmp_path / "sshd", client_key, ports=[free_port() for _ in range(8)], max_startups="3:100:3"
+    )
+    openssh.append(sshd.start())
+    (tmp_path / "known_hosts").write_text(sshd.known_hosts_lines())
+    entries = "".join(
+        node_entry(
+            f"n{index}", port, client_key.path, sshd.user, work_dir=tmp_path / f"state{index}"
+        )
+        for index, port in enumerate(sshd.ports)
+    )
+    inventory = parse_inventory(f"nodes:\n{entries}known_hosts: {tmp_path / 'known_hosts'}\n")
+
+    async def scenario():
+        connector = connector_for(tmp_path / "known_hosts", max_handshakes_per_server=3)
+        fleet = Fleet(inventory, connector, retry_initial_s=30)
+        try:
+            await fleet.start()
+            return await fleet.wait_settled(60)
+        finally:
+            await fleet.close()
+
+    snapshot = asyncio.run(scenario())
+    assert snapshot.counts() == {"ready": 8}
+    assert sshd.logins() == 8
