@@ -304,8 +304,8 @@ def judge_tcp(
     )
 
 
-def unreachable_pair(node_a: str, node_b: str, method: Method, why: str) -> RailResult:
-    """A pair whose test could not start at all (an agent unreachable, a refused request)."""
+def pair_failed(node_a: str, node_b: str, method: Method, reason: str) -> RailResult:
+    """A pair whose test could not run at all (an agent gone, a half refused), with why."""
     return RailResult(
         node_a=node_a,
         node_b=node_b,
@@ -317,7 +317,7 @@ def unreachable_pair(node_a: str, node_b: str, method: Method, why: str) -> Rail
         ratio=None,
         verdict="fail",
         method=method,
-        reason=f"unreachable: {why}",
+        reason=reason,
     )
 
 

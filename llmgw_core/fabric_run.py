@@ -29,12 +29,13 @@ from llmgw_core.fabric import (
     judge_rail,
     judge_tcp,
     node_fabric_gbps,
+    pair_failed,
     pair_rails,
     plan_matrix,
-    unreachable_pair,
 )
 from llmgw_core.fabric_nccl import AllReducePerf, parse_all_reduce_perf
 from llmgw_core.fabric_perftest import read_tcp_result
+from llmgw_core.fleet.client import AgentLost
 
 PROBE_TIMEOUT_S = 30.0
 LISTEN_TIMEOUT_S = 30.0
@@ -153,7 +154,7 @@ async def run_pair(
         link_a, link_b = link_of(node_a.name), link_of(node_b.name)
         probe_a, probe_b = await asyncio.gather(_probe(link_a), _probe(link_b))
     except LlmgwError as exc:
-        return [unreachable_pair(node_a.name, node_b.name, "ib_write_bw", exc.sentence())]
+        return [pair_failed(node_a.name, node_b.name, "ib_write_bw", why_failed(exc))]
     missing = [
         name
         for name, probe in ((node_a.name, probe_a), (node_b.name, probe_b))
@@ -248,9 +249,20 @@ async def _rail(
         server = await _finish(stream, run_s)
     except (LlmgwError, asyncio.TimeoutError) as exc:
         await _cancel_quietly(stream)
-        why = exc.sentence() if isinstance(exc, LlmgwError) else "the server half never listened"
-        return _rail_failed(pair, why)
+        return _rail_failed(pair, why_failed(exc))
     return judge_rail(pair, str(server.get("output", "")), str(client.get("output", "")))
+
+
+def why_failed(exc: BaseException) -> str:
+    """One sentence for a test that could not run: unreachable, too old an agent, or refused."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return "unreachable: the server half never started listening"
+    if getattr(exc, "code", None) == "unknown_op":
+        return "the agent cannot run fabric tests: update it (the console ships a newer one)"
+    sentence = exc.sentence() if isinstance(exc, LlmgwError) else str(exc)
+    if isinstance(exc, AgentLost) or getattr(exc, "code", None) == "timeout":
+        return f"unreachable: {sentence}"
+    return f"failed: {sentence}"
 
 
 def _rail_failed(pair: RailPair, why: str) -> RailResult:
@@ -265,7 +277,7 @@ def _rail_failed(pair: RailPair, why: str) -> RailResult:
         ratio=None,
         verdict="fail",
         method="ib_write_bw",
-        reason=f"unreachable: {why}",
+        reason=why,
     )
 
 
@@ -290,9 +302,7 @@ async def _tcp_pair(
     try:
         listening = await asyncio.wait_for(_listening(stream), LISTEN_TIMEOUT_S)
         if listening is None:
-            return unreachable_pair(
-                node_a.name, node_b.name, "tcp", "the TCP server never listened"
-            )
+            return pair_failed(node_a.name, node_b.name, "tcp", "the TCP server never listened")
         client_args = {
             "method": "tcp",
             "duration_s": settings.duration_s,
@@ -302,10 +312,11 @@ async def _tcp_pair(
         client = await link_b.request("fabric.client", client_args, timeout_s=run_s)
         server = await _finish(stream, run_s)
         received = read_tcp_result(server)
-    except (LlmgwError, asyncio.TimeoutError, KeyError, ValueError) as exc:
+    except (LlmgwError, asyncio.TimeoutError) as exc:
         await _cancel_quietly(stream)
-        sentence = exc.sentence() if isinstance(exc, LlmgwError) else f"no TCP figure ({exc!r})"
-        return unreachable_pair(node_a.name, node_b.name, "tcp", sentence)
+        return pair_failed(node_a.name, node_b.name, "tcp", why_failed(exc))
+    except (KeyError, ValueError) as exc:
+        return pair_failed(node_a.name, node_b.name, "tcp", f"failed: no TCP figure ({exc!r})")
     return judge_tcp(
         node_a.name, node_b.name, received, why, json.dumps(server), json.dumps(client)
     )

@@ -212,6 +212,24 @@ sys.exit(protocol.serve_main(sys.argv[1:]))
 """
 """The agent with the fabric ops, exactly as `protocol.py` is to register them."""
 
+AN_AGENT_OF_BEFORE = """
+import sys
+from llmgw_agent import protocol
+
+_init = protocol.Server.__init__
+
+
+def _without_fabric_ops(self, channel, replay):
+    _init(self, channel, replay)
+    for op in [name for name in self.ops if name.startswith("fabric.")]:
+        del self.ops[op]
+
+
+protocol.Server.__init__ = _without_fabric_ops
+sys.exit(protocol.serve_main(sys.argv[1:]))
+"""
+"""An agent from before the fabric ops existed."""
+
 
 class SshAgents:
     """Real agents behind real loopback SSH servers, one per simulated node."""
@@ -224,7 +242,7 @@ class SshAgents:
         self.connections: list[asyncssh.SSHClientConnection] = []
         self.clients: dict[str, AgentClient] = {}
 
-    async def start(self, name: str, capture: Path) -> None:
+    async def start(self, name: str, capture: Path, *, ops: bool = True) -> None:
         server = LoopbackSshd(
             home=self.tmp_path / name / "home",
             host_key=asyncssh.generate_private_key("ssh-ed25519"),
@@ -240,7 +258,8 @@ class SshAgents:
         command = " ".join(
             [
                 f"PYTHONPATH={shlex.quote(str(AGENT_ROOT))}",
-                f"exec {shlex.quote(sys.executable)} -S -c {shlex.quote(WITH_FABRIC_OPS)}",
+                f"exec {shlex.quote(sys.executable)} -S -c "
+                + shlex.quote(WITH_FABRIC_OPS if ops else AN_AGENT_OF_BEFORE),
                 f"--replay {shlex.quote(str(capture))}",
             ]
         )
@@ -542,3 +561,23 @@ def test_a_client_whose_server_is_gone_reads_as_unreachable(fake_perftest: Path)
     answer = fabric_client(args, lambda e: None)
     assert answer["exit_code"] == 1
     assert parse_ib_write_bw(answer["output"]).failure == "unreachable"
+
+
+def test_an_agent_without_the_fabric_ops_is_told_to_update(tmp_path: Path, state_dir: Path) -> None:
+    """An old agent answers `unknown_op`: the row says to update it, not that it is down."""
+    capture = write_profile("hgx-h100", tmp_path / "old-cap", hostname="old")
+
+    async def main() -> list[Any]:
+        agents = SshAgents(tmp_path, state_dir)
+        try:
+            await agents.start("old", capture, ops=False)
+            old = fabric_node("old", capture)
+            return await run_pair(old, old, agents.link_of, RailSettings(duration_s=1))
+        finally:
+            await agents.stop()
+
+    (row,) = asyncio.run(main())
+    assert (row.verdict, row.reason) == (
+        "fail",
+        "the agent cannot run fabric tests: update it (the console ships a newer one)",
+    )
