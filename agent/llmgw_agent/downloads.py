@@ -7,6 +7,7 @@ so a slow mirror is not a failure and a stalled one is.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 from typing import Callable, Optional, Tuple
@@ -20,22 +21,22 @@ def tree_size(path: str) -> Tuple[int, int, Optional[float]]:
     walking are skipped.
     """
     if os.path.isfile(path):
-        stat = os.stat(path)
-        return stat.st_size, 1, stat.st_mtime
+        found = os.stat(path)
+        return found.st_size, 1, found.st_mtime
     total_bytes = 0
     files = 0
     newest = None
     for root, _dirs, names in os.walk(path):
         for name in names:
             try:
-                stat = os.lstat(os.path.join(root, name))
+                found = os.lstat(os.path.join(root, name))
             except OSError:
                 continue
-            if not os.path.stat.S_ISREG(stat.st_mode):
+            if not stat.S_ISREG(found.st_mode):
                 continue
-            total_bytes += stat.st_size
+            total_bytes += found.st_size
             files += 1
-            newest = stat.st_mtime if newest is None else max(newest, stat.st_mtime)
+            newest = found.st_mtime if newest is None else max(newest, found.st_mtime)
     return total_bytes, files, newest
 
 

@@ -13,13 +13,31 @@ The console runs `python3 agent.pyz serve` on one SSH channel and speaks this:
   sends its final result, with `"cancelled": true`) and answers X with
   `{"cancelled": bool}`.
 
+Operations (args → result):
+
+* `ping` → `{pong, time}`;
+* `facts` `{model_dirs?}` → the node's facts; `doctor` `{model_dirs?}` → `{checks}`;
+* `claims` → `{claims: [{gpu, shard_id, replica, rank, claimed_at}]}`;
+* `shard.start` (a resolved spec, see `shard_spec.py`) → `{shard_id, pid, phase}`;
+* `shard.stop` `{shard_id, timeout_s?}` → `{shard_id, phase, exit_code, killed}`;
+* `shard.list` → `{shards: [...]}` (see `shards.judge_shard`);
+* `shard.forget` `{shard_id}` → `{shard_id, forgotten}` (a finished shard only);
+* `shard.logs` `{shard_id, tail?=200, follow?=false}` → events `{lines}`, then
+  `{lines_sent, cancelled, phase}`;
+* `download.watch` `{path, interval_s?=2}` → events `{bytes, files, exists,
+  last_moved_at}` until cancelled, then the last one with `cancelled`;
+* `fabric.probe`, `fabric.server` (stream), `fabric.client` — `fabric_test.py`.
+
 Requests run on their own threads, so many are in flight at once; one lock
 guards stdout and every line is flushed. A bad line (not JSON, not an object,
 unknown op, wrong args, more than `MAX_LINE_BYTES`) is answered with an error
-and serving goes on; end of stdin ends the agent cleanly.
+(`"id": null` when the line had no usable id) and serving goes on; end of
+stdin ends the agent cleanly.
 
-Error codes: `bad_json`, `bad_request`, `too_large`, `unknown_op`, `bad_args`,
-`unavailable`, `not_found`, `busy`, `exists`, `failed`, `internal`.
+Error codes: `bad_json`, `bad_request` (no id/op, or an id already in flight),
+`too_large`, `unknown_op`, `bad_args`, `unavailable` (a part this agent lacks),
+`not_found` (no such shard), `busy` (a GPU held; a running shard forgotten),
+`exists` (that shard id is taken), `failed`, `internal`.
 """
 
 from __future__ import annotations

@@ -172,6 +172,9 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
     except OSError as exc:
         _finish(directory, record, "failed", "could not start the supervisor: {}".format(exc))
         raise OpError("failed", "could not start shard {}: {}".format(shard_id, exc)) from exc
+    except OpError as exc:
+        _finish(directory, record, "failed", exc.message)
+        raise
     return {"shard_id": shard_id, "pid": pid, "phase": "starting"}
 
 
@@ -202,11 +205,26 @@ def _spawn_supervisor(directory: Path, shard_id: str, token: str, replay: Option
     # its engine.
     deadline = time.monotonic() + _SUPERVISOR_APPEAR_S
     while not (directory / "supervisor.json").exists():
-        if process.poll() is not None or time.monotonic() > deadline:
+        if process.poll() is not None:
+            raise OpError(
+                "failed",
+                "the supervising process of {} exited at once ({}): {}".format(
+                    shard_id, process.returncode, _last_line(directory / "supervisor.log")
+                ),
+            )
+        if time.monotonic() > deadline:
             write_record(directory / "supervisor.json", identity)
             break
         time.sleep(0.005)
     return process.pid
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no output"
+    return lines[-1] if lines else "no output"
 
 
 def _finish(directory: Path, shard: dict, phase: str, reason: str) -> dict:

@@ -6,6 +6,7 @@ import getpass
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import zipapp
 from pathlib import Path
@@ -109,3 +110,50 @@ def test_a_follow_keeps_going_across_log_rotations_in_order(agent: AgentClient) 
     assert numbers == sorted(numbers)
     assert numbers[-1] == 599
     assert "the end" in lines
+
+
+def test_two_agents_racing_for_one_card_give_it_to_exactly_one_shard(
+    agent: AgentClient, state_dir: Path, tmp_path: Path
+) -> None:
+    other = AgentClient(agent_env(state_dir), stderr_path=tmp_path / "other.stderr")
+    try:
+        sent = [
+            (client, client.send("shard.start", shard_spec(SLEEPER, ["7"])))
+            for _ in range(4)
+            for client in (agent, other)
+        ]
+        replies = [client.answer(request_id) for client, request_id in sent]
+        winners = [reply["result"]["shard_id"] for reply in replies if reply["ok"]]
+        assert len(winners) == 1
+        assert {reply["error"]["code"] for reply in replies if not reply["ok"]} == {"busy"}
+        assert [c["shard_id"] for c in agent.call("claims")["claims"]] == winners
+        assert [s["shard_id"] for s in agent.call("shard.list")["shards"]] == winners
+    finally:
+        other.close()
+
+
+def _user_scopes_fail() -> bool:
+    if shutil.which("systemd-run") is None:
+        return False
+    probe = subprocess.run(
+        ["systemd-run", "--user", "--scope", "--quiet", "true"], capture_output=True, timeout=20
+    )
+    return probe.returncode != 0
+
+
+@pytest.mark.skipif(not _user_scopes_fail(), reason="needs systemd-run whose user scopes fail")
+def test_a_transient_scope_that_cannot_start_fails_the_start_with_systemds_words(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    env = agent_env(state_dir, LLMGW_AGENT_KEEPALIVE="systemd-run")
+    client = AgentClient(env, stderr_path=tmp_path / "agent.stderr")
+    try:
+        reply = client.request("shard.start", shard_spec(SLEEPER, ["0"]))
+        assert reply["error"]["code"] == "failed"
+        assert "exited at once" in reply["error"]["message"]
+        (shard,) = client.call("shard.list")["shards"]
+        assert shard["phase"] == "failed"
+        assert shard["keepalive"] == "systemd-run"
+        assert client.call("claims") == {"claims": []}
+    finally:
+        client.close()
