@@ -51,7 +51,6 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         capture = write_profile("hgx-h100", Path(folder) / "node", degraded_rail="mlx5_5")
-        from llmgw_agent.fabric_replay import sim_client, sim_server  # noqa: F401
 
         answer = all_reduce(
             {"hosts": ["a", "b"], "gpus_per_node": 8, "max_bytes": 8 * 1024**3}, replay=str(capture)
