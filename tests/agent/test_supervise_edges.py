@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import shutil
 import signal
@@ -157,3 +158,56 @@ def test_a_transient_scope_that_cannot_start_fails_the_start_with_systemds_words
         assert client.call("claims") == {"claims": []}
     finally:
         client.close()
+
+
+def _planted_shard(state_dir: Path, shard_id: str, supervisor: dict, token: str) -> None:
+    """A shard directory as an earlier agent left it, pointing at `supervisor`."""
+    directory = state_dir / "shards" / shard_id
+    directory.mkdir(parents=True)
+    shard = {"shard_id": shard_id, "replica": "old", "rank": 0, "gpus": ["6"], "token": token}
+    shard["created_at"] = 1.0
+    (directory / "shard.json").write_text(json.dumps(shard))
+    (directory / "state.json").write_text(json.dumps({"phase": "running", "commands": []}))
+    (directory / "supervisor.json").write_text(json.dumps(supervisor))
+    claims = state_dir / "claims"
+    claims.mkdir(exist_ok=True)
+    holder = {"shard_id": shard_id, "replica": "old", "rank": 0, "token": token}
+    (claims / "6").write_text(json.dumps(holder))
+
+
+def _start_ticks(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+@pytest.mark.parametrize(
+    ("shift_ticks", "carries_token", "why"),
+    [
+        (0, False, "does not carry this shard's token"),
+        (1, True, "now belongs to another process"),
+    ],
+)
+def test_adoption_trusts_a_pid_only_with_its_start_time_and_token(
+    state_dir: Path, tmp_path: Path, shift_ticks: int, carries_token: bool, why: str
+) -> None:
+    token = "f" * 32
+    marker = [token] if carries_token else []
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", *marker],
+        env=agent_env(state_dir),
+    )
+    try:
+        wait_until(lambda: Path(f"/proc/{stranger.pid}/cmdline").read_bytes().count(b"\0") >= 3)
+        recorded = {"pid": stranger.pid, "start_ticks": _start_ticks(stranger.pid) + shift_ticks}
+        _planted_shard(state_dir, "old-r0-abc123", recorded, token)
+        client = AgentClient(agent_env(state_dir), stderr_path=tmp_path / "agent.stderr")
+        try:
+            (shard,) = client.call("shard.list")["shards"]
+            assert shard["phase"] == "failed"
+            assert why in shard["reason"]
+            assert client.call("claims") == {"claims": []}
+            assert stranger.poll() is None  # a stranger is never signalled
+        finally:
+            client.close()
+    finally:
+        stranger.kill()
+        stranger.wait()

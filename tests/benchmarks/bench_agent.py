@@ -79,6 +79,34 @@ def pipelined_s(process: subprocess.Popen, count: int) -> float:
     return time.perf_counter() - started
 
 
+def _call(process: subprocess.Popen, request_id: str, op: str, args: dict) -> dict:
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(json.dumps({"id": request_id, "op": op, "args": args}).encode() + b"\n")
+    process.stdin.flush()
+    while True:
+        reply = json.loads(process.stdout.readline())
+        if reply.get("id") == request_id and "event" not in reply:
+            assert reply["ok"], reply
+            return reply["result"]
+
+
+def shard_cycle(process: subprocess.Popen) -> tuple[float, float]:
+    """Seconds for shard.start and shard.stop of a sleeping engine."""
+    spec = {
+        "replica": "bench",
+        "rank": 0,
+        "gpus": ["0"],
+        "commands": [{"name": "engine", "argv": ["sleep", "60"]}],
+    }
+    started = time.perf_counter()
+    shard_id = _call(process, "start", "shard.start", spec)["shard_id"]
+    start_s = time.perf_counter() - started
+    time.sleep(0.2)
+    started = time.perf_counter()
+    _call(process, "stop", "shard.stop", {"shard_id": shard_id, "timeout_s": 5})
+    return start_s, time.perf_counter() - started
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as state:
         bare = statistics.median(bare_python_s() for _ in range(RUNS))
@@ -103,6 +131,11 @@ def main() -> None:
         took = pipelined_s(process, PINGS)
         print(f"pipelined pings               {PINGS / took:7.0f} per second ({PINGS} in flight)")
         print(f"agent RSS after {2 * PINGS} pings     {rss_kib(process.pid) / 1024:7.1f} MiB")
+        start_s, stop_s = shard_cycle(process)
+        print(
+            f"shard.start answered          {start_s * 1000:7.1f} ms (supervisor up, handlers set)"
+        )
+        print(f"shard.stop answered           {stop_s * 1000:7.1f} ms (SIGTERM obeyed)")
         process.stdin.close()
         process.wait()
 
