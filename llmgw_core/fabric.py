@@ -23,12 +23,12 @@ The rules, each in one function:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from llmgw_core.fabric_nccl import AllReducePerf, NcclTransport
+from llmgw_core.fabric_nccl import AllReducePerf, NcclTransport, parse_nccl_transport
 from llmgw_core.fabric_perftest import IbWriteBw, TcpThroughput, parse_ib_write_bw
 
 PASS_RATIO = 0.90
@@ -504,3 +504,21 @@ def transport_warnings(
                     f"({', '.join(fabric_hcas)}); pin NCCL_IB_HCA with '=' to the fabric's adapters"
                 )
     return warnings
+
+
+def replica_transport(
+    replica: str,
+    shard_logs: Mapping[str, Iterable[str]],
+    fabric_hcas: Sequence[str] | None,
+    node_count: int | None = None,
+) -> tuple[dict[str, NcclTransport], list[str]]:
+    """Each shard's NCCL transport from its log lines, and the replica's warnings.
+
+    Args:
+        replica: the replica's name.
+        shard_logs: each shard's log lines (any prefix), by shard or node name.
+        fabric_hcas: the adapters of the replica's fabric (None: it has none).
+        node_count: how many nodes the replica spans.
+    """
+    transports = {name: parse_nccl_transport(lines) for name, lines in shard_logs.items()}
+    return transports, transport_warnings(replica, transports, fabric_hcas, node_count)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw_core.fabric import transport_warnings
+from llmgw_core.fabric import replica_transport, transport_warnings
 from llmgw_core.fabric_nccl import parse_all_reduce_perf, parse_nccl_transport
 
 SHARP = "nccl-debug-info_all_reduce_perf_a100-pcie_2node_ib-hdr_sharp-plugin.txt"
@@ -181,3 +181,13 @@ def test_the_demo_replica_with_no_adapters_given_is_socket_and_warned() -> None:
     warnings = transport_warnings("llama-70b", shards, [f"mlx5_{i}" for i in range(8)])
     assert len(warnings) == 1
     assert "NCCL fell back to TCP sockets on rank0, rank1" in warnings[0]
+
+
+def test_a_replica_transport_is_read_shard_by_shard_with_its_warnings() -> None:
+    logs = {"h100-a-01": sim_rank_lines({}, 0), "h100-a-02": sim_rank_lines({}, 1)}
+    transports, warnings = replica_transport("r1", logs, ["mlx5_0"], node_count=2)
+    assert {name: t.network for name, t in transports.items()} == {
+        "h100-a-01": "Socket",
+        "h100-a-02": "Socket",
+    }
+    assert warnings[0].startswith("r1: NCCL fell back to TCP sockets on h100-a-01, h100-a-02")
