@@ -457,8 +457,7 @@ def test_the_fabric_test_step_on_the_demo_h100s_and_a_cpu_node(tmp_path: Path) -
 
 # --- the real ib_write_bw path, against a stand-in for perftest ------------------------
 
-FAKE_PERFTEST = """#!{python}
-# A stand-in for perftest's ib_write_bw: the same command line, a real
+FAKE_PERFTEST = """# A stand-in for perftest's ib_write_bw: the same command line, a real
 # out-of-band TCP port, and a result table in --report_gbits layout.
 import socket, sys
 args = sys.argv[1:]
@@ -496,8 +495,12 @@ def fake_perftest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "argv.log"
-    script = bin_dir / "ib_write_bw"
-    script.write_text(FAKE_PERFTEST.format(python=sys.executable, log=str(log), gbps="392.84"))
+    program = tmp_path / "fake_ib_write_bw.py"
+    program.write_text(FAKE_PERFTEST.format(log=str(log), gbps="392.84"))
+    script = bin_dir / "ib_write_bw"  # a shell wrapper: a long venv path would break a shebang
+    script.write_text(
+        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(program))} "$@"\n'
+    )
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     return log
