@@ -135,6 +135,8 @@ def card_need(
             concurrency=concurrency,
             usable_gib=usable,
             kv_cache_dtype=kv_cache_dtype,
+            card_memory_gib=card_memory_gib,
+            mem_fraction_static=gpu_memory_utilization,
         )
     from llmgw_core.memory import llamacpp
 

@@ -140,8 +140,15 @@ def card_need(
     concurrency: int,
     usable_gib: float,
     kv_cache_dtype: str | None = None,
+    card_memory_gib: float | None = None,
+    mem_fraction_static: float | None = None,
 ) -> CardNeed:
-    """One rank's need under SGLang; activations and graphs live outside the usable share."""
+    """One rank's need under SGLang; activations and graphs live outside the usable share.
+
+    Without an explicit `mem_fraction_static`, SGLang keeps its own default
+    share (0.81–0.88 by width), not llmgw's 90 %: the difference is counted
+    as engine memory so a fit here is a fit in SGLang.
+    """
     tp = layout.tensor_parallel
     serve_dtype = serve_dtype_for(shape, None)
     stages = stage_weights(
@@ -157,6 +164,9 @@ def card_need(
     window = min(context, shape.sliding_window or context)
     one = (full * context + sliding * window) * layers_share / GIB
     engine = INIT_SINGLE_GIB if layout.cards == 1 else INIT_PARALLEL_GIB
+    if mem_fraction_static is None and card_memory_gib:
+        own_share = card_memory_gib * default_mem_fraction_static(card_memory_gib, tp)
+        engine += max(0.0, usable_gib - own_share)
     left = usable_gib - weights - engine
     return CardNeed(
         weights_gib=weights,
