@@ -246,12 +246,15 @@ class Server:
         if not all(isinstance(item, str) for item in model_dirs):
             raise OpError("bad_args", "model_dirs must be a list of paths")
         try:
-            from llmgw_agent.discover import collect_facts
+            from llmgw_agent.discover import DiscoveryError, collect_facts
         except ImportError as exc:
             raise OpError(
                 "unavailable", "discovery is not part of this agent: {}".format(exc)
             ) from exc
-        return collect_facts(replay=self.replay, model_dirs=tuple(model_dirs))
+        try:
+            return collect_facts(replay=self.replay, model_dirs=tuple(model_dirs))
+        except DiscoveryError as exc:
+            raise OpError("failed", str(exc)) from exc
 
     def _op_facts(self, args: dict, _stream: Stream) -> dict:
         return self._collect(args)

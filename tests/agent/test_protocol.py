@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import platform
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from conftest import AgentClient
+from conftest import AgentClient, agent_env
 
 
 def test_the_first_line_is_hello_with_versions_and_capabilities(agent: AgentClient) -> None:
@@ -142,3 +140,14 @@ def test_a_download_watch_on_a_missing_path_says_it_does_not_exist(
     }
     agent.call("cancel", {"target": stream})
     assert agent.answer(stream)["ok"] is True
+
+
+def test_facts_from_a_missing_capture_directory_fail_with_the_reason(state_dir, tmp_path) -> None:
+    client = AgentClient(agent_env(state_dir), "--replay", str(tmp_path / "no-such-capture"))
+    try:
+        reply = client.request("facts")
+        assert reply["error"]["code"] == "failed"
+        assert "does not exist" in reply["error"]["message"]
+        assert client.request("ping")["ok"] is True
+    finally:
+        client.close()

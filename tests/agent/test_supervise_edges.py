@@ -211,3 +211,39 @@ def test_adoption_trusts_a_pid_only_with_its_start_time_and_token(
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def _python38() -> str | None:
+    """A Python 3.8 that really runs (a pyenv shim may name one it cannot start)."""
+    candidates = [str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.8*/bin/python3.8"))]
+    candidates.append(shutil.which("python3.8") or "")
+    for candidate in filter(None, candidates):
+        probe = subprocess.run([candidate, "-S", "-c", "pass"], capture_output=True, timeout=20)
+        if probe.returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.mark.skipif(_python38() is None, reason="no Python 3.8 interpreter on this machine")
+def test_under_python_3_8_the_agent_starts_lists_and_stops_a_shard(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    python38 = _python38()
+    assert python38 is not None
+    client = AgentClient(
+        agent_env(state_dir),
+        command=[python38, "-S", "-m", "llmgw_agent", "serve"],
+        stderr_path=tmp_path / "agent.stderr",
+    )
+    try:
+        assert client.hello["python"].startswith("3.8.")
+        shard_id = client.call("shard.start", shard_spec(SLEEPER, ["0"]))["shard_id"]
+        wait_until(lambda: "engine up" in log_lines(client, shard_id))
+        shard = listed(client, shard_id)
+        assert shard["phase"] == "running"
+        supervisor_exe = os.readlink(f"/proc/{shard['pid']}/exe")
+        assert "3.8" in supervisor_exe
+        stopped = client.call("shard.stop", {"shard_id": shard_id, "timeout_s": 5})
+        assert stopped["phase"] == "stopped"
+    finally:
+        client.close()
