@@ -181,7 +181,8 @@ def activation_bytes(
     vocabulary, plus the sort buffers) run one after the other, so the peak
     is the larger of the two. Only the last pipeline stage samples. A MoE's
     fused-kernel workspace (tokens × top-k × (gate/up/down widths + hidden)) is
-    kept across calls and adds on top. vLLM before 0.17 profiled roughly 2.5×
+    kept across calls and adds on top; MXFP4 experts run through other kernels
+    that keep none (gpt-oss: 2.87 GiB measured, the sampler alone). vLLM before 0.17 profiled roughly 2.5×
     larger forward activations (Qwen3-14B: 5.64 GiB in 0.15/0.16 vs 2.23 in 0.17).
     """
     tokens = max_num_batched_tokens
@@ -195,11 +196,22 @@ def activation_bytes(
         forward = int(forward * 2.5)
     sampler = max_num_seqs * shape.vocab_size * SAMPLER_BYTES_PER_LOGIT if last_stage else 0
     moe = 0
-    if shape.is_moe:
+    if shape.is_moe and expert_width_multiple(shape) == 1:
         top_k = shape.experts_per_token or 1
         expert_width = (shape.moe_intermediate_size or 0) // tensor_parallel
         moe = tokens * top_k * (3 * expert_width + shape.hidden_size) * width
     return max(forward, sampler) + moe
+
+
+def expert_width_multiple(shape: ModelShape) -> int:
+    """vLLM's MXFP4 MoE kernels (Triton / Marlin on Hopper) pad each expert's width to 256.
+
+    gpt-oss's 2880-wide experts become 3072 wide: 6.7 % more expert bytes than
+    the checkpoint, which is why gpt-oss-120b loads 64.4 GiB in vLLM (v0.14.1)
+    from a 60.8 GiB checkpoint.
+    """
+    quant = shape.quantization
+    return 256 if quant is not None and quant.method == "mxfp4" else 1
 
 
 def non_torch_gib(tensor_parallel: int, pipeline_parallel: int) -> float:
@@ -336,6 +348,7 @@ def estimate(
         pipeline_parallel=pp,
         serve_dtype=serve_dtype,
         serve_quantization=online,
+        expert_width_multiple=expert_width_multiple(shape),
     )
     stages: list[StageEstimate] = []
     pools: list[KvPool] = []
@@ -533,6 +546,7 @@ def card_need(
         pipeline_parallel=pp,
         serve_dtype=serve_dtype,
         serve_quantization=online,
+        expert_width_multiple=expert_width_multiple(shape),
     )
     stages = pipeline_stages(shape.num_layers, pp)
     worst_total = -1.0

@@ -105,6 +105,7 @@ def stage_weights(
     pipeline_parallel: int = 1,
     serve_dtype: str | None = None,
     serve_quantization: Quantization | None = None,
+    expert_width_multiple: int = 1,
 ) -> list[StageWeights]:
     """Bytes of weights on one tensor rank of each pipeline stage.
 
@@ -116,6 +117,8 @@ def stage_weights(
         serve_dtype: the dtype served in (None: `serve_dtype_for(shape, None)`).
         serve_quantization: a quantisation applied at load (vLLM `--quantization fp8`)
             on a checkpoint that is not quantised.
+        expert_width_multiple: kernels that pad each expert's intermediate width
+            per rank up to a multiple (vLLM's MXFP4 MoE: 256) load more than the files hold.
     """
     params = count_parameters(shape)
     dtype = serve_dtype or serve_dtype_for(shape, None)
@@ -129,7 +132,8 @@ def stage_weights(
     # what the count does not know (vision towers, odd biases), evenly; MTP
     # layers are in the files but not loaded, so they leave with the ratio.
     ratio = checkpoint_bytes / on_disk if on_disk else 1.0
-    parts = _served_parts(params, loaded_shape, tensor_parallel, pipeline_parallel)
+    expert_growth = _expert_padding(shape, tensor_parallel, expert_width_multiple)
+    parts = _served_parts(params, loaded_shape, tensor_parallel, pipeline_parallel, expert_growth)
     rope = rope_cache_bytes(shape, dtype)
     stages = []
     layer_ranges = pipeline_stages(shape.num_layers, pipeline_parallel)
@@ -157,8 +161,22 @@ def _with(shape: ModelShape, quant: Quantization | None, dtype: str) -> ModelSha
     return replace(shape, quantization=quant, dtype=dtype)
 
 
+def _expert_padding(shape: ModelShape, tensor_parallel: int, multiple: int) -> float:
+    """How much larger experts get when their per-rank width is padded up to `multiple`."""
+    width = shape.moe_intermediate_size
+    if multiple <= 1 or not width or not shape.is_moe:
+        return 1.0
+    per_rank = -(-width // tensor_parallel)
+    padded = -(-per_rank // multiple) * multiple
+    return padded / per_rank
+
+
 def _served_parts(
-    params: ParameterCount, shape: ModelShape, tensor_parallel: int, pipeline_parallel: int
+    params: ParameterCount,
+    shape: ModelShape,
+    tensor_parallel: int,
+    pipeline_parallel: int,
+    expert_growth: float = 1.0,
 ) -> _Parts:
     """Per-rank bytes of each part, before scaling to the real file bytes."""
     wide = dtype_bytes(shape.dtype)
@@ -182,7 +200,7 @@ def _served_parts(
             attention * (1 - kv_fraction) / tensor_parallel + attention * kv_fraction * kv_share
         )
         sharded += (layer.dense_mlp + layer.shared_experts) * mlp_bytes / tensor_parallel
-        sharded += layer.routed_experts * qbytes / tensor_parallel
+        sharded += layer.routed_experts * qbytes / tensor_parallel * expert_growth
         per_rank = sharded + layer.small * wide
         layer_per_rank.append(per_rank)
         total += (

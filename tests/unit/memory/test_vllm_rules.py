@@ -131,3 +131,22 @@ def test_deepseek_v3_fp8_on_eight_h200_keeps_a_replicated_latent(model_shape):
     assert got.kv_cache_tokens == pytest.approx(
         got.kv_cache_gib * 2**30 / bytes_per_token, rel=0.001
     )
+
+
+def test_gpt_oss_120b_mxfp4_experts_are_padded_to_256_wide_on_load(model_shape):
+    shape = model_shape("openai--gpt-oss-120b")
+    got = estimate(shape, _bytes(shape), gpu_memory_gib=H100, gpu_memory_utilization=0.95,
+                   max_model_len=8192)  # fmt: skip
+    # vllm#33155 (v0.14.1, Triton): "Model loading took 64.38 GiB"; checkpoint ≈ 60.8 GiB
+    assert _bytes(shape) / 2**30 == pytest.approx(60.8, abs=0.1)
+    assert got.weights_gib == pytest.approx(64.38, rel=0.01)
+    # no fused-MoE workspace for MXFP4: the sampler's 1024 × 201,088 × 16 bytes alone (2.87 measured)
+    assert got.activation_gib == pytest.approx(2.87, abs=0.25)
+
+
+def test_llama4_scout_carries_a_rotary_cache_for_ten_million_positions(model_shape):
+    shape = model_shape("meta-llama--Llama-4-Scout-17B-16E-Instruct")
+    got = estimate(shape, _bytes(shape), gpu_memory_gib=H100, tensor_parallel=4,
+                   gpu_memory_utilization=0.95, max_model_len=8192)  # fmt: skip
+    assert got.weights_gib == pytest.approx(53.12, rel=0.015)  # v0.19 sweep, TP4
+    assert got.activation_gib == pytest.approx(3.19, abs=0.25)
