@@ -53,8 +53,8 @@ def _files_table(result: dict[str, Any]) -> Table:
 
 
 def _ways_table(options: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, padding=(0, 1, 0, 2), header_style="dim")
-    for name in ("FILE", "WAY", "HOW", "A CARD", "WEIGHTS + CONTEXT + ENGINE", "OF", "NOW"):
+    table = Table(box=None, padding=(0, 1, 0, 1), header_style="dim")
+    for name in ("FILE", "WAY", "HOW", "A CARD", "W + C + E", "OF", "NOW"):
         right = name in ("A CARD", "OF")
         wraps = name in ("WAY", "HOW")
         table.add_column(name, justify="right" if right else "left", no_wrap=not wraps)
@@ -118,7 +118,11 @@ def render(result: dict[str, Any]) -> Group:
         parts.append(Text(f"Best: {best['artifact']} on {_way_text(best)}: {best['memory']}."))
         parts.append(Text(_context_line(result, best)))
         if len(result["options"]) > 1:
-            parts += [Text(""), Text("Every way, best first:"), _ways_table(result["options"])]
+            parts += [
+                Text(""),
+                Text("Every way, best first (a card: weights + context + engine):"),
+                _ways_table(result["options"]),
+            ]
             hidden = len(result["options"]) - MAX_WAYS_SHOWN
             if hidden > 0:
                 parts.append(Text(f"  … and {hidden} more (--json lists every way)", style="dim"))

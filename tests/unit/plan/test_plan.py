@@ -57,14 +57,14 @@ def test_every_way_is_listed_best_first_and_both_engines_offered():
 
 def test_several_nodes_are_offered_only_for_fewer_cards_than_one_node_takes():
     # One node holds it on 4 cards; 2 + 2 over two nodes is as many cards, so not listed.
-    result = _plan(LLAMA_70B, TWO_DGX, format="safetensors", context=8192)
+    result = _plan(LLAMA_70B, TWO_DGX, format="safetensors", context=32768)
     assert all(w.nodes == 1 for w in result.options)
     # One card a node: only several nodes hold it, as few as fit (not all four).
     thin = [{"name": "n", "count": 4, "gpu": "h100-80g", "gpus": 1, "fabric": "ib-a"}]
     spread = _plan(LLAMA_70B, thin, format="safetensors", context=8192)
-    assert {(w.nodes, w.pipeline_parallel, w.tensor_parallel) for w in spread.options} == {
-        (3, 3, 1)
-    }
+    ways = spread.options
+    vllm = {(w.nodes, w.pipeline_parallel, w.tensor_parallel) for w in ways if w.engine == "vllm"}
+    assert vllm == {(3, 3, 1)}
 
 
 def test_qwen3_235b_at_bf16_runs_8_wide_with_expert_parallel():
