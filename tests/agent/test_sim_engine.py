@@ -147,6 +147,8 @@ def test_vllm_in_replay_mode_loads_then_serves_chat_and_says_it_uses_the_fabric(
     stopped = replay_agent.call("shard.stop", {"shard_id": started["shard_id"], "timeout_s": 5})
     assert stopped["phase"] == "stopped"
     assert stopped["killed"] is False
+    (shard,) = replay_agent.call("shard.list")["shards"]
+    assert shard["commands"][0]["exit_code"] == 0  # SIGTERM: a clean exit
     assert list((state_dir / "sim-usage").glob("*.json")) == []
 
 
@@ -297,3 +299,27 @@ def test_a_sim_engine_on_a_mig_instance_shows_its_memory_in_the_facts_while_it_r
         assert after == before
     finally:
         agent.close()
+
+
+def test_llama_cpp_over_rpc_waits_for_the_rpc_server_port_then_serves(
+    replay_agent: AgentClient,
+) -> None:
+    rpc_port, http_port = free_port(), free_port()
+    rpc = ["rpc-server", "-H", "127.0.0.1", "-p", str(rpc_port)]
+    main = ["llama-server", "-m", "/models/big.gguf", "--port", str(http_port)]
+    main += ["--rpc", f"127.0.0.1:{rpc_port}", "-ngl", "99"]
+    shard_id = replay_agent.call(
+        "shard.start",
+        {
+            "replica": "rpc",
+            "rank": 0,
+            "gpus": ["0", "1"],
+            "commands": [
+                {"name": "rpc", "argv": rpc, "role": "sidecar", "wait_for_port": rpc_port},
+                {"name": "llama", "argv": main, "env": {"LLMGW_SIM_LOAD_S": "0.2"}},
+            ],
+        },
+    )["shard_id"]
+    lines = wait_for_line(replay_agent, shard_id, "server is listening")
+    assert f"[rpc]   endpoint       : 127.0.0.1:{rpc_port}" in lines
+    assert http_status(f"http://127.0.0.1:{http_port}/health") == 200

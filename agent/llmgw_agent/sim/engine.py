@@ -46,9 +46,16 @@ _DEFAULT_WEIGHTS_BYTES = 16 * 1024**3
 
 
 def say(text: str, end: str = "\n") -> None:
-    """Print one engine line (or a `\r` progress redraw) at once."""
-    sys.stdout.write(text + end)
-    sys.stdout.flush()
+    """Print one engine line (or a `\r` progress redraw) at once.
+
+    A log reader that went away (its supervisor killed) costs the lines, not
+    the engine: output goes to /dev/null from then on.
+    """
+    try:
+        sys.stdout.write(text + end)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 lives as long as the process
 
 
 def _card_gpus() -> List[str]:
