@@ -12,10 +12,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO_ROOT / "examples" / "plan-70b.yaml"
 
 
+def _llmgw_tui() -> list[str]:
+    """The installed `llmgw-tui` console script beside this interpreter, else the module."""
+    script = Path(sys.executable).parent / "llmgw-tui"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "llmgw_tui.cli"]
+
+
 def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200", "NO_COLOR": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "llmgw_tui.cli", *args],
+        [*_llmgw_tui(), *args],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
