@@ -178,9 +178,13 @@ def test_offline_mode_reads_the_cache_and_names_what_is_missing(local_hub, model
         load_model("Qwen/Qwen3-8B")
 
 
-def test_a_gated_gguf_repository_reads_headers_only_with_a_token_that_has_access(local_hub, tmp_path):
+def test_a_gated_gguf_repository_reads_headers_only_with_a_token_that_has_access(
+    local_hub, tmp_path
+):
     q8 = write_tiny_llama(tmp_path / "gated.Q8_0.gguf")
-    local_hub.repos["test/gated-GGUF"] = FakeRepo(files={"gated.Q8_0.gguf": q8}, gated_token="hf_ok")
+    local_hub.repos["test/gated-GGUF"] = FakeRepo(
+        files={"gated.Q8_0.gguf": q8}, gated_token="hf_ok"
+    )
     with pytest.raises(BadInput) as refused:
         load_model("test/gated-GGUF")
     assert refused.value.message == (
