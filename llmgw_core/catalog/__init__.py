@@ -96,8 +96,10 @@ def catalog_model(ref: str) -> ModelInfo:
 def write_model_dir(ref: str, folder: Path) -> Path:
     """Write a catalog model as a local model directory under `folder` and return it.
 
-    The weight files are empty placeholders: the index's `total_size` and the
-    listing carry the bytes that matter for planning.
+    The weight files are empty placeholders: for a safetensors model the
+    index's `total_size` carries the bytes that matter, so `load_model` on the
+    directory reads the same model as `catalog_model`. GGUF placeholders carry
+    no size; plan a GGUF repository through `catalog:` instead.
     """
     entry = _entry(ref)
     target = folder / entry.repo_id.replace("/", "--")
