@@ -91,9 +91,13 @@ def keepalive_method(
     return "systemd-run", "logind kills session processes; shards run in a transient user scope"
 
 
-def launch_prefix(shard_id: str) -> List[str]:
-    """What to put before the supervisor's argv so it survives the session."""
-    method, _reason = keepalive_method()
+def launch_prefix(method: Optional[str], shard_id: str) -> List[str]:
+    """What to put before the supervisor's argv so it survives the session.
+
+    Args:
+        method: what `keepalive_method()` chose (None: setsid, the best left).
+        shard_id: names the transient unit.
+    """
     if method != "systemd-run":
         return []
     return ["systemd-run", "--user", "--scope", "--quiet", "--unit", "llmgw-" + shard_id]

@@ -60,7 +60,7 @@ def read_record(path: Path) -> dict:
 
 def write_record(path: Path, record: dict) -> None:
     """Write a JSON record atomically (a reader sees the old or the new one, whole)."""
-    temporary = path.with_name("{}.{}.tmp".format(path.name, threading.get_ident()))
+    temporary = path.with_name("{}.{}-{}.tmp".format(path.name, os.getpid(), threading.get_ident()))
     temporary.write_text(json.dumps(record, indent=1, sort_keys=True))
     os.replace(str(temporary), str(path))
 
@@ -168,7 +168,7 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
         shutil.rmtree(str(directory), ignore_errors=True)
         raise
     try:
-        pid = _spawn_supervisor(directory, shard_id, token, replay)
+        pid = _spawn_supervisor(directory, shard_id, token, replay, method)
     except OSError as exc:
         _finish(directory, record, "failed", "could not start the supervisor: {}".format(exc))
         raise OpError("failed", "could not start shard {}: {}".format(shard_id, exc)) from exc
@@ -178,12 +178,14 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
     return {"shard_id": shard_id, "pid": pid, "phase": "starting"}
 
 
-def _spawn_supervisor(directory: Path, shard_id: str, token: str, replay: Optional[str]) -> int:
+def _spawn_supervisor(
+    directory: Path, shard_id: str, token: str, replay: Optional[str], method: Optional[str]
+) -> int:
     env = dict(os.environ)
     env[paths.STATE_ENV] = str(paths.state_dir())
     if replay:
         env[paths.REPLAY_ENV] = replay
-    argv = keepalive.launch_prefix(shard_id) + agent_command(
+    argv = keepalive.launch_prefix(method, shard_id) + agent_command(
         "supervise", str(directory), "--token", token
     )
     with open(str(directory / "supervisor.log"), "ab") as log:
