@@ -310,6 +310,11 @@ def plan(
         found.sort(key=_rank)
         options.extend(found)
         rows.append(_row(artifact, shape, found[0] if found else None))
+    if rows and not any(a.shape or model.shape for a in model.artifacts):
+        raise BadInput(
+            f"{ref}: the model's shape is unknown (no config.json, no GGUF header read)",
+            "give a repository or directory with a config.json, or a GGUF file whose header can be read",
+        )
     options.sort(key=_rank)
     whole = _whole_model_context_cost(model, sizer)
     advice = _cards_freed(options) if options else advice_when_nothing_fits(misses, sizer, context)

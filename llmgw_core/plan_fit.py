@@ -121,7 +121,7 @@ def advice_when_nothing_fits(misses: list[Miss], sizer: Sizer, context: int) -> 
         context: the context planned, tokens.
     """
     if not misses:
-        return ["a fleet with GPUs or a CPU node this model's files can run on"]
+        return ["a GPU node (these files need vLLM or SGLang), or a GGUF file of it for a CPU node"]
     advice: list[str] = []
     closest = min(misses, key=lambda m: m.overshoot)
     shorter = _largest_context(closest, sizer, context)

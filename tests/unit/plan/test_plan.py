@@ -191,3 +191,21 @@ def test_each_file_has_its_own_row_with_its_best_way():
     q4 = result.artifacts[2]
     assert round(q4.size_gib, 2) == 8.37
     assert q4.best is not None and q4.best.artifact == "Q4_K_M"
+
+
+def test_a_model_whose_shape_is_unknown_is_bad_input():
+    from llmgw_core.model.artifacts import Artifact
+    from llmgw_core.model.source import ModelInfo
+
+    gguf = Artifact("Q4_K_M", "gguf", ("m-Q4_K_M.gguf",), 4_000_000_000)
+    model = ModelInfo("org/m-GGUF", "org/m-GGUF", None, None, None, (gguf,))
+    with pytest.raises(BadInput, match="the model's shape is unknown"):
+        plan(model, described_fleet(TWO_DGX), context=8192)
+
+
+def test_safetensors_with_only_a_cpu_node_asks_for_gpus_or_a_gguf_file():
+    fleet = [{"name": "cpu1", "gpus": 0, "memory_gib": 512}]
+    result = _plan("catalog:meta-llama/Llama-3.1-8B-Instruct", fleet, context=8192)
+    assert result.advice == (
+        "a GPU node (these files need vLLM or SGLang), or a GGUF file of it for a CPU node",
+    )
