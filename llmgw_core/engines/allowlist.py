@@ -1,0 +1,133 @@
+"""Which variables an operator may add to an engine's environment, and which are secret (pure).
+
+`--env KEY=VALUE` (and a script's `env:`) tunes engines on every node of a
+replica: `NCCL_DEBUG=INFO` while a fabric is brought up, `NCCL_IB_*` to steer
+it, `VLLM_*`, `TORCH_*`. Only engine tuning variables are taken: a `PATH` or
+`LD_PRELOAD` from a script would change what runs, not how. The cards are
+placement's (`CUDA_VISIBLE_DEVICES` is never the operator's), and a secret
+never travels on a command line: the Hub token comes from the operator's
+token store, through the launcher, into the environment alone.
+
+This module is the one place that says what is allowed and what is secret.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from llmgw_core.errors import BadInput
+
+ALLOWED_PREFIXES = (
+    "NCCL_",
+    "VLLM_",
+    "SGLANG_",
+    "UCX_",
+    "GLOO_",
+    "TORCH_",
+    "PYTORCH_",
+    "CUDA_",
+    "NVSHMEM_",
+    "HF_",
+    "RAY_",
+    "LLAMA_",
+    "GGML_",
+    "TRANSFORMERS_",
+)
+"""Families of variables engines are tuned with."""
+
+ALLOWED_NAMES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "TOKENIZERS_PARALLELISM",
+    "NO_COLOR",
+)
+"""Single variables engines are tuned with."""
+
+PLACEMENT_KEYS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+"""Set by the launcher from the cards placement claimed; never the operator's."""
+
+MAX_VALUE_CHARS = 1024
+"""The longest value taken: tuning values are short; a long one is a mistake or an attack."""
+
+_KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+_SECRET = re.compile(
+    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)"
+)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+ALLOWED_TEXT = ", ".join([*(prefix + "*" for prefix in ALLOWED_PREFIXES), *ALLOWED_NAMES])
+
+
+def is_secret_key(key: str) -> bool:
+    """True for a variable that holds a secret (`HF_TOKEN`, `VLLM_API_KEY`)."""
+    return bool(_SECRET.search(key.upper()))
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment as it may be shown: every secret's value hidden."""
+    return {key: ("***" if is_secret_key(key) else value) for key, value in env.items()}
+
+
+def key_refusal(key: str) -> str | None:
+    """Why `--env` cannot set `key`, or None when it may."""
+    if not _KEY.match(key):
+        return "not a variable name (capital letters, digits and _)"
+    if key in PLACEMENT_KEYS:
+        return "the cards are the ones placement claimed"
+    if is_secret_key(key):
+        return "a secret never goes on a command line; the Hub token comes from the token store"
+    if key in ALLOWED_NAMES or key.startswith(ALLOWED_PREFIXES):
+        return None
+    return "not an engine tuning variable"
+
+
+def value_refusal(value: str) -> str | None:
+    """Why a value cannot be passed, or None when it can."""
+    if len(value) > MAX_VALUE_CHARS:
+        return f"its value is {len(value)} characters long, over the {MAX_VALUE_CHARS} taken"
+    if _CONTROL.search(value):
+        return "its value holds a newline or another control character"
+    return None
+
+
+def checked_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The operator's variables, every one allowed, or one sentence naming each refused.
+
+    Raises:
+        BadInput: naming every refused variable and why.
+    """
+    refused: list[str] = []
+    for key, value in env.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            refused.append(f"{key!r} (names and values are text)")
+            continue
+        why = key_refusal(key) or value_refusal(value)
+        if why:
+            refused.append(f"{key} ({why})")
+    if refused:
+        many = "s" if len(refused) > 1 else ""
+        raise BadInput(
+            f"--env refuses the variable{many} {'; '.join(refused)}",
+            f"pass only engine tuning variables: {ALLOWED_TEXT}",
+        )
+    return dict(env)
+
+
+def parse_env_options(options: Iterable[str]) -> dict[str, str]:
+    """`["NCCL_DEBUG=INFO", …]` (as `--env` gives them) checked into a mapping.
+
+    A key given twice keeps its last value, as a shell would.
+
+    Raises:
+        BadInput: an option without `=`, or a refused variable.
+    """
+    env: dict[str, str] = {}
+    for option in options:
+        key, equals, value = option.partition("=")
+        if not equals or not key:
+            raise BadInput(
+                f"--env {option!r} is not KEY=VALUE", "write it as --env NCCL_DEBUG=INFO"
+            )
+        env[key] = value
+    return checked_env(env)

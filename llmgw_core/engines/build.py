@@ -1,0 +1,96 @@
+"""A placed way → each node's shard: validated, then built by its engine (pure).
+
+`build_launch` is the one entry point: it refuses what cannot work
+(`validate.validate_launch`), asks the engine's builder for each node's
+processes, and says which rank serves HTTP and where the agent checks its
+health. Nothing here starts a process.
+"""
+
+from __future__ import annotations
+
+from llmgw_core.engines import llamacpp, sglang, sim, vllm
+from llmgw_core.engines.programs import DEFAULT_PROGRAMS
+from llmgw_core.engines.spec import (
+    LLAMA_CPP,
+    SGLANG,
+    LaunchNode,
+    LaunchPlan,
+    LaunchRequest,
+    ShardCommand,
+    ShardLaunch,
+    host_port,
+)
+from llmgw_core.engines.validate import validate_launch
+
+_ANY_ADDRESS = ("0.0.0.0", "::", "")
+
+
+def health_path(engine: str, program: tuple[str, ...] = ()) -> str:
+    """The path an engine answers 200 on once it serves (never a log line).
+
+    vLLM `/health` (503 once its engine died); SGLang `/health` (503 while
+    starting, then a one-token generation); llama-server `/health` (503
+    "Loading model", then 200); llama-cpp-python's server has no health
+    route and serves `/v1/models` once its model is loaded.
+    """
+    if engine == LLAMA_CPP:
+        return llamacpp.health_path(LaunchNode("", 0, "", program=program))
+    return "/health"
+
+
+def health_url(engine: str, http_host: str, http_port: int, program: tuple[str, ...] = ()) -> str:
+    """The URL the agent polls on the node itself (loopback when the engine binds every address)."""
+    host = "127.0.0.1" if http_host in _ANY_ADDRESS else http_host
+    return f"http://{host_port(host, http_port)}{health_path(engine, program)}"
+
+
+def _commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ...]:
+    if request.engine == SGLANG:
+        return sglang.commands(request, node)
+    if request.engine == LLAMA_CPP:
+        return llamacpp.commands(request, node)
+    return sim.commands(request, node) if request.engine == "sim" else vllm.commands(request, node)
+
+
+def _serves_http(request: LaunchRequest, node: LaunchNode) -> bool:
+    # vLLM (Ray workers, headless ranks) and SGLang (ranks from 1 run
+    # schedulers only) alike: rank 0 alone answers HTTP.
+    return node.rank == request.head.rank
+
+
+def _executor(request: LaunchRequest) -> str:
+    if request.engine in (SGLANG, LLAMA_CPP):
+        return request.engine
+    return vllm.executor(request)
+
+
+def build_launch(request: LaunchRequest) -> LaunchPlan:
+    """Every node's shard for a placed way, rank 0 first.
+
+    Raises:
+        BadInput: the launch cannot work (see `validate.validate_launch`).
+    """
+    validate_launch(request)
+    shards = []
+    for node in request.ranked_nodes:
+        serves = _serves_http(request, node)
+        program = node.program or DEFAULT_PROGRAMS.get(request.engine, ())
+        shards.append(
+            ShardLaunch(
+                node=node.name,
+                rank=node.rank,
+                gpus=tuple(gpu.id for gpu in node.gpus),
+                commands=_commands(request, node),
+                serves_http=serves,
+                health_url=health_url(request.engine, request.http_host, node.http_port, program)
+                if serves
+                else None,
+                http_port=node.http_port,
+            )
+        )
+    return LaunchPlan(
+        engine=request.engine,
+        executor=_executor(request),
+        shards=tuple(shards),
+        health_path=health_path(request.engine, request.head.program),
+    )

@@ -1,0 +1,103 @@
+"""A node's part in a launch, read from its inventory entry and its facts (pure).
+
+Placement says which cards, which fabric and which rank; the inventory
+says which adapters make up that fabric and where the engines live; the
+node's facts say what those cards and adapters are (class, compute
+capability, MIG UUID, link layer, GID index), its management address and
+interface, and the engine version installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llmgw_core.engines.programs import engine_program, installed_version
+from llmgw_core.engines.spec import FabricAdapter, LaunchGpu, LaunchNode
+from llmgw_core.errors import BadInput
+from llmgw_core.facts import Adapter, Gpu, NodeFacts
+from llmgw_core.inventory import NodeSpec
+
+
+def _gpu(facts_gpu: Gpu, facts: NodeFacts) -> LaunchGpu:
+    card = next((c for c in facts.cards if c.index == facts_gpu.card_index), None)
+    capability = facts_gpu.compute_capability or (card.compute_capability if card else None)
+    return LaunchGpu(
+        id=str(facts_gpu.id),
+        card_index=facts_gpu.card_index,
+        gpu_class=facts_gpu.gpu_class,
+        name=facts_gpu.name or (card.name if card else ""),
+        uuid=facts_gpu.uuid,
+        mig_profile=facts_gpu.mig_profile,
+        compute_capability=capability,
+    )
+
+
+def _adapter(hca: str, reported: Sequence[Adapter]) -> FabricAdapter:
+    name, _, port_text = hca.partition(":")
+    port = int(port_text) if port_text.isdigit() else None
+    for adapter in reported:
+        if adapter.name == name and (port is None or adapter.port == port):
+            return FabricAdapter(
+                name=name,
+                port=adapter.port,
+                link_layer=adapter.link_layer,
+                gid_index=adapter.gid_index,
+            )
+    return FabricAdapter(name=name, port=port or 1)
+
+
+def launch_node(
+    spec: NodeSpec,
+    facts: NodeFacts,
+    *,
+    engine: str,
+    rank: int,
+    gpu_ids: Sequence[str | int],
+    http_port: int,
+    fabric: str | None = None,
+    nvlink_domain: str | None = None,
+) -> LaunchNode:
+    """The node as a launch needs it.
+
+    Args:
+        spec: the node's inventory entry (defaults applied).
+        facts: what the node reported.
+        engine: the engine launched (its program and version are looked up).
+        rank: the node's rank in the replica.
+        gpu_ids: the claim ids placement chose ("3", "1102"); empty on a CPU way.
+        http_port: the port its engine listens on.
+        fabric: the replica's fabric, by its inventory name; None for none.
+        nvlink_domain: the multi-node NVLink domain the replica is placed inside.
+
+    Raises:
+        BadInput: a card the node does not have, or a fabric it is not on.
+    """
+    by_id = {str(gpu.id): gpu for gpu in facts.gpus}
+    gpus: list[LaunchGpu] = []
+    for gpu_id in gpu_ids:
+        found = by_id.get(str(gpu_id))
+        if found is None:
+            have = ", ".join(by_id) or "none"
+            raise BadInput(f"{spec.name} has no GPU {gpu_id} (it has {have})")
+        gpus.append(_gpu(found, facts))
+    adapters: tuple[FabricAdapter, ...] = ()
+    if fabric is not None:
+        wired = next((f for f in spec.fabrics if f.name == fabric), None)
+        if wired is None:
+            on = ", ".join(f.name for f in spec.fabrics) or "no fabric"
+            raise BadInput(f"{spec.name} is not on fabric {fabric} (the inventory puts it on {on})")
+        adapters = tuple(_adapter(hca, facts.adapters) for hca in wired.hcas)
+    return LaunchNode(
+        name=spec.name,
+        rank=rank,
+        address=facts.host.mgmt_address or spec.host,
+        interface=spec.mgmt_interface or facts.host.mgmt_interface,
+        gpus=tuple(gpus),
+        adapters=adapters,
+        fabric=fabric,
+        nvlink_domain=nvlink_domain,
+        http_port=http_port,
+        engine_version=installed_version(engine, facts.engines),
+        program=engine_program(engine, spec.engines, facts.engines),
+        simulated=spec.replay is not None,
+    )

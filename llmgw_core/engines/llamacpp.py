@@ -1,0 +1,65 @@
+"""llama.cpp's commands: `llama-server`, or llama-cpp-python's `python -m llama_cpp.server` (pure).
+
+One node only: a GGUF file, on the node's cards split by layer, or in its
+RAM on a CPU node (no layer offloaded, and no card visible). Host, port,
+context and layers are always given: llama-server's defaults move (its port
+is leaving 8080, and `--fit` rewrites whatever is left unset to fit memory).
+
+`llama-server` divides `--ctx-size` among its `--parallel` slots, so N
+sequences of C tokens ask for N × C.
+"""
+
+from __future__ import annotations
+
+from llmgw_core.engines.environment import shard_env
+from llmgw_core.engines.programs import DEFAULT_PROGRAMS, is_llama_cpp_python
+from llmgw_core.engines.spec import LLAMA_CPP, LaunchNode, LaunchRequest, ShardCommand
+
+ALL_LAYERS = "999"
+"""More layers than any model has: every layer on the cards (older builds know no `all`)."""
+
+
+def _program(node: LaunchNode) -> tuple[str, ...]:
+    return node.program or DEFAULT_PROGRAMS[LLAMA_CPP]
+
+
+def _llama_server(request: LaunchRequest, node: LaunchNode) -> list[str]:
+    argv = [*_program(node), "--model", request.source, "--alias", request.served_name]
+    argv += ["--host", request.http_host, "--port", str(node.http_port)]
+    argv += ["--ctx-size", str(request.context * request.concurrency)]
+    if request.concurrency > 1:
+        argv += ["--parallel", str(request.concurrency)]
+    argv += ["--n-gpu-layers", ALL_LAYERS if node.gpus else "0"]
+    if len(node.gpus) > 1:
+        argv += ["--split-mode", "layer"]
+    return argv
+
+
+def _llama_cpp_python(request: LaunchRequest, node: LaunchNode) -> list[str]:
+    # llama-cpp-python's server takes its settings' field names as flags,
+    # and answers one request at a time: its context is one sequence's.
+    argv = [*_program(node), "--model", request.source, "--model_alias", request.served_name]
+    argv += ["--host", request.http_host, "--port", str(node.http_port)]
+    argv += ["--n_ctx", str(request.context)]
+    argv += ["--n_gpu_layers", "-1" if node.gpus else "0"]
+    return argv
+
+
+def commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ...]:
+    """The one process of the node's shard."""
+    if is_llama_cpp_python(_program(node)):
+        return (
+            ShardCommand(
+                "llama_cpp.server",
+                tuple(_llama_cpp_python(request, node)),
+                shard_env(request, node),
+            ),
+        )
+    return (
+        ShardCommand("llama-server", tuple(_llama_server(request, node)), shard_env(request, node)),
+    )
+
+
+def health_path(node: LaunchNode) -> str:
+    """`/health` for llama-server; llama-cpp-python's server has none, and lists models once loaded."""
+    return "/v1/models" if is_llama_cpp_python(_program(node)) else "/health"

@@ -1,0 +1,46 @@
+"""SGLang's commands: `python -m sglang.launch_server` on every node (pure).
+
+Every node runs the same command but for `--node-rank`; rank 0 is the
+`--dist-init-addr` the others join. Ranks from 1 on run schedulers only:
+no tokenizer and no HTTP server, so only rank 0 has a health URL (probing
+the others would fail a replica that is coming up well).
+
+Flags are written in full: SGLang's parser accepts prefixes, and `--pp`
+matches three flags.
+"""
+
+from __future__ import annotations
+
+from llmgw_core.engines.environment import shard_env
+from llmgw_core.engines.programs import DEFAULT_PROGRAMS
+from llmgw_core.engines.spec import SGLANG, LaunchNode, LaunchRequest, ShardCommand, host_port
+
+DEFAULT_DIST_INIT_PORT = 20000
+
+
+def commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ...]:
+    """The one process of `node`'s shard."""
+    argv = [*(node.program or DEFAULT_PROGRAMS[SGLANG]), "--model-path", request.source]
+    argv += ["--served-model-name", request.served_name]
+    argv += ["--host", request.http_host, "--port", str(node.http_port)]
+    argv += ["--tp-size", str(request.tensor_parallel)]
+    if request.pipeline_parallel > 1:
+        argv += ["--pp-size", str(request.pipeline_parallel)]
+    if request.expert_parallel:
+        # SGLang wants the experts' width times their data-parallel width to
+        # equal the tensor width; with no MoE data parallelism that is TP.
+        argv += ["--ep-size", str(request.tensor_parallel)]
+    argv += ["--context-length", str(request.context)]
+    if request.quantization_flag:
+        argv += ["--quantization", request.quantization_flag]
+    if request.dtype_flag:
+        argv += ["--dtype", request.dtype_flag]
+    if request.gpu_memory_utilization is not None:
+        argv += ["--mem-fraction-static", f"{request.gpu_memory_utilization:.2f}"]
+    if request.concurrency > 1:
+        argv += ["--max-running-requests", str(request.concurrency)]
+    if request.multi_node:
+        port = request.rendezvous_port or DEFAULT_DIST_INIT_PORT
+        argv += ["--nnodes", str(len(request.nodes)), "--node-rank", str(node.rank)]
+        argv += ["--dist-init-addr", host_port(request.head.address, port)]
+    return (ShardCommand("sglang", tuple(argv), shard_env(request, node)),)

@@ -1,0 +1,126 @@
+"""vLLM's commands: one node, or several joined by Ray or by its own multiprocessing (pure).
+
+Across nodes vLLM has two ways to join them:
+
+* **Ray** (every version): rank 0 starts a Ray head and waits for its port,
+  the other nodes join it as Ray workers, and `vllm serve` runs on rank 0
+  alone with `--distributed-executor-backend ray`. Ray takes its environment
+  when it starts, so the NCCL variables go on `ray start` too, on every node.
+* **Multiprocessing** (0.12 on: `--nnodes` first appears there): every node
+  runs `vllm serve` with `--nnodes N --node-rank R --master-addr HEAD
+  --master-port PORT`; ranks from 1 on add `--headless` and serve no HTTP.
+
+Which one follows the version installed on the nodes, unless the request
+names one. The backend is always passed explicitly: vLLM's default changed
+between versions, and Ray is optional in recent ones.
+"""
+
+from __future__ import annotations
+
+from llmgw_core.engines.environment import shard_env
+from llmgw_core.engines.programs import DEFAULT_PROGRAMS, at_least, ray_program
+from llmgw_core.engines.spec import (
+    MULTIPROCESSING,
+    RAY,
+    VLLM,
+    LaunchNode,
+    LaunchRequest,
+    ShardCommand,
+    host_port,
+)
+
+MP_MULTI_NODE_SINCE = (0, 12)
+"""vLLM joins nodes without Ray from 0.12.0 (`--nnodes`, `--node-rank`, `--master-addr`)."""
+
+DEFAULT_RAY_PORT = 6379
+DEFAULT_MASTER_PORT = 29501
+SINGLE = "single"
+
+
+def executor(request: LaunchRequest) -> str:
+    """ "single" on one node; else the request's choice, or "mp" from 0.12 on and "ray" before.
+
+    A version the node did not report is taken as a current one (mp): vLLM
+    then names an unknown flag itself, where Ray missing from a recent
+    install would fail less clearly.
+    """
+    if not request.multi_node:
+        return SINGLE
+    if request.executor is not None:
+        return request.executor
+    supports_mp = at_least(request.head.engine_version, MP_MULTI_NODE_SINCE)
+    return RAY if supports_mp is False else MULTIPROCESSING
+
+
+def _program(node: LaunchNode) -> tuple[str, ...]:
+    return node.program or DEFAULT_PROGRAMS[VLLM]
+
+
+def model_flags(request: LaunchRequest) -> list[str]:
+    """The flags that say what is served and how it is cut (the same on every rank)."""
+    flags = [
+        "--served-model-name",
+        request.served_name,
+        "--tensor-parallel-size",
+        str(request.tensor_parallel),
+        "--pipeline-parallel-size",
+        str(request.pipeline_parallel),
+        "--max-model-len",
+        str(request.context),
+    ]
+    if request.expert_parallel:
+        flags.append("--enable-expert-parallel")
+    if request.quantization_flag:
+        flags += ["--quantization", request.quantization_flag]
+    if request.dtype_flag:
+        flags += ["--dtype", request.dtype_flag]
+    if request.gpu_memory_utilization is not None:
+        flags += ["--gpu-memory-utilization", f"{request.gpu_memory_utilization:.2f}"]
+    if request.concurrency > 1:
+        flags += ["--max-num-seqs", str(request.concurrency)]
+    return flags
+
+
+def _http_flags(request: LaunchRequest, node: LaunchNode) -> list[str]:
+    return ["--host", request.http_host, "--port", str(node.http_port)]
+
+
+def _serve(request: LaunchRequest, node: LaunchNode) -> list[str]:
+    return [*_program(node), "serve", request.source, *model_flags(request)]
+
+
+def commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ...]:
+    """The processes of `node`'s shard, in start order."""
+    env = shard_env(request, node)
+    head = request.head
+    mode = executor(request)
+    if mode == SINGLE:
+        argv = _serve(request, node) + _http_flags(request, node)
+        if request.tensor_parallel * request.pipeline_parallel > 1:
+            argv += ["--distributed-executor-backend", MULTIPROCESSING]
+        return (ShardCommand("vllm", tuple(argv), env),)
+    if mode == RAY:
+        ray_port = request.rendezvous_port or DEFAULT_RAY_PORT
+        ray = ray_program(_program(node))
+        if node.rank != head.rank:
+            join = [*ray, "start", "--address", host_port(head.address, ray_port)]
+            join += ["--node-ip-address", node.address, "--block"]
+            return (ShardCommand("ray-worker", tuple(join), env),)
+        start = [*ray, "start", "--head", "--port", str(ray_port)]
+        start += ["--node-ip-address", node.address, "--block"]
+        argv = _serve(request, node) + _http_flags(request, node)
+        argv += ["--distributed-executor-backend", RAY]
+        return (
+            ShardCommand("ray-head", tuple(start), env, role="sidecar", wait_for_port=ray_port),
+            ShardCommand("vllm", tuple(argv), env),
+        )
+    master_port = request.rendezvous_port or DEFAULT_MASTER_PORT
+    argv = _serve(request, node)
+    argv += ["--distributed-executor-backend", MULTIPROCESSING]
+    argv += ["--nnodes", str(len(request.nodes)), "--node-rank", str(node.rank)]
+    argv += ["--master-addr", head.address, "--master-port", str(master_port)]
+    if node.rank == head.rank:
+        argv += _http_flags(request, node)
+    else:
+        argv.append("--headless")
+    return (ShardCommand("vllm", tuple(argv), env),)
