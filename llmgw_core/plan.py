@@ -435,14 +435,16 @@ def _ways_on_pool(
         if not one_node and widths:
             _record_miss(misses, sizer, engine, artifact, shape, pool, widths[-1], 1)
         return ways
-    # Several nodes, only where that takes fewer cards than one node would:
-    # a way with as many cards spread over more nodes is never better.
+    # Several nodes only where that takes fewer cards than one node would — a
+    # way with as many cards spread over more nodes is never better — or, when
+    # no one-node way is free now, where the cards free on several nodes run it.
     fewest_cards = min(one_node, default=None)
+    one_node_free = any(way.free_now for way in ways)
     for width in widths:
         if width in one_node:
             continue
         node_limit = min(pool.nodes_with(width, free_only=False), shape.num_layers)
-        if fewest_cards is not None:
+        if fewest_cards is not None and one_node_free:
             node_limit = min(node_limit, (fewest_cards - 1) // width)
         nodes = smallest_fitting(lambda n, width=width: fits(width, n), 2, node_limit)
         if nodes is None:
@@ -452,6 +454,8 @@ def _ways_on_pool(
                 )
             continue
         free = pool.nodes_with(width, free_only=True) >= nodes
+        if fewest_cards is not None and width * nodes >= fewest_cards and not free:
+            continue
         ways.append(_way(engine, artifact, shape, pool, ref, sizer, width, 1, nodes, free))
     return ways
 

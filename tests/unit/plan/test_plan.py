@@ -209,3 +209,12 @@ def test_safetensors_with_only_a_cpu_node_asks_for_gpus_or_a_gguf_file():
     assert result.advice == (
         "a GPU node (these files need vLLM or SGLang), or a GGUF file of it for a CPU node",
     )
+
+
+def test_cards_free_on_several_nodes_are_offered_when_one_node_has_too_few_free():
+    fleet = [{"name": "dgx", "count": 2, "gpu": "h100-80g", "gpus": 8, "fabric": "ib-a", "busy": 6}]
+    result = _plan(LLAMA_70B, fleet, format="safetensors")
+    assert not result.best.free_now and result.best.nodes == 1
+    spread = [w for w in result.options if w.engine == "vllm" and w.nodes == 2]
+    assert [(w.tensor_parallel, w.free_now) for w in spread] == [(2, True)]
+    assert result.advice == ()
