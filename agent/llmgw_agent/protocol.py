@@ -120,6 +120,7 @@ class Server:
             "fabric.probe": self._op_fabric_probe,
             "fabric.server": self._op_fabric_server,
             "fabric.client": self._op_fabric_client,
+            "fabric.all_reduce": self._op_fabric_all_reduce,
         }
 
     def hello(self) -> dict:
@@ -283,6 +284,11 @@ class Server:
         from llmgw_agent import fabric_test
 
         return fabric_test.fabric_client(args, stream.emit, stream.cancelled, self.replay)
+
+    def _op_fabric_all_reduce(self, args: dict, stream: Stream) -> dict:
+        from llmgw_agent import fabric_allreduce
+
+        return fabric_allreduce.all_reduce(args, stream.emit, stream.cancelled, self.replay)
 
     def _op_shard_start(self, args: dict, _stream: Stream) -> dict:
         from llmgw_agent.shards import start_shard
