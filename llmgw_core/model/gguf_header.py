@@ -208,7 +208,9 @@ def read_gguf_header(read: ReadRange, *, where: str = "GGUF file") -> GgufHeader
         ggml_type = cursor.unpack("<I")
         offset = cursor.unpack("<Q")
         infos.append((name, dims, ggml_type, offset))
-    alignment = int(metadata.get(Keys.General.ALIGNMENT, 32) or 32)
+    alignment = metadata.get(Keys.General.ALIGNMENT)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0:
+        alignment = 32
     data_offset = -(-cursor.position // alignment) * alignment
     tensors = tuple(
         GgufTensor(name, dims, ggml_type, offset, _tensor_bytes(dims, ggml_type, where))
@@ -274,10 +276,13 @@ def _key(metadata: dict[str, Any], template: str, arch: str) -> Any:
 
 
 def _per_layer_max(value: Any) -> int | None:
+    """A count that may be per layer (a list): its largest value; None unless numeric."""
     if isinstance(value, list):
-        numbers = [int(v) for v in value if isinstance(v, int | float)]
+        numbers = [int(v) for v in value if isinstance(v, int | float) and not isinstance(v, bool)]
         return max(numbers) if numbers else None
-    return int(value) if isinstance(value, int | float) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if value > 0 else None
 
 
 _MODEL_TYPES = {
@@ -300,38 +305,41 @@ def shape_from_gguf(header: GgufHeader, *, where: str = "GGUF file") -> ModelSha
     arch = header.architecture
     if not arch:
         raise BadInput(f"{where} names no general.architecture", "the file is not a GGUF model")
-    layers = _key(metadata, Keys.LLM.BLOCK_COUNT, arch)
-    hidden = _key(metadata, Keys.LLM.EMBEDDING_LENGTH, arch)
+    layers = _per_layer_max(_key(metadata, Keys.LLM.BLOCK_COUNT, arch))
+    hidden = _per_layer_max(_key(metadata, Keys.LLM.EMBEDDING_LENGTH, arch))
     heads = _per_layer_max(_key(metadata, Keys.Attention.HEAD_COUNT, arch))
     if not layers or not hidden or not heads:
         raise BadInput(
             f"{where}: architecture {arch} has no block_count, embedding_length or head_count",
             "it is not a language model llmgw can size",
         )
-    layers, hidden = int(layers), int(hidden)
     kv_heads = _per_layer_max(_key(metadata, Keys.Attention.HEAD_COUNT_KV, arch)) or heads
-    key_length = _key(metadata, Keys.Attention.KEY_LENGTH, arch)
-    head_dim = int(key_length) if key_length else hidden // heads
-    vocab = _key(metadata, Keys.LLM.VOCAB_SIZE, arch)
+    head_dim = _per_layer_max(_key(metadata, Keys.Attention.KEY_LENGTH, arch)) or hidden // heads
+    vocab = _per_layer_max(_key(metadata, Keys.LLM.VOCAB_SIZE, arch))
     tokens = metadata.get(Keys.Tokenizer.LIST)
     if not vocab:
-        vocab = tokens.length if isinstance(tokens, LongArray) else len(tokens or [])
-    experts = _key(metadata, Keys.LLM.EXPERT_COUNT, arch)
-    experts = int(experts) if experts and int(experts) > 1 else None
-    used = _key(metadata, Keys.LLM.EXPERT_USED_COUNT, arch)
+        vocab = (
+            tokens.length
+            if isinstance(tokens, LongArray)
+            else len(tokens)
+            if isinstance(tokens, list)
+            else 0
+        )
+    experts = _per_layer_max(_key(metadata, Keys.LLM.EXPERT_COUNT, arch))
+    experts = experts if experts and experts > 1 else None
+    used = _per_layer_max(_key(metadata, Keys.LLM.EXPERT_USED_COUNT, arch))
     ffn = _per_layer_max(_key(metadata, Keys.LLM.FEED_FORWARD_LENGTH, arch)) or 4 * hidden
-    expert_ffn = _key(metadata, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, arch)
-    kv_lora = _key(metadata, Keys.Attention.KV_LORA_RANK, arch)
-    rope_dims = _key(metadata, Keys.Rope.DIMENSION_COUNT, arch)
+    expert_ffn = _per_layer_max(_key(metadata, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, arch))
+    kv_lora = _per_layer_max(_key(metadata, Keys.Attention.KV_LORA_RANK, arch))
+    rope_dims = _per_layer_max(_key(metadata, Keys.Rope.DIMENSION_COUNT, arch))
     mla = None
     if kv_lora:
         mla = MlaShape(
             kv_lora_rank=int(kv_lora),
             qk_rope_head_dim=int(rope_dims or 64),
-            q_lora_rank=_key(metadata, Keys.Attention.Q_LORA_RANK, arch),
+            q_lora_rank=_per_layer_max(_key(metadata, Keys.Attention.Q_LORA_RANK, arch)),
         )
-    window = _key(metadata, Keys.Attention.SLIDING_WINDOW, arch)
-    window = int(window) if window else None
+    window = _per_layer_max(_key(metadata, Keys.Attention.SLIDING_WINDOW, arch))
     kinds = _gguf_layer_pattern(metadata, arch, layers, window)
     file_type = metadata.get(Keys.General.FILE_TYPE)
     return ModelShape(
@@ -343,7 +351,7 @@ def shape_from_gguf(header: GgufHeader, *, where: str = "GGUF file") -> ModelSha
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         vocab_size=int(vocab),
-        max_context=int(_key(metadata, Keys.LLM.CONTEXT_LENGTH, arch) or 2048),
+        max_context=_per_layer_max(_key(metadata, Keys.LLM.CONTEXT_LENGTH, arch)) or 2048,
         dtype="float16",
         intermediate_size=ffn,
         num_experts=experts,

@@ -50,6 +50,20 @@ class Quantization:
     note: str = ""
 
 
+def _whole(value: Any, key: str, default: int) -> int:
+    """A whole number from a quantisation block, the default when absent."""
+    if value is None:
+        return default
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or int(value) != value
+        or value <= 0
+    ):
+        raise BadInput(f"quantization_config: {key} is {value!r}, not a positive whole number")
+    return int(value)
+
+
 def _grouped_int_bits(bits: int, group_size: int | None, *, zero_point: bool) -> float:
     """Stored bits per weight of an integer format with a 16-bit scale (and zero) per group."""
     if not group_size or group_size <= 0:
@@ -106,7 +120,7 @@ def _from_quantization_config(raw: dict[str, Any]) -> Quantization:
             note="FP8 compute needs compute capability 8.9; Ampere runs Marlin weight-only FP8",
         )
     if method in ("awq", "gptq"):
-        bits = int(raw.get("bits") or raw.get("w_bit") or 4)
+        bits = _whole(raw.get("bits", raw.get("w_bit")), "bits", 4)
         group = raw.get("group_size") or raw.get("q_group_size")
         group_size = int(group) if isinstance(group, int) and group > 0 else None
         return Quantization(
@@ -151,10 +165,15 @@ def _from_compressed_tensors(raw: dict[str, Any]) -> Quantization:
             weights = group["weights"]
             activations = group.get("input_activations")
             break
-    num_bits = int(weights.get("num_bits") or 8)
+    num_bits = _whole(weights.get("num_bits"), "num_bits", 8)
     kind = str(weights.get("type") or "int")
-    group_size = weights.get("group_size") if weights.get("strategy") == "group" else None
-    ignore = [str(x) for x in raw.get("ignore") or []]
+    group_size = (
+        _whole(weights.get("group_size"), "group_size", 0) or None
+        if weights.get("strategy") == "group"
+        else None
+    )
+    ignore_raw = raw.get("ignore")
+    ignore = [str(x) for x in ignore_raw] if isinstance(ignore_raw, list) else []
     keeps_attention = any("self_attn" in x for x in ignore)
     keeps_dense = any("shared_expert" in x for x in ignore) or any("mlp\\." in x for x in ignore)
     if kind == "float" and num_bits == 8:

@@ -291,6 +291,15 @@ def _optional_int(body: dict[str, Any], *keys: str) -> int | None:
     return None
 
 
+def _positive_number(value: Any, key: str) -> float | None:
+    """A positive number from the config, None when absent; BadInput when it is not one."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise BadInput(f"config.json: {key} is {value!r}, not a positive number")
+    return float(value)
+
+
 def _dtype(body: dict[str, Any], top: dict[str, Any]) -> str:
     for source in (body, top):
         for key in ("torch_dtype", "dtype"):
@@ -358,8 +367,11 @@ def _build(
     layer_attention, sliding_window, chunk = _layer_pattern(body, num_layers, model_type)
     rope = body.get("rope_scaling") if isinstance(body.get("rope_scaling"), dict) else {}
     rope_type = rope.get("rope_type") or rope.get("type") if rope else None
-    rope_factor = float(rope.get("factor") or 1.0) if rope else 1.0
-    rope_original = rope.get("original_max_position_embeddings") if rope else None
+    rope_factor = _positive_number(rope.get("factor"), "rope_scaling.factor") or 1.0
+    rope_original = _positive_number(
+        rope.get("original_max_position_embeddings"),
+        "rope_scaling.original_max_position_embeddings",
+    )
     rotary_dim = mla.qk_rope_head_dim if mla else head_dim
     partial = body.get("partial_rotary_factor")
     if isinstance(partial, int | float) and 0 < partial < 1 and not mla:
@@ -402,7 +414,7 @@ def _build(
         or bool(body.get("use_qk_norm")),
         norms_per_layer=norms_per_layer,
         num_mtp_layers=_optional_int(body, "num_nextn_predict_layers") or 0,
-        rope_type=str(rope_type) if rope_type else None,
+        rope_type=str(rope_type) if isinstance(rope_type, str) else None,
         rope_factor=rope_factor,
         rope_original_max_position=int(rope_original) if rope_original else None,
         rotary_dim=rotary_dim,
@@ -417,10 +429,13 @@ def _moe_layers(body: dict[str, Any], num_layers: int, model_type: str) -> tuple
         _optional_int(body, "moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step")
         or 1
     )
-    dense_only = set(body.get("mlp_only_layers") or [])
+    dense_raw = body.get("mlp_only_layers")
+    dense_only = (
+        {x for x in dense_raw if isinstance(x, int)} if isinstance(dense_raw, list) else set()
+    )
     moe_listed = body.get("moe_layers")
     if isinstance(moe_listed, list) and moe_listed:
-        listed = set(moe_listed)
+        listed = {x for x in moe_listed if isinstance(x, int)}
         return tuple(i in listed for i in range(num_layers))
     flags = []
     for i in range(num_layers):
