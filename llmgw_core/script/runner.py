@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,13 @@ class Script:
     folder: Path
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}: " if mark else ""
+    problem = getattr(exc, "problem", None) or str(exc)
+    return f"{where}not valid YAML ({problem})"
+
+
 def _line(node: yaml.Node) -> int:
     return node.start_mark.line + 1
 
@@ -86,15 +94,20 @@ def parse_script(text: str, *, folder: Path, source: str = "script") -> Script:
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise BadInput(f"{source}: {where}not valid YAML ({problem})") from None
+        raise BadInput(f"{source}: {_yaml_problem(exc)}") from None
     if root is None:
         raise BadInput(f"{source} is empty", "give it a `steps:` list")
     if not isinstance(root, yaml.MappingNode):
         raise BadInput(f"{source}: line {_line(root)}: a script is a mapping with `steps:`")
-    data = yaml.safe_load(text)
+    for key_node, _ in root.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise BadInput(
+                f"{source}: line {_line(key_node)}: a script's keys are names such as `steps:`"
+            )
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise BadInput(f"{source}: {_yaml_problem(exc)}") from None
     key_lines = {key.value: _line(key) for key, _ in root.value if isinstance(key, yaml.ScalarNode)}
     unknown = sorted(set(data) - TOP_LEVEL_KEYS, key=str)
     if unknown:
@@ -132,10 +145,30 @@ def parse_script(text: str, *, folder: Path, source: str = "script") -> Script:
     fleet = data.get("fleet")
     if fleet is not None and not isinstance(fleet, list):
         raise BadInput(f"{source}: line {key_lines['fleet']}: `fleet:` must be a list of nodes")
+    if fleet:
+        _check_described_fleet(root, fleet, source=source, line=key_lines["fleet"])
     inventory = data.get("inventory")
     if inventory is not None and not isinstance(inventory, str):
         raise BadInput(f"{source}: line {key_lines['inventory']}: `inventory:` must be a file path")
     return Script(steps=planned, described_fleet=fleet, inventory=inventory, folder=folder)
+
+
+def _check_described_fleet(
+    root: yaml.MappingNode, fleet: list[Any], *, source: str, line: int
+) -> None:
+    """Check a described fleet entry by entry, so a bad one is named by its line."""
+    from llmgw_core.pools import check_fleet_entry, described_fleet
+
+    fleet_node = next(v for k, v in root.value if k.value == "fleet")
+    for index, (entry_node, entry) in enumerate(zip(fleet_node.value, fleet, strict=True)):
+        try:
+            check_fleet_entry(entry, index)
+        except BadInput as exc:
+            raise BadInput(f"{source}: line {_line(entry_node)}: {exc.message}", exc.fix) from None
+    try:
+        described_fleet(fleet)
+    except BadInput as exc:
+        raise BadInput(f"{source}: line {line}: {exc.message}", exc.fix) from None
 
 
 def _read_script(path: str) -> tuple[str, Path, str]:
@@ -228,3 +261,7 @@ def run_script(path: str, *, as_json: bool, inventory: str | None, demo: bool) -
     except KeyboardInterrupt:
         printer.bad_input("interrupted")
         return 130
+    except BrokenPipeError:
+        # The reader went away (`... --json | head`): stop quietly, as a pipe should.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_STEP_FAILED

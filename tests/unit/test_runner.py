@@ -117,24 +117,20 @@ def test_a_missing_script_file_is_bad_input(tmp_path, capsys):
 
 # Runner bugs found while testing it; the fixes are in the planner engineer's report.
 # strict: when the runner is fixed these pass, and the marker must come off.
-RUNNER_BUG = "runner.py: see the planner report for the exact fix"
 
 
-@pytest.mark.xfail(strict=True, reason=RUNNER_BUG)
 def test_a_yaml_tag_that_cannot_be_built_is_bad_input_not_a_traceback(tmp_path, capsys):
     code, lines, _ = _run(tmp_path, capsys, 'steps: !!python/object/apply:os.system ["true"]\n')
     assert code == 2
     assert "line 1: not valid YAML" in lines[0]["error"]
 
 
-@pytest.mark.xfail(strict=True, reason=RUNNER_BUG)
 def test_a_key_that_is_not_a_name_is_bad_input_not_a_traceback(tmp_path, capsys):
     code, lines, _ = _run(tmp_path, capsys, "? [a]\n: 1\nsteps: []\n")
     assert code == 2
     assert "line 1:" in lines[0]["error"]
 
 
-@pytest.mark.xfail(strict=True, reason=RUNNER_BUG)
 def test_a_bad_fleet_entry_is_refused_with_its_line_before_any_step_runs(tmp_path, capsys):
     code, lines, _ = _run(
         tmp_path,
