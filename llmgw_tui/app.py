@@ -27,6 +27,7 @@ from llmgw_tui.screens.command_line import CommandLine
 from llmgw_tui.screens.fleet import FleetScreen
 from llmgw_tui.screens.help import HelpScreen
 from llmgw_tui.screens.node import NodeScreen
+from llmgw_tui.screens.plan import PlanScreen
 from llmgw_tui.screens.racks import RacksScreen
 from llmgw_tui.theme import LLMGW_THEME, AnimationLevel, animation_level_from_env
 
@@ -39,6 +40,7 @@ class LlmgwApp(App[int]):
     MODES: ClassVar[dict[str, str | Callable[[], Screen[Any]]]] = {
         "fleet": FleetScreen,
         "racks": RacksScreen,
+        "plan": PlanScreen,
     }
     DEFAULT_MODE = "fleet"
     COMMANDS = App.COMMANDS | {ConsoleCommands}
@@ -47,6 +49,7 @@ class LlmgwApp(App[int]):
         Binding("colon", "command_mode", "Command", key_display=":", id="command-mode"),
         Binding("1", "show_fleet", "Fleet", id="show-fleet"),
         Binding("2", "show_racks", "Racks", id="show-racks"),
+        Binding("3", "show_plan", "Plan", id="show-plan"),
         Binding("ctrl+p", "command_palette", "Palette", show=False, id="palette"),
         Binding("q", "quit", "Quit", id="quit"),
     ]
@@ -132,20 +135,31 @@ class LlmgwApp(App[int]):
         if command is not None:
             await self.run_action(command.action)
 
-    def action_show_fleet(self) -> None:
+    async def action_show_fleet(self) -> None:
         """The fleet screen."""
-        self._to_mode("fleet")
+        await self._to_mode("fleet")
 
-    def action_show_racks(self) -> None:
+    async def action_show_racks(self) -> None:
         """The NVLink racks screen."""
-        self._to_mode("racks")
+        await self._to_mode("racks")
 
-    def _to_mode(self, mode: str) -> None:
-        # A page pushed over a mode (a node page) is left where it was.
+    async def action_show_plan(self) -> None:
+        """The plan screen, as it was left."""
+        await self._to_mode("plan")
+
+    async def action_open_plan(self, model_ref: str) -> None:
+        """Plan `model_ref` on this fleet."""
+        await self._to_mode("plan")
+        screen = self.screen
+        if isinstance(screen, PlanScreen):
+            screen.plan(model_ref)
+
+    async def _to_mode(self, mode: str) -> None:
         if self.current_mode != mode:
-            self.switch_mode(mode)
+            await self.switch_mode(mode)
+        # A page pushed over the mode (a node page) is closed: the key names the screen.
         while len(self.screen_stack) > 1:
-            self.pop_screen()
+            await self.pop_screen()
 
     def action_open_node(self, name: str) -> None:
         """The page of the node called `name`; a red notification when there is none."""

@@ -20,12 +20,17 @@ class ConsoleCommand:
     action: str
     help: str
     argument: str | None = None
+    bare_action: str | None = None
+    """The action when the argument is left out (None: the argument is required)."""
 
 
 COMMANDS: tuple[ConsoleCommand, ...] = (
     ConsoleCommand(("nodes", "fleet", "no"), "show_fleet", "The fleet: every node at a glance"),
     ConsoleCommand(("racks", "rack", "nvl"), "show_racks", "NVLink domains drawn as racks"),
     ConsoleCommand(("node", "n"), "open_node", "One node's cards, links and adapters", "NAME"),
+    ConsoleCommand(
+        ("plan", "p", "fit"), "open_plan", "Does a model fit, and how", "MODEL", "show_plan"
+    ),
     ConsoleCommand(("help", "h"), "help", "The keys of the current screen"),
     ConsoleCommand(("quit", "q", "q!"), "quit", "Leave the console"),
 )
@@ -43,6 +48,8 @@ class ParsedCommand:
         """The action string the app runs (`open_node('gpu-a-01')`)."""
         if self.command.argument is None:
             return self.command.action
+        if self.argument is None:
+            return self.command.bare_action or self.command.action
         return f"{self.command.action}({self.argument!r})"
 
 
@@ -64,7 +71,7 @@ def parse_command(line: str) -> ParsedCommand:
     argument = rest.strip() or None
     for command in COMMANDS:
         if word.lower() in command.names:
-            if command.argument and not argument:
+            if command.argument and not argument and not command.bare_action:
                 raise CommandError(f":{command.names[0]} needs {command.argument}.")
             if not command.argument and argument:
                 raise CommandError(f":{command.names[0]} takes no argument (got {argument!r}).")
@@ -81,6 +88,7 @@ class ConsoleCommands(Provider):
             for command in COMMANDS
             if command.argument is None
         ]
+        entries.append(("plan", "show_plan", "Does a model fit, and how"))
         fleet = getattr(self.app, "fleet", None)
         for node in fleet.nodes if fleet is not None else ():
             entries.append((f"node {node.name}", f"open_node({node.name!r})", "Open the node page"))

@@ -28,6 +28,7 @@ SHOTS: tuple[tuple[str, tuple[int, int], tuple[str, ...]], ...] = (
     ("node-a100-mig", (120, 40), ("colon", *"node a100-mig-01", "enter")),
     ("node-gb200-tray", (120, 40), ("colon", *"node gb200-r1-t13", "enter")),
     ("racks", (120, 40), ("2",)),
+    ("plan", (120, 40), ("colon", *"plan catalog:meta-llama/Llama-3.3-70B-Instruct", "enter")),
     ("help", (120, 40), ("question_mark",)),
     ("command-mode", (120, 40), ("colon", *"node ")),
 )

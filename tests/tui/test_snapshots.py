@@ -110,3 +110,14 @@ def test_the_node_page_of_the_tray_that_has_not_joined_says_why(snap_compare, ma
         await settle(pilot)
 
     assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
+
+
+def test_the_plan_of_llama_3_3_70b_on_the_demo_fleet(snap_compare, make_app):
+    """Plan: every file, the best way with its per-card bar, every way, the command."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.press("colon", *"plan catalog:meta-llama/Llama-3.3-70B-Instruct", "enter")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))

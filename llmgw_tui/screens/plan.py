@@ -1,0 +1,257 @@
+"""Plan: does a model fit this fleet, and how — every file, every way, what a card holds.
+
+The figures are the planner's (`llmgw_core.plan`), made against the fleet the
+console shows; this screen only lays them out. Model, context, concurrency
+and format are editable; each change plans again in a worker.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Input, Select, Static
+
+from llmgw_core.errors import LlmgwError
+from llmgw_tui.cells import plain, redraw_table
+from llmgw_tui.theme import theme_style
+from llmgw_tui.widgets.memory_bar import MemoryBar
+
+FILE_COLUMNS = ("FILE", "SIZE", "BEST WAY", "A CARD", "OF", "ALL CARDS", "NOW")
+WAY_COLUMNS = ("FILE", "WAY", "HOW", "WHERE", "A CARD", "WEIGHTS+CONTEXT+ENGINE", "OF", "NOW")
+_UUID = re.compile(r"\b([0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+
+
+def short_where(way: dict[str, Any]) -> str:
+    """Where a way runs, from its pool's description: `ib-a`, `NVLink domain 4f2c9a1e/32766`.
+
+    The class is in the WAY column already, and a cluster UUID is cut to its
+    first block, as the fleet screen names domains.
+    """
+    text = _UUID.sub(r"\1", str(way["pool"])).removeprefix(f"{way['gpu_class']} ")
+    return text.removeprefix("on ").removeprefix("in ")
+
+
+FORMATS = (("every file", "both"), ("safetensors", "safetensors"), ("GGUF", "gguf"))
+
+
+def plan_model(
+    model_ref: str, fleet_summary: Any, *, context: int | None, concurrency: int, format: str
+) -> dict[str, Any]:
+    """Load the model and plan it against the fleet; the plan as the `plan` step's JSON gives it.
+
+    Blocking (the Hub is read): run it in a thread worker.
+
+    Raises:
+        LlmgwError: an unknown model, a bad context, a fleet not seen yet.
+    """
+    from llmgw_core.errors import BadInput
+    from llmgw_core.plan import plan
+    from llmgw_core.script.steps.plan import model_for
+    from llmgw_core.views import planner_fleet
+
+    if fleet_summary is None or fleet_summary.fleet_state is None:
+        raise BadInput("the fleet has not answered yet", "wait for the fleet screen to fill")
+    model = model_for(model_ref, Path.cwd())
+    shape = model.shape or next((a.shape for a in model.artifacts if a.shape), None)
+    if context is None:
+        if shape is None:
+            raise BadInput(f"{model_ref}: the trained context is unknown", "type a context")
+        context = shape.max_context
+    result = plan(
+        model,
+        planner_fleet(fleet_summary.fleet_state, fleet_summary.fabrics),
+        format=None if format == "both" else format,
+        context=context,
+        concurrency=concurrency,
+    )
+    body = result.as_dict()
+    body["does_not_fit"] = None if result.best else result.does_not_fit_sentence()
+    return body
+
+
+class PlanScreen(Screen[None]):
+    """The plan of one model on this fleet."""
+
+    BINDING_GROUP_TITLE = "Plan"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+r", "replan", "Plan again", id="plan-again"),
+        Binding("escape", "focus_model", "Model", show=False, id="plan-focus-model"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model_ref = ""
+        """The model planned (a Hub id, a local directory, or `catalog:org/name`)."""
+
+    def compose(self) -> ComposeResult:
+        """The form on top, then the files, the best way with its bar, every way, the command."""
+        yield Header(icon="▦")
+        with Horizontal(id="plan-form"):
+            yield Input(
+                placeholder="model: org/name, a directory, catalog:org/name", id="plan-model"
+            )
+            yield Input(placeholder="context", id="plan-context", type="integer")
+            yield Input(value="1", placeholder="sequences", id="plan-concurrency", type="integer")
+            yield Select(FORMATS, value="both", allow_blank=False, id="plan-format")
+        with VerticalScroll(id="plan-body"):
+            yield Static("Type a model and press Enter.", id="plan-status", markup=False)
+            files: DataTable[object] = DataTable(id="plan-files", cursor_type="row")
+            files.add_columns(*FILE_COLUMNS)
+            yield files
+            yield Static("", id="plan-best", markup=False)
+            yield MemoryBar(id="plan-bar")
+            yield Static("", id="plan-context-line", markup=False)
+            ways: DataTable[object] = DataTable(id="plan-ways", cursor_type="row")
+            ways.add_columns(*WAY_COLUMNS)
+            yield ways
+            yield Static("", id="plan-serve", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """No blinking cursors (they are clocks); the model field first."""
+        self.title = "llmgw"
+        self.sub_title = "plan"
+        for field in self.query(Input):
+            field.cursor_blink = False
+        self.query_one("#plan-model", Input).focus()
+
+    def plan(self, model_ref: str) -> None:
+        """Plan `model_ref` with the form's context, concurrency and format."""
+        self.query_one("#plan-model", Input).value = model_ref
+        self.action_replan()
+
+    def action_focus_model(self) -> None:
+        """Back to the model field."""
+        self.query_one("#plan-model", Input).focus()
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.action_replan()
+
+    @on(Select.Changed, "#plan-format")
+    def _format_changed(self) -> None:
+        if self.model_ref:
+            self.action_replan()
+
+    def action_replan(self) -> None:
+        """Plan again with what the form says; a bad field is a red line."""
+        model_ref = self.query_one("#plan-model", Input).value.strip()
+        if not model_ref:
+            self._say("Type a model: a Hub id, a local directory or catalog:org/name.", error=True)
+            return
+        context_text = self.query_one("#plan-context", Input).value.strip()
+        concurrency_text = self.query_one("#plan-concurrency", Input).value.strip() or "1"
+        context = int(context_text) if context_text else None
+        concurrency = int(concurrency_text)
+        if (context is not None and context <= 0) or concurrency <= 0:
+            self._say("Context and sequences are whole numbers above 0.", error=True)
+            return
+        self.model_ref = model_ref
+        format_value = str(self.query_one("#plan-format", Select).value)
+        self._say(f"Planning {model_ref}…")
+        self._run_plan(model_ref, context, concurrency, format_value)
+
+    @work(thread=True, group="plan", exclusive=True, exit_on_error=False, description="Planning")
+    def _run_plan(self, model_ref: str, context: int | None, concurrency: int, format: str) -> None:
+        fleet = getattr(self.app, "fleet", None)
+        try:
+            body = plan_model(
+                model_ref, fleet, context=context, concurrency=concurrency, format=format
+            )
+        except LlmgwError as error:
+            self.app.call_from_thread(self._say, str(error), error=True)
+            return
+        self.app.call_from_thread(self.show_plan, body)
+
+    def _say(self, sentence: str, *, error: bool = False) -> None:
+        status = self.query_one("#plan-status", Static)
+        status.update(sentence)
+        status.set_class(error, "-error")
+
+    def _now(self, way: dict[str, Any]) -> Text:
+        free = way["free_now"]
+        return Text(
+            "free" if free else "busy",
+            style=theme_style(self.app, "success" if free else "warning"),
+        )
+
+    def show_plan(self, body: dict[str, Any]) -> None:
+        """Lay out a plan result."""
+        planned = f"{body['model']}: planned for a {body['context']}-token context"
+        if body["concurrency"] > 1:
+            planned += f" × {body['concurrency']} sequences"
+        self.query_one("#plan-context", Input).value = str(body["context"])
+        self._say(planned if body["best"] else body["does_not_fit"], error=not body["best"])
+        self._show_files(body)
+        self._show_best(body)
+        self._show_ways(body)
+        for table in self.query(DataTable):
+            self.call_after_refresh(redraw_table, table)
+
+    def _show_files(self, body: dict[str, Any]) -> None:
+        table = self.query_one("#plan-files", DataTable)
+        table.clear()
+        for artifact in body["artifacts"]:
+            size = artifact["size_gib"]
+            size_text = f"{size:.0f} GB" if size >= 10 else f"{size:.1f} GB"
+            best = artifact["best"]
+            if best is None:
+                nowhere = Text("fits nowhere", style=theme_style(self.app, "error"))
+                table.add_row(plain(artifact["name"]), plain(size_text), nowhere, "", "", "", "")
+                continue
+            on_cpu = best["on_cpu"]
+            table.add_row(
+                plain(artifact["name"]),
+                plain(size_text),
+                plain(f"{best['label']} ({best['layout']})"),
+                plain(f"{best['per_card_gib']:.1f} GB" + (" of RAM" if on_cpu else "")),
+                plain(f"{best['usable_gib']:.0f} GB"),
+                plain("-" if on_cpu else f"{best['total_gib']:.0f} GB"),
+                self._now(best),
+            )
+
+    def _show_best(self, body: dict[str, Any]) -> None:
+        best = body["best"]
+        bar = self.query_one("#plan-bar", MemoryBar)
+        if best is None:
+            self.query_one("#plan-best", Static).update(
+                "\n".join(f"  - {line}" for line in body["advice"])
+            )
+            bar.display = False
+            self.query_one("#plan-context-line", Static).update("")
+            self.query_one("#plan-serve", Static).update("")
+            return
+        bar.display = True
+        self.query_one("#plan-best", Static).update(
+            f"Best: {best['artifact']} on {best['label']} ({best['layout']}): {best['memory']}."
+        )
+        bar.show(best["weights_gib"], best["context_gib"], best["engine_gib"], best["usable_gib"])
+        line = f"Context costs {best['context_gib_per_1k_tokens']:.2f} GB per 1000 tokens a card"
+        if best["max_concurrency"] is not None:
+            line += f"; {best['max_concurrency']:.1f} sequences of {body['context']} tokens fit"
+        self.query_one("#plan-context-line", Static).update(line + ".")
+        self.query_one("#plan-serve", Static).update(f"Serve it:\n  {best['serve']}")
+
+    def _show_ways(self, body: dict[str, Any]) -> None:
+        table = self.query_one("#plan-ways", DataTable)
+        table.clear()
+        for way in body["options"]:
+            parts = f"{way['weights_gib']:.1f}+{way['context_gib']:.1f}+{way['engine_gib']:.1f}"
+            table.add_row(
+                plain(way["artifact"]),
+                plain(way["label"]),
+                plain(way["layout"]),
+                plain(short_where(way)),
+                plain(f"{way['per_card_gib']:.1f} GB"),
+                plain(parts),
+                plain(f"{way['usable_gib']:.0f} GB"),
+                self._now(way),
+            )
