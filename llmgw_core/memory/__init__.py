@@ -94,6 +94,7 @@ def card_need(
     gpu_memory_utilization: float | None = None,
     kv_cache_dtype: str | None = None,
     engine_version: str | None = None,
+    cpu_only: bool = False,
 ) -> CardNeed:
     """What the worst card of `layout` needs to serve `artifact` with `engine`.
 
@@ -108,6 +109,8 @@ def card_need(
         gpu_memory_utilization: the engine's usable fraction; None = 90 %.
         kv_cache_dtype: "auto" / None (the model's dtype), "fp8", "f16", "q8_0" ...
         engine_version: the engine's version; None = the newest rules known.
+        cpu_only: llama.cpp on a CPU node: everything (embeddings too) in RAM,
+            no CUDA context; `card_memory_gib` is then the node's RAM.
     """
     usable = usable_gib(engine, card_memory_gib, gpu_memory_utilization)
     if engine == "vllm":
@@ -148,4 +151,5 @@ def card_need(
         concurrency=concurrency,
         usable_gib=usable,
         kv_cache_dtype=kv_cache_dtype,
+        cpu_only=cpu_only,
     )

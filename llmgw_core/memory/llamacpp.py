@@ -318,19 +318,19 @@ def card_need(
     concurrency: int,
     usable_gib: float,
     kv_cache_dtype: str | None = None,
+    cpu_only: bool = False,
 ) -> CardNeed:
     """The worst device's need under llama.cpp (a layer split over `pipeline_parallel` devices).
 
     `tensor_parallel` > 1 is treated as more devices of the same split:
-    llama.cpp's row split is not planned. A CPU node is planned by the caller
-    with `card_memory_gib` = RAM and one device.
+    llama.cpp's row split is not planned. `cpu_only` plans a CPU node: one
+    device, its RAM, the embeddings included, no CUDA context.
     """
-    devices = layout.tensor_parallel * layout.pipeline_parallel
+    devices = 1 if cpu_only else layout.tensor_parallel * layout.pipeline_parallel
     kv_type = kv_cache_dtype if kv_cache_dtype and kv_cache_dtype != "auto" else "f16"
-    result = estimate(
-        artifact, shape, devices=devices, context=context, sequences=concurrency, kv_type=kv_type
-    )
-    one = estimate(artifact, shape, devices=devices, context=context, sequences=1, kv_type=kv_type)
+    common = dict(devices=devices, context=context, kv_type=kv_type, cpu_only=cpu_only)
+    result = estimate(artifact, shape, sequences=concurrency, **common)
+    one = estimate(artifact, shape, sequences=1, **common)
     engine = result.compute_gib + result.context_gib
     per_token = kv_cache(shape, range(shape.num_layers), context=CELL_PADDING * 4, kv_type=kv_type)
     per_1k = per_token.full_bytes / (CELL_PADDING * 4) * 1000 / GIB / devices

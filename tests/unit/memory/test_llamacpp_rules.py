@@ -101,3 +101,14 @@ def test_gguf_shape_drives_the_same_rules(models_dir):
     config = json.loads((models_dir / "Qwen--Qwen2.5-7B-Instruct" / "config.json").read_text())
     shape = shape_from_config(config)
     assert recipe_bytes(shape, "Q8_0") < recipe_bytes(shape, "F16")
+
+
+def test_a_cpu_node_need_holds_the_whole_file_in_ram_without_a_cuda_context():
+    shape = shape_from_config(QWEN25_14B)
+    artifact = Artifact("Q4_K_M", "gguf", ("q4.gguf",), recipe_bytes(shape, "Q4_K_M"))
+    gpu = card_need("llama.cpp", artifact, shape, Layout(), context=8192, card_memory_gib=23.58)
+    cpu = card_need("llama.cpp", artifact, shape, Layout(), context=8192, card_memory_gib=512,
+                    cpu_only=True)  # fmt: skip
+    assert cpu.weights_gib == pytest.approx(artifact.size_gib, rel=0.001)
+    assert gpu.weights_gib < cpu.weights_gib  # the GPU leaves the embeddings on the host
+    assert cpu.engine_gib < gpu.engine_gib
