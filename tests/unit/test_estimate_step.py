@@ -144,3 +144,19 @@ def test_the_table_for_people_shows_the_figures(tmp_path, capsys, models_dir):
 """, as_json=False)  # fmt: skip
     assert code == 0
     assert "KV cache tokens" in out and "weights GiB" in out and "56.88" in out
+
+
+def test_llama_cpp_on_a_cpu_node_counts_ram(tmp_path, capsys):
+    gguf_file = write_tiny_llama(tmp_path / "tiny.Q8_0.gguf", layers=4, kv_heads=2, hidden=64)
+    code, lines = _run(
+        tmp_path,
+        capsys,
+        f"""steps:
+  - estimate: {{model: {gguf_file}, engine: llama.cpp, gpu_memory_gib: 64, cpu: true,
+                max_model_len: 1000, concurrency: 2}}
+""",
+    )
+    result = lines[0]["result"]
+    assert code == 0 and result["fits"] is True
+    assert result["host_weights_gib"] == 0 and result["non_torch_gib"] == 0
+    assert result["kv_cache_gib"] == round(2 * 4 * 1024 * 2 * 2 * 16 * 2 / 2**30, 2)
