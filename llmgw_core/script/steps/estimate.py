@@ -50,6 +50,7 @@ class EstimateArgs(StepArgs):
     concurrency: int = Field(default=1, ge=1, le=65_536)
     enforce_eager: bool = False
     estimate_cuda_graphs: bool | None = None
+    cpu: bool = False  # llama.cpp on a CPU node: gpu_memory_gib is the node's RAM
 
     @field_validator("gpu")
     @classmethod
@@ -192,17 +193,11 @@ def _llamacpp(shape: Any, artifact: Artifact, args: EstimateArgs, memory: float)
     devices = args.tensor_parallel * args.pipeline_parallel
     context = args.max_model_len or shape.max_context
     kv_type = args.kv_cache_dtype if args.kv_cache_dtype not in (None, "auto") else "f16"
-    got = llamacpp.estimate(
-        artifact,
-        shape,
-        devices=devices,
-        context=context,
-        sequences=args.concurrency,
-        kv_type=kv_type,
-    )
+    common = dict(devices=devices, context=context, kv_type=kv_type, cpu_only=args.cpu)
+    got = llamacpp.estimate(artifact, shape, sequences=args.concurrency, **common)
     usable = memory * (args.gpu_memory_utilization or 1.0)
     total = max(got.devices_gib)
-    one = llamacpp.estimate(artifact, shape, devices=devices, context=context, kv_type=kv_type)
+    one = llamacpp.estimate(artifact, shape, **common)
     left = usable - (one.weights_gib + one.compute_gib + one.context_gib)
     result: dict[str, Any] = {
         "max_model_len": context,
