@@ -38,7 +38,7 @@ LLMGW_THEME = Theme(
 """The default theme: a dark background where green, amber and red read as states."""
 
 
-def animation_level_from_env(default: AnimationLevel = "basic") -> AnimationLevel:
+def animation_level_from_env(default: AnimationLevel = "full") -> AnimationLevel:
     """The animation level `LLMGW_ANIMATION` asks for (`none`, `basic`, `full`).
 
     An unknown value falls back to the default rather than failing: a typo in an

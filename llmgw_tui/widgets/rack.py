@@ -2,8 +2,9 @@
 
 Each tray is a row whose state is a CSS class (`-joined`, `-degraded`,
 `-not-joined`), so the theme decides the colours. Motion — a light running
-down the backplane, not-joined trays pulsing — runs only at the `full`
-animation level; at `none` the rack is a still picture (tests, screenshots).
+down the backplane (`full`), not-joined trays pulsing (`basic` and `full`) —
+follows the animation level; at `none` the rack is a still picture (tests,
+screenshots).
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ class RackWidget(Vertical):
         self.rack = rack
         """The domain drawn."""
         self.animation = animation
-        """`none`, `basic` or `full`: only `full` moves."""
+        """`none` (still), `basic` (pulsing trays) or `full` (and the backplane light)."""
         self._light = 0
-        self._timers: list[Timer] = []
+        self._motion: list[Timer] = []
 
     def compose(self) -> ComposeResult:
         """Title, the NVLink Switch band, then the trays."""
@@ -74,8 +75,9 @@ class RackWidget(Vertical):
     def on_mount(self) -> None:
         """Start the motion the animation level allows."""
         if self.animation == "full":
-            self._timers.append(self.set_interval(0.12, self._advance_light))
-            self._timers.append(self.set_interval(0.6, self._pulse))
+            self._motion.append(self.set_interval(0.12, self._advance_light))
+        if self.animation in ("basic", "full"):
+            self._motion.append(self.set_interval(0.6, self._pulse))
 
     def _advance_light(self) -> None:
         taps = list(self.query(".backplane"))
