@@ -1,6 +1,7 @@
 """`llmgw-tui --accept-host NODE`: trust the host key a node presents now.
 
 The operator's explicit decision after checking the fingerprint out of band.
+A bastion in front of nodes (a ProxyJump hop) is accepted the same way.
 Any older key listed under the same name (a re-installed node) is replaced,
 so known_hosts never trusts two different keys for one name by accident.
 """
@@ -14,32 +15,21 @@ from pathlib import Path
 
 import asyncssh
 
-from llmgw_core.errors import LlmgwError
+from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.ssh import SshConnector, SshSettings, SshTarget, fingerprint, known_hosts_name
-from llmgw_core.inventory import load_inventory
+from llmgw_core.inventory import Inventory, NodeSpec, load_inventory
 
 
 def accept_host_main(node: str, *, inventory: str | None) -> int:
-    """Fetch NODE's host key, print its fingerprint and add it to known_hosts.
+    """Fetch the host key NODE (or a bastion in front of nodes) presents, and trust it.
 
-    Returns the process exit code: 0 trusted, 1 unreachable, 2 bad input.
+    `node` is a node of the inventory, or a ProxyJump hop exactly as a
+    refusal names it (`bastion`, `ops@jump:2222`). Prints the fingerprint and
+    what was written. Returns the exit code: 0 trusted, 1 unreachable, 2 bad input.
     """
     try:
         described = load_inventory(inventory)
-        spec = described.node_spec(node)
-    except LlmgwError as exc:
-        print(f"llmgw-tui: {exc.sentence()}", file=sys.stderr)
-        return exc.exit_code
-    target = SshTarget(
-        node=spec.name,
-        host=spec.host,
-        port=spec.port,
-        user=spec.user,
-        identity_file=spec.identity_file,
-    )
-    known_hosts = described.known_hosts_path()
-    try:
-        line = asyncio.run(_accept(target, known_hosts))
+        line = asyncio.run(_accept(described, node))
     except LlmgwError as exc:
         print(f"llmgw-tui: {exc.sentence()}", file=sys.stderr)
         return exc.exit_code
@@ -47,13 +37,41 @@ def accept_host_main(node: str, *, inventory: str | None) -> int:
     return 0
 
 
-async def _accept(target: SshTarget, known_hosts: Path) -> str:
+def _target(spec: NodeSpec) -> SshTarget:
+    return SshTarget(
+        node=spec.name,
+        host=spec.host,
+        port=spec.port,
+        user=spec.user,
+        identity_file=spec.identity_file,
+    )
+
+
+async def _accept(described: Inventory, name: str) -> str:
+    known_hosts = described.known_hosts_path()
     connector = SshConnector(SshSettings(known_hosts=known_hosts))
     try:
-        key, host, port = await connector.fetch_host_key(target)
+        names = {spec.name for spec in described.node_specs()}
+        if name in names:
+            key, host, port = await connector.fetch_host_key(_target(described.node_spec(name)))
+        else:
+            key, host, port = await _bastion_key(connector, described, name)
     finally:
         await connector.close()
-    return trust_key(known_hosts, known_hosts_name(host, port), key, node=target.node)
+    return trust_key(known_hosts, known_hosts_name(host, port), key, node=name)
+
+
+async def _bastion_key(
+    connector: SshConnector, described: Inventory, name: str
+) -> tuple[asyncssh.SSHKey, str, int]:
+    for spec in described.node_specs():
+        hops = await connector.bastions_of(_target(spec))
+        if name in hops:
+            return await connector.fetch_bastion_key(hops, hops.index(name))
+    nodes = ", ".join(node.name for node in described.nodes)
+    raise BadInput(
+        f"no node or bastion is named {name!r} in the inventory", f"its nodes are {nodes}"
+    )
 
 
 def trust_key(known_hosts: Path, listed: str, key: asyncssh.SSHKey, *, node: str) -> str:

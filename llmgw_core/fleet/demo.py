@@ -172,6 +172,7 @@ async def start_demo_fleet(
         client_keys=(client_key,),
         use_ssh_agent=False,
         max_handshakes=64,
+        max_handshakes_per_server=64,  # asyncssh's servers have no MaxStartups
     )
     return DemoFleet(root=root, servers=servers, inventory=inventory, settings=settings)
 

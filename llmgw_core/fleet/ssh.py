@@ -10,8 +10,8 @@ when it runs. What we decide ourselves, always explicitly:
 * every node behind one bastion shares ONE connection to it, so a hundred
   nodes do not mean a hundred handshakes on the bastion (asyncssh's own
   ProxyJump string would open one per target);
-* handshakes in flight are bounded, in total and per server, below sshd's
-  `MaxStartups` (10), above which sshd starts dropping connection attempts;
+* handshakes in flight are bounded, in total and per server address, below
+  sshd's `MaxStartups` (10), from which sshd starts dropping connection attempts;
 * keepalives notice a dead node in well under a minute, and a timeout
   bounds every connect.
 """
@@ -29,8 +29,13 @@ import asyncssh
 
 from llmgw_core.errors import LlmgwError
 
-MAX_STARTUPS_PER_SERVER = 10
-"""sshd's default `MaxStartups` begins dropping attempts above 10 unauthenticated connections."""
+MAX_STARTUPS_PER_SERVER = 8
+"""Handshakes in flight per server address.
+
+sshd's default `MaxStartups 10:30:100` drops 30 % of new attempts once 10
+are unauthenticated, and sshd learns of a finished login a moment after the
+client does: 8 leaves that moment (and another client or two) some room.
+"""
 
 
 class Unreachable(LlmgwError):
@@ -221,6 +226,8 @@ class SshConnector:
                 self._jumps[spec] = task
         try:
             return await asyncio.shield(task)
+        except HostKeyRefused as exc:
+            raise HostKeyRefused(f"through the bastion {spec}: {exc.message}", exc.fix) from None
         except LlmgwError as exc:
             raise Unreachable(f"the bastion {spec} cannot be reached: {exc.sentence()}") from None
 
@@ -270,16 +277,35 @@ class SshConnector:
         """
         resolved = await self._resolve(target.host, target.port, target.user, target.identity_file)
         via = await self._jump(resolved.jump) if resolved.jump else None
+        return await self._presented_key(target.node, resolved, via)
+
+    async def bastions_of(self, target: SshTarget) -> list[str]:
+        """The ProxyJump hops in front of a node, outermost first (`[]` when direct)."""
+        resolved = await self._resolve(target.host, target.port, target.user, target.identity_file)
+        return [hop.strip() for hop in (resolved.jump or "").split(",") if hop.strip()]
+
+    async def fetch_bastion_key(
+        self, hops: list[str], index: int
+    ) -> tuple[asyncssh.SSHKey, str, int]:
+        """The key the bastion `hops[index]` presents, reached through the hops before it."""
+        user, host, port = _parse_hop(hops[index])
+        resolved = await self._resolve(host, port, user, None)
+        via = await self._jump(",".join(hops[:index])) if index else None
+        return await self._presented_key(hops[index], resolved, via)
+
+    async def _presented_key(
+        self, name: str, resolved: _Resolved, via: asyncssh.SSHClientConnection | None
+    ) -> tuple[asyncssh.SSHKey, str, int]:
         try:
             key = await asyncssh.get_server_host_key(
                 resolved.host, resolved.port, tunnel=via if via is not None else ()
             )
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
             raise Unreachable(
-                f"{target.node} ({resolved.shown}) cannot be reached: {_reason(exc)}"
+                f"{name} ({resolved.shown}) cannot be reached: {_reason(exc)}"
             ) from None
         if key is None:
-            raise Unreachable(f"{target.node} ({resolved.shown}) presented no host key")
+            raise Unreachable(f"{name} ({resolved.shown}) presented no host key")
         return key, resolved.host, resolved.port
 
     async def close(self) -> None:
