@@ -190,8 +190,8 @@ def _check_compute_capability(request: LaunchRequest) -> None:
         capability = _capability(gpu)
         if capability is not None and capability < floor:
             raise BadInput(
-                f"{what} weights need compute capability {floor:g} and {node.name} card "
-                f"{gpu.card_index} ({gpu.name or gpu.gpu_class}) has {capability:g}",
+                f"{what} weights need compute capability {floor:.1f} and {node.name} card "
+                f"{gpu.card_index} ({gpu.name or gpu.gpu_class}) has {capability:.1f}",
                 "serve another precision of the model, or place it on newer cards",
             )
 
