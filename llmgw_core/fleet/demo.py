@@ -43,6 +43,8 @@ NVL72_CLIQUE_ID = 32766
 DEGRADED_TRAY = 7
 NOT_JOINED_TRAY = 13
 RAIL_RATE_GBPS = 400
+DEMO_PREFIX = "llmgw-demo-"
+OWNER_FILE = "owner.pid"
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,9 @@ async def start_demo_fleet(
     """
     from llmgw_agent.sim.profiles import write_profile
 
-    root = root or Path(tempfile.mkdtemp(prefix="llmgw-demo-"))
+    sweep_abandoned(Path(tempfile.gettempdir()))
+    root = root or Path(tempfile.mkdtemp(prefix=DEMO_PREFIX))
+    (root / OWNER_FILE).write_text(str(os.getpid()), encoding="utf-8")
     atexit.register(sweep, root)
     nodes = nodes if nodes is not None else demo_nodes()
     client_key = asyncssh.generate_private_key("ssh-ed25519")
@@ -239,6 +243,24 @@ def sweep(root: Path, grace_s: float = 2.0) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     shutil.rmtree(root, ignore_errors=True)
+
+
+def sweep_abandoned(folder: Path) -> list[Path]:
+    """Sweep demo folders whose console died without cleaning up (killed, not interrupted).
+
+    Its agents ended with it (their input closed), but shards run detached by
+    design; this ends them and removes the folder. Returns what it swept.
+    """
+    swept = []
+    for root in folder.glob(f"{DEMO_PREFIX}*"):
+        try:
+            owner = int((root / OWNER_FILE).read_text(encoding="utf-8").strip())
+        except (OSError, ValueError):
+            continue
+        if owner != os.getpid() and not _alive(owner):
+            sweep(root)
+            swept.append(root)
+    return swept
 
 
 def _alive(pid: int) -> bool:

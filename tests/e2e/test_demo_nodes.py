@@ -110,3 +110,29 @@ def test_ctrl_c_ends_the_demo_with_its_agents_and_their_shards(tmp_path: Path):
     assert not any(_alive(pid) for pid in pids)
     assert processes_rooted_in(tmp_path) == []
     assert list(tmp_path.glob("llmgw-demo-*")) == []
+
+
+def test_a_killed_console_leaves_shards_that_the_next_demo_sweeps(tmp_path: Path):
+    from llmgw_core.fleet.demo import sweep_abandoned
+
+    console = subprocess.Popen(
+        [sys.executable, "-c", DRIVER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(tmp_path),
+        cwd=REPO,
+    )
+    try:
+        first = console.stdout.readline()
+        assert first, console.stderr.read()
+        shard_pid = json.loads(first)["pids"][0]
+    finally:
+        console.kill()  # no chance to clean up
+        console.wait()
+    assert _alive(shard_pid)  # detached from the console, by design
+    (abandoned,) = tmp_path.glob("llmgw-demo-*")
+    assert sweep_abandoned(tmp_path) == [abandoned]
+    assert not _alive(shard_pid)
+    assert processes_rooted_in(tmp_path) == []
+    assert not abandoned.exists()
