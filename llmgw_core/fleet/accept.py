@@ -29,7 +29,7 @@ def accept_host_main(node: str, *, inventory: str | None) -> int:
     """
     try:
         described = load_inventory(inventory)
-        line = asyncio.run(_accept(described, node))
+        line = asyncio.run(accept_host(described, node))
     except LlmgwError as exc:
         print(f"llmgw-tui: {exc.sentence()}", file=sys.stderr)
         return exc.exit_code
@@ -47,7 +47,15 @@ def _target(spec: NodeSpec) -> SshTarget:
     )
 
 
-async def _accept(described: Inventory, name: str) -> str:
+async def accept_host(described: Inventory, name: str) -> str:
+    """Trust the key node (or bastion) `name` presents now; returns what was done, in words.
+
+    The console's confirmation calls this, then `Fleet.reconnect_now(name)`.
+
+    Raises:
+        BadInput: no node or bastion has that name.
+        Unreachable: it cannot be reached to ask for its key.
+    """
     known_hosts = described.known_hosts_path()
     connector = SshConnector(SshSettings(known_hosts=known_hosts))
     try:

@@ -223,7 +223,9 @@ class AgentClient:
                 self._dispatch(line)
         except (OSError, asyncssh.Error) as exc:
             reason = f"the connection was lost ({exc})"
-        await self._lose(reason)
+        finally:
+            # Whatever ended the reader, nobody may wait for an answer forever.
+            await self._lose(reason)
 
     async def _read_stderr(self) -> None:
         with contextlib.suppress(OSError, asyncssh.Error):
@@ -237,7 +239,8 @@ class AgentClient:
             self._protocol_error(f"not a JSON object: {line.strip()[:200]!r}")
             return
         request_id = message.get("id")
-        pending = self._pending.get(request_id) if isinstance(request_id, int) else None
+        ours = isinstance(request_id, int) and not isinstance(request_id, bool)
+        pending = self._pending.get(request_id) if ours else None
         if pending is None:
             error = message.get("error")
             shown = error.get("message") if isinstance(error, dict) else line.strip()[:200]
