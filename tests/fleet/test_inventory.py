@@ -132,3 +132,27 @@ def test_a_missing_inventory_file_says_how_to_get_going(tmp_path: Path):
         load_inventory(tmp_path / "nope.yaml")
     assert "does not exist" in caught.value.message
     assert "--demo" in caught.value.fix
+
+
+def test_the_runner_exits_2_on_a_bad_inventory_naming_its_line(tmp_path: Path):
+    import json
+    import subprocess
+    import sys
+
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("nodes:\n  - name: a\n    host: 127.0.0.1\n    port: 1\n    colour: red\n")
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from llmgw_tui.cli import main; sys.exit(main())",
+         "--inventory", str(inventory), "--run", "-", "--json"],
+        input="steps:\n  - nodes: {}\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    (line,) = [json.loads(text) for text in done.stdout.splitlines()]
+    assert line == {
+        "step": "nodes",
+        "ok": False,
+        "error": f"{inventory}: line 5: unknown key 'colour' in `nodes[0]`",
+    }
