@@ -12,6 +12,7 @@ from llmgw_core.engines import llamacpp, sglang, sim, vllm
 from llmgw_core.engines.programs import DEFAULT_PROGRAMS
 from llmgw_core.engines.spec import (
     LLAMA_CPP,
+    RAY,
     SGLANG,
     LaunchNode,
     LaunchPlan,
@@ -88,9 +89,11 @@ def build_launch(request: LaunchRequest) -> LaunchPlan:
                 http_port=node.http_port,
             )
         )
+    executor = _executor(request)
     return LaunchPlan(
         engine=request.engine,
-        executor=_executor(request),
+        executor=executor,
         shards=tuple(shards),
         health_path=health_path(request.engine, request.head.program),
+        start_after_head=executor == RAY,
     )

@@ -282,12 +282,15 @@ class LaunchPlan:
         shards: one per node, in the order to start them (rank 0 first:
             a Ray head must listen before its workers join).
         health_path: the path the engine answers health on.
+        start_after_head: start the other shards only once rank 0's shard is
+            running (Ray: its head's port accepted, so workers have a cluster to join).
     """
 
     engine: str
     executor: str
     shards: tuple[ShardLaunch, ...]
     health_path: str
+    start_after_head: bool = False
 
     @property
     def head(self) -> ShardLaunch:

@@ -140,6 +140,11 @@ def test_vllm_0_11_joins_nodes_through_ray_head_and_worker_sidecars():
     )
     assert join.role == "main"
     assert worker.health_url is None
+    assert plan.start_after_head
+
+
+def test_multiprocessing_ranks_may_start_in_any_order():
+    assert not build_launch(request(nodes=two_h100_nodes())).start_after_head
 
 
 def test_ray_takes_the_fabric_environment_at_start_on_every_node():
