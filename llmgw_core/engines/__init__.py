@@ -8,6 +8,7 @@ docs/engines.md for the commands, the environment and the allowlist.
 from llmgw_core.engines.allowlist import checked_env, is_secret_key, parse_env_options, redact_env
 from llmgw_core.engines.build import build_launch, health_path, health_url
 from llmgw_core.engines.from_fleet import launch_node
+from llmgw_core.engines.planned import planned_argv
 from llmgw_core.engines.programs import engine_program, installed_version
 from llmgw_core.engines.spec import (
     FabricAdapter,
@@ -37,6 +38,7 @@ __all__ = [
     "is_secret_key",
     "launch_node",
     "parse_env_options",
+    "planned_argv",
     "redact_env",
     "validate_launch",
 ]
