@@ -50,7 +50,8 @@ READY_TIMEOUT_S = 120.0
 SERVED_NAME = "tiny-llama"
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
     with contextlib.closing(socket.socket()) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -207,7 +208,7 @@ async def node_over_ssh(
 @needs_llama_cpp
 def test_llama_cpp_started_by_the_agent_over_ssh_answers_a_chat_completion(tmp_path: Path):
     model_path = write_tiny_llama_gguf(tmp_path / "models" / "tiny.gguf")
-    http_port = _free_port()
+    http_port = free_port()
     plan = launch_plan(model_path, http_port)
 
     async def scenario():
