@@ -14,6 +14,7 @@ from llmgw_core.engines.spec import (
     LLAMA_CPP,
     RAY,
     SGLANG,
+    SIM,
     LaunchNode,
     LaunchPlan,
     LaunchRequest,
@@ -35,7 +36,7 @@ def health_path(engine: str, program: tuple[str, ...] = ()) -> str:
     route and serves `/v1/models` once its model is loaded.
     """
     if engine == LLAMA_CPP:
-        return llamacpp.health_path(LaunchNode("", 0, "", program=program))
+        return llamacpp.health_path(program)
     return "/health"
 
 
@@ -50,7 +51,9 @@ def _commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, .
         return sglang.commands(request, node)
     if request.engine == LLAMA_CPP:
         return llamacpp.commands(request, node)
-    return sim.commands(request, node) if request.engine == "sim" else vllm.commands(request, node)
+    if request.engine == SIM:
+        return sim.commands(request, node)
+    return vllm.commands(request, node)
 
 
 def _serves_http(request: LaunchRequest, node: LaunchNode) -> bool:

@@ -60,6 +60,6 @@ def commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ..
     )
 
 
-def health_path(node: LaunchNode) -> str:
+def health_path(program: tuple[str, ...]) -> str:
     """`/health` for llama-server; llama-cpp-python's server has none, and lists models once loaded."""
-    return "/v1/models" if is_llama_cpp_python(_program(node)) else "/health"
+    return "/v1/models" if is_llama_cpp_python(program) else "/health"
