@@ -91,27 +91,41 @@ def value_refusal(value: str) -> str | None:
     return None
 
 
-def checked_env(env: Mapping[str, str]) -> dict[str, str]:
+def _as_text(value: object) -> str | None:
+    """A script's value as text: numbers are written out (`OMP_NUM_THREADS: 8`), nothing else is."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def checked_env(env: Mapping[str, object]) -> dict[str, str]:
     """The operator's variables, every one allowed, or one sentence naming each refused.
+
+    Values are text; a number from a YAML script is taken as its text.
 
     Raises:
         BadInput: naming every refused variable and why.
     """
     refused: list[str] = []
-    for key, value in env.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            refused.append(f"{key!r} (names and values are text)")
+    checked: dict[str, str] = {}
+    for key, raw in env.items():
+        value = _as_text(raw)
+        if not isinstance(key, str) or value is None:
+            refused.append(f"{key} (its value is {type(raw).__name__}, not text: quote it)")
             continue
         why = key_refusal(key) or value_refusal(value)
         if why:
             refused.append(f"{key} ({why})")
+        checked[key] = value
     if refused:
         many = "s" if len(refused) > 1 else ""
         raise BadInput(
             f"--env refuses the variable{many} {'; '.join(refused)}",
             f"pass only engine tuning variables: {ALLOWED_TEXT}",
         )
-    return dict(env)
+    return checked
 
 
 def parse_env_options(options: Iterable[str]) -> dict[str, str]:

@@ -128,3 +128,18 @@ def test_tokenizers_parallelism_is_no_secret_but_hf_token_is():
 def test_secrets_are_hidden_when_an_environment_is_shown():
     shown = redact_env({"HF_TOKEN": "hf_abc", "NCCL_DEBUG": "INFO"})
     assert shown == {"HF_TOKEN": "***", "NCCL_DEBUG": "INFO"}
+
+
+def test_a_number_from_a_script_is_taken_as_its_text():
+    assert checked_env({"OMP_NUM_THREADS": 8, "NCCL_IB_TIMEOUT": 22}) == {
+        "OMP_NUM_THREADS": "8",
+        "NCCL_IB_TIMEOUT": "22",
+    }
+
+
+def test_a_yaml_boolean_is_refused_with_the_advice_to_quote_it():
+    with pytest.raises(BadInput) as refused:
+        checked_env({"TOKENIZERS_PARALLELISM": False})
+    assert refused.value.message == (
+        "--env refuses the variable TOKENIZERS_PARALLELISM (its value is bool, not text: quote it)"
+    )
