@@ -28,7 +28,7 @@ from gguf.constants import (
 
 from llmgw_core.errors import BadInput
 from llmgw_core.model.quantization import Quantization
-from llmgw_core.model.shape import FULL, SLIDING, MlaShape, ModelShape
+from llmgw_core.model.shape import FULL, MAX_LAYERS, SLIDING, MlaShape, ModelShape
 
 ReadRange = Callable[[int, int], bytes]
 
@@ -312,6 +312,10 @@ def shape_from_gguf(header: GgufHeader, *, where: str = "GGUF file") -> ModelSha
         raise BadInput(
             f"{where}: architecture {arch} has no block_count, embedding_length or head_count",
             "it is not a language model llmgw can size",
+        )
+    if layers > MAX_LAYERS:
+        raise BadInput(
+            f"{where}: block_count is {layers}, more than any model has", "the file is damaged"
         )
     kv_heads = _per_layer_max(_key(metadata, Keys.Attention.HEAD_COUNT_KV, arch)) or heads
     head_dim = _per_layer_max(_key(metadata, Keys.Attention.KEY_LENGTH, arch)) or hidden // heads

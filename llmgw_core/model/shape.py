@@ -26,6 +26,7 @@ __all__ = [
 ]
 
 FULL = "full"
+MAX_LAYERS = 10_000  # a sanity bound: the deepest published models have a few hundred
 SLIDING = "sliding"
 CHUNKED = "chunked"
 
@@ -324,6 +325,11 @@ def _build(
     heads = _int(body, "num_attention_heads")
     if num_layers == 0 or hidden == 0 or heads == 0:
         raise BadInput("config.json has zero layers, hidden size or attention heads")
+    if num_layers > MAX_LAYERS:
+        raise BadInput(
+            f"config.json: num_hidden_layers is {num_layers}, more than any model has",
+            "the config is damaged",
+        )
     kv_heads = _optional_int(body, "num_key_value_heads", "num_kv_heads") or heads
     head_dim = _optional_int(body, "head_dim") or hidden // heads
     vocab = _int(body, "vocab_size")
