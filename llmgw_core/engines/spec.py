@@ -13,6 +13,7 @@ path or a name typed by a person is one argument and reaches no shell.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -207,6 +208,10 @@ class ShardCommand:
     env: Mapping[str, str]
     role: Role = "main"
     wait_for_port: int | None = None
+
+    def shell_text(self) -> str:
+        """The argv quoted for a POSIX shell: for showing and copying by hand, never for running."""
+        return shlex.join(self.argv)
 
     def to_wire(self) -> dict[str, Any]:
         """The command as `shard.start` takes it."""

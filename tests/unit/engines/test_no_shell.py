@@ -45,3 +45,9 @@ def test_no_command_is_run_through_a_shell():
                 assert command.argv[0].rsplit("/", 1)[-1] not in SHELLS
                 assert "-c" not in command.argv
     assert "a b; rm -rf / $(reboot)" in plans[2].shards[0].main.argv
+
+
+def test_a_command_shown_to_a_person_quotes_every_value():
+    source = "/models/my model's dir"
+    command = build_launch(request(nodes=(h100_node(),), source=source)).shards[0].main
+    assert "'/models/my model'\"'\"'s dir'" in command.shell_text()
