@@ -58,27 +58,46 @@ def nodes_result(snapshot: FleetState, specs: dict[str, NodeSpec]) -> dict[str, 
 
 
 def render_nodes(result: dict[str, Any]) -> Any:
-    """The rows as a Rich table."""
+    """The rows as a Rich table; the reason of each node not ready under it."""
+    from rich import box
     from rich.table import Table
 
     counts = ", ".join(f"{count} {state}" for state, count in sorted(result["counts"].items()))
-    table = Table(title=f"nodes ({counts})", title_justify="left")
+    table = Table(
+        title=f"nodes ({counts})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for column in ("name", "state", "gpus", "classes", "fabrics", "nvlink domain", "agent"):
-        table.add_column(column, justify="right" if column == "gpus" else "left")
+        table.add_column(
+            column,
+            justify="right" if column == "gpus" else "left",
+            no_wrap=column in ("name", "gpus", "nvlink domain", "agent"),
+            overflow="fold",
+            min_width=20 if column == "classes" else None,
+        )
     for row in result["nodes"]:
         domain = row["nvlink_domain"]
         shown_domain = f"{domain['cluster_uuid'][:8]}/{domain['clique_id']}" if domain else "-"
-        state = row["state"] if not row["reason"] else f"{row['state']}: {row['reason']}"
+        state = row["state"] + ("*" if row["reason"] else "")
         table.add_row(
             row["name"],
             state,
             str(row["gpus"]),
-            ", ".join(row["classes"]) or "-",
+            "\n".join(row["classes"]) or "-",
             ", ".join(row["fabrics"]) or "-",
             shown_domain,
             row["agent_version"] or "-",
         )
-    return table
+    reasons = [f"* {row['name']}: {row['reason']}" for row in result["nodes"] if row["reason"]]
+    if not reasons:
+        return table
+    from rich.console import Group
+    from rich.text import Text
+
+    return Group(table, *(Text(reason) for reason in reasons))
 
 
 @step("nodes", args=NodesArgs, render=render_nodes)
