@@ -25,6 +25,7 @@ from llmgw_core.engines.spec import (
 )
 from llmgw_core.engines.vllm import MP_MULTI_NODE_SINCE
 from llmgw_core.errors import BadInput
+from llmgw_core.model.quantization import online_fp8
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -181,8 +182,18 @@ def _capability(gpu: LaunchGpu) -> float | None:
         return None
 
 
+def _capability_floor(request: LaunchRequest) -> float | None:
+    """The oldest card the weights load on: the planner's figure, else online FP8's."""
+    if request.min_compute_capability is not None:
+        return request.min_compute_capability
+    online = online_fp8()
+    if request.quantization_flag == online.vllm_flag:
+        return online.min_compute_capability
+    return None
+
+
 def _check_compute_capability(request: LaunchRequest) -> None:
-    floor = request.min_compute_capability
+    floor = _capability_floor(request)
     if floor is None:
         return
     what = request.quantization or request.quantization_flag or "these"

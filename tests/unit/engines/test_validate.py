@@ -58,6 +58,19 @@ def test_fp8_weights_on_an_l40s_or_an_h100_pass():
     validate_launch(request(min_compute_capability=8.9))
 
 
+def test_fp8_asked_for_by_hand_takes_the_planners_floor_for_online_fp8():
+    t4 = tuple(
+        replace(g, gpu_class="t4-16g", name="Tesla T4", compute_capability="7.5")
+        for g in h100_cards(1)
+    )
+    refusal = _refusal(
+        request(nodes=(h100_node(gpus=t4, adapters=(), fabric=None),), quantization_flag="fp8")
+    )
+    assert refusal.message == (
+        "fp8 weights need compute capability 8.0 and h100-a-01 card 0 (Tesla T4) has 7.5"
+    )
+
+
 def test_an_unknown_compute_capability_is_left_to_the_engine():
     unknown = tuple(replace(g, compute_capability=None) for g in h100_cards(8))
     validate_launch(request(nodes=(h100_node(gpus=unknown),), min_compute_capability=8.9))
