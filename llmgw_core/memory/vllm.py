@@ -239,8 +239,9 @@ def estimate(
             f"(max_position_embeddings={shape.max_context} in model's config.json). "
             "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
         )
-    if refusal:
-        raise BadInput(refusal)
+    if tp < 1 or pp < 1:
+        raise BadInput("tensor_parallel and pipeline_parallel must be at least 1")
+    pp = min(pp, shape.num_layers)  # still size the stages; the refusal says why it cannot start
 
     weights = stage_weights(
         shape,
@@ -302,7 +303,7 @@ def estimate(
     tokens = blocks // len(pool.groups.groups) * BLOCK_SIZE
     concurrency = blocks / pool.pages_per_request if pool.pages_per_request else 0.0
     needed = max(p.bytes_per_request for p in pools)
-    reason = _refusal(
+    reason = refusal or _refusal(
         shape,
         weights=weights,
         stages=stages,

@@ -114,10 +114,25 @@ def test_disabling_the_hybrid_manager_sizes_sliding_layers_as_full(model_shape):
 
 def test_a_context_past_the_trained_one_is_refused_as_vllm_does(model_shape):
     shape = model_shape("Qwen--Qwen2.5-Math-72B-Instruct")
-    with pytest.raises(
-        BadInput, match=r"User-specified max_model_len \(8192\) is greater than the derived"
-    ):
-        estimate(shape, 145_412_407_296, gpu_memory_gib=H200, tensor_parallel=2, max_model_len=8192)
+    got = estimate(
+        shape, 145_412_407_296, gpu_memory_gib=H200, tensor_parallel=2, max_model_len=8192
+    )
+    assert not got.fits
+    assert got.reason.startswith(
+        "User-specified max_model_len (8192) is greater than the derived max_model_len "
+        "(max_position_embeddings=4096 in model's config.json)."
+    )
+
+
+def test_a_width_that_does_not_divide_the_heads_is_an_answer_in_vllms_words(model_shape):
+    shape = model_shape("meta-llama--Llama-3.1-8B-Instruct")
+    got = estimate(
+        shape, 16_060_522_496, gpu_memory_gib=H100, tensor_parallel=3, max_model_len=8192
+    )
+    assert not got.fits
+    assert got.reason == (
+        "Total number of attention heads (32) must be divisible by tensor parallel size (3)."
+    )
 
 
 def test_deepseek_v3_fp8_on_eight_h200_keeps_a_replicated_latent(model_shape):
