@@ -18,27 +18,34 @@ import tempfile
 import time
 from pathlib import Path
 
-import asyncssh
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
 from test_llamacpp_real import (
+    NODE,
     SERVED_NAME,
     free_port,
     launch_plan,
-    node_over_ssh,
+    this_machine_as_a_node,
     wait_healthy,
 )
 from tiny_gguf import write_tiny_llama_gguf
 
+from llmgw_core.fleet.fleet import Fleet
+from llmgw_core.fleet.ssh import SshTarget
+
 RUNS = 5
 
 
-async def first_token_s(connection: asyncssh.SSHClientConnection, http_port: int) -> float:
+async def first_token_s(fleet: Fleet, http_port: int) -> float:
     """Seconds from sending a streamed chat completion to its first content chunk."""
-    tunnel = await connection.forward_local_port("127.0.0.1", 0, "127.0.0.1", http_port)
+    spec = next(spec for spec in fleet.inventory.node_specs() if spec.name == NODE)
+    connection = await fleet.connector.connect(
+        SshTarget(node=spec.name, host=spec.host, port=spec.port)
+    )
     try:
+        tunnel = await connection.forward_local_port("127.0.0.1", 0, "127.0.0.1", http_port)
         url = f"http://127.0.0.1:{tunnel.get_port()}/v1/chat/completions"
         body = {
             "model": SERVED_NAME,
@@ -57,21 +64,22 @@ async def first_token_s(connection: asyncssh.SSHClientConnection, http_port: int
                         return time.perf_counter() - sent
         raise RuntimeError("the stream ended without a token")
     finally:
-        tunnel.close()
-        await tunnel.wait_closed()
+        connection.close()
 
 
 async def one_run(folder: Path) -> dict[str, float]:
     """One shard: start → healthy → first token → stopped, each step timed."""
-    model = write_tiny_llama_gguf(folder / "tiny.gguf")
+    model = write_tiny_llama_gguf(folder / "models" / "tiny-llama" / "tiny.gguf")
     http_port = free_port()
-    plan = launch_plan(model, http_port)
-    async with node_over_ssh(folder) as (connection, client):
+    async with this_machine_as_a_node(folder, folder / "models") as fleet:
+        spec = next(spec for spec in fleet.inventory.node_specs() if spec.name == NODE)
+        plan = launch_plan(spec, fleet.snapshot().nodes[NODE].facts, model, http_port)
+        client = fleet.client(NODE)
         started = time.perf_counter()
         shard = await client.request("shard.start", plan.head.start_args("bench"), timeout_s=30)
         await wait_healthy(client, shard["shard_id"])
         healthy = time.perf_counter()
-        token = await first_token_s(connection, http_port)
+        token = await first_token_s(fleet, http_port)
         first_token = time.perf_counter()
         await client.request("shard.stop", {"shard_id": shard["shard_id"]}, timeout_s=60)
         stopped = time.perf_counter()

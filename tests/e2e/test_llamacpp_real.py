@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import importlib.util
 import socket
 import sys
@@ -25,14 +26,18 @@ from typing import Any
 import asyncssh
 import httpx
 import pytest
+from llmgw_agent.discover.engines import EXTRA_PREFIXES_ENV
 from tiny_gguf import BLOCK_COUNT, CONTEXT_TOKENS, EMBEDDING_LENGTH, REPLY, write_tiny_llama_gguf
 
 from llmgw_core.engines.build import build_launch
-from llmgw_core.engines.spec import LLAMA_CPP, LaunchNode, LaunchPlan, LaunchRequest
+from llmgw_core.engines.from_fleet import launch_node
+from llmgw_core.engines.spec import LLAMA_CPP, LaunchPlan, LaunchRequest
+from llmgw_core.facts import NodeFacts
 from llmgw_core.fleet.client import AgentClient
-from llmgw_core.fleet.deploy import agent_command, ensure_agent
+from llmgw_core.fleet.fleet import Fleet
 from llmgw_core.fleet.loopback import LoopbackSshd
 from llmgw_core.fleet.ssh import SshConnector, SshSettings, SshTarget
+from llmgw_core.inventory import NodeSpec, parse_inventory
 from llmgw_core.model.gguf_header import shape_from_gguf
 from llmgw_core.model.local import read_local_gguf
 
@@ -48,6 +53,12 @@ needs_llama_cpp = pytest.mark.skipif(
 
 READY_TIMEOUT_S = 120.0
 SERVED_NAME = "tiny-llama"
+NODE = "here"
+
+
+def llama_cpp_version() -> str:
+    """The llama-cpp-python installed beside these tests."""
+    return importlib.metadata.version("llama-cpp-python")
 
 
 def free_port() -> int:
@@ -88,15 +99,13 @@ def test_llama_cpp_loads_the_tiny_gguf_and_it_answers_its_line(tmp_path: Path):
     assert answer["choices"][0]["finish_reason"] == "stop"
 
 
-def launch_plan(model_path: Path, http_port: int) -> LaunchPlan:
-    """llama.cpp's shard for this machine, by the engine builder (a CPU node, no cards)."""
-    node = LaunchNode(
-        name="here",
-        rank=0,
-        address="127.0.0.1",
-        http_port=http_port,
-        program=(sys.executable, "-m", "llama_cpp.server"),
-    )
+def launch_plan(spec: NodeSpec, facts: NodeFacts, model_path: Path, http_port: int) -> LaunchPlan:
+    """llama.cpp's shard for the node, as the console builds it from the node's own facts.
+
+    No cards (a CPU way); the program is where the node's agent found
+    llama-cpp-python installed.
+    """
+    node = launch_node(spec, facts, engine=LLAMA_CPP, rank=0, gpu_ids=(), http_port=http_port)
     request = LaunchRequest(
         engine=LLAMA_CPP,
         source=str(model_path),
@@ -143,89 +152,107 @@ async def wait_healthy(client: AgentClient, shard_id: str) -> dict[str, Any]:
     )
 
 
-async def ask(connection: asyncssh.SSHClientConnection, http_port: int, prompt: str) -> dict:
+async def ask(fleet: Fleet, node: str, http_port: int, prompt: str) -> dict[str, Any]:
     """A chat completion through an SSH tunnel to the node's engine port."""
-    tunnel = await connection.forward_local_port("127.0.0.1", 0, "127.0.0.1", http_port)
+    spec = next(spec for spec in fleet.inventory.node_specs() if spec.name == node)
+    target = SshTarget(node=spec.name, host=spec.host, port=spec.port)
+    connection = await fleet.connector.connect(target)
     try:
+        tunnel = await connection.forward_local_port("127.0.0.1", 0, "127.0.0.1", http_port)
         url = f"http://127.0.0.1:{tunnel.get_port()}/v1/chat/completions"
+        body = {
+            "model": SERVED_NAME,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 16,
+        }
         async with httpx.AsyncClient(timeout=60) as http:
-            response = await http.post(
-                url,
-                json={
-                    "model": SERVED_NAME,
-                    "messages": [{"role": "user", "content": prompt}],
-                    "max_tokens": 16,
-                },
-            )
+            response = await http.post(url, json=body)
         response.raise_for_status()
         return response.json()
     finally:
-        tunnel.close()
-        await tunnel.wait_closed()
+        connection.close()
 
 
 @contextlib.asynccontextmanager
-async def node_over_ssh(
-    folder: Path,
-) -> AsyncIterator[tuple[asyncssh.SSHClientConnection, AgentClient]]:
-    """This machine as a node: asyncssh's server, an SSH connection, the real agent deployed on it."""
+async def this_machine_as_a_node(folder: Path, model_dir: Path) -> AsyncIterator[Fleet]:
+    """A fleet of one node, `here`: this machine behind asyncssh's server, its agent ready.
+
+    Nothing is replayed: the agent discovers this machine, and finds
+    llama-cpp-python in the environment running these tests (named to it by
+    `LLMGW_ENGINE_PREFIXES`, as an operator names a virtualenv).
+    """
     client_key = asyncssh.generate_private_key("ssh-ed25519")
     server = LoopbackSshd(
         home=folder / "node" / "home",
         host_key=asyncssh.generate_private_key("ssh-ed25519"),
         authorized_keys=client_key.export_public_key().decode(),
+        env={EXTRA_PREFIXES_ENV: sys.prefix},
         allow_forwarding=True,
     )
     await server.start()
     known_hosts = folder / "known_hosts"
     known_hosts.write_text(server.known_hosts_line() + "\n")
-    connector = SshConnector(
-        SshSettings(
-            known_hosts=known_hosts,
-            config_paths=(),
-            use_ssh_agent=False,
-            client_keys=(client_key,),
-            connect_timeout_s=5.0,
-        )
+    inventory = parse_inventory(
+        f"nodes:\n  - name: {NODE}\n    host: 127.0.0.1\n    port: {server.port}\n"
+        f"    model_dirs: [{model_dir}]\nknown_hosts: {known_hosts}\n"
     )
+    settings = SshSettings(
+        known_hosts=known_hosts,
+        config_paths=(),
+        use_ssh_agent=False,
+        client_keys=(client_key,),
+        connect_timeout_s=5.0,
+    )
+    fleet = Fleet(inventory, SshConnector(settings))
     try:
-        connection = await connector.connect(
-            SshTarget(node="here", host="127.0.0.1", port=server.port)
-        )
-        try:
-            deployment = await ensure_agent(connection, "here")
-            client = await AgentClient.start("here", connection, agent_command(deployment))
-            try:
-                yield connection, client
-            finally:
-                await client.close()
-        finally:
-            connection.close()
+        await fleet.start()
+        settled = await fleet.wait_settled(60)
+        if settled.nodes[NODE].state != "ready":
+            raise AssertionError(
+                f"{NODE} is {settled.nodes[NODE].state}: {settled.nodes[NODE].reason}"
+            )
+        yield fleet
     finally:
+        await fleet.close()
         await server.stop()
 
 
 @needs_llama_cpp
 def test_llama_cpp_started_by_the_agent_over_ssh_answers_a_chat_completion(tmp_path: Path):
-    model_path = write_tiny_llama_gguf(tmp_path / "models" / "tiny.gguf")
+    model_dir = tmp_path / "models"
+    model_path = write_tiny_llama_gguf(model_dir / "tiny-llama" / "tiny.gguf")
     http_port = free_port()
-    plan = launch_plan(model_path, http_port)
 
     async def scenario():
-        async with node_over_ssh(tmp_path) as (connection, client):
+        async with this_machine_as_a_node(tmp_path, model_dir) as fleet:
+            node = fleet.snapshot().nodes[NODE]
+            spec = next(spec for spec in fleet.inventory.node_specs() if spec.name == NODE)
+            plan = launch_plan(spec, node.facts, model_path, http_port)
+            client = fleet.client(NODE)
             started = await client.request(
                 "shard.start", plan.head.start_args("tiny-llama"), timeout_s=30
             )
             shard_id = started["shard_id"]
             healthy = await wait_healthy(client, shard_id)
-            answer = await ask(connection, http_port, "Who are you?")
+            answer = await ask(fleet, NODE, http_port, "Who are you?")
             stopped = await client.request("shard.stop", {"shard_id": shard_id}, timeout_s=60)
             lines = await log_lines(client, shard_id)
-            return client.hello, healthy, answer, stopped, lines
+            return client.hello, node.facts, plan, healthy, answer, stopped, lines
 
-    hello, healthy, answer, stopped, lines = asyncio.run(scenario())
+    hello, facts, plan, healthy, answer, stopped, lines = asyncio.run(scenario())
 
     assert hello["replay"] is False
+    assert facts.engines["llama-cpp-python"].version == llama_cpp_version()
+    stored = facts.model_dirs[str(model_dir)].models
+    assert [(model.name, model.format, model.state) for model in stored] == [
+        ("tiny-llama", "gguf", "complete")
+    ]
+    assert plan.head.main.argv[:3] == (
+        str(Path(sys.prefix) / "bin" / "python3"),
+        "-m",
+        "llama_cpp.server",
+    )
+    assert plan.head.main.env["CUDA_VISIBLE_DEVICES"] == ""
     assert healthy["health_url"] == f"http://127.0.0.1:{http_port}/v1/models"
     assert answer["model"] == SERVED_NAME
     assert answer["choices"][0]["message"]["content"].strip() == REPLY
