@@ -21,7 +21,7 @@ import asyncssh
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.facts import NodeFacts, parse_facts
 from llmgw_core.fleet.checks import fabric_problem
-from llmgw_core.fleet.client import AgentAbsent, AgentClient, AgentError, AgentLost
+from llmgw_core.fleet.client import AgentAbsent, AgentClient, AgentLost
 from llmgw_core.fleet.deploy import NodeUnfit, agent_command, ensure_agent, serve_command
 from llmgw_core.fleet.ssh import HostKeyRefused, SshConnector, SshTarget
 from llmgw_core.fleet.state import FleetState, NodeState, NodeStatus
@@ -297,6 +297,3 @@ class Fleet:
             connection.close()
             with contextlib.suppress(asyncssh.Error, OSError, asyncio.TimeoutError):
                 await asyncio.wait_for(connection.wait_closed(), 2.0)
-
-
-__all__ = ["AgentError", "Fleet", "FleetState", "NodeState", "validate_facts"]

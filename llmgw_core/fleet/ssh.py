@@ -19,7 +19,6 @@ when it runs. What we decide ourselves, always explicitly:
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -341,8 +340,3 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, asyncssh.DisconnectError):
         return exc.reason or type(exc).__name__
     return str(exc) or type(exc).__name__
-
-
-def default_known_hosts() -> Path:
-    """`~/.ssh/known_hosts`, the file `ssh` itself uses."""
-    return Path(os.path.expanduser("~/.ssh/known_hosts"))
