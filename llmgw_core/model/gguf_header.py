@@ -129,18 +129,22 @@ class _Cursor:
             )
 
     def take(self, size: int) -> bytes:
+        """The next `size` bytes."""
         self._ensure(size)
         offset = self.position - self._start
         self.position += size
         return self._buffer[offset : offset + size]
 
     def skip(self, size: int) -> None:
+        """Step over `size` bytes without fetching them."""
         self.position += size
 
     def unpack(self, fmt: str) -> Any:
+        """The next value of a `struct` format."""
         return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
 
     def string(self) -> str:
+        """The next GGUF string (64-bit length, then UTF-8 bytes)."""
         length = self.unpack("<Q")
         if length > 1 << 24:
             raise BadInput(
