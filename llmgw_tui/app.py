@@ -78,20 +78,28 @@ class LlmgwApp(App[int]):
 
     @work(group="fleet-poll", exclusive=True, exit_on_error=False, description="Polling the fleet")
     async def poll_fleet(self) -> None:
-        """Take snapshots until the app ends; a failed poll is a red notification, not a crash."""
+        """Take snapshots until the app ends; a failed poll is a red notification, not a crash.
+
+        The same failure again (an inventory still missing) is not repeated:
+        one notification per new sentence, and polls slow down while it lasts.
+        """
+        last_error: str | None = None
         while True:
             try:
                 snapshot = await self.feed.snapshot()
             except LlmgwError as error:
-                self.notify(str(error), title="Fleet", severity="error", timeout=10)
-                self.fleet_failed.publish(str(error))
+                if str(error) != last_error:
+                    last_error = str(error)
+                    self.notify(last_error, title="Fleet", severity="error", timeout=10)
+                    self.fleet_failed.publish(last_error)
             else:
+                last_error = None
                 if snapshot != self.fleet:
                     self.fleet = snapshot
                     self.fleet_changed.publish(snapshot)
             if self.feed.refresh_s is None:
                 return
-            await asyncio.sleep(self.feed.refresh_s)
+            await asyncio.sleep(self.feed.refresh_s * (5 if last_error else 1))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A worker that died of an unexpected error is a red notification, never a crash."""

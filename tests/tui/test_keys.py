@@ -84,6 +84,14 @@ async def test_slash_filters_the_fleet_and_esc_clears_the_filter(app, pilot):
 
 
 @console_test
+async def test_digits_typed_into_the_filter_are_text_not_screen_keys(app, pilot):
+    await pilot.press("slash", *"t12")
+    await pilot.pause()
+    assert isinstance(app.screen, FleetScreen)
+    assert shown_nodes(app) == ["gb200-r1-t12"]
+
+
+@console_test
 async def test_command_mode_racks_switches_to_the_racks_screen(app, pilot):
     await pilot.press("colon", *"racks", "enter")
     await pilot.pause()
