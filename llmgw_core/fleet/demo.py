@@ -151,6 +151,7 @@ async def start_demo_fleet(
             host_key=asyncssh.generate_private_key("ssh-ed25519"),
             authorized_keys=authorized,
             env={"LLMGW_AGENT_STATE": str(folder / "home" / "state")},
+            allow_forwarding=True,  # the console reaches engines' ports through SSH tunnels
         )
     await asyncio.gather(*(server.start() for server in servers.values()))
     known_hosts = root / "known_hosts"

@@ -178,6 +178,20 @@ class Fleet:
             raise AgentLost(f"{name} is {node.state.state}{why}")
         return node.client
 
+    def connection(self, name: str) -> asyncssh.SSHClientConnection:
+        """The live SSH connection of a ready node (for tunnels and file copies).
+
+        It is the fleet's: do not close it. It goes away when the node is lost;
+        ask again after it is ready.
+
+        Raises:
+            AgentLost: the node is not ready, with its state and reason.
+        """
+        node = self._node(name)
+        self.client(name)  # the same readiness rule
+        assert node.connection is not None
+        return node.connection
+
     async def request(
         self, name: str, op: str, args: dict[str, Any] | None = None, *, timeout_s: float = 60.0
     ) -> Any:

@@ -475,3 +475,42 @@ def test_refreshing_rereads_the_facts_and_tells_listeners(tmp_path: Path, client
     assert seen[-1] is second
     with pytest.raises(Exception, match="frozen"):
         second.nodes["n1"].state = "unreachable"
+
+
+def test_a_ready_node_lends_its_connection_for_a_tunnel_to_a_port_on_it(
+    tmp_path: Path, client_key: ClientKey
+):
+    async def scenario():
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write((await reader.readline()).upper())
+            await writer.drain()
+            writer.close()
+
+        engine = await asyncio.start_server(echo, "127.0.0.1", 0)
+        engine_port = engine.sockets[0].getsockname()[1]
+        server = asyncssh_node(tmp_path, "n1", client_key, allow_forwarding=True)
+        await server.start()
+        pin(tmp_path / "known_hosts", [server])
+        text = inventory_text([("n1", server, None)], tmp_path / "known_hosts")
+        fleet = Fleet(
+            parse_inventory(text),
+            connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
+        )
+        try:
+            await fleet.start()
+            await fleet.wait_settled(30)
+            tunnel = await fleet.connection("n1").forward_local_port(
+                "127.0.0.1", 0, "127.0.0.1", engine_port
+            )
+            reader, writer = await asyncio.open_connection("127.0.0.1", tunnel.get_port())
+            writer.write(b"hello engine\n")
+            answer = await reader.readline()
+            writer.close()
+            tunnel.close()
+            return answer
+        finally:
+            await fleet.close()
+            await server.stop()
+            engine.close()
+
+    assert asyncio.run(scenario()) == b"HELLO ENGINE\n"
