@@ -41,7 +41,12 @@ from llmgw_core.memory.vllm_overheads import (
     init_gib,
     non_torch_gib,
 )
-from llmgw_core.memory.weights import pipeline_stages, serve_dtype_for, stage_weights
+from llmgw_core.memory.weights import (
+    VOCAB_PADDING,
+    pipeline_stages,
+    serve_dtype_for,
+    stage_weights,
+)
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.quantization import Quantization, online_fp8
 from llmgw_core.model.shape import FULL, ModelShape
@@ -157,6 +162,17 @@ def _check_layout(shape: ModelShape, tensor_parallel: int, pipeline_parallel: in
             f"Total number of attention heads ({shape.num_attention_heads}) must be divisible "
             f"by tensor parallel size ({tensor_parallel})."
         )
+    kv = shape.num_kv_heads
+    if not shape.mla and (tensor_parallel % kv if tensor_parallel >= kv else kv % tensor_parallel):
+        # vLLM asserts this in its QKV layer without a message; the sentence is ours.
+        return (
+            f"Total number of KV heads ({kv}) must be divisible by tensor parallel size "
+            f"({tensor_parallel}), or the size by the heads."
+        )
+    padded_vocab = -(-shape.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+    if padded_vocab % tensor_parallel:
+        # vLLM's vocabulary sharding asserts "{padded} is not divisible by {tp}"
+        return f"{padded_vocab} is not divisible by {tensor_parallel}"
     if pipeline_parallel > shape.num_layers:
         return (
             f"The number of hidden layers ({shape.num_layers}) is smaller than the "

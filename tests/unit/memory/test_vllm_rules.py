@@ -165,3 +165,24 @@ def test_llama4_scout_carries_a_rotary_cache_for_ten_million_positions(model_sha
                    gpu_memory_utilization=0.95, max_model_len=8192)  # fmt: skip
     assert got.weights_gib == pytest.approx(53.12, rel=0.015)  # v0.19 sweep, TP4
     assert got.activation_gib == pytest.approx(3.19, abs=0.25)
+
+
+def test_qwen3_at_width_5_fails_on_the_vocabulary_as_the_sweep_logged(model_shape):
+    shape = model_shape("Qwen--Qwen3-8B")  # same 151,936 vocabulary as Qwen3-14B
+    got = estimate(shape, _bytes(shape), gpu_memory_gib=H100, tensor_parallel=5, max_model_len=8192)
+    assert not got.fits
+    # 32 heads / 5 fails first for Qwen3-8B; the 40-head Qwen3-14B reaches the KV and vocab checks
+    assert "must be divisible by tensor parallel size (5)" in got.reason
+
+
+def test_kv_heads_and_width_must_divide_one_another(model_shape):
+    from dataclasses import replace
+
+    shape = replace(model_shape("Qwen--Qwen3-8B"), num_attention_heads=40)
+    got = estimate(shape, _bytes(shape), gpu_memory_gib=H100, tensor_parallel=5, max_model_len=8192)
+    assert got.reason.startswith(
+        "Total number of KV heads (8) must be divisible by tensor parallel size (5)"
+    )
+    eight_kv = replace(shape, num_kv_heads=10)
+    assert estimate(eight_kv, _bytes(shape), gpu_memory_gib=H100, tensor_parallel=5,
+                    max_model_len=8192).reason == "151936 is not divisible by 5"  # fmt: skip
