@@ -43,7 +43,8 @@ def test_the_70b_example_plans_four_cards_of_one_node_tensor_parallel():
     assert "GB a card (weights 32.9 + context 2.5 + engine" in out
     assert "per 1000 tokens" in out
     assert "Every way, best first" in out
-    assert "vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 4" in out
+    assert "vllm serve meta-llama/Llama-3.3-70B-Instruct" in out
+    assert "--tensor-parallel-size 4" in out
 
 
 def test_the_70b_example_as_json_is_one_line_with_the_way():
@@ -70,9 +71,8 @@ def test_the_70b_example_as_json_is_one_line_with_the_way():
     assert best["per_card_gib"] == round(
         best["weights_gib"] + best["context_gib"] + best["engine_gib"], 2
     )
-    assert best["serve"].startswith(
-        "vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 4"
-    )
+    assert best["serve"].startswith("vllm serve meta-llama/Llama-3.3-70B-Instruct ")
+    assert "--tensor-parallel-size 4" in best["serve"]
     for key in (
         "engine",
         "artifact",

@@ -42,10 +42,9 @@ def test_llama_70b_at_32k_on_two_h100_nodes_is_best_on_4_cards_of_one_node():
         and "(weights 32.9 + context 2.5 + engine " in best.memory_text()
     )
     assert round(result.context_gib_per_1k_tokens, 2) == 0.31
-    assert best.serve.startswith(
-        "vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 4 --pipeline-parallel-size 1"
-        " --max-model-len 32768"
-    )
+    assert best.serve.startswith("vllm serve meta-llama/Llama-3.3-70B-Instruct ")
+    for flag in ("--tensor-parallel-size 4", "--pipeline-parallel-size 1", "--max-model-len 32768"):
+        assert flag in best.serve
 
 
 def test_every_way_is_listed_best_first_and_both_engines_offered():
@@ -100,7 +99,7 @@ def test_a_gguf_file_runs_on_a_cpu_node_from_a_downloaded_path():
     assert best.on_cpu and best.engine == "llama.cpp" and best.cards == 0
     assert best.needs_download
     assert best.source == "models/Qwen/Qwen2.5-14B-Instruct-GGUF/qwen2.5-14b-instruct-q8_0.gguf"
-    assert best.serve.endswith("--n-gpu-layers 0")
+    assert "--n-gpu-layers 0" in best.serve
     assert best.label() == "CPU node"
 
 

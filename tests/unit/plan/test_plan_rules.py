@@ -132,18 +132,24 @@ def test_a_context_longer_than_the_model_was_trained_for_is_refused(real_shape):
     [
         (
             ServeSpec("vllm", "Qwen/Qwen3-235B-A22B", 32768, 8, 1, True, None, 0.9),
-            "vllm serve Qwen/Qwen3-235B-A22B --tensor-parallel-size 8 --pipeline-parallel-size 1"
-            " --max-model-len 32768 --enable-expert-parallel --gpu-memory-utilization 0.90",
+            "vllm serve Qwen/Qwen3-235B-A22B --served-model-name Qwen/Qwen3-235B-A22B"
+            " --tensor-parallel-size 8 --pipeline-parallel-size 1 --max-model-len 32768"
+            " --enable-expert-parallel --gpu-memory-utilization 0.90 --host 0.0.0.0 --port 8000"
+            " --distributed-executor-backend mp",
         ),
         (
             ServeSpec("vllm", "org/m-AWQ", 8192, 2, 2, False, "awq_marlin", 0.9),
-            "vllm serve org/m-AWQ --tensor-parallel-size 2 --pipeline-parallel-size 2"
-            " --max-model-len 8192 --quantization awq_marlin --gpu-memory-utilization 0.90",
+            "vllm serve org/m-AWQ --served-model-name org/m-AWQ --tensor-parallel-size 2"
+            " --pipeline-parallel-size 2 --max-model-len 8192 --quantization awq_marlin"
+            " --gpu-memory-utilization 0.90 --distributed-executor-backend mp --nnodes 2"
+            " --node-rank 0 --master-addr HEAD_ADDRESS --master-port 29501 --host 0.0.0.0"
+            " --port 8000",
         ),
         (
             ServeSpec("llama.cpp", "models/q/it's Q4_K_M.gguf", 32768, concurrency=2, on_cpu=True),
-            "llama-server --model 'models/q/it'\"'\"'s Q4_K_M.gguf' --ctx-size 65536 --parallel 2"
-            " --n-gpu-layers 0",
+            "llama-server --model 'models/q/it'\"'\"'s Q4_K_M.gguf'"
+            " --alias 'models/q/it'\"'\"'s Q4_K_M.gguf' --host 0.0.0.0 --port 8000"
+            " --ctx-size 65536 --parallel 2 --n-gpu-layers 0",
         ),
         (
             ServeSpec(
@@ -154,8 +160,9 @@ def test_a_context_longer_than_the_model_was_trained_for_is_refused(real_shape):
                 expert_parallel=True,
                 gpu_memory_utilization=0.9,
             ),
-            "python -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B --tp-size 2 --ep-size 2"
-            " --context-length 8192 --mem-fraction-static 0.90",
+            "python3 -m sglang.launch_server --model-path Qwen/Qwen3-30B-A3B"
+            " --served-model-name Qwen/Qwen3-30B-A3B --host 0.0.0.0 --port 8000 --tp-size 2"
+            " --ep-size 2 --context-length 8192 --mem-fraction-static 0.90",
         ),
     ],
 )
