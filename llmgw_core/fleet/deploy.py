@@ -5,6 +5,7 @@ timestamps and modes), so its name `agent-<sha12>.pyz` changes exactly when
 the agent does: a node that already has the file is not sent it again, and
 two consoles of the same version agree on the name. An upload goes to a
 temporary name and is renamed into place, so a node never runs half a file.
+Where a site turned SFTP off, the same is done with `cat` on an exec channel.
 """
 
 from __future__ import annotations
@@ -146,21 +147,19 @@ async def ensure_agent(
         )
     home = str(found["home"])
     agent_path = f"{home}/{remote_agent}"
-    uploaded = False
-    if not found["present"] or not found["launcher"]:
-        try:
-            async with connection.start_sftp_client() as sftp:
-                if not found["present"]:
-                    await _put_atomically(sftp, agent_path, bundle.payload, 0o644)
-                    uploaded = True
-                await _put_atomically(
-                    sftp, f"{home}/{LAUNCHER}", launcher_text(bundle.file_name).encode(), 0o755
-                )
-        except (OSError, asyncssh.Error) as exc:
-            raise LlmgwError(
-                f"uploading the agent to {node} failed: {exc}",
-                "check that the user's home on the node is writable and not full",
-            ) from None
+    files: list[tuple[str, bytes, int]] = []
+    if not found["present"]:
+        files.append((agent_path, bundle.payload, 0o644))
+    if files or not found["launcher"]:
+        files.append((f"{home}/{LAUNCHER}", launcher_text(bundle.file_name).encode(), 0o755))
+    try:
+        await _put_files(connection, files)
+    except (OSError, asyncssh.Error) as exc:
+        raise LlmgwError(
+            f"uploading the agent to {node} failed: {exc}",
+            "check that the user's home on the node is writable and not full",
+        ) from None
+    uploaded = not found["present"]
     return Deployment(
         agent_path=agent_path, home=home, python_version=shown_version, uploaded=uploaded
     )
@@ -184,6 +183,42 @@ def _read_probe(node: str, probe: asyncssh.SSHCompletedProcess) -> dict[str, obj
     if not isinstance(found, dict) or not {"python", "home", "present", "launcher"} <= set(found):
         raise LlmgwError(f"checking Python on {node} gave an answer we cannot read: {stdout!r}")
     return found
+
+
+async def _put_files(
+    connection: asyncssh.SSHClientConnection, files: list[tuple[str, bytes, int]]
+) -> None:
+    """Write each (path, content, mode) atomically: over SFTP, or `cat` where SFTP is off."""
+    if not files:
+        return
+    try:
+        sftp_client = await connection.start_sftp_client()
+    except asyncssh.ChannelOpenError:
+        # Some sites remove sshd's `Subsystem sftp`: the exec channel still works.
+        for path, content, mode in files:
+            await _put_by_exec(connection, path, content, mode)
+        return
+    async with sftp_client as sftp:
+        for path, content, mode in files:
+            await _put_atomically(sftp, path, content, mode)
+
+
+async def _put_by_exec(
+    connection: asyncssh.SSHClientConnection, path: str, content: bytes, mode: int
+) -> None:
+    script = (
+        'set -e; mkdir -p "$(dirname "$1")"; t="$1.tmp-$$"; '
+        f'cat > "$t"; chmod {mode:o} "$t"; mv -f "$t" "$1"'
+    )
+    done = await connection.run(
+        f"/bin/sh -c {shlex.quote(script)} put {shlex.quote(path)}",
+        input=content,
+        encoding=None,
+        check=False,
+    )
+    if done.exit_status != 0:
+        said = (done.stderr or b"").decode(errors="replace").strip().splitlines()
+        raise OSError(f"writing {path} failed: {said[-1] if said else done.exit_status}")
 
 
 async def _put_atomically(sftp: asyncssh.SFTPClient, path: str, content: bytes, mode: int) -> None:

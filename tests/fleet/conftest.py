@@ -93,6 +93,7 @@ class OpenSshd:
         *,
         ports: list[int] | None = None,
         max_startups: str = "10:30:100",
+        sftp: bool = True,
     ) -> None:
         if SSHD is None:
             pytest.skip("OpenSSH's sshd is not installed (apt-get install openssh-server)")
@@ -119,7 +120,8 @@ class OpenSshd:
             + f"PidFile {folder / 'sshd.pid'}\n"
             + "StrictModes no\nUsePAM no\nPasswordAuthentication no\n"
             + "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
-            + "AllowTcpForwarding yes\nSubsystem sftp internal-sftp\n"
+            + "AllowTcpForwarding yes\n"
+            + ("Subsystem sftp internal-sftp\n" if sftp else "")
             + f"MaxStartups {max_startups}\nMaxSessions 20\n"
             + f"SetEnv HOME={self.home}\nLogLevel INFO\n"
         )

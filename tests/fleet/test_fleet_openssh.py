@@ -373,3 +373,29 @@ def test_an_unknown_bastion_refuses_its_nodes_until_it_is_accepted(
         f"bastion ([127.0.0.1]:{bastion.ports[0]}) presents {fingerprint(bastion.host_key)}"
     )
     assert after.state == "ready"
+
+
+def test_a_node_without_sftp_gets_the_agent_through_an_exec_channel(
+    tmp_path: Path, client_key: ClientKey, openssh
+):
+    sshd = OpenSshd(tmp_path / "sshd", client_key, sftp=False).start()
+    openssh.append(sshd)
+    (tmp_path / "known_hosts").write_text(sshd.known_hosts_lines())
+    inventory = parse_inventory(
+        f"nodes:\n{node_entry('n1', sshd.ports[0], client_key.path, sshd.user, capture=write_profile('l40s', tmp_path / 'cap'))}"
+        f"known_hosts: {tmp_path / 'known_hosts'}\n"
+    )
+
+    async def scenario():
+        fleet = Fleet(inventory, connector_for(tmp_path / "known_hosts"))
+        try:
+            await fleet.start()
+            return await fleet.wait_settled(30)
+        finally:
+            await fleet.close()
+
+    node = asyncio.run(scenario()).nodes["n1"]
+    assert node.state == "ready", node.reason
+    cached = [path.name for path in (sshd.home / ".cache" / "llmgw").iterdir()]
+    assert len(cached) == 1 and cached[0].startswith("agent-")
+    assert (sshd.home / ".local" / "bin" / "llmgw").stat().st_mode & 0o777 == 0o755
