@@ -1,0 +1,231 @@
+"""An engine's HTTP port as the operator reaches it: an SSH tunnel, then httpx.
+
+Engines listen on their node; nothing of theirs is exposed to the network
+the console is on. Every health check, question and benchmark from the
+console goes through an SSH tunnel (asyncssh local port forwarding) to the
+node's loopback, so nodes behind a bastion work exactly as direct ones.
+One tunnel per node and port, opened on first use and kept until `close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import asyncssh
+import httpx
+
+from llmgw_core.errors import LlmgwError
+from llmgw_core.fleet.ssh import SshTarget
+
+HEALTH_TIMEOUT_S = 5.0
+ASK_TIMEOUT_S = 300.0
+
+
+class TunnelRefused(LlmgwError):
+    """The node's sshd would not forward a port to the engine."""
+
+
+class EngineReach:
+    """Tunnels to engines' ports on the nodes of one fleet.
+
+    Args:
+        fleet: the live fleet (its inventory and SSH connector are used).
+    """
+
+    def __init__(self, fleet: Any) -> None:
+        self._fleet = fleet
+        self._connections: dict[str, asyncssh.SSHClientConnection] = {}
+        self._tunnels: dict[tuple[str, int], asyncssh.SSHListener] = {}
+        self._lock = asyncio.Lock()
+
+    async def connection(self, node: str) -> asyncssh.SSHClientConnection:
+        """This console's own SSH connection to `node` (for tunnels and file copies)."""
+        found = self._connections.get(node)
+        if found is not None and not found.is_closed():
+            return found
+        spec = next((s for s in self._fleet.inventory.node_specs() if s.name == node), None)
+        if spec is None:
+            raise LlmgwError(f"no node is named {node!r}")
+        target = SshTarget(
+            node=spec.name,
+            host=spec.host,
+            port=spec.port,
+            user=spec.user,
+            identity_file=spec.identity_file,
+        )
+        connection = await self._fleet.connector.connect(target)
+        self._connections[node] = connection
+        return connection
+
+    async def base_url(self, node: str, port: int) -> str:
+        """`http://127.0.0.1:<local>` reaching `127.0.0.1:<port>` on `node` through SSH.
+
+        Raises:
+            TunnelRefused: the node's sshd refuses forwarding.
+            LlmgwError: the node cannot be reached.
+        """
+        async with self._lock:
+            key = (node, port)
+            listener = self._tunnels.get(key)
+            if listener is None:
+                connection = await self.connection(node)
+                try:
+                    listener = await connection.forward_local_port(
+                        "127.0.0.1", 0, "127.0.0.1", port
+                    )
+                except (asyncssh.Error, OSError) as exc:
+                    raise TunnelRefused(
+                        f"{node} would not open a tunnel to port {port}: {exc}",
+                        "allow TCP forwarding in the node's sshd (AllowTcpForwarding local)",
+                    ) from None
+                self._tunnels[key] = listener
+        return f"http://127.0.0.1:{listener.get_port()}"
+
+    async def forget(self, node: str) -> None:
+        """Close the tunnels and connection to a node (it was lost, or its replica stopped)."""
+        for key in [k for k in self._tunnels if k[0] == node]:
+            self._tunnels.pop(key).close()
+        connection = self._connections.pop(node, None)
+        if connection is not None:
+            connection.close()
+
+    async def close(self) -> None:
+        """Close every tunnel and connection."""
+        for node in list({k[0] for k in self._tunnels} | set(self._connections)):
+            await self.forget(node)
+
+
+async def health_answers(reach: EngineReach, node: str, port: int, path: str) -> bool:
+    """True when the engine's health route answers 200 through the tunnel."""
+    try:
+        base = await reach.base_url(node, port)
+    except TunnelRefused:
+        raise
+    except LlmgwError:
+        return False
+    try:
+        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as client:
+            response = await client.get(base + path)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One chat completion: its text, tokens and how long it took."""
+
+    text: str
+    completion_tokens: int
+    latency_s: float
+
+
+async def chat(
+    reach: EngineReach,
+    node: str,
+    port: int,
+    served_name: str,
+    prompt: str,
+    *,
+    max_tokens: int = 64,
+    client: httpx.AsyncClient | None = None,
+) -> Answer:
+    """One OpenAI chat completion from the engine on `node:port`.
+
+    Raises:
+        LlmgwError: the engine did not answer, or answered with an error.
+    """
+    base = await reach.base_url(node, port)
+    body = {
+        "model": served_name,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+    }
+    started = time.perf_counter()
+    try:
+        if client is None:
+            async with httpx.AsyncClient(timeout=ASK_TIMEOUT_S) as own:
+                response = await own.post(base + "/v1/chat/completions", json=body)
+        else:
+            response = await client.post(base + "/v1/chat/completions", json=body)
+    except httpx.HTTPError as exc:
+        raise LlmgwError(
+            f"the engine on {node} did not answer: {exc or type(exc).__name__}"
+        ) from None
+    latency = time.perf_counter() - started
+    if response.status_code != 200:
+        raise LlmgwError(
+            f"the engine on {node} answered {response.status_code}: {response.text[:200]}"
+        )
+    try:
+        payload = response.json()
+        text = payload["choices"][0]["message"]["content"] or ""
+        tokens = int((payload.get("usage") or {}).get("completion_tokens") or len(text.split()))
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise LlmgwError(
+            f"the engine on {node} sent an answer that is not a chat completion: {response.text[:200]}"
+        ) from None
+    return Answer(text=text, completion_tokens=tokens, latency_s=latency)
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The `share` percentile (0–1) of `values`, nearest rank."""
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def bench(
+    reach: EngineReach,
+    node: str,
+    port: int,
+    served_name: str,
+    *,
+    requests: int,
+    concurrency: int,
+    max_tokens: int = 64,
+    prompt: str = "Write a short paragraph about GPUs.",
+) -> dict[str, Any]:
+    """`requests` completions, `concurrency` at a time: tokens a second and latency percentiles."""
+    gate = asyncio.Semaphore(concurrency)
+    answers: list[Answer] = []
+
+    async with httpx.AsyncClient(timeout=ASK_TIMEOUT_S) as client:
+
+        async def one() -> None:
+            async with gate:
+                answers.append(
+                    await chat(
+                        reach, node, port, served_name, prompt, max_tokens=max_tokens, client=client
+                    )
+                )
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(requests)))
+        wall_s = time.perf_counter() - started
+    latencies = [a.latency_s for a in answers]
+    tokens = sum(a.completion_tokens for a in answers)
+    return {
+        "requests": requests,
+        "concurrency": concurrency,
+        "completion_tokens": tokens,
+        "wall_s": round(wall_s, 3),
+        "tokens_per_s": round(tokens / wall_s, 1) if wall_s > 0 else None,
+        "latency_s": {
+            "p50": round(percentile(latencies, 0.5), 3),
+            "p90": round(percentile(latencies, 0.9), 3),
+            "p99": round(percentile(latencies, 0.99), 3),
+            "mean": round(statistics.fmean(latencies), 3),
+        },
+    }
+
+
+async def close_quietly(reach: EngineReach) -> None:
+    """Close `reach`, whatever state its connections are in."""
+    with contextlib.suppress(asyncssh.Error, OSError):
+        await reach.close()

@@ -1,0 +1,283 @@
+"""Replicas reassembled from what the nodes run, and the phase each is in (pure).
+
+The console keeps nothing durable: every shard carries its replica's spec
+(`shard.start`'s opaque `spec`), and a replica is whatever shards of one name
+the nodes report now. So any console, started any time, sees the same
+replicas — and decides the same phase from the same rules:
+
+* every shard stopped → `stopped`;
+* a shard failed or exited, a shard missing from a node that answers, or a
+  node unreachable past its grace → `failed` (a node lost fails the whole
+  replica: the other ranks would hang on their next collective);
+* a node unreachable within its grace → `unreachable`;
+* otherwise `starting` until every process runs, `loading` until rank 0's
+  health answers, then `ready`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from llmgw_core.fleet.state import FleetState
+
+TERMINAL = ("exited", "failed", "stopped")
+SPEC_KIND = "llmgw-replica"
+STARTUP_GRACE_S = 120.0
+"""A replica younger than this may still be missing shards: its console is starting them."""
+
+
+@dataclass(frozen=True)
+class ShardView:
+    """One shard as its node reports it."""
+
+    node: str
+    rank: int
+    shard_id: str
+    gpus: tuple[str, ...]
+    phase: str
+    healthy: bool | None = None
+    reason: str | None = None
+    exit_code: int | None = None
+    started_at: float | None = None
+    running_at: float | None = None
+    ended_at: float | None = None
+    argv: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def over(self) -> bool:
+        """True once the shard has ended (exited, failed or stopped)."""
+        return self.phase in TERMINAL
+
+    def as_dict(self) -> dict[str, Any]:
+        """The shard as the `replicas` step gives it."""
+        return {
+            "node": self.node,
+            "rank": self.rank,
+            "shard_id": self.shard_id,
+            "gpus": list(self.gpus),
+            "phase": self.phase,
+            "healthy": self.healthy,
+            "reason": self.reason,
+            "exit_code": self.exit_code,
+            "env": dict(self.env),
+            "argv": list(self.argv),
+        }
+
+
+@dataclass(frozen=True)
+class ReplicaView:
+    """A replica reassembled from its shards.
+
+    Attributes:
+        name: the replica's name (the agents' `replica`).
+        spec: the replica's spec as it was started (model, engine, way, placement).
+        shards: the shards found, rank order.
+        phase: starting | loading | ready | unreachable | failed | stopped.
+        reason: why it failed or waits, None when ready.
+    """
+
+    name: str
+    spec: Mapping[str, Any]
+    shards: tuple[ShardView, ...]
+    phase: str
+    reason: str | None = None
+
+    @property
+    def head(self) -> ShardView | None:
+        """Rank 0's shard, when it is found."""
+        return next((s for s in self.shards if s.rank == 0), None)
+
+    @property
+    def endpoint(self) -> str | None:
+        """`node:port` of rank 0's HTTP server."""
+        head = self.spec.get("head")
+        port = self.spec.get("http_port")
+        return f"{head}:{port}" if head and port else None
+
+    def live_shards(self) -> tuple[ShardView, ...]:
+        """The shards still running (what a stop must end)."""
+        return tuple(s for s in self.shards if not s.over)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The replica as the `replicas` step gives it."""
+        return {
+            "name": self.name,
+            "model": self.spec.get("model"),
+            "served_name": self.spec.get("served_name"),
+            "phase": self.phase,
+            "reason": self.reason,
+            "engine": self.spec.get("engine"),
+            "endpoint": self.endpoint,
+            "way": self.spec.get("way", {}).get("label"),
+            "fabric": self.spec.get("fabric"),
+            "nvlink_domain": self.spec.get("nvlink_domain"),
+            "shards": [s.as_dict() for s in self.shards],
+        }
+
+
+def shard_view(node: str, record: Mapping[str, Any]) -> ShardView:
+    """A shard from one record of an agent's `shard.list`."""
+    spec = record.get("spec") or {}
+    launch = spec.get("launch") or {}
+    return ShardView(
+        node=node,
+        rank=int(record.get("rank") or 0),
+        shard_id=str(record.get("shard_id")),
+        gpus=tuple(str(g) for g in record.get("gpus") or ()),
+        phase=str(record.get("phase") or "starting"),
+        healthy=record.get("healthy"),
+        reason=record.get("reason"),
+        exit_code=record.get("exit_code"),
+        started_at=record.get("started_at"),
+        running_at=record.get("running_at"),
+        ended_at=record.get("ended_at"),
+        argv=tuple(launch.get("argv") or ()),
+        env=dict(launch.get("env") or {}),
+    )
+
+
+def _phase(
+    spec: Mapping[str, Any],
+    shards: Sequence[ShardView],
+    snapshot: FleetState,
+    now_s: float,
+    grace_s: float,
+) -> tuple[str, str | None]:
+    expected = {int(n["rank"]): n["node"] for n in spec.get("placement", {}).get("nodes", [])}
+    by_rank = {s.rank: s for s in shards}
+    if shards and all(s.phase == "stopped" for s in shards):
+        return "stopped", None
+    for shard in shards:
+        if shard.phase in ("failed", "exited"):
+            why = shard.reason or f"exit code {shard.exit_code}"
+            return "failed", f"rank {shard.rank} on {shard.node} {shard.phase}: {why}"
+    young = now_s - float(spec.get("created_at") or 0) < STARTUP_GRACE_S
+    waiting = None
+    for rank, node in sorted(expected.items()):
+        state = snapshot.nodes.get(node)
+        if rank in by_rank and state is not None and state.state == "ready":
+            continue
+        if state is None or state.state != "ready":
+            seen = state.last_seen.timestamp() if state and state.last_seen else 0.0
+            why = f"{node} is {state.state if state else 'gone from the inventory'}"
+            if state is not None and state.reason:
+                why += f" ({state.reason})"
+            if now_s - seen > grace_s:
+                return "failed", f"rank {rank}'s node was lost: {why}"
+            waiting = f"rank {rank}'s node does not answer: {why}"
+            continue
+        if not young:
+            return "failed", f"rank {rank}'s shard on {node} is gone"
+        waiting = waiting or f"rank {rank} on {node} is not started yet"
+    if any(s.phase == "stopped" for s in shards):
+        stopped = next(s for s in shards if s.phase == "stopped")
+        return "failed", f"rank {stopped.rank} on {stopped.node} was stopped"
+    if waiting and "does not answer" in waiting:
+        return "unreachable", waiting
+    if waiting or any(s.phase == "starting" for s in shards):
+        return "starting", waiting
+    head = by_rank.get(0)
+    if head is not None and head.healthy:
+        return "ready", None
+    return "loading", "rank 0's health does not answer yet"
+
+
+def assemble(
+    listings: Mapping[str, Sequence[Mapping[str, Any]]],
+    snapshot: FleetState,
+    *,
+    now: datetime | None = None,
+    grace_s: float = 60.0,
+) -> tuple[ReplicaView, ...]:
+    """Every replica the nodes' shard listings hold, oldest first.
+
+    Args:
+        listings: per node that answered, its `shard.list` records.
+        snapshot: the fleet now (which nodes answer, since when they do not).
+        now: the moment judged (default: now).
+        grace_s: how long a node may not answer before its replica is failed.
+    """
+    now_s = (now or datetime.now(UTC)).timestamp()
+    found_by: dict[str, list[tuple[float, ShardView]]] = {}
+    specs: dict[str, Mapping[str, Any]] = {}
+    for node, records in listings.items():
+        for record in records:
+            spec = record.get("spec") or {}
+            if spec.get("kind") != SPEC_KIND:
+                continue  # a shard some other tool started: not a replica of ours
+            name = str(record.get("replica"))
+            replica = spec.get("replica") or {}
+            created = float(replica.get("created_at") or 0)
+            found_by.setdefault(name, []).append((created, shard_view(node, record)))
+            if created >= float(specs.get(name, {}).get("created_at") or 0):
+                specs[name] = replica
+    # Only the newest attempt of a name counts: a fallback replaces the way that failed.
+    shards = {
+        name: [
+            shard
+            for created, shard in found
+            if created == float(specs[name].get("created_at") or 0)
+        ]
+        for name, found in found_by.items()
+    }
+    views = []
+    for name, found in shards.items():
+        found.sort(key=lambda s: (s.rank, -(s.started_at or 0)))
+        latest: dict[int, ShardView] = {}
+        for shard in found:
+            latest.setdefault(shard.rank, shard)
+        ranked = tuple(latest[rank] for rank in sorted(latest))
+        spec = specs[name]
+        phase, reason = _phase(spec, ranked, snapshot, now_s, grace_s)
+        views.append(ReplicaView(name=name, spec=spec, shards=ranked, phase=phase, reason=reason))
+    views.sort(key=lambda v: (float(v.spec.get("created_at") or 0), v.name))
+    return tuple(views)
+
+
+def trace_of(view: ReplicaView) -> list[dict[str, Any]]:
+    """The start of a replica, step by step and node by node, with times (from its records)."""
+    steps: list[dict[str, Any]] = []
+    created = view.spec.get("created_at")
+    if created:
+        steps.append(
+            {
+                "at": created,
+                "node": None,
+                "step": "placed",
+                "detail": view.spec.get("way", {}).get("label"),
+            }
+        )
+    for shard in view.shards:
+        if shard.started_at:
+            steps.append(
+                {
+                    "at": shard.started_at,
+                    "node": shard.node,
+                    "step": "claimed and started",
+                    "detail": ", ".join(shard.gpus),
+                }
+            )
+        if shard.running_at:
+            steps.append(
+                {
+                    "at": shard.running_at,
+                    "node": shard.node,
+                    "step": "process running",
+                    "detail": None,
+                }
+            )
+        if shard.ended_at:
+            steps.append(
+                {
+                    "at": shard.ended_at,
+                    "node": shard.node,
+                    "step": shard.phase,
+                    "detail": shard.reason,
+                }
+            )
+    steps.sort(key=lambda s: s["at"])
+    return steps

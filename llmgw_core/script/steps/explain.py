@@ -1,0 +1,110 @@
+"""The `explain` step: node by node, where a model would go and why every other node would not.
+
+```yaml
+steps:
+  - explain: {model: catalog:meta-llama/Llama-3.3-70B-Instruct, context: 32768,
+              gpu_class: h100-80g, gpus: 8, nodes: 2}
+```
+
+Each node gets one reason: class, free cards, NVLink, fabric, domain joined,
+IMEX, MIG, memory, or unreachable. When the model fits nowhere the step
+fails with exit code 3, each node saying how much it could hold, and the
+plan's advice on what would change that.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from llmgw_core.script.registry import EXIT_DOES_NOT_FIT, StepArgs, StepContext, StepOutcome, step
+
+
+class ExplainArgs(StepArgs):
+    """Arguments of `explain` (the same layout keys as `serve`)."""
+
+    model: str = Field(min_length=1)
+    format: Literal["gguf", "safetensors"] | None = None
+    context: int | None = Field(default=None, gt=0, le=16_777_216)
+    concurrency: int = Field(default=1, ge=1, le=65_536)
+    engine: Literal["vllm", "sglang", "llama.cpp"] | None = None
+    artifact: str | None = None
+    gpu_class: str | None = None
+    gpus: int | None = Field(default=None, ge=1, le=1024)
+    nodes: int | None = Field(default=None, ge=1, le=4096)
+
+
+async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
+    """Plan against the live fleet, then say node by node why each is or is not chosen."""
+    from llmgw_core.errors import BadInput, DoesNotFit
+    from llmgw_core.placement import explain, place
+    from llmgw_core.plan import plan
+    from llmgw_core.pools_live import planner_fleet
+    from llmgw_core.replica_choice import Overrides, choices
+    from llmgw_core.replica_explain import capacity_verdicts
+    from llmgw_core.replicas import fleet_views
+    from llmgw_core.script.steps.plan import model_for
+
+    fleet = await ctx.live_fleet()
+    model = model_for(args.model, ctx.script_dir)
+    shape = model.shape or next((a.shape for a in model.artifacts if a.shape), None)
+    context = args.context or (shape.max_context if shape else None)
+    if context is None:
+        raise BadInput(f"{args.model}: the trained context is unknown", "give `context:` in tokens")
+    views = await fleet_views(fleet)
+    pools = planner_fleet(views)
+    the_plan = plan(model, pools, format=args.format, context=context, concurrency=args.concurrency)
+    overrides = Overrides(args.engine, args.artifact, args.gpu_class, args.gpus, args.nodes)
+    try:
+        way = choices(the_plan, model, pools, overrides, fallbacks=0)[0]
+    except DoesNotFit as exc:
+        verdicts = capacity_verdicts(views, the_plan)
+        result = {
+            "model": args.model,
+            "context": context,
+            "way": None,
+            "placed": False,
+            "nodes": [v.as_dict() for v in verdicts],
+            "advice": list(the_plan.advice),
+        }
+        return StepOutcome(
+            result=result, ok=False, exit_code=EXIT_DOES_NOT_FIT, error=exc.sentence()
+        )
+    want = way.want(tuple(x for x in (model.repo_id, model.ref) if x))
+    placement = place(want, views)
+    result: dict[str, Any] = {
+        "model": args.model,
+        "context": context,
+        "way": way.as_dict(),
+        "placed": placement is not None,
+        "placement": placement.as_dict() if placement else None,
+        "nodes": [v.as_dict() for v in explain(want, views, placement)],
+        "advice": list(the_plan.advice),
+    }
+    if placement is None:
+        return StepOutcome(
+            result=result,
+            ok=False,
+            exit_code=EXIT_DOES_NOT_FIT,
+            error=f"no room for {way.label} now; every node says why in `nodes`",
+        )
+    return StepOutcome(result=result)
+
+
+def render_explain(result: dict[str, Any]) -> Any:
+    """The way, then one row per node: chosen or why not."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    way = result.get("way")
+    head = Text(f"{result['model']}: " + (way["label"] if way else "fits nowhere"))
+    table = Table("node", "", "why", box=None)
+    for node in result.get("nodes", []):
+        table.add_row(node["node"], "✓" if node["chosen"] else "✗", node["reason"])
+    advice = [Text(f"• {line}") for line in result.get("advice", [])]
+    return Group(head, table, *advice)
+
+
+step("explain", args=ExplainArgs, render=render_explain)(run_explain)

@@ -1,0 +1,91 @@
+"""The `replicas` step: every replica the nodes run, reassembled from their shards now.
+
+```yaml
+steps:
+  - replicas: {}
+  - replicas: {name: llama-70b, phase: ready}   # expect: fails unless it is so
+```
+
+Each replica: `name`, `model`, `phase`, `engine`, `endpoint`, and its
+`shards` (`node`, `rank`, `gpus`, `phase`, `env`, `argv`). What is left
+running of a failed replica is stopped first, so no card stays claimed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from llmgw_core.script.registry import EXIT_STEP_FAILED, StepArgs, StepContext, StepOutcome, step
+
+
+class ReplicasArgs(StepArgs):
+    """Arguments of `replicas`: optionally one replica, and the phase it must be in."""
+
+    name: str | None = None
+    phase: str | None = None
+    grace: float = Field(default=60.0, ge=0, le=3600)
+
+
+async def run_replicas(args: ReplicasArgs, ctx: StepContext) -> StepOutcome:
+    """List the replicas (after stopping the leftovers of failed ones)."""
+    from llmgw_core.replica_view import trace_of
+    from llmgw_core.replicas import reconcile
+
+    fleet = await ctx.live_fleet()
+    views = await reconcile(fleet, grace_s=args.grace)
+    shown = [v for v in views if args.name is None or v.name == args.name]
+    rows = []
+    for view in shown:
+        row = view.as_dict()
+        row["trace"] = trace_of(view)
+        rows.append(row)
+    result = {"replicas": rows}
+    if args.name is not None and not shown:
+        return StepOutcome(
+            result=result,
+            ok=False,
+            exit_code=EXIT_STEP_FAILED,
+            error=f"no replica is named {args.name!r}",
+        )
+    if args.phase is not None:
+        wrong = [v for v in shown if v.phase != args.phase]
+        if wrong:
+            first = wrong[0]
+            why = f" ({first.reason})" if first.reason else ""
+            return StepOutcome(
+                result=result,
+                ok=False,
+                exit_code=EXIT_STEP_FAILED,
+                error=f"{first.name} is {first.phase}{why}, not {args.phase}",
+            )
+    return StepOutcome(result=result)
+
+
+def render_replicas(result: dict[str, Any]) -> Any:
+    """One row per shard, grouped by replica."""
+    from rich.table import Table
+
+    table = Table(
+        "replica", "phase", "engine", "endpoint", "rank", "node", "gpus", "shard", box=None
+    )
+    for replica in result.get("replicas", []):
+        for index, shard in enumerate(replica["shards"]):
+            first = index == 0
+            table.add_row(
+                replica["name"] if first else "",
+                replica["phase"] if first else "",
+                (replica.get("engine") or "") if first else "",
+                (replica.get("endpoint") or "") if first else "",
+                str(shard["rank"]),
+                shard["node"],
+                ",".join(shard["gpus"]) or "RAM",
+                shard["phase"],
+            )
+        if replica.get("reason"):
+            table.add_row("", f"[red]{replica['reason']}[/red]", "", "", "", "", "", "")
+    return table
+
+
+step("replicas", args=ReplicasArgs, render=render_replicas)(run_replicas)

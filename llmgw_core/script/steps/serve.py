@@ -1,0 +1,144 @@
+"""The `serve` step: bring a model up on the live fleet and wait until it answers.
+
+```yaml
+steps:
+  - serve:
+      model: catalog:meta-llama/Llama-3.3-70B-Instruct
+      context: 32768
+      gpu_class: h100-80g        # optional layout: gpu_class, gpus (per node), nodes,
+      name: llama-70b            #   engine, artifact
+      env: {NCCL_DEBUG: INFO}    # allowlisted engine variables, on every node
+      fallbacks: 1               # the next best ways, tried in order when one fails
+      wait: ready                # or `started`
+      timeout: 1200              # seconds without progress before it is failed
+```
+
+The result is the replica's name and phase, the way and placement, every
+attempt (with the last lines of each shard of a failed one) and the trace of
+the start, step by step and node by node, with times.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from llmgw_core.engines import checked_env
+from llmgw_core.errors import DoesNotFit
+from llmgw_core.script.registry import (
+    EXIT_DOES_NOT_FIT,
+    EXIT_STEP_FAILED,
+    StepArgs,
+    StepContext,
+    StepOutcome,
+    step,
+)
+
+
+class ServeArgs(StepArgs):
+    """Arguments of `serve`."""
+
+    model: str = Field(min_length=1)
+    format: Literal["gguf", "safetensors"] | None = None
+    context: int | None = Field(default=None, gt=0, le=16_777_216)
+    concurrency: int = Field(default=1, ge=1, le=65_536)
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    engine: Literal["vllm", "sglang", "llama.cpp"] | None = None
+    artifact: str | None = None
+    gpu_class: str | None = None
+    gpus: int | None = Field(default=None, ge=1, le=1024)
+    nodes: int | None = Field(default=None, ge=1, le=4096)
+    env: dict[str, str] = Field(default_factory=dict)
+    fallbacks: int = Field(default=0, ge=0, le=16)
+    wait: Literal["ready", "started"] = "ready"
+    timeout: float = Field(default=1200.0, gt=0, le=86_400)
+
+
+def local_source(ref: str, script_dir: Path) -> str | None:
+    """The absolute path of a local model file or directory, None for a Hub or catalog model."""
+    if ref.startswith(("./", "../")):
+        return str((script_dir / ref).resolve())
+    path = Path(ref).expanduser()
+    if ref.startswith(("/", "~")) or path.exists():
+        return str(path.resolve())
+    return None
+
+
+async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
+    """Plan, place, claim, start and (by default) wait until rank 0's health answers."""
+    from llmgw_core.replica_choice import Overrides
+    from llmgw_core.replica_session import fleet_and_reach
+    from llmgw_core.replicas import ServeRequest, find_replica, serve
+    from llmgw_core.script.steps.plan import model_for
+
+    env = checked_env(args.env)
+    fleet, reach = await fleet_and_reach(ctx)
+    model = model_for(args.model, ctx.script_dir)
+    source = local_source(args.model, ctx.script_dir)
+    request = ServeRequest(
+        model=args.model,
+        name=args.name,
+        format=args.format,
+        context=args.context,
+        concurrency=args.concurrency,
+        overrides=Overrides(
+            engine=args.engine,
+            artifact=args.artifact,
+            gpu_class=args.gpu_class,
+            gpus=args.gpus,
+            nodes=args.nodes,
+        ),
+        env=env,
+        fallbacks=args.fallbacks,
+        wait_ready=args.wait == "ready",
+        startup_timeout_s=args.timeout,
+        source=source,
+    )
+    try:
+        outcome = await serve(fleet, reach, request, model)
+    except DoesNotFit as exc:
+        return StepOutcome(
+            result={"name": args.name, "phase": "failed", "reason": exc.sentence()},
+            ok=False,
+            exit_code=EXIT_DOES_NOT_FIT,
+            error=exc.sentence(),
+        )
+    result: dict[str, Any] = outcome.as_dict()
+    if outcome.phase in ("ready", "starting"):
+        view = await find_replica(fleet, outcome.name)
+        result["replica"] = view.as_dict()
+        return StepOutcome(result=result)
+    code = EXIT_DOES_NOT_FIT if outcome.exit_code == EXIT_DOES_NOT_FIT else EXIT_STEP_FAILED
+    return StepOutcome(
+        result=result,
+        ok=False,
+        exit_code=code,
+        error=f"{outcome.name} did not come up: {outcome.reason}",
+    )
+
+
+def render_serve(result: dict[str, Any]) -> Any:
+    """The outcome for people: the phase, the way, where, and the trace."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    head = Text(f"{result.get('name')}: {result.get('phase')}")
+    if result.get("reason"):
+        head.append(f" — {result['reason']}", style="red")
+    parts: list[Any] = [head]
+    way = result.get("way")
+    if way:
+        parts.append(Text(f"way: {way['label']} ({way['engine']})"))
+    table = Table("time", "node", "step", "detail", box=None)
+    for entry in result.get("trace", []):
+        table.add_row(
+            entry["at"][11:23], entry.get("node") or "", entry["step"], entry.get("detail") or ""
+        )
+    parts.append(table)
+    return Group(*parts)
+
+
+step("serve", args=ServeArgs, render=render_serve)(run_serve)

@@ -1,0 +1,75 @@
+"""One demo fleet shared by a test module, driven from a loop on its own thread.
+
+pytest runs tests synchronously; the fleet lives on an asyncio loop that
+outlives each test (one demo start per module keeps the suite fast). Steps
+are called exactly as the runner calls them, with a `StepContext` whose
+live fleet is this one. The demo's SSH servers allow port forwarding, as a
+node's sshd does by default, so the console reaches engines through tunnels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from llmgw_core.fleet.demo import DemoFleet, start_demo_fleet
+from llmgw_core.fleet.fleet import Fleet
+from llmgw_core.fleet.ssh import SshConnector
+from llmgw_core.script.registry import StepContext, StepOutcome, all_steps
+
+
+class LoopThread:
+    """An event loop running on a thread; `run(coro)` waits for the result."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout_s: float = 180.0) -> Any:
+        """Run `coro` on the loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    def close(self) -> None:
+        """Stop the loop and its thread."""
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+class FleetContext(StepContext):
+    """A step context whose live fleet is an already-open one."""
+
+    def __init__(self, fleet: Fleet, script_dir: Path) -> None:
+        super().__init__(script_dir=script_dir, described_fleet=None, inventory=None, demo=True)
+        self._fleet = fleet
+
+    async def live_fleet(self) -> Fleet:
+        return self._fleet
+
+
+async def open_console(demo: DemoFleet, *, retry_max_s: float = 1.0) -> Fleet:
+    """A console's fleet on the demo nodes (every console gets its own connections)."""
+    fleet = Fleet(
+        demo.inventory, SshConnector(demo.settings), retry_initial_s=0.2, retry_max_s=retry_max_s
+    )
+    await fleet.start()
+    await fleet.wait_settled(120)
+    return fleet
+
+
+async def start_demo(root: Path) -> DemoFleet:
+    """The demo fleet, its servers forwarding ports like any sshd."""
+    root.mkdir(parents=True, exist_ok=True)
+    demo = await start_demo_fleet(root)
+    for server in demo.servers.values():
+        server.allow_forwarding = True
+    return demo
+
+
+async def step(ctx: StepContext, step_name: str, /, **args: Any) -> StepOutcome:
+    """Run one step as the runner does (its arguments validated first)."""
+    found = all_steps()[step_name]
+    return await found.call(found.args_model.model_validate(args), ctx)
