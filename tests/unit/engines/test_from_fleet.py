@@ -63,7 +63,7 @@ def test_an_h100_node_on_ib_a_reads_its_cards_adapters_address_and_engine(node_f
     assert node.adapters[0].name == "mlx5_0"
     assert node.adapters[0].link_layer == "InfiniBand"
     assert [a.name for a in node.adapters][-1] == "mlx5_11"
-    assert node.engine_version == "0.11.0"
+    assert node.engine_version == "0.19.0"
     assert node.program == ("/opt/llm/venv/bin/vllm",)
     assert node.simulated
 
@@ -94,14 +94,15 @@ def test_llama_3_3_70b_over_two_demo_h100_nodes_with_nccl_debug(node_facts):
             extra_env={"NCCL_DEBUG": "INFO"},
         )
     )
-    assert plan.executor == "ray"  # the demo nodes report vLLM 0.11.0
+    assert plan.executor == "mp"  # the demo nodes report vLLM 0.19.0: multiprocessing across nodes
     hcas = "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11"
     for shard in plan.shards:
         for command in shard.commands:
             assert command.env["NCCL_IB_HCA"] == hcas
             assert command.env["NCCL_DEBUG"] == "INFO"
             assert command.env["NCCL_SOCKET_IFNAME"] == "=eno1"
-    assert flag(plan.shards[1].main.argv, "--address") == "10.20.0.11:6379"
+    assert flag(plan.shards[1].main.argv, "--master-addr") == "10.20.0.11"
+    assert "--headless" in plan.shards[1].main.argv
 
 
 def test_a_mig_instance_is_read_with_its_uuid(node_facts):
