@@ -193,3 +193,24 @@ def test_a_gated_gguf_repository_reads_headers_only_with_a_token_that_has_access
     model = load_model("test/gated-GGUF", token="hf_ok")
     assert model.shape.num_layers == 2
     assert model.artifacts[0].param_count is not None
+
+
+def test_the_estimate_step_reads_a_hub_id_from_the_local_hub(
+    local_hub, models_dir, tmp_path, capsys
+):
+    from llmgw_core.script.runner import run_script
+
+    local_hub.repos["mistralai/Mixtral-8x7B-Instruct-v0.1"] = repo_from_fixture(
+        models_dir / "mistralai--Mixtral-8x7B-Instruct-v0.1"
+    )
+    script = tmp_path / "estimate.yaml"
+    script.write_text(
+        "steps:\n  - estimate: {model: mistralai/Mixtral-8x7B-Instruct-v0.1, gpu: h100-80g,\n"
+        "                tensor_parallel: 2, gpu_memory_utilization: 0.95, max_model_len: 8192}\n"
+    )
+    code = run_script(str(script), as_json=True, inventory=None, demo=False)
+    line = json.loads(capsys.readouterr().out.strip())
+    assert code == 0 and line["ok"]
+    # vLLM v0.19 on H100 TP2 logged 43.51 GiB of weights and 465,936 tokens
+    assert line["result"]["weights_gib"] == pytest.approx(43.51, abs=0.02)
+    assert line["result"]["kv_cache_tokens"] == pytest.approx(465_936, rel=0.01)
