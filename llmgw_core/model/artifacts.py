@@ -118,9 +118,14 @@ def safetensors_set(files: Iterable[RepoFile], shard_names: Iterable[str] = ()) 
     The index's shard names win when known. Otherwise the top-level
     `*.safetensors` files, preferring the `model*` set when a repository also
     ships Mistral's `consolidated.safetensors` copy of the same weights.
-    Other formats in the listing (`consolidated.*.pt`, `*.bin`) are not counted.
+    Other formats in the listing (`consolidated.*.pt`, `*.bin`) are not counted,
+    unless a repository has no safetensors at all: then its `pytorch_model*.bin`.
     """
+    files = list(files)
     listing = [f for f in files if f.path.endswith(".safetensors")]
+    if not listing:
+        # Older repositories ship only PyTorch pickles; engines load them the same way.
+        listing = [f for f in files if f.path.endswith(".bin") and "pytorch_model" in f.path]
     wanted = set(shard_names)
     if wanted:
         chosen = [f for f in listing if f.path in wanted]
@@ -129,7 +134,7 @@ def safetensors_set(files: Iterable[RepoFile], shard_names: Iterable[str] = ()) 
     top = [f for f in listing if "/" not in f.path]
     if not top:
         return []
-    model_files = [f for f in top if f.path.startswith("model")]
+    model_files = [f for f in top if f.path.startswith(("model", "pytorch_model"))]
     return sorted(model_files or top, key=lambda f: f.path)
 
 

@@ -172,3 +172,16 @@ def test_a_local_gguf_header_gives_exact_tensor_bytes_per_layer(tmp_path):
     (artifact,) = model.artifacts
     assert artifact.name == "Q8_0" and len(artifact.tensor_bytes_by_layer) == 3
     assert artifact.quantization.bits == pytest.approx(8.5, abs=0.2)
+
+
+def test_a_repository_with_only_pytorch_bins_counts_them():
+    listing = [
+        RepoFile("pytorch_model-00001-of-00002.bin", 9_900_000_000),
+        RepoFile("pytorch_model-00002-of-00002.bin", 3_500_000_000),
+        RepoFile("training_args.bin", 4_000),
+    ]
+    chosen = safetensors_set(listing)
+    assert [f.path for f in chosen] == [
+        "pytorch_model-00001-of-00002.bin",
+        "pytorch_model-00002-of-00002.bin",
+    ]
