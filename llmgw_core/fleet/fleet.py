@@ -150,8 +150,7 @@ class Fleet:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for node in self._nodes.values():
-            await self._disconnect(node)
+        await asyncio.gather(*(self._disconnect(node) for node in self._nodes.values()))
         await self.connector.close()
 
     def reconnect_now(self, name: str | None = None) -> None:
