@@ -13,6 +13,7 @@ loads the format on; where vLLM falls back to its Marlin weight-only kernels
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,7 @@ def _whole(value: Any, key: str, default: int) -> int:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
+        or not math.isfinite(value)
         or int(value) != value
         or value <= 0
     ):
@@ -153,7 +155,8 @@ def _from_quantization_config(raw: dict[str, Any]) -> Quantization:
     if not method:
         raise BadInput("config.json: quantization_config has no quant_method")
     bits = raw.get("bits") or raw.get("num_bits") or raw.get("weight_bits")
-    return Quantization(method=method, bits=float(bits) if isinstance(bits, int | float) else 8.0)
+    known_bits = isinstance(bits, int | float) and not isinstance(bits, bool) and 0 < bits <= 32
+    return Quantization(method=method, bits=float(bits) if known_bits else 8.0)
 
 
 def _from_compressed_tensors(raw: dict[str, Any]) -> Quantization:

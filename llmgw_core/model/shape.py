@@ -11,6 +11,7 @@ files the Hub ships (gemma-3-27b-it lists ten text keys) rely on them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,6 +212,29 @@ _DTYPES = {
 }
 
 
+# Older families name the same facts differently (GPT-2/NeoX/BigCode, ChatGLM).
+_ALIASES = {
+    "n_layer": "num_hidden_layers",
+    "num_layers": "num_hidden_layers",
+    "n_embd": "hidden_size",
+    "n_head": "num_attention_heads",
+    "n_positions": "max_position_embeddings",
+    "n_inner": "intermediate_size",
+    "ffn_hidden_size": "intermediate_size",
+    "multi_query_group_num": "num_key_value_heads",
+    "padded_vocab_size": "vocab_size",
+}
+
+
+def _with_standard_names(body: dict[str, Any]) -> dict[str, Any]:
+    """The config with older key names copied to the standard ones (never overriding them)."""
+    renamed = dict(body)
+    for old, new in _ALIASES.items():
+        if old in body and new not in body:
+            renamed[new] = body[old]
+    return renamed
+
+
 def is_full_config(config: dict[str, Any]) -> bool:
     """True when `config` describes a language model (not a GGUF repo's stub).
 
@@ -218,7 +242,7 @@ def is_full_config(config: dict[str, Any]) -> bool:
     label it; such a file has no layer count and is no shape.
     """
     text = config.get("text_config")
-    body = text if isinstance(text, dict) and text else config
+    body = _with_standard_names(text if isinstance(text, dict) and text else config)
     return any(key in body for key in ("num_hidden_layers", "hidden_size"))
 
 
@@ -264,6 +288,7 @@ def shape_from_config(
         )
     if multimodal and model_type not in _ARCH_DEFAULTS and top_type == "gemma3":
         model_type = "gemma3_text"
+    body = _with_standard_names(body)
     merged: dict[str, Any] = dict(_ARCH_DEFAULTS.get(model_type, {}))
     merged.update({k: v for k, v in body.items() if v is not None or k not in merged})
     if not is_full_config(body):
@@ -278,7 +303,12 @@ def _int(body: dict[str, Any], key: str, *, default: int | None = None) -> int:
     value = body.get(key, default)
     if value is None:
         raise BadInput(f"config.json has no {key}", "it is not a full model config")
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or int(value) != value
+    ):
         raise BadInput(f"config.json: {key} is {value!r}, not a whole number")
     if value < 0:
         raise BadInput(f"config.json: {key} is negative ({value})")
@@ -296,7 +326,12 @@ def _positive_number(value: Any, key: str) -> float | None:
     """A positive number from the config, None when absent; BadInput when it is not one."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise BadInput(f"config.json: {key} is {value!r}, not a positive number")
     return float(value)
 
@@ -380,7 +415,7 @@ def _build(
     )
     rotary_dim = mla.qk_rope_head_dim if mla else head_dim
     partial = body.get("partial_rotary_factor")
-    if isinstance(partial, int | float) and 0 < partial < 1 and not mla:
+    if isinstance(partial, int | float) and 0 < partial < 1 and not mla:  # NaN fails both
         rotary_dim = int(head_dim * partial)
 
     tie = body.get("tie_word_embeddings")

@@ -185,3 +185,14 @@ def test_a_repository_with_only_pytorch_bins_counts_them():
         "pytorch_model-00001-of-00002.bin",
         "pytorch_model-00002-of-00002.bin",
     ]
+
+
+def test_older_key_names_are_read_like_the_standard_ones():
+    # a GPT-BigCode-style config (StarCoder): n_layer, n_embd, n_head, n_positions
+    shape = shape_from_config({
+        "architectures": ["GPTBigCodeForCausalLM"], "model_type": "gpt_bigcode",
+        "n_layer": 40, "n_embd": 6144, "n_head": 48, "n_positions": 8192, "n_inner": 24576,
+        "vocab_size": 49152, "multi_query": True, "torch_dtype": "float32",
+    })  # fmt: skip
+    assert (shape.num_layers, shape.hidden_size, shape.num_attention_heads) == (40, 6144, 48)
+    assert (shape.max_context, shape.intermediate_size, shape.dtype) == (8192, 24576, "float32")
