@@ -14,14 +14,29 @@ from llmgw_core.plan import GIB, Plan
 from llmgw_core.pools_live import LiveNode
 
 
-def capacity_verdicts(views: Sequence[LiveNode], plan: Plan) -> tuple[NodeVerdict, ...]:
-    """One reason per node: unreachable, or the memory its free devices offer against the model."""
+def capacity_verdicts(
+    views: Sequence[LiveNode], plan: Plan, gpu_class: str | None = None
+) -> tuple[NodeVerdict, ...]:
+    """One reason per node: unreachable, another class, or what its free devices offer.
+
+    Args:
+        views: every node.
+        plan: the plan that found no way.
+        gpu_class: the class the operator asked for, when one was.
+    """
     weights = min((a.size_gib for a in plan.artifacts), default=0.0)
     verdicts = []
     for view in views:
         node = view.node
         if not view.ready or node is None:
             verdicts.append(NodeVerdict(view.name, False, f"unreachable: it is {view.state}"))
+            continue
+        wanted = (gpu_class or "").lower()
+        if wanted and wanted != "cpu" and not node.devices_of(wanted):
+            have = sorted({d.gpu_class.label for d in node.devices}) or ["no GPU"]
+            verdicts.append(
+                NodeVerdict(view.name, False, f"class: it has {', '.join(have)}, not {wanted}")
+            )
             continue
         if node.is_cpu:
             ram = (node.memory_gib or 0.0) * 0.9

@@ -20,7 +20,6 @@ import asyncssh
 import httpx
 
 from llmgw_core.errors import LlmgwError
-from llmgw_core.fleet.ssh import SshTarget
 
 HEALTH_TIMEOUT_S = 5.0
 ASK_TIMEOUT_S = 300.0
@@ -31,39 +30,29 @@ class TunnelRefused(LlmgwError):
 
 
 class EngineReach:
-    """Tunnels to engines' ports on the nodes of one fleet.
+    """Tunnels to engines' ports on the nodes of one fleet, over the fleet's own connections.
 
     Args:
-        fleet: the live fleet (its inventory and SSH connector are used).
+        fleet: the live fleet (`Fleet.connection(name)` lends each ready node's connection).
     """
 
     def __init__(self, fleet: Any) -> None:
         self._fleet = fleet
-        self._connections: dict[str, asyncssh.SSHClientConnection] = {}
-        self._tunnels: dict[tuple[str, int], asyncssh.SSHListener] = {}
+        self._tunnels: dict[tuple[str, int], tuple[asyncssh.SSHListener, Any]] = {}
         self._lock = asyncio.Lock()
 
     async def connection(self, node: str) -> asyncssh.SSHClientConnection:
-        """This console's own SSH connection to `node` (for tunnels and file copies)."""
-        found = self._connections.get(node)
-        if found is not None and not found.is_closed():
-            return found
-        spec = next((s for s in self._fleet.inventory.node_specs() if s.name == node), None)
-        if spec is None:
-            raise LlmgwError(f"no node is named {node!r}")
-        target = SshTarget(
-            node=spec.name,
-            host=spec.host,
-            port=spec.port,
-            user=spec.user,
-            identity_file=spec.identity_file,
-        )
-        connection = await self._fleet.connector.connect(target)
-        self._connections[node] = connection
-        return connection
+        """The fleet's SSH connection to `node` (for tunnels and file copies; not ours to close).
+
+        Raises:
+            LlmgwError: the node is not ready.
+        """
+        return self._fleet.connection(node)
 
     async def base_url(self, node: str, port: int) -> str:
         """`http://127.0.0.1:<local>` reaching `127.0.0.1:<port>` on `node` through SSH.
+
+        A tunnel is reopened when the node's connection changed (it was lost and came back).
 
         Raises:
             TunnelRefused: the node's sshd refuses forwarding.
@@ -71,9 +60,12 @@ class EngineReach:
         """
         async with self._lock:
             key = (node, port)
-            listener = self._tunnels.get(key)
-            if listener is None:
-                connection = await self.connection(node)
+            connection = await self.connection(node)
+            found = self._tunnels.get(key)
+            if found is not None and found[1] is not connection:
+                found[0].close()
+                found = None
+            if found is None:
                 try:
                     listener = await connection.forward_local_port(
                         "127.0.0.1", 0, "127.0.0.1", port
@@ -83,20 +75,18 @@ class EngineReach:
                         f"{node} would not open a tunnel to port {port}: {exc}",
                         "allow TCP forwarding in the node's sshd (AllowTcpForwarding local)",
                     ) from None
-                self._tunnels[key] = listener
-        return f"http://127.0.0.1:{listener.get_port()}"
+                found = (listener, connection)
+                self._tunnels[key] = found
+        return f"http://127.0.0.1:{found[0].get_port()}"
 
     async def forget(self, node: str) -> None:
-        """Close the tunnels and connection to a node (it was lost, or its replica stopped)."""
+        """Close the tunnels to a node (it was lost, or its replica stopped)."""
         for key in [k for k in self._tunnels if k[0] == node]:
-            self._tunnels.pop(key).close()
-        connection = self._connections.pop(node, None)
-        if connection is not None:
-            connection.close()
+            self._tunnels.pop(key)[0].close()
 
     async def close(self) -> None:
-        """Close every tunnel and connection."""
-        for node in list({k[0] for k in self._tunnels} | set(self._connections)):
+        """Close every tunnel (the connections are the fleet's)."""
+        for node in list({k[0] for k in self._tunnels}):
             await self.forget(node)
 
 

@@ -238,46 +238,32 @@ def assemble(
     return tuple(views)
 
 
+def _at(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds")
+
+
 def trace_of(view: ReplicaView) -> list[dict[str, Any]]:
     """The start of a replica, step by step and node by node, with times (from its records)."""
-    steps: list[dict[str, Any]] = []
+    steps: list[tuple[float, str | None, str, str | None]] = []
     created = view.spec.get("created_at")
     if created:
-        steps.append(
-            {
-                "at": created,
-                "node": None,
-                "step": "placed",
-                "detail": view.spec.get("way", {}).get("label"),
-            }
-        )
+        steps.append((float(created), None, "placed", view.spec.get("way", {}).get("label")))
     for shard in view.shards:
         if shard.started_at:
             steps.append(
-                {
-                    "at": shard.started_at,
-                    "node": shard.node,
-                    "step": "claimed and started",
-                    "detail": ", ".join(shard.gpus),
-                }
+                (
+                    shard.started_at,
+                    shard.node,
+                    "claimed, process started",
+                    ", ".join(shard.gpus) or "RAM",
+                )
             )
         if shard.running_at:
-            steps.append(
-                {
-                    "at": shard.running_at,
-                    "node": shard.node,
-                    "step": "process running",
-                    "detail": None,
-                }
-            )
+            steps.append((shard.running_at, shard.node, "process running", None))
         if shard.ended_at:
-            steps.append(
-                {
-                    "at": shard.ended_at,
-                    "node": shard.node,
-                    "step": shard.phase,
-                    "detail": shard.reason,
-                }
-            )
-    steps.sort(key=lambda s: s["at"])
-    return steps
+            steps.append((shard.ended_at, shard.node, shard.phase, shard.reason))
+    steps.sort(key=lambda step: step[0])
+    return [
+        {"at": _at(at), "node": node, "step": name, "detail": detail}
+        for at, node, name, detail in steps
+    ]

@@ -3,8 +3,7 @@
 pytest runs tests synchronously; the fleet lives on an asyncio loop that
 outlives each test (one demo start per module keeps the suite fast). Steps
 are called exactly as the runner calls them, with a `StepContext` whose
-live fleet is this one. The demo's SSH servers allow port forwarding, as a
-node's sshd does by default, so the console reaches engines through tunnels.
+live fleet is this one.
 """
 
 from __future__ import annotations
@@ -61,12 +60,9 @@ async def open_console(demo: DemoFleet, *, retry_max_s: float = 1.0) -> Fleet:
 
 
 async def start_demo(root: Path) -> DemoFleet:
-    """The demo fleet, its servers forwarding ports like any sshd."""
+    """The demo fleet in `root` (its nodes forward ports, as an sshd does by default)."""
     root.mkdir(parents=True, exist_ok=True)
-    demo = await start_demo_fleet(root)
-    for server in demo.servers.values():
-        server.allow_forwarding = True
-    return demo
+    return await start_demo_fleet(root)
 
 
 async def step(ctx: StepContext, step_name: str, /, **args: Any) -> StepOutcome:

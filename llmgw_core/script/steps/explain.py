@@ -59,7 +59,7 @@ async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
     try:
         way = choices(the_plan, model, pools, overrides, fallbacks=0)[0]
     except DoesNotFit as exc:
-        verdicts = capacity_verdicts(views, the_plan)
+        verdicts = capacity_verdicts(views, the_plan, args.gpu_class)
         result = {
             "model": args.model,
             "context": context,

@@ -1,0 +1,104 @@
+"""Which ways serve tries, and the launch they become: sized, refused, and the environment built."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmgw_core.catalog import catalog_model
+from llmgw_core.engines import build_launch
+from llmgw_core.errors import BadInput, DoesNotFit
+from llmgw_core.placement import place
+from llmgw_core.plan import plan
+from llmgw_core.pools_live import live_nodes, planner_fleet
+from llmgw_core.replica_choice import Overrides, choices
+from llmgw_core.replica_launch import free_port_on, launch_request, replica_name
+
+LLAMA = "catalog:meta-llama/Llama-3.3-70B-Instruct"
+
+
+def _setup(demo_facts, model=LLAMA, context=32768, **plan_args):
+    snapshot, specs = demo_facts
+    views = live_nodes(snapshot, specs)
+    fleet = planner_fleet(views)
+    info = catalog_model(model)
+    return views, fleet, info, plan(info, fleet, context=context, **plan_args)
+
+
+def test_the_plan_best_way_is_tried_first_then_the_fallbacks(demo_facts):
+    _, fleet, info, the_plan = _setup(demo_facts)
+    tried = choices(the_plan, info, fleet, Overrides(gpu_class="h100-80g"), fallbacks=1)
+    assert [(c.engine, c.label) for c in tried] == [
+        ("vllm", "4 × h100-80g"),
+        ("sglang", "4 × h100-80g"),
+    ]
+    assert tried[0].tensor_parallel == 4 and tried[0].cards_per_node == 4
+
+
+def test_two_nodes_of_eight_are_forced_and_sized_with_the_planners_rules(demo_facts):
+    _, fleet, info, the_plan = _setup(demo_facts)
+    (forced,) = choices(
+        the_plan, info, fleet, Overrides(gpu_class="h100-80g", gpus=8, nodes=2), fallbacks=0
+    )
+    assert forced.label == "2 nodes × 8 × h100-80g"
+    assert (forced.tensor_parallel, forced.pipeline_parallel, forced.nodes) == (8, 2, 2)
+    assert 10 < forced.per_card_gib < 20
+
+
+def test_a_width_the_kv_heads_refuse_cannot_be_forced(demo_facts):
+    _, fleet, info, the_plan = _setup(demo_facts)
+    with pytest.raises(BadInput, match="cannot be split 12 wide"):
+        choices(
+            the_plan, info, fleet, Overrides(gpu_class="h100-80g", gpus=12, nodes=1), fallbacks=0
+        )
+
+
+def test_a_forced_layout_too_small_for_the_model_does_not_fit(demo_facts):
+    _, fleet, info, the_plan = _setup(demo_facts)
+    with pytest.raises(DoesNotFit, match=r"needs .* GB a card of 71 usable"):
+        choices(
+            the_plan, info, fleet, Overrides(gpu_class="h100-80g", gpus=1, nodes=1), fallbacks=0
+        )
+
+
+def test_a_class_with_no_way_says_what_the_plan_would_do(demo_facts):
+    _, fleet, info, the_plan = _setup(demo_facts)
+    with pytest.raises(DoesNotFit, match="no way that fits with class l40s-48g"):
+        choices(the_plan, info, fleet, Overrides(gpu_class="l40s-48g"), fallbacks=0)
+
+
+def test_the_two_node_launch_names_exactly_ib_a_adapters_on_both_ranks(demo_facts):
+    views, fleet, info, the_plan = _setup(demo_facts)
+    (forced,) = choices(
+        the_plan, info, fleet, Overrides(gpu_class="h100-80g", gpus=8, nodes=2), fallbacks=0
+    )
+    placement = place(forced.want(), views)
+    snapshot, specs = demo_facts
+    request = launch_request(
+        forced,
+        placement,
+        {s.name: s for s in specs},
+        {n: snapshot.nodes[n].facts for n in ("h100-a-01", "h100-a-02")},
+        served_name="llama",
+        context=32768,
+        concurrency=1,
+        http_ports={"h100-a-01": 8000, "h100-a-02": 8000},
+        rendezvous_port=29500,
+        extra_env={"NCCL_DEBUG": "INFO"},
+    )
+    launch = build_launch(request)
+    hcas = "=" + ",".join(f"mlx5_{i}" for i in range(8))
+    for shard in launch.shards:
+        env = shard.main.env
+        assert env["NCCL_IB_HCA"] == hcas and env["NCCL_DEBUG"] == "INFO"
+        assert "NCCL_MNNVL_ENABLE" not in env
+    assert launch.head.node == "h100-a-01" and launch.head.health_url.endswith("/health")
+
+
+def test_a_replica_name_comes_from_the_model():
+    assert replica_name("meta-llama/Llama-3.3-70B-Instruct") == "llama-3-3-70b-instruct"
+    assert replica_name("/models/qwen2.5-14b-instruct-q4_k_m.gguf") == "qwen2-5-14b-instruct-q4-k-m"
+
+
+def test_the_next_free_port_skips_every_running_shards():
+    assert free_port_on({8000, 8001, 8003}, 8000) == 8002
+    assert free_port_on(set(), 8000) == 8000
