@@ -23,6 +23,10 @@ class FleetFeed(Protocol):
         """The fleet as it is now."""
         ...
 
+    async def doctor(self, node: str) -> list[dict[str, str]]:
+        """The node's doctor checks: `check`, `status` (pass, warn, fail), `message`, `fix`."""
+        ...
+
     async def close(self) -> None:
         """Release what the feed opened (SSH connections, the demo fleet)."""
         ...
@@ -40,6 +44,19 @@ class StaticFeed:
     async def snapshot(self) -> FleetSummary:
         """The one fixed snapshot."""
         return self._summary
+
+    async def doctor(self, node: str) -> list[dict[str, str]]:
+        """The agent's own checks over the node's facts, run here (no node to ask)."""
+        from llmgw_agent.doctor import run_checks
+
+        from llmgw_core.errors import BadInput
+        from llmgw_core.views import facts_mapping
+
+        state = self._summary.fleet_state
+        known = state.nodes.get(node) if state is not None else None
+        if known is None or known.facts is None:
+            raise BadInput(f"no facts for {node!r} to check", "pick a node of the fleet")
+        return list(run_checks(dict(facts_mapping(known.facts))))
 
     async def close(self) -> None:
         """Nothing to release."""
@@ -62,6 +79,16 @@ class LiveFeed:
 
             self._fleet, self._closer = await open_fleet(inventory=self._inventory, demo=self._demo)
         return fleet_summary(self._fleet.snapshot(), inventory_fabrics(self._fleet.inventory))
+
+    async def doctor(self, node: str) -> list[dict[str, str]]:
+        """Ask the node's agent to run its doctor (as the `doctor` step does)."""
+        from llmgw_core.errors import BadInput
+        from llmgw_core.script.steps.doctor import DOCTOR_TIMEOUT_S, _checks_of
+
+        if self._fleet is None:
+            raise BadInput("the fleet is still connecting", "try again in a moment")
+        raw = await self._fleet.request(node, "doctor", timeout_s=DOCTOR_TIMEOUT_S)
+        return _checks_of(raw)
 
     async def close(self) -> None:
         """Close every connection, and stop the demo fleet if this feed started it."""

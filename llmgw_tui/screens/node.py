@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.markup import escape
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from llmgw_core.errors import LlmgwError
 from llmgw_core.views import FleetSummary, NodeDetail
 from llmgw_tui.cells import (
     link_cell,
@@ -42,12 +45,36 @@ ADAPTER_COLUMNS = (
 )
 
 
+CHECK_MARKS = {"pass": ("✓", "$success"), "warn": ("!", "$warning"), "fail": ("✗", "$error")}
+"""How each doctor status is drawn."""
+
+
+def doctor_content(checks: list[dict[str, str]]) -> Content:
+    """The doctor's checks, one a line, worst first, with the fix under a check that did not pass."""
+    order = {"fail": 0, "warn": 1, "pass": 2}
+    lines = []
+    for check in sorted(checks, key=lambda c: order.get(c["status"], 0)):
+        mark, colour = CHECK_MARKS.get(check["status"], ("?", "$error"))
+        lines.append(
+            Content.from_markup(
+                f"[{colour}]$mark $name[/] $message",
+                mark=mark,
+                name=f"{check['check']:<10}",
+                message=check["message"],
+            )
+        )
+        if check.get("fix") and check["status"] != "pass":
+            lines.append(Content.from_markup("             [dim]fix: $fix[/]", fix=check["fix"]))
+    return Content("\n").join(lines) if lines else Content("no checks")
+
+
 class NodeScreen(Screen[None]):
     """The page of one node, kept current as fleet snapshots arrive."""
 
     BINDING_GROUP_TITLE = "Node"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", id="node-back"),
+        Binding("d", "doctor", "Doctor again", id="node-doctor"),
         Binding("tab", "focus_next", "Next table", show=False, id="node-next"),
     ]
 
@@ -76,6 +103,8 @@ class NodeScreen(Screen[None]):
                     for key, label in ADAPTER_COLUMNS:
                         adapters.add_column(label, key=key)
                     yield adapters
+            yield Static("Doctor", classes="section-title")
+            yield Static("", id="doctor")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -87,6 +116,22 @@ class NodeScreen(Screen[None]):
         if fleet is not None:
             self.show_fleet(fleet)
         self.query_one("#devices", DataTable).focus()
+        self.action_doctor()
+
+    def action_doctor(self) -> None:
+        """Run the node's doctor again (in a worker: the agent may take seconds)."""
+        self.query_one("#doctor", Static).update("running the doctor…")
+        self._run_doctor()
+
+    @work(group="doctor", exclusive=True, exit_on_error=False, description="The doctor")
+    async def _run_doctor(self) -> None:
+        doctor = self.query_one("#doctor", Static)
+        try:
+            checks = await self.app.feed.doctor(self.node_name)  # type: ignore[attr-defined]
+        except LlmgwError as error:
+            doctor.update(Content.from_markup("[$error]$sentence[/]", sentence=str(error)))
+            return
+        doctor.update(doctor_content(checks))
 
     def show_fleet(self, fleet: FleetSummary) -> None:
         """Redraw from a new snapshot, updating rows in place."""

@@ -167,3 +167,18 @@ def test_command_lines_parse_with_aliases_and_refuse_what_they_cannot_run():
             assert str(error) == message
         else:
             raise AssertionError(f"{line!r} parsed")
+
+
+@console_test
+async def test_the_node_page_runs_the_doctor_and_shows_the_failing_check_first(app, pilot):
+    await app.run_action("open_node('gb200-r1-t13')")
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    doctor = str(app.screen.query_one("#doctor").render())
+    first = doctor.splitlines()[0]
+    assert first.startswith("✗ fabric")
+    assert "status Insufficient Resources" in first
+    await pilot.press("d")
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    assert str(app.screen.query_one("#doctor").render()).splitlines()[0] == first
