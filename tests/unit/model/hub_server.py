@@ -97,9 +97,13 @@ def _handler(repos: dict[str, FakeRepo], log: HubLog) -> type[BaseHTTPRequestHan
             path = self.path.split("?")[0]
             api = _API.match(path)
             if api:
+                if api.group("rev") not in (None, "main", COMMIT):
+                    return self._error(404, "RevisionNotFound", "Invalid rev id")
                 return self._model_api(api.group("repo"))
             resolve = _RESOLVE.match(path)
             if resolve:
+                if resolve.group("rev") not in ("main", COMMIT):
+                    return self._error(404, "RevisionNotFound", "Invalid rev id")
                 return self._resolve(resolve.group("repo"), resolve.group("path"))
             return self._error(404, "EntryNotFound", "no such route")
 

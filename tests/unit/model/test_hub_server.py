@@ -214,3 +214,14 @@ def test_the_estimate_step_reads_a_hub_id_from_the_local_hub(
     # vLLM v0.19 on H100 TP2 logged 43.51 GiB of weights and 465,936 tokens
     assert line["result"]["weights_gib"] == pytest.approx(43.51, abs=0.02)
     assert line["result"]["kv_cache_tokens"] == pytest.approx(465_936, rel=0.01)
+
+
+def test_an_unknown_revision_is_named(local_hub, models_dir):
+    local_hub.repos["Qwen/Qwen3-8B"] = repo_from_fixture(models_dir / "Qwen--Qwen3-8B")
+    with pytest.raises(BadInput) as refused:
+        load_model("Qwen/Qwen3-8B@v9")
+    assert (
+        refused.value.sentence()
+        == "Qwen/Qwen3-8B has no revision 'v9': check the branch, tag or commit after @"
+    )
+    assert load_model("Qwen/Qwen3-8B@main").shape.num_layers == 36
