@@ -1,0 +1,270 @@
+"""Serving on the demo fleet, headless: the steps a script runs, against real agents over SSH.
+
+One demo fleet for the module; each test stops what it served, so the next
+finds every card free again.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from serve_demo_harness import FleetContext, LoopThread, open_console, start_demo, step
+
+REPO = Path(__file__).resolve().parents[2]
+LLAMA = "catalog:meta-llama/Llama-3.3-70B-Instruct"
+IB_A = "=" + ",".join(f"mlx5_{i}" for i in range(8))
+
+
+class Demo:
+    """The module's demo fleet, one console on it, and a way to run steps."""
+
+    def __init__(self, root: Path) -> None:
+        self.loop = LoopThread()
+        self.demo = self.loop.run(start_demo(root / "demo"))
+        self.fleet = self.loop.run(open_console(self.demo))
+        self.ctx = FleetContext(self.fleet, root)
+
+    def step(self, step_name: str, /, **args: Any) -> Any:
+        return self.loop.run(step(self.ctx, step_name, **args), 300)
+
+    def claims(self) -> dict[str, list[str]]:
+        async def read() -> dict[str, list[str]]:
+            found = {}
+            for node in self.fleet.snapshot().ready():
+                answer = await self.fleet.request(node.name, "claims")
+                if answer["claims"]:
+                    found[node.name] = [c["gpu"] for c in answer["claims"]]
+            return found
+
+        return self.loop.run(read())
+
+    def close(self) -> None:
+        try:
+            self.loop.run(self.ctx.close())
+            self.loop.run(self.fleet.close())
+        finally:
+            self.loop.run(self.demo.stop())
+            self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    running = Demo(tmp_path_factory.mktemp("serve-demo"))
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def _served(demo: Demo, **args: Any) -> dict[str, Any]:
+    outcome = demo.step("serve", **args)
+    assert outcome.ok, outcome.error
+    return outcome.result
+
+
+def test_llama_70b_at_32k_comes_up_on_four_h100_cards_of_one_node_and_answers(demo: Demo):
+    result = _served(demo, model=LLAMA, context=32768, gpu_class="h100-80g", name="llama-70b")
+    assert result["phase"] == "ready"
+    assert result["way"]["label"] == "4 × h100-80g" and result["way"]["tensor_parallel"] == 4
+    (placed,) = result["placement"]["nodes"]
+    assert placed["node"] == "h100-a-01" and len(placed["gpus"]) == 4
+    steps = [entry["step"] for entry in result["trace"]]
+    assert steps[:2] == ["placed", "claimed, process started"] and steps[-1] == "health answered"
+
+    listed = demo.step("replicas", name="llama-70b", phase="ready")
+    assert listed.ok, listed.error
+    (replica,) = listed.result["replicas"]
+    assert replica["engine"] == "vllm" and replica["endpoint"].startswith("h100-a-01:")
+    (shard,) = replica["shards"]
+    assert shard["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(placed["gpus"])
+    assert "--tensor-parallel-size" in shard["argv"] and "32768" in shard["argv"]
+
+    answer = demo.step("ask", replica="llama-70b", prompt="Say hello.")
+    assert answer.ok and "meta-llama/Llama-3.3-70B-Instruct" in answer.result["text"]
+
+    figures = demo.step("bench", replica="llama-70b", requests=8, concurrency=4)
+    assert figures.ok and figures.result["completion_tokens"] > 0
+    print(
+        f"bench on the demo: {figures.result['tokens_per_s']} tokens/s, p50 {figures.result['latency_s']['p50']} s"
+    )
+
+    stopped = demo.step("stop", replica="llama-70b")
+    assert stopped.ok and stopped.result["stopped"][0]["gpus"] == placed["gpus"]
+    assert demo.claims() == {}
+
+
+def test_forced_over_two_nodes_both_ranks_use_ib_a_and_say_net_ib(demo: Demo):
+    result = _served(
+        demo,
+        model=LLAMA,
+        context=32768,
+        gpu_class="h100-80g",
+        gpus=8,
+        nodes=2,
+        env={"NCCL_DEBUG": "INFO"},
+        name="llama-2x8",
+    )
+    assert result["placement"]["fabric"] == "ib-a"
+    (replica,) = demo.step("replicas", name="llama-2x8").result["replicas"]
+    assert [s["node"] for s in replica["shards"]] == ["h100-a-01", "h100-a-02"]
+    for shard in replica["shards"]:
+        assert shard["env"]["NCCL_IB_HCA"] == IB_A
+        assert shard["env"]["NCCL_DEBUG"] == "INFO"
+    lines = demo.step("logs", replica="llama-2x8", lines=500).result["lines"]
+    for rank, node in ((0, "h100-a-01"), (1, "h100-a-02")):
+        assert any(
+            line.startswith(f"[r{rank} {node}]") and "NET/IB : Using" in line for line in lines
+        )
+    assert not any("NET/Socket" in line for line in lines)
+    demo.step("stop", replica="llama-2x8")
+    assert demo.claims() == {}
+
+
+def test_across_trays_the_replica_stays_in_the_nvl72_domain_off_the_tray_that_did_not_join(
+    demo: Demo,
+):
+    result = _served(
+        demo,
+        model="catalog:Qwen/Qwen3-235B-A22B",
+        context=8192,
+        gpu_class="gb200-186g",
+        gpus=4,
+        nodes=16,
+        env={"NCCL_DEBUG": "INFO"},
+        name="qwen-nvl72",
+    )
+    placement = result["placement"]
+    nodes = [n["node"] for n in placement["nodes"]]
+    assert len(nodes) == 16 and "gb200-r1-t13" not in nodes and "gb200-r1-t07" not in nodes
+    assert placement["nvlink_domain"] == "4f2c9a1e-7b3d-4c55-9e61-0a8d2b7c3f10"
+    assert result["way"]["expert_parallel"] is True
+    (replica,) = demo.step("replicas", name="qwen-nvl72").result["replicas"]
+    for shard in replica["shards"]:
+        assert shard["env"]["NCCL_MNNVL_ENABLE"] == "1" and shard["env"]["NCCL_CUMEM_ENABLE"] == "1"
+    lines = demo.step("logs", replica="qwen-nvl72", lines=200).result["lines"]
+    assert sum(1 for line in lines if "MNNVL 1" in line) >= 1
+    demo.step("stop", replica="qwen-nvl72")
+
+
+def test_a_mig_replica_runs_on_one_instance(demo: Demo):
+    result = _served(
+        demo,
+        model="catalog:meta-llama/Llama-3.1-8B-Instruct",
+        context=8192,
+        gpu_class="a100-80g-mig-3g.40gb",
+        name="llama-8b-mig",
+    )
+    (placed,) = result["placement"]["nodes"]
+    assert placed["node"] == "a100-mig-01" and placed["gpus"] == ["1000"]
+    (replica,) = demo.step("replicas", name="llama-8b-mig").result["replicas"]
+    assert replica["shards"][0]["env"]["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert demo.step("ask", replica="llama-8b-mig", prompt="hi").ok
+    demo.step("stop", replica="llama-8b-mig")
+
+
+def test_a_gguf_file_is_served_by_llama_cpp_on_the_cpu_node(demo: Demo):
+    result = _served(
+        demo,
+        model="catalog:Qwen/Qwen2.5-14B-Instruct-GGUF",
+        format="gguf",
+        context=8192,
+        gpu_class="cpu",
+        name="qwen-gguf",
+    )
+    assert result["way"]["engine"] == "llama.cpp" and result["way"]["artifact"] == "Q8_0"
+    assert result["placement"]["nodes"][0]["node"] == "cpu-01"
+    answer = demo.step("ask", replica="qwen-gguf", prompt="hi")
+    assert answer.ok and "llama.cpp" in answer.result["text"]
+    demo.step("stop", replica="qwen-gguf")
+
+
+def test_a_local_gguf_file_is_copied_to_the_node_that_serves_it(demo: Demo, tmp_path: Path):
+    loaded = importlib.util.spec_from_file_location(
+        "tiny_gguf", REPO / "tests/unit/model/tiny_gguf.py"
+    )
+    assert loaded is not None and loaded.loader is not None
+    tiny = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(tiny)
+    model = tiny.write_tiny_llama(tmp_path / "tiny.gguf")
+    result = _served(demo, model=str(model), context=2048, gpu_class="cpu", name="tiny")
+    # The demo's nodes share this machine's disk, so the file is already at its path there.
+    (checked,) = [e for e in result["trace"] if e["step"].startswith("weights")]
+    assert (checked["node"], checked["step"], checked["detail"]) == (
+        "cpu-01",
+        "weights present",
+        str(model),
+    )
+    (replica,) = demo.step("replicas", name="tiny").result["replicas"]
+    assert str(model) in replica["shards"][0]["argv"]
+    demo.step("stop", replica="tiny")
+
+
+def test_explain_says_node_by_node_why_a_model_that_fits_nowhere_is_not_placed(
+    demo: Demo, tmp_path: Path
+):
+    from llmgw_core.catalog import write_model_dir
+
+    folder = write_model_dir("catalog:Qwen/Qwen3-235B-A22B", tmp_path)
+    index = folder / "model.safetensors.index.json"
+    document = json.loads(index.read_text())
+    document["metadata"]["total_size"] = 40 * 1024**4  # 40 TiB: more than the whole fleet holds
+    index.write_text(json.dumps(document))
+    outcome = demo.step("explain", model=str(folder), context=8192)
+    assert not outcome.ok and outcome.exit_code == 3
+    assert "fits nowhere" in outcome.error
+    reasons = {n["node"]: n["reason"] for n in outcome.result["nodes"]}
+    assert len(reasons) == 23
+    assert reasons["h100-a-01"].startswith("memory: 8 free h100-80g (570 GB usable)")
+    assert reasons["cpu-01"].startswith("memory: 461 GB of RAM usable")
+
+
+def test_explain_for_a_way_names_the_chosen_nodes_and_why_the_rest_are_not(demo: Demo):
+    outcome = demo.step(
+        "explain", model=LLAMA, context=32768, gpu_class="gb200-186g", gpus=4, nodes=3
+    )
+    assert outcome.ok
+    reasons = {n["node"]: n["reason"] for n in outcome.result["nodes"]}
+    assert reasons["gb200-r1-t01"] == "chosen: rank 0 on 0, 1, 2, 3"
+    assert reasons["gb200-r1-t13"].startswith("domain: its cards have not joined the NVLink domain")
+    assert reasons["h100-a-01"] == "class: it has h100-80g, not gb200-186g"
+
+
+def test_a_headless_script_serves_asks_and_stops_on_the_demo(tmp_path: Path):
+    script = (
+        "steps:\n"
+        f"  - serve: {{model: '{LLAMA}', context: 32768, gpu_class: h100-80g, name: llama-70b}}\n"
+        "  - replicas: {name: llama-70b, phase: ready}\n"
+        "  - ask: {replica: llama-70b, prompt: Say hello.}\n"
+        "  - stop: {replica: llama-70b}\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from llmgw_tui.cli import main; sys.exit(main())",
+            "--demo",
+            "--run",
+            "-",
+            "--json",
+        ],
+        input=script,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        cwd=REPO,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [json.loads(text) for text in done.stdout.splitlines() if text.strip()]
+    assert [line["step"] for line in lines] == ["serve", "replicas", "ask", "stop"]
+    assert all(line["ok"] for line in lines)
+    assert lines[0]["result"]["phase"] == "ready"
+    assert "Llama-3.3-70B" in lines[2]["result"]["text"]
