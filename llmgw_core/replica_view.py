@@ -149,7 +149,8 @@ def _phase(
 ) -> tuple[str, str | None]:
     expected = {int(n["rank"]): n["node"] for n in spec.get("placement", {}).get("nodes", [])}
     by_rank = {s.rank: s for s in shards}
-    if shards and all(s.phase == "stopped" for s in shards):
+    every_rank = set(by_rank) >= set(expected)
+    if shards and every_rank and all(s.phase == "stopped" for s in shards):
         return "stopped", None
     for shard in shards:
         if shard.phase in ("failed", "exited"):
