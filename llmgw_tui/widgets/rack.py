@@ -22,10 +22,13 @@ TRAY_STATE_WORDS = {"joined": "joined", "degraded": "degraded", "not-joined": "N
 
 
 class TrayRow(Horizontal):
-    """One tray: backplane tap, name, its GPU chips, its state and what keeps it out."""
+    """One tray: its name, its GPU chips, its state and what keeps it out.
+
+    The row's left border is the backplane; `-lit` marks where the light is.
+    """
 
     DEFAULT_CSS = """
-    TrayRow { height: 1; }
+    TrayRow { height: auto; }
     """
 
     def __init__(self, tray: TraySummary) -> None:
@@ -36,7 +39,6 @@ class TrayRow(Horizontal):
     def compose(self) -> ComposeResult:
         """The row's cells, left to right."""
         tray = self.tray
-        yield Static("┃", classes="backplane")
         yield Static(tray.node, classes="tray-name", markup=False)
         yield Static(" ".join([CHIP] * max(tray.gpu_count, 1)), classes="chips")
         yield Static(TRAY_STATE_WORDS[tray.state], classes="tray-state")
@@ -80,7 +82,7 @@ class RackWidget(Vertical):
             self._motion.append(self.set_interval(0.6, self._pulse))
 
     def _advance_light(self) -> None:
-        taps = list(self.query(".backplane"))
+        taps = list(self.query(TrayRow))
         if not taps:
             return
         taps[self._light % len(taps)].remove_class("-lit")

@@ -30,7 +30,7 @@ def racks_after(demo_state, level: str) -> tuple[int, int]:
             await app.workers.wait_for_complete()
             await pilot.press("2")
             await pilot.pause(1.5)
-            lit = len(app.screen.query(".backplane.-lit"))
+            lit = len(app.screen.query("TrayRow.-lit"))
             pulsing = len(app.screen.query("TrayRow.-pulse"))
             return lit, pulsing
 

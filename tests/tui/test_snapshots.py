@@ -121,3 +121,14 @@ def test_the_plan_of_llama_3_3_70b_on_the_demo_fleet(snap_compare, make_app):
         await settle(pilot)
 
     assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
+
+
+def test_the_racks_screen_fits_80x24(snap_compare, make_app):
+    """Racks on a small terminal: the rack scrolls, the trays keep their states."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.press("2")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), run_before=run_before, terminal_size=(80, 24))
