@@ -15,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "unit" / "model"))
 
-from tiny_gguf import write_tiny_llama  # noqa: E402
+from header_ggufs import write_tiny_llama  # noqa: E402
 
 from llmgw_core.memory import Layout, card_need  # noqa: E402
 from llmgw_core.memory.vllm import estimate  # noqa: E402

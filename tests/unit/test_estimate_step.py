@@ -11,7 +11,7 @@ import pytest
 from llmgw_core.script.runner import run_script
 
 sys.path.insert(0, str(Path(__file__).parent / "model"))
-from tiny_gguf import write_tiny_llama
+from header_ggufs import write_tiny_llama
 
 
 def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, *, as_json: bool = True):

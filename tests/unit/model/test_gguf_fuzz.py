@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiny_gguf import write_tiny_llama
+from header_ggufs import write_tiny_llama
 
 from llmgw_core.errors import BadInput
 from llmgw_core.model.gguf_header import read_gguf_header, shape_from_gguf

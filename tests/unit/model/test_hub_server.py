@@ -7,7 +7,7 @@ import json
 import gguf
 import pytest
 from hub_server import FakeRepo, repo_from_fixture
-from tiny_gguf import write_tiny_llama
+from header_ggufs import write_tiny_llama
 
 from llmgw_core.errors import BadInput
 from llmgw_core.model.source import load_model

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tiny_gguf import write_tiny_llama
+from header_ggufs import write_tiny_llama
 
 from llmgw_core.errors import BadInput
 from llmgw_core.model.artifacts import RepoFile, gguf_quant_name, gguf_sets, safetensors_set

@@ -1,4 +1,7 @@
-"""Tiny GGUF models written with the `gguf` package, for header and range-read tests."""
+"""Tiny GGUF files of many shapes written with the `gguf` package, for header and range-read tests.
+
+(The one llama.cpp really loads and answers with is `tests/e2e/tiny_gguf.py`.)
+"""
 
 from __future__ import annotations
 
