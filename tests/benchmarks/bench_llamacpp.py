@@ -28,6 +28,7 @@ from test_llamacpp_real import (
     engine_url,
     free_port,
     launch_plan,
+    started_shard,
     this_machine_as_a_node,
     wait_healthy,
 )
@@ -73,12 +74,11 @@ async def one_run(folder: Path) -> dict[str, float]:
         plan = launch_plan(spec, fleet.snapshot().nodes[NODE].facts, model, http_port)
         client = fleet.client(NODE)
         started = time.perf_counter()
-        shard = await client.request("shard.start", plan.head.start_args("bench"), timeout_s=30)
-        await wait_healthy(client, shard["shard_id"])
-        healthy = time.perf_counter()
-        token, cuts = await first_token_s(fleet, http_port)
-        first_token = time.perf_counter()
-        await client.request("shard.stop", {"shard_id": shard["shard_id"]}, timeout_s=60)
+        async with started_shard(client, plan, "bench") as shard_id:
+            await wait_healthy(client, shard_id)
+            healthy = time.perf_counter()
+            token, cuts = await first_token_s(fleet, http_port)
+            first_token = time.perf_counter()
         stopped = time.perf_counter()
     return {
         "start → healthy (agent saw 200)": healthy - started,

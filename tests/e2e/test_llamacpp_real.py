@@ -16,10 +16,15 @@ import asyncio
 import contextlib
 import importlib.metadata
 import importlib.util
+import json
+import os
+import signal
 import socket
+import subprocess
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +66,8 @@ needs_llama_cpp = pytest.mark.skipif(
 READY_TIMEOUT_S = 120.0
 SERVED_NAME = "tiny-llama"
 NODE = "here"
+LLMGW_TUI = [sys.executable, "-c", "import sys; from llmgw_tui.cli import main; sys.exit(main())"]
+"""The console, run as a person runs it (the `llmgw-tui` entry point) from this interpreter."""
 
 
 def llama_cpp_version() -> str:
@@ -160,6 +167,20 @@ async def wait_healthy(client: AgentClient, shard_id: str) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
+async def started_shard(client: AgentClient, plan: LaunchPlan, replica: str) -> AsyncIterator[str]:
+    """Start the plan's one shard and yield its id; it is stopped on the way out, come what may.
+
+    A shard outlives the SSH session that started it (that is its point), so
+    a test that fails half-way must still stop it.
+    """
+    started = await client.request("shard.start", plan.head.start_args(replica), timeout_s=30)
+    try:
+        yield started["shard_id"]
+    finally:
+        await client.request("shard.stop", {"shard_id": started["shard_id"]}, timeout_s=60)
+
+
+@contextlib.asynccontextmanager
 async def engine_url(fleet: Fleet, node: str, http_port: int) -> AsyncIterator[str]:
     """`http://127.0.0.1:PORT`: the node's engine port through an SSH tunnel on its connection."""
     tunnel = await fleet.connection(node).forward_local_port("127.0.0.1", 0, "127.0.0.1", http_port)
@@ -244,13 +265,10 @@ def test_llama_cpp_started_by_the_agent_over_ssh_answers_a_chat_completion(tmp_p
             spec = next(spec for spec in fleet.inventory.node_specs() if spec.name == NODE)
             plan = launch_plan(spec, node.facts, model_path, http_port)
             client = fleet.client(NODE)
-            started = await client.request(
-                "shard.start", plan.head.start_args("tiny-llama"), timeout_s=30
-            )
-            shard_id = started["shard_id"]
-            healthy = await wait_healthy(client, shard_id)
-            answer = await ask(fleet, NODE, http_port, "Who are you?")
-            stopped = await client.request("shard.stop", {"shard_id": shard_id}, timeout_s=60)
+            async with started_shard(client, plan, "tiny-llama") as shard_id:
+                healthy = await wait_healthy(client, shard_id)
+                answer = await ask(fleet, NODE, http_port, "Who are you?")
+                stopped = await client.request("shard.stop", {"shard_id": shard_id}, timeout_s=60)
             lines = await log_lines(client, shard_id)
             return client.hello, node.facts, plan, healthy, answer, stopped, lines
 
@@ -277,6 +295,34 @@ def test_llama_cpp_started_by_the_agent_over_ssh_answers_a_chat_completion(tmp_p
     assert any(f"Uvicorn running on http://127.0.0.1:{http_port}" in line for line in lines)
 
 
+async def _stream_slowly_and_ask_again(
+    fleet: Fleet, http_port: int, options: dict[str, Any]
+) -> tuple[int, str | None, httpx.Response]:
+    """Stream one answer, reading slowly, and ask a second question while it streams.
+
+    Returns the chunks read, how the stream was cut (None: it was not) and
+    the second question's response.
+    """
+    chunks, cut, second = 0, None, None
+    async with engine_url(fleet, NODE, http_port) as base, httpx.AsyncClient(timeout=60) as http:
+        url = f"{base}/v1/chat/completions"
+        body = chat_body("Go on.", stream=True, **options)
+        async with http.stream("POST", url, json=body) as response:
+            try:
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    chunks += 1
+                    if chunks == 2:
+                        second = asyncio.ensure_future(http.post(url, json=chat_body("And you?")))
+                    # Read slowly: the agent probes health every second.
+                    await asyncio.sleep(0.02)
+            except httpx.HTTPError as exc:
+                cut = f"{type(exc).__name__}: {exc}"
+        assert second is not None, f"the stream ended after {chunks} chunks"
+        return chunks, cut, await second
+
+
 @needs_llama_cpp
 @pytest.mark.xfail(
     reason=(
@@ -301,33 +347,11 @@ def test_a_long_streamed_answer_is_not_cut_by_the_health_probe_or_a_second_quest
             spec = next(spec for spec in fleet.inventory.node_specs() if spec.name == NODE)
             plan = launch_plan(spec, node.facts, model_path, http_port)
             client = fleet.client(NODE)
-            started = await client.request(
-                "shard.start", plan.head.start_args("tiny"), timeout_s=30
-            )
-            await wait_healthy(client, started["shard_id"])
-            chunks, cut, second = 0, None, None
-            async with (
-                engine_url(fleet, NODE, http_port) as base,
-                httpx.AsyncClient(timeout=60) as http,
-            ):
-                url = f"{base}/v1/chat/completions"
-                body = chat_body("Go on.", stream=True, **endless)
-                async with http.stream("POST", url, json=body) as response:
-                    try:
-                        async for line in response.aiter_lines():
-                            if not line.startswith("data: {"):
-                                continue
-                            chunks += 1
-                            if chunks == 2:
-                                second = asyncio.ensure_future(
-                                    http.post(url, json=chat_body("And you?"))
-                                )
-                            # Read slowly: the agent probes health every second.
-                            await asyncio.sleep(0.02)
-                    except httpx.HTTPError as exc:
-                        cut = f"{type(exc).__name__}: {exc}"
-                answered = await second
-            await client.request("shard.stop", {"shard_id": started["shard_id"]}, timeout_s=60)
+            async with started_shard(client, plan, "tiny") as shard_id:
+                await wait_healthy(client, shard_id)
+                chunks, cut, answered = await _stream_slowly_and_ask_again(
+                    fleet, http_port, endless
+                )
             return chunks, cut, answered.json()
 
     chunks, cut, second = asyncio.run(scenario())
@@ -335,3 +359,110 @@ def test_a_long_streamed_answer_is_not_cut_by_the_health_probe_or_a_second_quest
     assert cut is None
     assert chunks == 1 + endless["max_tokens"] + 1  # the role, every token, the finish
     assert second["choices"][0]["message"]["content"].strip() == REPLY
+
+
+@contextlib.contextmanager
+def sshd_in_a_thread(server: LoopbackSshd) -> Iterator[LoopbackSshd]:
+    """Run the loopback SSH server on its own event loop, for a console in another process."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(server.start(), loop).result(30)
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def _processes_naming(text: str) -> dict[int, str]:
+    """The live processes whose command line mentions `text`: pid → command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in command:
+            found[int(entry.name)] = command
+    return found
+
+
+def _end(processes: dict[int, str]) -> None:
+    """End processes this test started (found by its own temporary paths), by their ids."""
+    for pid in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+
+
+@needs_llama_cpp
+def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(tmp_path: Path):
+    client_key = asyncssh.generate_private_key("ssh-ed25519")
+    key_path = tmp_path / "client_key"
+    key_path.write_bytes(client_key.export_private_key())
+    key_path.chmod(0o600)
+    server = LoopbackSshd(
+        home=tmp_path / "node" / "home",
+        host_key=asyncssh.generate_private_key("ssh-ed25519"),
+        authorized_keys=client_key.export_public_key().decode(),
+        env={EXTRA_PREFIXES_ENV: sys.prefix},
+        allow_forwarding=True,
+    )
+    model_dir = tmp_path / "models"
+    model_path = write_tiny_llama_gguf(model_dir / "tiny-llama" / "tiny.gguf")
+    script = tmp_path / "serve-tiny.yaml"
+    script.write_text(
+        "steps:\n"
+        f"  - serve: {{model: {model_path}, engine: llama.cpp, context: 256, name: tiny,"
+        " timeout: 120}\n"
+        '  - ask: {replica: tiny, prompt: "Who are you?", max_tokens: 16}\n'
+        "  - stop: {replica: tiny}\n"
+    )
+    # The console's own home: no ~/.ssh/config, no ssh-agent, nothing of the person running it.
+    env = {key: value for key, value in os.environ.items() if key != "SSH_AUTH_SOCK"}
+    env.update(HOME=str(tmp_path / "console"), NO_COLOR="1")
+
+    with sshd_in_a_thread(server):
+        known_hosts = tmp_path / "known_hosts"
+        known_hosts.write_text(server.known_hosts_line() + "\n")
+        inventory = tmp_path / "inventory.yaml"
+        inventory.write_text(
+            f"nodes:\n  - name: {NODE}\n    host: 127.0.0.1\n    port: {server.port}\n"
+            f"    identity_file: {key_path}\n    model_dirs: [{model_dir}]\n"
+            f"known_hosts: {known_hosts}\n"
+        )
+        done = subprocess.run(
+            [*LLMGW_TUI, "--inventory", str(inventory), "--run", str(script), "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=240,
+        )
+        left_running = _processes_naming(str(model_path))
+        _end(left_running)
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    served, asked, stopped = [json.loads(line) for line in done.stdout.splitlines()]
+    replica = served["result"]["replica"]
+    assert (replica["phase"], replica["engine"], replica["way"]) == (
+        "ready",
+        "llama.cpp",
+        "CPU node",
+    )
+    (shard,) = replica["shards"]
+    assert shard["node"] == NODE and shard["gpus"] == [] and shard["healthy"] is True
+    assert shard["argv"][:3] == [
+        str(Path(sys.prefix) / "bin" / "python3"),
+        "-m",
+        "llama_cpp.server",
+    ]
+    assert shard["env"]["CUDA_VISIBLE_DEVICES"] == ""
+    assert "health answered" in [entry["step"] for entry in served["result"]["trace"]]
+    assert asked["result"]["text"].strip() == REPLY
+    assert asked["result"]["completion_tokens"] == len(REPLY.split())
+    assert [entry["shard_id"] for entry in stopped["result"]["stopped"]] == [shard["shard_id"]]
+    assert list(left_running.values()) == []
