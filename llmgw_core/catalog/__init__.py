@@ -16,15 +16,32 @@ Two ways out of the same facts:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from llmgw_core.catalog.facts import CATALOG, CatalogModel
+from llmgw_core.catalog.entries import CATALOG
+from llmgw_core.catalog.facts import CatalogModel
 from llmgw_core.errors import BadInput
 from llmgw_core.model.artifacts import RepoFile, artifacts_from_listing
+from llmgw_core.model.params import count_parameters
 from llmgw_core.model.shape import shape_from_config
-from llmgw_core.model.source import ModelInfo
+from llmgw_core.model.source import ModelInfo, counted_artifact
 
 PREFIX = "catalog:"
+SHIPPED_NOTE = "from the shipped catalog"
+
+
+@dataclass(frozen=True)
+class ShippedModel(ModelInfo):
+    """A model read from the shipped facts rather than the Hub or a directory.
+
+    Attributes:
+        note: how it was reached ("from the shipped catalog (offline)"), for the plan to show.
+        source: where the catalog's figures come from.
+    """
+
+    note: str = SHIPPED_NOTE
+    source: str = ""
 
 
 def is_catalog_ref(ref: str) -> bool:
@@ -37,11 +54,17 @@ def known_models() -> tuple[str, ...]:
     return tuple(entry.repo_id for entry in CATALOG)
 
 
+def catalog_entry(repo_id: str) -> CatalogModel | None:
+    """The shipped record of a Hub id (any case, with or without `catalog:`), None when unknown."""
+    wanted = repo_id.strip().removeprefix(PREFIX).partition("@")[0].lower()
+    return next((entry for entry in CATALOG if entry.repo_id.lower() == wanted), None)
+
+
 def _entry(ref: str) -> CatalogModel:
     repo_id = ref.strip().removeprefix(PREFIX)
-    for entry in CATALOG:
-        if entry.repo_id.lower() == repo_id.lower():
-            return entry
+    entry = catalog_entry(repo_id)
+    if entry is not None:
+        return entry
     raise BadInput(
         f"the offline catalog has no model {repo_id!r}",
         f"use one of {', '.join(known_models())}, or a Hub id or directory without `catalog:`",
@@ -56,7 +79,11 @@ def _listing(entry: CatalogModel) -> tuple[list[RepoFile], list[str]]:
         count = entry.safetensors_shards
         share = entry.safetensors_bytes // count
         for number in range(1, count + 1):
-            name = f"model-{number:05d}-of-{count:05d}.safetensors"
+            name = (
+                f"model-{number:05d}-of-{count:05d}.safetensors"
+                if count > 1
+                else "model.safetensors"
+            )
             size = share if number < count else entry.safetensors_bytes - share * (count - 1)
             files.append(RepoFile(name, size))
             shards.append(name)
@@ -64,18 +91,20 @@ def _listing(entry: CatalogModel) -> tuple[list[RepoFile], list[str]]:
     return files, shards
 
 
-def catalog_model(ref: str) -> ModelInfo:
-    """The model a `catalog:` reference names, read from the shipped facts.
+def catalog_model(ref: str, *, note: str = "") -> ShippedModel:
+    """The model a `catalog:` reference (or a Hub id it knows) names, read from the shipped facts.
+
+    Args:
+        ref: `catalog:org/name`, or `org/name` when the resolver falls back offline.
+        note: how the model was reached, shown with the plan; "from the shipped catalog" by default.
 
     Raises:
         BadInput: the catalog does not know it (naming those it knows).
     """
     entry = _entry(ref)
-    shape = shape_from_config(entry.config)
+    shape = shape_from_config(entry.config, extra_files=entry.extra_files)
     files, shards = _listing(entry)
-    parameters = entry.parameters
-    if parameters is None and entry.safetensors_bytes and shape.dtype == "bfloat16":
-        parameters = entry.safetensors_bytes // 2  # two bytes a parameter in a bf16 checkpoint
+    parameters = entry.parameters or count_parameters(shape).total
     artifacts = artifacts_from_listing(
         files,
         shape=shape,
@@ -83,13 +112,18 @@ def catalog_model(ref: str) -> ModelInfo:
         index_shards=shards,
         param_count=parameters,
     )
-    return ModelInfo(
+    if not entry.safetensors_bytes and not entry.gguf_files:
+        # No published total: the model package counts the weights from the architecture.
+        artifacts = (counted_artifact(shape), *artifacts)
+    return ShippedModel(
         ref=ref,
         repo_id=entry.repo_id,
         revision=None,
         local_dir=None,
         shape=shape,
         artifacts=artifacts,
+        note=note or SHIPPED_NOTE,
+        source=entry.source,
     )
 
 
@@ -105,6 +139,8 @@ def write_model_dir(ref: str, folder: Path) -> Path:
     target = folder / entry.repo_id.replace("/", "--")
     target.mkdir(parents=True, exist_ok=True)
     (target / "config.json").write_text(json.dumps(entry.config, indent=2) + "\n", encoding="utf-8")
+    for name, body in entry.extra_files.items():
+        (target / name).write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
     files, shards = _listing(entry)
     if entry.safetensors_bytes:
         index = {
