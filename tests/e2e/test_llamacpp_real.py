@@ -420,6 +420,7 @@ def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(tmp_
         f"  - serve: {{model: {model_path}, engine: llama.cpp, context: 256, name: tiny,"
         " timeout: 120}\n"
         '  - ask: {replica: tiny, prompt: "Who are you?", max_tokens: 16}\n'
+        "  - logs: {replica: tiny, lines: 100}\n"
         "  - stop: {replica: tiny}\n"
     )
     # The console's own home: no ~/.ssh/config, no ssh-agent, nothing of the person running it.
@@ -446,7 +447,7 @@ def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(tmp_
         _end(left_running)
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    served, asked, stopped = [json.loads(line) for line in done.stdout.splitlines()]
+    served, asked, logged, stopped = [json.loads(line) for line in done.stdout.splitlines()]
     replica = served["result"]["replica"]
     assert (replica["phase"], replica["engine"], replica["way"]) == (
         "ready",
@@ -464,5 +465,10 @@ def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(tmp_
     assert "health answered" in [entry["step"] for entry in served["result"]["trace"]]
     assert asked["result"]["text"].strip() == REPLY
     assert asked["result"]["completion_tokens"] == len(REPLY.split())
+    port = replica["endpoint"].rsplit(":", 1)[1]
+    assert any(
+        line.startswith(f"[r0 {NODE}]") and f"Uvicorn running on http://0.0.0.0:{port}" in line
+        for line in logged["result"]["lines"]
+    )
     assert [entry["shard_id"] for entry in stopped["result"]["stopped"]] == [shard["shard_id"]]
     assert list(left_running.values()) == []
