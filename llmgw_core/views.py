@@ -196,6 +196,13 @@ def class_counts(facts: Any) -> tuple[ClassCount, ...]:
     return tuple(ClassCount(name, free, total) for name, (free, total) in sorted(totals.items()))
 
 
+def _offered(counts: tuple[ClassCount, ...], state: str) -> tuple[ClassCount, ...]:
+    """A node that is not ready offers no free card, whatever its last facts said."""
+    if state == "ready":
+        return counts
+    return tuple(ClassCount(c.gpu_class, 0, c.total) for c in counts)
+
+
 def domain_name(domain: Mapping[str, Any] | None) -> str | None:
     """A short, stable name for an NVLink domain: the cluster UUID's first block and the clique."""
     if not domain:
@@ -235,7 +242,7 @@ def node_summary(
         name=name,
         state=state,
         reason=reason,
-        classes=class_counts(mapping) if mapping else (),
+        classes=_offered(class_counts(mapping), state) if mapping else (),
         fabrics=fabric_names,
         nvlink_domain=domain_name(mapping.get("nvlink_domain")),
         running_shards=running_shards,
@@ -499,6 +506,32 @@ class FleetSummary:
     """The snapshot these summaries were made from (what a plan is made against)."""
     fabrics: Mapping[str, tuple[str, ...]] | None = None
     """Each node's fabric names from the inventory."""
+
+
+@dataclass(frozen=True)
+class FleetTotals:
+    """The fleet in one line: nodes, ready ones, GPUs free of all, NVLink domains."""
+
+    nodes: int
+    ready: int
+    gpus_free: int
+    gpus_total: int
+    nvlink_domains: int
+    not_ready: tuple[tuple[str, str, str | None], ...]
+    """`(node, state, reason)` for every node that is not ready."""
+
+
+def fleet_totals(fleet: FleetSummary) -> FleetTotals:
+    """Totals of a fleet summary; a CPU node counts no GPU."""
+    gpu_counts = [c for n in fleet.nodes if not n.cpu_only for c in n.classes]
+    return FleetTotals(
+        nodes=len(fleet.nodes),
+        ready=sum(1 for n in fleet.nodes if n.state == "ready"),
+        gpus_free=sum(c.free for c in gpu_counts),
+        gpus_total=sum(c.total for c in gpu_counts),
+        nvlink_domains=len(fleet.racks.racks),
+        not_ready=tuple((n.name, n.state, n.reason) for n in fleet.nodes if n.state != "ready"),
+    )
 
 
 def _node_states(fleet_state: Any) -> list[Any]:

@@ -11,7 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from llmgw_core.views import FleetSummary, NodeSummary
+from llmgw_core.views import FleetSummary, NodeSummary, fleet_totals
 from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
 
 COLUMNS = (
@@ -58,6 +58,7 @@ class FleetScreen(Screen[None]):
         for key, label in COLUMNS:
             table.add_column(label, key=key)
         yield table
+        yield Static("", id="fleet-reasons", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -76,14 +77,22 @@ class FleetScreen(Screen[None]):
     def show_fleet(self, fleet: FleetSummary) -> None:
         """Update the rows that changed; add and remove rows by node name; keep the cursor."""
         self._fleet = fleet
-        self.query_one("#fleet-status", Static).remove_class("-error")
-        ready = sum(1 for n in fleet.nodes if n.state == "ready")
-        devices = sum(c.total for n in fleet.nodes for c in n.classes if not n.cpu_only)
-        free = sum(c.free for n in fleet.nodes for c in n.classes if not n.cpu_only)
-        self.query_one("#fleet-status", Static).update(
-            f"{len(fleet.nodes)} nodes · {ready} ready · {free}/{devices} GPUs free · "
-            f"{len(fleet.racks.racks)} NVLink domains"
+        totals = fleet_totals(fleet)
+        status = self.query_one("#fleet-status", Static)
+        status.remove_class("-error")
+        status.update(
+            f"{totals.nodes} nodes · {totals.ready} ready · "
+            f"{totals.gpus_free}/{totals.gpus_total} GPUs free · "
+            f"{totals.nvlink_domains} NVLink domain{'' if totals.nvlink_domains == 1 else 's'}"
         )
+        reasons = self.query_one("#fleet-reasons", Static)
+        reasons.update(
+            "\n".join(
+                f"{name} {state}: {reason or 'no reason given'}"
+                for name, state, reason in totals.not_ready
+            )
+        )
+        reasons.display = bool(totals.not_ready)
         self._sync_rows()
 
     def show_failure(self, sentence: str) -> None:

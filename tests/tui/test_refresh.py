@@ -75,6 +75,11 @@ def test_a_node_going_unreachable_updates_its_row_and_keeps_the_cursor(demo_stat
             assert str(table.get_cell("gb200-r1-t05", "state")) == "unreachable"
             assert table.cursor_row == 3
             assert table.row_count == 23
+            reasons = app.screen.query_one("#fleet-reasons")
+            assert str(reasons.render()) == "gb200-r1-t05 unreachable: ssh: timed out"
+            assert "23 nodes · 22 ready · 94/98 GPUs free" in str(
+                app.screen.query_one("#fleet-status").render()
+            )
 
     asyncio.run(run())
 

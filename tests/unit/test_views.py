@@ -178,3 +178,55 @@ def test_the_demo_fleet_as_the_planner_sees_it_pools_by_class_and_interconnect(t
     assert "gb200-186g on gb200-r1-t13" in pools
     assert pools["h100-80g on ib-a"].nvlink_widths(free_only=True) == (8, 8)
     assert "a100-80g-mig-3g.40gb on a100-mig-01" in pools
+
+
+def test_an_unreachable_node_keeps_its_cards_on_show_but_offers_none_free(h100):
+    summary = node_summary("h100-a", "unreachable", "ssh: timed out", h100, fabrics=("ib-a",))
+    assert [(c.gpu_class, c.free, c.total) for c in summary.classes] == [("h100-80g", 0, 8)]
+
+
+def test_fleet_totals_count_ready_nodes_free_gpus_and_name_the_nodes_not_ready(h100, gb200_tray):
+    from llmgw_core.views import fleet_totals
+
+    class Node:
+        def __init__(self, name: str, state: str, reason: str | None, facts: Any) -> None:
+            self.name, self.state, self.reason, self.facts = name, state, reason, facts
+
+    fleet = fleet_summary(
+        [
+            Node("h100-a", "ready", None, h100),
+            Node("tray-01", "refused", "host key changed", gb200_tray),
+        ]
+    )
+    totals = fleet_totals(fleet)
+    assert (totals.nodes, totals.ready, totals.gpus_free, totals.gpus_total) == (2, 1, 8, 12)
+    assert totals.not_ready == (("tray-01", "refused", "host key changed"),)
+
+
+def test_a_rail_below_its_rated_speed_is_flagged_and_the_node_page_names_a_tray_kept_out(tmp_path):
+    from llmgw_agent.sim.profiles import write_profile
+
+    from llmgw_core.views import adapter_rows, node_detail
+
+    h100 = collect_facts(
+        replay=str(write_profile("hgx-h100", tmp_path / "h", degraded_rail="mlx5_5"))
+    )
+    slow = [(a.name, a.rate_gbps, a.rated_gbps) for a in adapter_rows(h100) if a.below_rated]
+    assert slow == [("mlx5_5", 200.0, 400.0)]
+    tray = collect_facts(
+        replay=str(
+            write_profile(
+                "gb200-tray",
+                tmp_path / "t",
+                tray=13,
+                cluster_uuid="4f2c9a1e-7b3d-4c55-9e61-0a8d2b7c3f10",
+                clique_id=32766,
+                state="not-joined",
+            )
+        )
+    )
+    detail = node_detail(node_summary("t13", "ready", None, tray), tray)
+    assert (
+        detail.fabric_problem == "NVLink not-joined: GPU0 fabric Completed / Insufficient Resources"
+    )
+    assert {d.fabric for d in detail.devices} == {"not-joined"}
