@@ -4,8 +4,9 @@ Run: `.venv/bin/python tests/benchmarks/bench_llamacpp.py`. Prints figures; asse
 The path is the e2e test's (`tests/e2e/test_llamacpp_real.py`): the real agent
 behind asyncssh's in-process SSH server, llama-cpp-python's server built by
 the engine builder, the tiny GGUF of `tests/e2e/tiny_gguf.py`, and a
-streamed chat completion through an SSH tunnel. Needs
-`llama-cpp-python[server]`.
+streamed chat completion through an SSH tunnel. Then the same through the
+console as a person runs it: `llmgw-tui --run` with `serve`, `ask` and
+`stop`, timed from its own trace. Needs `llama-cpp-python[server]`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -28,6 +30,7 @@ from test_llamacpp_real import (
     engine_url,
     free_port,
     launch_plan,
+    run_script_on_this_machine,
     started_shard,
     this_machine_as_a_node,
     wait_healthy,
@@ -89,6 +92,35 @@ async def one_run(folder: Path) -> dict[str, float]:
     }
 
 
+def _trace_s(trace: list[dict[str, str]], first: str, last: str) -> float:
+    at = {entry["step"]: datetime.fromisoformat(entry["at"]) for entry in trace}
+    return (at[last] - at[first]).total_seconds()
+
+
+def one_script(folder: Path) -> dict[str, float]:
+    """`llmgw-tui --run` serving, asking and stopping: the console's own figures."""
+    model_dir = folder / "models"
+    model = write_tiny_llama_gguf(model_dir / "tiny-llama" / "tiny.gguf")
+    steps = (
+        f"  - serve: {{model: {model}, engine: llama.cpp, context: 256, name: tiny}}\n"
+        '  - ask: {replica: tiny, prompt: "Who are you?", max_tokens: 16}\n'
+        "  - stop: {replica: tiny}\n"
+    )
+    began = time.perf_counter()
+    done, _ = run_script_on_this_machine(folder, steps, model_dir, str(model))
+    wall_s = time.perf_counter() - began
+    if done.returncode != 0:
+        raise RuntimeError(done.stdout[-2000:] + done.stderr[-2000:])
+    served, asked, _ = [json.loads(line) for line in done.stdout.splitlines()]
+    return {
+        "script: placed → health answered": _trace_s(
+            served["result"]["trace"], "placed", "health answered"
+        ),
+        "script: ask latency": float(asked["result"]["latency_s"]),
+        "script: whole llmgw-tui run": wall_s,
+    }
+
+
 def in_process_load_s(folder: Path) -> float:
     """Seconds for llama.cpp to load the tiny GGUF in this process."""
     from llama_cpp import Llama
@@ -107,11 +139,14 @@ def main() -> None:
         print(f"tiny GGUF: {size / 1024:.0f} KiB written in {time.perf_counter() - written:.3f} s")
         print(f"in-process load: {in_process_load_s(root):.3f} s")
         runs = [asyncio.run(one_run(root / f"run{index}")) for index in range(RUNS)]
+        scripts = [one_script(root / f"script{index}") for index in range(RUNS)]
     cuts = sum(int(run.pop("cuts")) for run in runs)
+    for run, script in zip(runs, scripts, strict=True):
+        run.update(script)
     for name in runs[0]:
         values = [run[name] for run in runs]
         print(
-            f"{name:34} median {statistics.median(values):.2f} s"
+            f"{name:36} median {statistics.median(values):.2f} s"
             f"  (min {min(values):.2f}, max {max(values):.2f}, {RUNS} runs)"
         )
     print(f"streams cut before their first token: {cuts} (asked again)")

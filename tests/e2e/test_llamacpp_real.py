@@ -399,38 +399,43 @@ def _end(processes: dict[int, str]) -> None:
             os.kill(pid, signal.SIGTERM)
 
 
-@needs_llama_cpp
-def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(tmp_path: Path):
+def run_script_on_this_machine(
+    folder: Path, steps: str, model_dir: Path, leftovers_of: str
+) -> tuple[subprocess.CompletedProcess[str], dict[int, str]]:
+    """Run `llmgw-tui --inventory … --run … --json` against this machine as node `here`.
+
+    The node is asyncssh's server in a thread of this process; the console
+    is a separate process with its own home (no ~/.ssh/config, no ssh-agent).
+
+    Args:
+        folder: where the keys, inventory, script and the node's home go.
+        steps: the script's `steps:` list, as YAML lines.
+        model_dir: the node's model directory.
+        leftovers_of: a path only this run's engines name on their command line.
+
+    Returns:
+        The finished console, and the processes still naming `leftovers_of`
+        afterwards (ended before returning: they should not have been there).
+    """
     client_key = asyncssh.generate_private_key("ssh-ed25519")
-    key_path = tmp_path / "client_key"
+    key_path = folder / "client_key"
     key_path.write_bytes(client_key.export_private_key())
     key_path.chmod(0o600)
     server = LoopbackSshd(
-        home=tmp_path / "node" / "home",
+        home=folder / "node" / "home",
         host_key=asyncssh.generate_private_key("ssh-ed25519"),
         authorized_keys=client_key.export_public_key().decode(),
         env={EXTRA_PREFIXES_ENV: sys.prefix},
         allow_forwarding=True,
     )
-    model_dir = tmp_path / "models"
-    model_path = write_tiny_llama_gguf(model_dir / "tiny-llama" / "tiny.gguf")
-    script = tmp_path / "serve-tiny.yaml"
-    script.write_text(
-        "steps:\n"
-        f"  - serve: {{model: {model_path}, engine: llama.cpp, context: 256, name: tiny,"
-        " timeout: 120}\n"
-        '  - ask: {replica: tiny, prompt: "Who are you?", max_tokens: 16}\n'
-        "  - logs: {replica: tiny, lines: 100}\n"
-        "  - stop: {replica: tiny}\n"
-    )
-    # The console's own home: no ~/.ssh/config, no ssh-agent, nothing of the person running it.
+    script = folder / "script.yaml"
+    script.write_text("steps:\n" + steps)
     env = {key: value for key, value in os.environ.items() if key != "SSH_AUTH_SOCK"}
-    env.update(HOME=str(tmp_path / "console"), NO_COLOR="1")
-
+    env.update(HOME=str(folder / "console"), NO_COLOR="1")
     with sshd_in_a_thread(server):
-        known_hosts = tmp_path / "known_hosts"
+        known_hosts = folder / "known_hosts"
         known_hosts.write_text(server.known_hosts_line() + "\n")
-        inventory = tmp_path / "inventory.yaml"
+        inventory = folder / "inventory.yaml"
         inventory.write_text(
             f"nodes:\n  - name: {NODE}\n    host: 127.0.0.1\n    port: {server.port}\n"
             f"    identity_file: {key_path}\n    model_dirs: [{model_dir}]\n"
@@ -443,8 +448,24 @@ def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(tmp_
             env=env,
             timeout=240,
         )
-        left_running = _processes_naming(str(model_path))
+        left_running = _processes_naming(leftovers_of)
         _end(left_running)
+    return done, left_running
+
+
+@needs_llama_cpp
+def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(tmp_path: Path):
+    model_dir = tmp_path / "models"
+    model_path = write_tiny_llama_gguf(model_dir / "tiny-llama" / "tiny.gguf")
+    steps = (
+        f"  - serve: {{model: {model_path}, engine: llama.cpp, context: 256, name: tiny,"
+        " timeout: 120}\n"
+        '  - ask: {replica: tiny, prompt: "Who are you?", max_tokens: 16}\n'
+        "  - logs: {replica: tiny, lines: 100}\n"
+        "  - stop: {replica: tiny}\n"
+    )
+
+    done, left_running = run_script_on_this_machine(tmp_path, steps, model_dir, str(model_path))
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     served, asked, logged, stopped = [json.loads(line) for line in done.stdout.splitlines()]
