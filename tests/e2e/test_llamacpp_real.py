@@ -1,13 +1,19 @@
 """A real engine on this machine: llama.cpp serving a tiny GGUF, started by the real agent over SSH.
 
 The node is this machine behind asyncssh's in-process SSH server (no
-replay: the agent's shards run the real command). The console's own code
-deploys the agent, builds llama.cpp's command with the engine builder,
-starts the shard, waits for the agent to see the engine healthy, then asks
-a chat completion through an SSH tunnel, as the console does.
+replay: the agent discovers this machine and its shards run the real
+command). Two ways in:
+
+* the fleet's own parts, step by step: the agent deployed and connected,
+  llama-cpp-python found in the node's facts, llama.cpp's command built from
+  them (`launch_node`, `build_launch`), the shard started, the agent seeing
+  it healthy, a chat completion through an SSH tunnel, the shard stopped;
+* the console as a person runs it: `llmgw-tui --inventory … --run` with the
+  `serve` (a local GGUF, `engine: llama.cpp`), `ask`, `logs` and `stop` steps.
 
 The model is written by `tiny_gguf.write_tiny_llama_gguf`; its weights are
-patterned so that it answers `tiny_gguf.REPLY` to any prompt.
+patterned so that it answers `tiny_gguf.REPLY` to any prompt. Every test
+skips, saying what to install, where llama-cpp-python's server is absent.
 """
 
 from __future__ import annotations
