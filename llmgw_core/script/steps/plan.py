@@ -8,7 +8,9 @@ steps:
 ```
 
 `model` is a Hub id, a local directory (relative to the script), or
-`catalog:org/name` for a model whose facts ship with llmgw (offline). The
+`catalog:org/name` for a model whose facts ship with llmgw (offline); with
+`--demo` a Hub id the catalog ships is planned from it. Without `fleet:` the
+plan is made against the live fleet (`--demo`, `--inventory FILE`). The
 result lists every artifact with its best way, the best way overall and every
 way best first; when nothing fits the step fails with exit code 3 and says
 what would change that.
@@ -17,7 +19,7 @@ what would change that.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -29,6 +31,10 @@ from llmgw_core.script.registry import (
     StepOutcome,
     step,
 )
+
+if TYPE_CHECKING:
+    from llmgw_core.model.source import ModelInfo
+    from llmgw_core.pools import Fleet
 
 
 class PlanArgs(StepArgs):
@@ -42,42 +48,48 @@ class PlanArgs(StepArgs):
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
 
 
-def model_for(ref: str, script_dir: Path) -> Any:
-    """The model a step names: from the offline catalog, a directory, or the Hub.
+def model_for(ref: str, script_dir: Path, *, offline: bool | None = None) -> ModelInfo:
+    """The model a step names: the catalog, a path relative to the script, or the Hub.
 
-    A relative directory is read relative to the script, not to wherever the
-    runner was started.
+    The rule is `llmgw_core.catalog.resolve.resolve_model`'s: `offline=True`
+    (the demo) plans models the catalog ships from it; otherwise the Hub is
+    read, and the catalog stands in only when the Hub cannot be reached.
     """
-    from llmgw_core.catalog import catalog_model, is_catalog_ref
+    from llmgw_core.catalog.resolve import resolve_model
 
-    if is_catalog_ref(ref):
-        return catalog_model(ref)
-    from llmgw_core.model.source import load_model
-
-    if ref.startswith(("./", "../")):
-        ref = str((script_dir / ref).resolve())
-    return load_model(ref)
+    return resolve_model(ref, script_dir=script_dir, offline=offline)
 
 
-def fleet_for(ctx: StepContext) -> Any:
+def step_model(ref: str, ctx: StepContext) -> ModelInfo:
+    """The model a step names, offline in the demo (see `model_for`)."""
+    return model_for(ref, ctx.script_dir, offline=True if ctx.demo else None)
+
+
+async def fleet_for(ctx: StepContext) -> Fleet:
     """The fleet a plan is made against.
 
-    A described fleet (`fleet:` in the script) is planned as written. Planning
-    against a live fleet arrives with the fleet's facts: it will build the
-    same `Fleet` from them with `Fleet.from_nodes`, and this function is where
-    it plugs in.
+    A described fleet (`fleet:` in the script) is planned as written;
+    otherwise the live fleet (`--inventory FILE` or `--demo`) as its nodes
+    report themselves now, cards held by a replica marked busy.
 
     Raises:
-        BadInput: the script describes no fleet.
+        BadInput: the script describes no fleet and runs without one.
     """
     from llmgw_core.pools import described_fleet
 
     if ctx.described_fleet:
         return described_fleet(ctx.described_fleet)
-    raise BadInput(
-        "this step needs `fleet:` in the script until live planning lands",
-        "describe the fleet, e.g. fleet: [{name: dgx, count: 2, gpu: h100-80g, gpus: 8, fabric: ib-a}]",
-    )
+    if not ctx.has_live_fleet:
+        raise BadInput(
+            "this step needs a fleet: `fleet:` in the script, or a live one",
+            "pass --demo or --inventory FILE, or describe the fleet, e.g. "
+            "fleet: [{name: dgx, count: 2, gpu: h100-80g, gpus: 8, fabric: ib-a}]",
+        )
+    from llmgw_core.pools_live import planner_fleet
+    from llmgw_core.replicas import fleet_views
+
+    live = await ctx.live_fleet()
+    return planner_fleet(await fleet_views(live))
 
 
 def _shape_summary(model: Any) -> dict[str, Any] | None:
@@ -101,12 +113,13 @@ def _shape_summary(model: Any) -> dict[str, Any] | None:
     }
 
 
-def run_plan(args: PlanArgs, ctx: StepContext) -> StepOutcome:
+async def run_plan(args: PlanArgs, ctx: StepContext) -> StepOutcome:
     """Plan the model against the fleet; exit 3 with what would help when nothing fits."""
+    from llmgw_core.catalog.resolve import origin_note
     from llmgw_core.plan import plan
 
-    fleet = fleet_for(ctx)
-    model = model_for(args.model, ctx.script_dir)
+    fleet = await fleet_for(ctx)
+    model = step_model(args.model, ctx)
     summary = _shape_summary(model)
     context = args.context or (summary["max_context"] if summary else None)
     if context is None:
@@ -128,6 +141,7 @@ def run_plan(args: PlanArgs, ctx: StepContext) -> StepOutcome:
         )
     body = result.as_dict()
     body["shape"] = summary
+    body["model_source"] = origin_note(model)
     if result.best is None:
         return StepOutcome(
             result=body,

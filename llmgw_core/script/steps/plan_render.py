@@ -106,7 +106,10 @@ def _context_line(result: dict[str, Any], best: dict[str, Any]) -> str:
 
 def render(result: dict[str, Any]) -> Group:
     """Draw a plan result: files table, the best way, every way, the command."""
-    parts: list[Any] = [_heading(result), Text(""), _files_table(result)]
+    parts: list[Any] = [_heading(result)]
+    if result.get("model_source"):
+        parts.append(Text(f"Model facts {result['model_source']}.", style="dim"))
+    parts += [Text(""), _files_table(result)]
     best = result.get("best")
     if best is None:
         parts.append(Text(""))
