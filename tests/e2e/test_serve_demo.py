@@ -6,7 +6,6 @@ finds every card free again.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -187,14 +186,10 @@ def test_a_gguf_file_is_served_by_llama_cpp_on_the_cpu_node(demo: Demo):
 
 
 def test_a_local_gguf_file_is_copied_to_the_node_that_serves_it(demo: Demo, tmp_path: Path):
-    loaded = importlib.util.spec_from_file_location(
-        "tiny_gguf", REPO / "tests/unit/model/tiny_gguf.py"
-    )
-    assert loaded is not None and loaded.loader is not None
-    tiny = importlib.util.module_from_spec(loaded)
-    loaded.loader.exec_module(tiny)
-    model = tiny.write_tiny_llama(tmp_path / "tiny.gguf")
-    result = _served(demo, model=str(model), context=2048, gpu_class="cpu", name="tiny")
+    from tiny_gguf import write_tiny_llama_gguf
+
+    model = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    result = _served(demo, model=str(model), context=512, gpu_class="cpu", name="tiny")
     # The demo's nodes share this machine's disk, so the file is already at its path there.
     (checked,) = [e for e in result["trace"] if e["step"].startswith("weights")]
     assert (checked["node"], checked["step"], checked["detail"]) == (
@@ -212,11 +207,15 @@ def test_explain_says_node_by_node_why_a_model_that_fits_nowhere_is_not_placed(
 ):
     from llmgw_core.catalog import write_model_dir
 
-    folder = write_model_dir("catalog:Qwen/Qwen3-235B-A22B", tmp_path)
-    index = folder / "model.safetensors.index.json"
-    document = json.loads(index.read_text())
-    document["metadata"]["total_size"] = 40 * 1024**4  # 40 TiB: more than the whole fleet holds
-    index.write_text(json.dumps(document))
+    folder = write_model_dir(LLAMA, tmp_path)
+    for old in folder.glob("*.safetensors"):
+        old.unlink()
+    (folder / "model-00001-of-00001.safetensors").touch()
+    index = {
+        "metadata": {"total_size": 40 * 1024**4},  # 40 TiB: more than the whole fleet holds
+        "weight_map": {"lm_head.weight": "model-00001-of-00001.safetensors"},
+    }
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     outcome = demo.step("explain", model=str(folder), context=8192)
     assert not outcome.ok and outcome.exit_code == 3
     assert "fits nowhere" in outcome.error

@@ -66,17 +66,32 @@ def local_source(ref: str, script_dir: Path) -> str | None:
     return None
 
 
+def hub_token_env() -> dict[str, str]:
+    """`HF_TOKEN` from the operator's own Hugging Face login, for the nodes to download with.
+
+    It travels in the engine's environment only — never argv, never shown
+    (`replicas` prints it as `***`).
+    """
+    from huggingface_hub import get_token
+
+    token = get_token()
+    return {"HF_TOKEN": token} if token else {}
+
+
 async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     """Plan, place, claim, start and (by default) wait until rank 0's health answers."""
+    from llmgw_core.catalog import is_catalog_ref
     from llmgw_core.replica_choice import Overrides
+    from llmgw_core.replica_serve import ServeRequest, serve
     from llmgw_core.replica_session import fleet_and_reach
-    from llmgw_core.replicas import ServeRequest, find_replica, serve
+    from llmgw_core.replicas import find_replica
     from llmgw_core.script.steps.plan import model_for
 
     env = checked_env(args.env)
     fleet, reach = await fleet_and_reach(ctx)
     model = model_for(args.model, ctx.script_dir)
     source = local_source(args.model, ctx.script_dir)
+    hub_repo = model.repo_id if source is None and not is_catalog_ref(args.model) else None
     request = ServeRequest(
         model=args.model,
         name=args.name,
@@ -95,6 +110,8 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
         wait_ready=args.wait == "ready",
         startup_timeout_s=args.timeout,
         source=source,
+        secret_env=hub_token_env() if hub_repo else {},
+        hub_repo=hub_repo,
     )
     try:
         outcome = await serve(fleet, reach, request, model)
