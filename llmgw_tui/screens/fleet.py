@@ -34,12 +34,19 @@ def matches(node: NodeSummary, needle: str) -> bool:
     return any(lowered in word.lower() for word in words)
 
 
+class NodeTable(DataTable[object]):
+    """The fleet's rows; Enter opens the node under the cursor (and says so in the help)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "select_cursor", "Node page", id="fleet-node-page"),
+    ]
+
+
 class FleetScreen(Screen[None]):
     """Nodes with state, classes and free/total cards, fabrics, NVLink domain, shards."""
 
     BINDING_GROUP_TITLE = "Fleet"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "open_selected", "Node page", id="fleet-open"),
         Binding("slash", "filter", "Filter", key_display="/", id="fleet-filter"),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="fleet-clear"),
     ]
@@ -54,7 +61,7 @@ class FleetScreen(Screen[None]):
         yield Header(icon="▦")
         yield Static("connecting to the fleet…", id="fleet-status", markup=False)
         yield Input(placeholder="filter nodes (name, class, state, fabric, domain)", id="filter")
-        table: DataTable[object] = DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
+        table = NodeTable(id="nodes", cursor_type="row", zebra_stripes=True)
         for key, label in COLUMNS:
             table.add_column(label, key=key)
         yield table

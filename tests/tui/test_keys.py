@@ -66,6 +66,7 @@ async def test_question_mark_lists_every_key_of_the_screen_and_esc_closes_it(app
     rows = {tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)}
     for key, what in [("/", "Filter"), ("?", "Help"), (":", "Command"), ("2", "Racks")]:
         assert (key, what) in rows
+    assert "Node page" in {what for _, what in rows}
     await pilot.press("escape")
     await pilot.pause()
     assert isinstance(app.screen, FleetScreen)
