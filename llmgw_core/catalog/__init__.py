@@ -1,16 +1,20 @@
 """Models known offline: `catalog:org/name` plans a model from facts shipped with the product.
 
 A plan needs a model's shape and the bytes of its files. Those normally come
-from the Hub; for examples, the demo fleet and tests that must run without a
-network, the catalog holds them for a few well-known models (see `facts`).
+from the Hub; for the demo fleet, examples and tests that must run without a
+network, the catalog holds them for the well-known models (`entries`, written
+as `facts` describes), each under its Hub id.
 
-Two ways out of the same facts:
-* `catalog_model(ref)` — a `ModelInfo` built by the model package's own
-  readers (shape from the config keys, artifacts from the file listing), so
-  a catalog model is planned exactly like one read from the Hub;
+Ways out of the same facts:
+* `catalog_model(ref)` — a `ShippedModel` (a `ModelInfo`) built by the model
+  package's own readers (shape from the config keys, artifacts from the file
+  listing, or the weights counted from the architecture where no total is
+  published), so a catalog model is planned exactly like one read from the Hub;
 * `write_model_dir(ref, folder)` — the same model as a local directory
-  (`config.json`, `model.safetensors.index.json`, and empty placeholders
-  for the weight files) for anything that wants a directory.
+  (`config.json`, the index, other small JSON files, and empty placeholders
+  for the weight files) for anything that wants a directory;
+* `resolve.resolve_model(ref)` — the one rule deciding between the catalog,
+  a local path and the Hub.
 """
 
 from __future__ import annotations
