@@ -292,7 +292,9 @@ def test_llama_cpp_started_by_the_agent_over_ssh_answers_a_chat_completion(tmp_p
         "llama_cpp.server",
     )
     assert plan.head.main.env["CUDA_VISIBLE_DEVICES"] == ""
-    assert healthy["health_url"] == f"http://127.0.0.1:{http_port}/v1/models"
+    # The path is the builder's choice (a llama-cpp-python route that answers once loaded).
+    assert healthy["health_url"] == plan.head.health_url
+    assert healthy["health_url"].startswith(f"http://127.0.0.1:{http_port}/")
     assert answer["model"] == SERVED_NAME
     assert answer["choices"][0]["message"]["content"].strip() == REPLY
     assert answer["choices"][0]["finish_reason"] == "stop"
