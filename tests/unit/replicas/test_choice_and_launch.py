@@ -102,3 +102,33 @@ def test_a_replica_name_comes_from_the_model():
 def test_the_next_free_port_skips_every_running_shards():
     assert free_port_on({8000, 8001, 8003}, 8000) == 8002
     assert free_port_on(set(), 8000) == 8000
+
+
+def test_a_secret_never_shows_in_the_spec_a_shard_keeps(demo_facts):
+    from llmgw_core.replica_launch import shard_spec
+
+    views, fleet, info, the_plan = _setup(demo_facts)
+    (way,) = choices(the_plan, info, fleet, Overrides(gpu_class="h100-80g"), fallbacks=0)
+    placement = place(way.want(), views)
+    snapshot, specs = demo_facts
+    launch = build_launch(
+        launch_request(
+            way,
+            placement,
+            {s.name: s for s in specs},
+            {"h100-a-01": snapshot.nodes["h100-a-01"].facts},
+            served_name="llama",
+            context=32768,
+            concurrency=1,
+            http_ports={"h100-a-01": 8000},
+            rendezvous_port=None,
+            extra_env={},
+            secret_env={"HF_TOKEN": "hf_secret"},
+        )
+    )
+    (shard,) = launch.shards
+    assert shard.main.env["HF_TOKEN"] == "hf_secret"  # the engine gets it, in its environment
+    assert "hf_secret" not in " ".join(shard.main.argv)
+    kept = shard_spec({"name": "llama"}, shard)
+    assert kept["launch"]["env"]["HF_TOKEN"] == "***"
+    assert "hf_secret" not in str(kept)
