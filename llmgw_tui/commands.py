@@ -89,6 +89,11 @@ class ConsoleCommands(Provider):
             if command.argument is None
         ]
         entries.append(("plan", "show_plan", "Does a model fit, and how"))
+        from llmgw_core.catalog import known_models
+
+        for repo_id in known_models():
+            ref = f"catalog:{repo_id}"
+            entries.append((f"plan {ref}", f"open_plan({ref!r})", "Plan a model known offline"))
         fleet = getattr(self.app, "fleet", None)
         for node in fleet.nodes if fleet is not None else ():
             entries.append((f"node {node.name}", f"open_node({node.name!r})", "Open the node page"))

@@ -183,3 +183,14 @@ async def test_the_node_page_runs_the_doctor_and_shows_the_failing_check_first(a
     await app.workers.wait_for_complete()
     await pilot.pause()
     assert str(app.screen.query_one("#doctor").render()).splitlines()[0] == first
+
+
+@console_test
+async def test_the_palette_offers_plans_of_the_models_known_offline(app, pilot):
+    await pilot.press("ctrl+p", *"plan Mixtral")
+    await pilot.pause(0.3)
+    await pilot.press("enter")
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    status = str(app.screen.query_one("#plan-status").render())
+    assert status.startswith("mistralai/Mixtral-8x7B-Instruct-v0.1: planned for a")
