@@ -10,10 +10,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 CLI = [sys.executable, "-c", "import sys; from llmgw_tui.cli import main; sys.exit(main())"]
-SCRIPT = "steps:\n  - plan: {model: meta-llama/Llama-3.3-70B-Instruct, context: 32768}\n"
+SCRIPT = """steps:
+  - plan: {model: meta-llama/Llama-3.3-70B-Instruct, context: 32768}
+  - plan: {model: Qwen/Qwen2.5-14B-Instruct-GGUF, context: 8192}
+"""
 
 
-def test_the_demo_plans_llama_70b_on_its_live_nodes_from_the_shipped_catalog(
+def test_the_demo_plans_hub_ids_on_its_live_nodes_from_the_shipped_catalog(
     tmp_path, refusing_endpoint
 ):
     env = {**os.environ, "TMPDIR": str(tmp_path), "HF_ENDPOINT": refusing_endpoint}
@@ -27,7 +30,7 @@ def test_the_demo_plans_llama_70b_on_its_live_nodes_from_the_shipped_catalog(
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    (line,) = [json.loads(text) for text in done.stdout.splitlines() if text.strip()]
+    line, gguf = [json.loads(text) for text in done.stdout.splitlines() if text.strip()]
     result = line["result"]
     assert line["step"] == "plan" and line["ok"] is True
     assert result["model_source"] == "from the shipped catalog (offline)"
@@ -46,3 +49,8 @@ def test_the_demo_plans_llama_70b_on_its_live_nodes_from_the_shipped_catalog(
     # Best of all: one 186 GB GB200 card holds the whole model (fewest cards first).
     best = result["best"]
     assert (best["label"], best["layout"], best["nodes"]) == ("1 × gb200-186g", "vLLM TP1", 1)
+    # A GGUF repository the catalog ships runs on the demo's CPU node too.
+    assert gguf["ok"] is True
+    assert gguf["result"]["model_source"] == "from the shipped catalog (offline)"
+    on_cpu = [way for way in gguf["result"]["options"] if way["on_cpu"]]
+    assert on_cpu and {way["pool"] for way in on_cpu} == {"CPU node cpu-01"}
