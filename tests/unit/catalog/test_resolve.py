@@ -85,3 +85,17 @@ def test_a_directory_is_read_relative_to_the_script(tmp_path, models_dir):
 def test_a_missing_directory_is_named_not_looked_up_on_the_hub(tmp_path):
     with pytest.raises(BadInput, match="nope"):
         resolve_model("./nope", script_dir=tmp_path)
+
+
+def test_hf_hub_offline_prefers_the_local_cache_to_the_catalog(local_hub, models_dir, monkeypatch):
+    from huggingface_hub import constants
+
+    local_hub.repos["mistralai/Mixtral-8x7B-Instruct-v0.1"] = repo_from_fixture(
+        models_dir / "mistralai--Mixtral-8x7B-Instruct-v0.1"
+    )
+    resolve_model("mistralai/Mixtral-8x7B-Instruct-v0.1")  # fills the private cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    model = resolve_model("mistralai/Mixtral-8x7B-Instruct-v0.1")
+    assert origin_note(model) is None
+    assert model.shape.num_experts == 8
