@@ -85,6 +85,7 @@ class Way:
     context_gib: float
     engine_gib: float
     usable_gib: float
+    outside_gib: float
     context_gib_per_1k_tokens: float
     max_concurrency: float | None
     free_now: bool
@@ -135,6 +136,8 @@ class Way:
             f"{self.per_card_gib:.1f} GB {where} (weights {self.weights_gib:.1f} + context "
             f"{self.context_gib:.1f} + engine {self.engine_gib:.1f}) of {self.usable_gib:.0f} usable"
         )
+        if self.outside_gib >= 0.05:
+            text += f" (+{self.outside_gib:.1f} beside it: CUDA context and graphs)"
         if self.cards > 1:
             text += f"; {self.total_gib:.0f} GB on {self.cards} cards"
         return text
@@ -162,6 +165,7 @@ class Way:
             "context_gib": round(self.context_gib, 2),
             "engine_gib": round(self.engine_gib, 2),
             "usable_gib": round(self.usable_gib, 2),
+            "outside_gib": round(self.outside_gib, 2),
             "total_gib": round(self.total_gib, 2),
             "context_gib_per_1k_tokens": round(self.context_gib_per_1k_tokens, 4),
             "max_concurrency": None
@@ -569,6 +573,7 @@ def _way(
         context_gib=need.context_gib,
         engine_gib=need.engine_gib,
         usable_gib=usable,
+        outside_gib=need.outside_gib,
         context_gib_per_1k_tokens=need.context_gib_per_1k_tokens,
         max_concurrency=need.max_concurrency,
         free_now=free_now,

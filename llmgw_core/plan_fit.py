@@ -86,8 +86,7 @@ class Sizer:
         context: int | None = None,
     ) -> bool:
         """True when what a card needs is within what the engine may use of it."""
-        need = self.need(engine, artifact, shape, layout, memory, context=context)
-        return need.total_gib <= self.usable(engine, memory)
+        return self.need(engine, artifact, shape, layout, memory, context=context).fits
 
 
 def smallest_fitting(fits: Callable[[int], bool], low: int, high: int) -> int | None:

@@ -40,11 +40,17 @@ class CardNeed:
     Attributes:
         weights_gib: the card's share of the weights as the engine loads them.
         context_gib: the KV cache for `context` tokens × `concurrency` sequences.
-        engine_gib: activation peak + non-torch memory + CUDA graphs + CUDA context/NCCL.
+        engine_gib: what the engine takes inside its usable budget besides weights
+            and KV (vLLM: activation peak + non-torch memory, and CUDA graphs
+            where the version counts them in the budget).
         context_gib_per_1k_tokens: what 1000 more tokens of one sequence cost on this card.
         max_concurrency: how many sequences of `context` the usable memory holds
             (None when not even the weights fit).
         usable_gib: the card's usable memory this need is measured against.
+        outside_gib: what the engine takes beyond its usable budget (vLLM: the
+            CUDA context and NCCL set-up before profiling, and CUDA graphs
+            captured after the KV cache); it must fit in the rest of the card.
+        card_memory_gib: the whole card (None where no such limit applies).
     """
 
     weights_gib: float
@@ -53,16 +59,22 @@ class CardNeed:
     context_gib_per_1k_tokens: float
     max_concurrency: float | None
     usable_gib: float = 0.0
+    outside_gib: float = 0.0
+    card_memory_gib: float | None = None
 
     @property
     def total_gib(self) -> float:
-        """Weights + context + engine."""
+        """Weights + context + engine: what is measured against the usable memory."""
         return self.weights_gib + self.context_gib + self.engine_gib
 
     @property
     def fits(self) -> bool:
-        """True when the total is within the usable memory."""
-        return self.total_gib <= self.usable_gib + 1e-9
+        """True when the total is within the usable memory and the rest fits beside it."""
+        if self.total_gib > self.usable_gib + 1e-9:
+            return False
+        if self.card_memory_gib is None:
+            return True
+        return self.usable_gib + self.outside_gib <= self.card_memory_gib + 1e-9
 
 
 def usable_gib(

@@ -443,14 +443,18 @@ def card_need(
 ) -> CardNeed:
     """What the worst card needs under vLLM, for the planner.
 
-    The engine part counts everything that is not weights or KV — the
-    activation peak, non-torch buffers, CUDA graphs and the CUDA context —
-    against the usable memory, so a fit leaves the engine's own headroom.
+    The engine part is what vLLM itself subtracts from its budget before the
+    KV cache (activation peak, non-torch buffers); the CUDA context and, up to
+    0.19, the CUDA graphs sit outside the budget and are checked against the
+    rest of the card, as vLLM's own start-up would find them.
     """
     tp, pp = layout.tensor_parallel, layout.pipeline_parallel
     if _check_layout(shape, tp, pp):
         raise BadInput(str(_check_layout(shape, tp, pp)))
     version = parse_version(engine_version)
+    # Up to 0.19 vLLM captures CUDA graphs after sizing the KV cache, outside
+    # its budget; later versions count them in (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS).
+    graphs_inside = version > NEWEST_KNOWN
     serve_dtype = serve_dtype_for(shape, None)
     memory = card_memory_gib or usable_gib / 0.9
     batched, seqs = default_batching(memory)
@@ -479,12 +483,9 @@ def card_need(
             last_stage=index == len(stages) - 1,
             version=version,
         )
-        engine = (
-            activation / GIB
-            + non_torch_gib(tp, pp)
-            + cuda_graph_gib(shape, len(layers), tp)
-            + init_gib(tp, pp)
-        )
+        graphs = cuda_graph_gib(shape, len(layers), tp)
+        engine = activation / GIB + non_torch_gib(tp, pp) + (graphs if graphs_inside else 0.0)
+        outside = init_gib(tp, pp) + (0.0 if graphs_inside else graphs)
         kv_args = dict(
             tensor_parallel=tp,
             max_num_batched_tokens=batched,
@@ -508,6 +509,8 @@ def card_need(
                 context_gib_per_1k_tokens=per_1k * 1000 / GIB,
                 max_concurrency=(left * GIB / one) if left > 0 and one else None,
                 usable_gib=usable_gib,
+                outside_gib=outside,
+                card_memory_gib=card_memory_gib,
             )
     assert result is not None
     return result

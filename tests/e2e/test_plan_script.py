@@ -68,9 +68,8 @@ def test_the_70b_example_as_json_is_one_line_with_the_way():
     assert round(best["weights_gib"], 1) == 32.9
     assert round(best["context_gib"], 1) == 2.5
     assert best["usable_gib"] == 71.27
-    assert best["per_card_gib"] == round(
-        best["weights_gib"] + best["context_gib"] + best["engine_gib"], 2
-    )
+    parts = best["weights_gib"] + best["context_gib"] + best["engine_gib"]
+    assert abs(best["per_card_gib"] - parts) <= 0.015  # each part is rounded on its own
     assert best["serve"].startswith("vllm serve meta-llama/Llama-3.3-70B-Instruct ")
     assert "--tensor-parallel-size 4" in best["serve"]
     for key in (
