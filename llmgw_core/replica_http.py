@@ -90,20 +90,29 @@ class EngineReach:
             await self.forget(node)
 
 
-async def health_answers(reach: EngineReach, node: str, port: int, path: str) -> bool:
-    """True when the engine's health route answers 200 through the tunnel."""
+async def health_status(reach: EngineReach, node: str, port: int, path: str) -> int | None:
+    """The HTTP status the engine's health route answers through the tunnel; None: port not open.
+
+    Raises:
+        TunnelRefused: the node's sshd refuses forwarding.
+    """
     try:
         base = await reach.base_url(node, port)
     except TunnelRefused:
         raise
     except LlmgwError:
-        return False
+        return None
     try:
         async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as client:
             response = await client.get(base + path)
     except httpx.HTTPError:
-        return False
-    return response.status_code == 200
+        return None
+    return response.status_code
+
+
+async def health_answers(reach: EngineReach, node: str, port: int, path: str) -> bool:
+    """True when the engine's health route answers 200 through the tunnel."""
+    return await health_status(reach, node, port, path) == 200
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from llmgw_core.placement import explain, place, want_summary
 from llmgw_core.plan import plan
 from llmgw_core.pools_live import planner_fleet
 from llmgw_core.replica_choice import Choice, Overrides, choices
-from llmgw_core.replica_http import EngineReach, TunnelRefused, health_answers
+from llmgw_core.replica_http import EngineReach, TunnelRefused, health_status
 from llmgw_core.replica_launch import (
     HTTP_BASE_PORT,
     RENDEZVOUS_BASE_PORT,
@@ -282,6 +282,7 @@ async def _poll_ready(
     seen_running: set[str] = set()
     tunnel_refused: str | None = None
     answered = False
+    port_open = False
     while True:
         for node, shard_id, rank in started:
             if fleet.snapshot().nodes[node].state != "ready":
@@ -314,7 +315,12 @@ async def _poll_ready(
                     return
         if len(seen_running) == len(started) and not tunnel_refused and not answered:
             try:
-                if await health_answers(reach, head, port, path):
+                status = await health_status(reach, head, port, path)
+                if status is not None and not port_open:
+                    port_open = True
+                    trace.add("port open", head, f"port {port}, health {status}")
+                    progress.moved()
+                if status == 200:
                     trace.add("health answered", head, f"port {port} through an SSH tunnel")
                     answered = True
                     progress.moved()

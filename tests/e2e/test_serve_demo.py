@@ -77,6 +77,7 @@ def test_llama_70b_at_32k_comes_up_on_four_h100_cards_of_one_node_and_answers(de
     assert placed["node"] == "h100-a-01" and len(placed["gpus"]) == 4
     steps = [entry["step"] for entry in result["trace"]]
     assert steps[:2] == ["placed", "claimed, process started"] and steps[-1] == "health answered"
+    assert "port open" in steps
 
     listed = demo.step("replicas", name="llama-70b", phase="ready")
     assert listed.ok, listed.error
