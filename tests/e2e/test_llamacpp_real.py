@@ -1,15 +1,16 @@
 """A real engine on this machine: llama.cpp serving a tiny GGUF, started by the real agent over SSH.
 
-The node is this machine behind asyncssh's in-process SSH server (no
-replay: the agent discovers this machine and its shards run the real
-command). Two ways in:
+The node is this machine behind an SSH server on loopback (no replay: the
+agent discovers this machine and its shards run the real command). Two
+ways in:
 
 * the fleet's own parts, step by step: the agent deployed and connected,
   llama-cpp-python found in the node's facts, llama.cpp's command built from
   them (`launch_node`, `build_launch`), the shard started, the agent seeing
   it healthy, a chat completion through an SSH tunnel, the shard stopped;
 * the console as a person runs it: `llmgw-tui --inventory … --run` with the
-  `serve` (a local GGUF, `engine: llama.cpp`), `ask`, `logs` and `stop` steps.
+  `serve` (a local GGUF, `engine: llama.cpp`), `ask`, `logs` and `stop` steps,
+  through asyncssh's server and through OpenSSH's sshd (where installed).
 
 The model is written by `tiny_gguf.write_tiny_llama_gguf`; its weights are
 patterned so that it answers `tiny_gguf.REPLY` to any prompt. Every test
@@ -31,6 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -407,19 +409,68 @@ def _end(processes: dict[int, str]) -> None:
             os.kill(pid, signal.SIGTERM)
 
 
+@dataclass(frozen=True)
+class NodeLogin:
+    """How the console reaches the node: its SSH port and user, its host key, what to add."""
+
+    port: int
+    user: str | None
+    known_hosts: str
+    inventory_lines: str = ""
+
+
+@contextlib.contextmanager
+def asyncssh_login(folder: Path, client_key: asyncssh.SSHKey) -> Iterator[NodeLogin]:
+    """This machine behind asyncssh's server; its agent finds llama-cpp-python by the prefix named."""
+    server = LoopbackSshd(
+        home=folder / "node" / "home",
+        host_key=asyncssh.generate_private_key("ssh-ed25519"),
+        authorized_keys=client_key.export_public_key().decode(),
+        env={EXTRA_PREFIXES_ENV: sys.prefix},
+        allow_forwarding=True,
+    )
+    with sshd_in_a_thread(server):
+        yield NodeLogin(server.port, None, server.known_hosts_line() + "\n")
+
+
+@contextlib.contextmanager
+def openssh_login(folder: Path, client_key: asyncssh.SSHKey) -> Iterator[NodeLogin]:
+    """This machine behind OpenSSH's sshd (skips where it is not installed).
+
+    sshd gives sessions a bare environment, so the inventory says where
+    llama-cpp-python is, as an operator would for a virtualenv.
+    """
+    from fleet.conftest import ClientKey, OpenSshd  # the fleet tests' sshd on loopback ports
+
+    sshd = OpenSshd(folder / "sshd", ClientKey(client_key, folder / "client_key")).start()
+    try:
+        yield NodeLogin(
+            sshd.ports[0],
+            sshd.user,
+            sshd.known_hosts_lines(),
+            f"    engines: {{llama.cpp: {{python: {sys.executable}}}}}\n",
+        )
+    finally:
+        sshd.stop()
+
+
+LOGINS = {"asyncssh": asyncssh_login, "openssh": openssh_login}
+
+
 def run_script_on_this_machine(
-    folder: Path, steps: str, model_dir: Path, leftovers_of: str
+    folder: Path, steps: str, model_dir: Path, leftovers_of: str, *, ssh: str = "asyncssh"
 ) -> tuple[subprocess.CompletedProcess[str], dict[int, str]]:
     """Run `llmgw-tui --inventory … --run … --json` against this machine as node `here`.
 
-    The node is asyncssh's server in a thread of this process; the console
-    is a separate process with its own home (no ~/.ssh/config, no ssh-agent).
+    The console is a separate process with its own home (no ~/.ssh/config,
+    no ssh-agent); the node is this machine behind an SSH server on loopback.
 
     Args:
         folder: where the keys, inventory, script and the node's home go.
         steps: the script's `steps:` list, as YAML lines.
         model_dir: the node's model directory.
         leftovers_of: a path only this run's engines name on their command line.
+        ssh: "asyncssh" (its server in a thread here) or "openssh" (sshd).
 
     Returns:
         The finished console, and the processes still naming `leftovers_of`
@@ -429,25 +480,19 @@ def run_script_on_this_machine(
     key_path = folder / "client_key"
     key_path.write_bytes(client_key.export_private_key())
     key_path.chmod(0o600)
-    server = LoopbackSshd(
-        home=folder / "node" / "home",
-        host_key=asyncssh.generate_private_key("ssh-ed25519"),
-        authorized_keys=client_key.export_public_key().decode(),
-        env={EXTRA_PREFIXES_ENV: sys.prefix},
-        allow_forwarding=True,
-    )
     script = folder / "script.yaml"
     script.write_text("steps:\n" + steps)
     env = {key: value for key, value in os.environ.items() if key != "SSH_AUTH_SOCK"}
     env.update(HOME=str(folder / "console"), NO_COLOR="1")
-    with sshd_in_a_thread(server):
+    with LOGINS[ssh](folder, client_key) as login:
         known_hosts = folder / "known_hosts"
-        known_hosts.write_text(server.known_hosts_line() + "\n")
+        known_hosts.write_text(login.known_hosts)
+        user = f"    user: {login.user}\n" if login.user else ""
         inventory = folder / "inventory.yaml"
         inventory.write_text(
-            f"nodes:\n  - name: {NODE}\n    host: 127.0.0.1\n    port: {server.port}\n"
+            f"nodes:\n  - name: {NODE}\n    host: 127.0.0.1\n    port: {login.port}\n{user}"
             f"    identity_file: {key_path}\n    model_dirs: [{model_dir}]\n"
-            f"known_hosts: {known_hosts}\n"
+            f"{login.inventory_lines}known_hosts: {known_hosts}\n"
         )
         done = subprocess.run(
             [*LLMGW_TUI, "--inventory", str(inventory), "--run", str(script), "--json"],
@@ -462,7 +507,10 @@ def run_script_on_this_machine(
 
 
 @needs_llama_cpp
-def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(tmp_path: Path):
+@pytest.mark.parametrize("ssh", ["asyncssh", pytest.param("openssh", marks=pytest.mark.sshd)])
+def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(
+    tmp_path: Path, ssh: str
+):
     model_dir = tmp_path / "models"
     model_path = write_tiny_llama_gguf(model_dir / "tiny-llama" / "tiny.gguf")
     steps = (
@@ -473,7 +521,9 @@ def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(tmp_
         "  - stop: {replica: tiny}\n"
     )
 
-    done, left_running = run_script_on_this_machine(tmp_path, steps, model_dir, str(model_path))
+    done, left_running = run_script_on_this_machine(
+        tmp_path, steps, model_dir, str(model_path), ssh=ssh
+    )
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     served, asked, logged, stopped = [json.loads(line) for line in done.stdout.splitlines()]
@@ -485,11 +535,9 @@ def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(tmp_
     )
     (shard,) = replica["shards"]
     assert shard["node"] == NODE and shard["gpus"] == [] and shard["healthy"] is True
-    assert shard["argv"][:3] == [
-        str(Path(sys.prefix) / "bin" / "python3"),
-        "-m",
-        "llama_cpp.server",
-    ]
+    # The interpreter of this environment: found by the agent, or named in the inventory.
+    assert Path(shard["argv"][0]).parent == Path(sys.prefix) / "bin"
+    assert shard["argv"][1:3] == ["-m", "llama_cpp.server"]
     assert shard["env"]["CUDA_VISIBLE_DEVICES"] == ""
     assert "health answered" in [entry["step"] for entry in served["result"]["trace"]]
     assert asked["result"]["text"].strip() == REPLY
