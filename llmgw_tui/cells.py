@@ -97,3 +97,20 @@ def redraw_table(table: DataTable[object]) -> None:
     """
     table.notify_style_update()
     table.refresh()
+
+
+def sync_rows(table: DataTable[object], rows: dict[str, dict[str, object]]) -> None:
+    """Make a keyed table show `rows` (key → column → cell) without rebuilding it.
+
+    Changed cells are updated in place, new rows appended, vanished rows
+    removed: the cursor and the scroll position stay where the reader left them.
+    """
+    for key in [k.value for k in table.rows if k.value not in rows]:
+        table.remove_row(key)
+    for key, cells in rows.items():
+        if key in table.rows:
+            for column, value in cells.items():
+                if table.get_cell(key, column) != value:
+                    table.update_cell(key, column, value)
+        else:
+            table.add_row(*cells.values(), key=key)

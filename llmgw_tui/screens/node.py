@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from llmgw_core.errors import LlmgwError
-from llmgw_core.views import FleetSummary, NodeDetail
+from llmgw_core.views import FleetSummary, NodeDetail, NvlinkMatrix
 from llmgw_tui.cells import (
     link_cell,
     memory_cell,
@@ -23,6 +23,7 @@ from llmgw_tui.cells import (
     plain,
     redraw_table,
     state_cell,
+    sync_rows,
 )
 from llmgw_tui.theme import theme_style
 
@@ -82,7 +83,7 @@ class NodeScreen(Screen[None]):
         super().__init__()
         self.node_name = node_name
         """The inventory name of the node shown."""
-        self._matrix_labels: tuple[str, ...] | None = None
+        self._matrix_shown: NvlinkMatrix | None = None
 
     def compose(self) -> ComposeResult:
         """A summary line, the devices, the NVLink matrix beside the adapters."""
@@ -164,9 +165,9 @@ class NodeScreen(Screen[None]):
         return " · ".join(parts)
 
     def _show_devices(self, detail: NodeDetail) -> None:
-        table = self.query_one("#devices", DataTable)
+        rows: dict[str, dict[str, object]] = {}
         for device in detail.devices:
-            cells = {
+            rows[device.label] = {
                 "label": plain(device.label),
                 "class": plain(device.gpu_class),
                 "memory": memory_cell(self.app, device.memory_used_mib, device.memory_total_mib),
@@ -177,18 +178,14 @@ class NodeScreen(Screen[None]):
                 "nic": plain(device.nearest_nic or "-"),
                 "fabric": state_cell(self.app, device.fabric) if device.fabric else plain("-"),
             }
-            if device.label in table.rows:
-                for column, value in cells.items():
-                    if table.get_cell(device.label, column) != value:
-                        table.update_cell(device.label, column, value)
-            else:
-                table.add_row(*cells.values(), key=device.label)
-        if not detail.devices and not table.row_count:
-            table.add_row("-", "no GPU: a CPU node", *[""] * 7, key="none")
+        if not rows:
+            blank = {key: plain("") for key, _ in DEVICE_COLUMNS}
+            rows["none"] = {**blank, "label": plain("-"), "class": plain("no GPU: a CPU node")}
+        sync_rows(self.query_one("#devices", DataTable), rows)
 
     def _show_matrix(self, detail: NodeDetail) -> None:
         matrix = detail.nvlink
-        if matrix.labels == self._matrix_labels:
+        if matrix == self._matrix_shown:
             return
         table = self.query_one("#nvlink", DataTable)
         table.clear(columns=True)
@@ -197,28 +194,23 @@ class NodeScreen(Screen[None]):
             table.add_column(label, key=label)
         for label, row in zip(matrix.labels, matrix.cells, strict=True):
             table.add_row(plain(label), *(link_cell(self.app, kind) for kind in row), key=label)
-        self._matrix_labels = matrix.labels
+        self._matrix_shown = matrix
 
     def _show_adapters(self, detail: NodeDetail) -> None:
-        table = self.query_one("#adapters", DataTable)
+        rows: dict[str, dict[str, object]] = {}
         for adapter in detail.adapters:
             key = f"{adapter.name}/{adapter.port or 1}"
             rate = Text("-" if adapter.rate_gbps is None else f"{adapter.rate_gbps:g} Gb/s")
             if adapter.below_rated:
                 rate.append(f" of {adapter.rated_gbps:g}")
                 rate.stylize(theme_style(self.app, "warning"))
-            cells = {
+            rows[key] = {
                 "name": plain(key),
                 "state": state_cell(self.app, adapter.state) if adapter.state else plain("-"),
                 "rate": rate,
                 "layer": plain(adapter.link_layer or "-"),
             }
-            if key in table.rows:
-                for column, value in cells.items():
-                    if table.get_cell(key, column) != value:
-                        table.update_cell(key, column, value)
-            else:
-                table.add_row(*cells.values(), key=key)
+        sync_rows(self.query_one("#adapters", DataTable), rows)
 
     def action_back(self) -> None:
         """Back to where the page was opened from."""

@@ -147,3 +147,30 @@ def test_a_fleet_that_cannot_be_opened_is_a_red_notification_and_the_console_sta
                 assert app.is_running
 
     asyncio.run(run())
+
+
+def test_a_mig_instance_destroyed_while_the_page_is_open_leaves_the_table(demo_state):
+    state, fabrics = demo_state
+    facts = state.nodes["a100-mig-01"].facts
+    fewer = with_node(
+        state,
+        "a100-mig-01",
+        facts=facts.model_copy(
+            update={"gpus": tuple(g for g in facts.gpus if g.label != "0/mig3")}
+        ),
+    )
+    feed = SteppedFeed([state, fewer], fabrics)
+
+    async def run() -> None:
+        app = LlmgwApp(feed, animation="none")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.fleet is not None)
+            await app.run_action("open_node('a100-mig-01')")
+            await pilot.pause()
+            devices = app.screen.query_one("#devices", DataTable)
+            assert "0/mig3" in devices.rows
+            feed.advance()
+            await until(pilot, lambda: "0/mig3" not in devices.rows)
+            assert devices.row_count == 5
+
+    asyncio.run(run())
