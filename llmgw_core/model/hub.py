@@ -27,6 +27,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+from huggingface_hub.utils import httpx as hub_httpx
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.model.artifacts import Artifact, RepoFile
@@ -54,6 +55,10 @@ def hub_offline() -> bool:
     """True when `HF_HUB_OFFLINE` (or `TRANSFORMERS_OFFLINE`) asks for the cache only."""
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
     return value.upper() in ("1", "ON", "YES", "TRUE") or constants.HF_HUB_OFFLINE
+
+
+NETWORK_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, hub_httpx.HTTPError)
+"""Transport failures from our own httpx and from the HTTP client huggingface_hub brings."""
 
 
 def _hub_error(exc: Exception, repo_id: str, revision: str | None) -> LlmgwError:
@@ -105,7 +110,7 @@ def _download(
         if isinstance(exc, LocalEntryNotFoundError) and filename == "config.json":
             raise _hub_error(exc, repo_id, revision) from None
         return None
-    except (HfHubHTTPError, OfflineModeIsEnabled, httpx.HTTPError) as exc:
+    except (HfHubHTTPError, OfflineModeIsEnabled, *NETWORK_ERRORS) as exc:
         raise _hub_error(exc, repo_id, revision) from None
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     return parse_config_text(text, f"{filename} of {repo_id}")
@@ -118,7 +123,7 @@ def _listing(
     api = HfApi(endpoint=hub_endpoint(), token=token)
     try:
         info = api.model_info(repo_id, revision=revision, files_metadata=True)
-    except (HfHubHTTPError, OfflineModeIsEnabled, httpx.HTTPError) as exc:
+    except (HfHubHTTPError, OfflineModeIsEnabled, *NETWORK_ERRORS) as exc:
         raise _hub_error(exc, repo_id, revision) from None
     files = [RepoFile(s.rfilename, s.size) for s in info.siblings or []]
     params = None

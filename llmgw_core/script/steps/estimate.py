@@ -255,7 +255,7 @@ def render_estimate(result: dict[str, Any]) -> Any:
 @step("estimate", args=EstimateArgs, render=render_estimate)
 def run_estimate(args: EstimateArgs, ctx: StepContext) -> StepOutcome:
     """Load the model and predict the engine's start-up memory."""
-    from llmgw_core.script.steps.plan import model_for
+    from llmgw_core.script.steps.plan import step_model
 
-    model = model_for(args.model, ctx.script_dir)
+    model = step_model(args.model, ctx)
     return StepOutcome(result=estimate_result(model, args))

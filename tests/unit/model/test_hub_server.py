@@ -6,10 +6,10 @@ import json
 
 import gguf
 import pytest
-from hub_server import FakeRepo, repo_from_fixture
 from header_ggufs import write_tiny_llama
+from hub_server import FakeRepo, repo_from_fixture
 
-from llmgw_core.errors import BadInput
+from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.model.source import load_model
 
 
@@ -225,3 +225,24 @@ def test_an_unknown_revision_is_named(local_hub, models_dir):
         == "Qwen/Qwen3-8B has no revision 'v9': check the branch, tag or commit after @"
     )
     assert load_model("Qwen/Qwen3-8B@main").shape.num_layers == 36
+
+
+def test_a_hub_that_refuses_connections_is_one_sentence(tmp_path, monkeypatch):
+    import socket
+
+    from huggingface_hub import constants
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{closed_port}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "2")
+    with pytest.raises(LlmgwError) as refused:
+        load_model("meta-llama/Llama-3.1-8B-Instruct")
+    assert refused.value.sentence().startswith(
+        f"cannot reach the Hub at {endpoint} for meta-llama/Llama-3.1-8B-Instruct"
+    )
