@@ -43,6 +43,8 @@ class NodeSummary:
     nvlink_domain: str | None
     running_shards: int
     cpu_only: bool
+    ram_gib: int | None = None
+    """Host RAM, GiB (what a CPU node offers a GGUF model), None before facts."""
 
 
 @dataclass(frozen=True)
@@ -247,7 +249,13 @@ def node_summary(
         nvlink_domain=domain_name(mapping.get("nvlink_domain")),
         running_shards=running_shards,
         cpu_only=bool(mapping) and not mapping.get("gpus"),
+        ram_gib=_ram_gib(mapping),
     )
+
+
+def _ram_gib(mapping: Mapping[str, Any]) -> int | None:
+    memory_mib = (mapping.get("host") or {}).get("memory_mib")
+    return None if memory_mib is None else round(memory_mib / 1024)
 
 
 def _card_of(mapping: Mapping[str, Any], card_index: Any) -> Mapping[str, Any]:

@@ -112,11 +112,16 @@ class FleetScreen(Screen[None]):
         return {
             "node": Text(node.name, style="bold"),
             "state": state_cell(self.app, node.state),
-            "classes": classes_cell(self.app, node.classes) if node.classes else plain("-"),
+            "classes": self._offer(node),
             "fabrics": plain(", ".join(node.fabrics) or "-"),
             "domain": plain(node.nvlink_domain or "-"),
             "shards": plain(node.running_shards),
         }
+
+    def _offer(self, node: NodeSummary) -> object:
+        if node.cpu_only:
+            return plain(f"CPU, {node.ram_gib} GiB RAM" if node.ram_gib else "CPU")
+        return classes_cell(self.app, node.classes) if node.classes else plain("-")
 
     def _sync_rows(self) -> None:
         if self._fleet is None:
