@@ -33,7 +33,7 @@ def health_path(engine: str, program: tuple[str, ...] = ()) -> str:
     vLLM `/health` (503 once its engine died); SGLang `/health` (503 while
     starting, then a one-token generation); llama-server `/health` (503
     "Loading model", then 200); llama-cpp-python's server has no health
-    route and serves `/v1/models` once its model is loaded.
+    route and answers `/openapi.json` once its model is loaded.
     """
     if engine == LLAMA_CPP:
         return llamacpp.health_path(program)

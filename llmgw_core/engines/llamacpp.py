@@ -42,6 +42,8 @@ def _llama_cpp_python(request: LaunchRequest, node: LaunchNode) -> list[str]:
     argv += ["--host", request.http_host, "--port", str(node.http_port)]
     argv += ["--n_ctx", str(request.context)]
     argv += ["--n_gpu_layers", "-1" if node.gpus else "0"]
+    # A new request (the health probe included) would otherwise cut a streamed answer short.
+    argv += ["--interrupt_requests", "False"]
     return argv
 
 
@@ -61,5 +63,11 @@ def commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ..
 
 
 def health_path(program: tuple[str, ...]) -> str:
-    """`/health` for llama-server; llama-cpp-python's server has none, and lists models once loaded."""
-    return "/v1/models" if is_llama_cpp_python(program) else "/health"
+    """`/health` for llama-server; `/openapi.json` for llama-cpp-python's server.
+
+    llama-cpp-python has no health route. It loads the model before it
+    listens, so any answer means loaded; `/openapi.json` answers without the
+    model lock, where `/v1/models` waits behind a running completion (and
+    timed out the probe during long answers).
+    """
+    return "/openapi.json" if is_llama_cpp_python(program) else "/health"

@@ -334,14 +334,6 @@ async def _stream_slowly_and_ask_again(
 
 
 @needs_llama_cpp
-@pytest.mark.xfail(
-    reason=(
-        "llama-cpp-python's /v1/models takes the model lock, so the agent's health probe "
-        "cuts a streamed answer short (interrupt_requests is on by default): the builder "
-        "should probe a lock-free path (/openapi.json) and pass --interrupt_requests False"
-    ),
-    strict=False,
-)
 def test_a_long_streamed_answer_is_not_cut_by_the_health_probe_or_a_second_question(
     tmp_path: Path,
 ):

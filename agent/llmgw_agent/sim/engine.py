@@ -184,7 +184,7 @@ class SimHandler(BaseHTTPRequestHandler):
         return True
 
     def do_GET(self) -> None:
-        """`/health`, `/v1/models`, `/metrics`, `/version`."""
+        """`/health`, `/v1/models`, `/metrics`, `/openapi.json`, `/version`."""
         route = self.path.split("?")[0]
         if route in ("/health", "/v1/health", "/health_generate"):
             if not self._loading():
@@ -201,6 +201,9 @@ class SimHandler(BaseHTTPRequestHandler):
             self._send(200, {"object": "list", "data": [model]})
         elif route == "/metrics":
             self._send(200, self._metrics(), "text/plain; version=0.0.4")
+        elif route == "/openapi.json":
+            if not self._loading():
+                self._send(200, {"openapi": "3.1.0", "info": {"title": "llmgw-sim"}, "paths": {}})
         elif route == "/version":
             self._send(200, {"version": "sim"})
         else:

@@ -124,7 +124,7 @@ def test_llama_server_gives_each_parallel_slot_a_whole_context():
     assert flag(argv, "--parallel") == "4"
 
 
-def test_llama_cpp_python_takes_its_own_flag_names_and_answers_health_on_v1_models():
+def test_llama_cpp_python_takes_its_own_flag_names_and_is_probed_without_its_model_lock():
     program = ("/opt/llama/bin/python3", "-m", "llama_cpp.server")
     plan = build_launch(_llama(_cpu_node(program=program), concurrency=4))
     shard = plan.shards[0]
@@ -135,8 +135,9 @@ def test_llama_cpp_python_takes_its_own_flag_names_and_answers_health_on_v1_mode
     assert flag(argv, "--n_ctx") == "8192"
     assert flag(argv, "--n_gpu_layers") == "0"
     assert flag(argv, "--port") == "8000"
-    assert shard.health_url == "http://127.0.0.1:8000/v1/models"
-    assert plan.health_path == "/v1/models"
+    assert flag(argv, "--interrupt_requests") == "False"
+    assert shard.health_url == "http://127.0.0.1:8000/openapi.json"
+    assert plan.health_path == "/openapi.json"
 
 
 def test_llama_cpp_python_on_a_card_offloads_every_layer():
@@ -149,6 +150,6 @@ def test_each_engine_has_one_health_path():
     assert health_path("vllm") == "/health"
     assert health_path("sglang") == "/health"
     assert health_path("llama.cpp", ("llama-server",)) == "/health"
-    assert health_path("llama.cpp", ("python3", "-m", "llama_cpp.server")) == "/v1/models"
+    assert health_path("llama.cpp", ("python3", "-m", "llama_cpp.server")) == "/openapi.json"
     assert health_url("vllm", "::", 8000) == "http://127.0.0.1:8000/health"
     assert health_url("vllm", "fd00::11", 8000) == "http://[fd00::11]:8000/health"
