@@ -21,7 +21,7 @@ import contextlib
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -395,7 +395,7 @@ async def serve(
     models = tuple(x for x in (model.repo_id, model.ref, request.source) if x)
     for attempt, choice in enumerate(ways, start=1):
         outcome.choice = choice
-        record = await _attempt(
+        record = await serve_way(
             fleet, reach, request, choice, name, served_name, models, context, attempt, outcome
         )
         outcome.attempts.append(record)
@@ -408,7 +408,7 @@ async def serve(
     return outcome
 
 
-async def _attempt(
+async def serve_way(
     fleet: Any,
     reach: EngineReach,
     request: ServeRequest,
@@ -419,8 +419,13 @@ async def _attempt(
     context: int,
     attempt: int,
     outcome: ServeOutcome,
+    heals: int = 0,
 ) -> dict[str, Any]:
-    """One way: placed, started, watched; a lost race for cards is placed again."""
+    """One way: placed, started, watched; a lost race for cards is placed again.
+
+    Returns:
+        `{way, outcome: ready | started | failed | no room, reason, last_lines?, exit_code?}`.
+    """
     trace = outcome.trace
     specs = {s.name: s for s in fleet.inventory.node_specs()}
     for _race in range(RACE_RETRIES):
@@ -476,6 +481,17 @@ async def _attempt(
             attempt=attempt,
         )
         replica["rendezvous_port"] = rendezvous if len(nodes) > 1 else None
+        replica["heals"] = heals
+        # What placing it again needs, for a console that never saw this serve.
+        replica["request"] = {
+            "choice": asdict(choice),
+            "concurrency": request.concurrency,
+            "source": request.source,
+            "hub_repo": request.hub_repo,
+            "timeout_s": request.startup_timeout_s,
+            "models": list(models),
+            "env": dict(request.env),
+        }
         try:
             started = await _start(fleet, name, launch, replica, trace)
         except AgentError as exc:

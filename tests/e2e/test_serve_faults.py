@@ -78,7 +78,9 @@ def _wait_state(demo: Demo, ctx: FleetContext, node: str, state: str) -> None:
     demo.loop.run(wait())
 
 
-def test_a_node_cut_off_fails_its_replica_stops_the_survivor_and_leaves_no_claim(demo: Demo):
+def test_a_node_cut_off_fails_its_replica_frees_every_card_and_it_is_placed_again_on_return(
+    demo: Demo,
+):
     ctx = demo.console()
     served = demo.step(
         ctx, "serve", model=LLAMA, context=32768, gpu_class="h100-80g", gpus=8, nodes=2, name="cut"
@@ -89,21 +91,28 @@ def test_a_node_cut_off_fails_its_replica_stops_the_survivor_and_leaves_no_claim
     demo.loop.run(server.stop())
     _wait_state(demo, ctx, "h100-a-02", "unreachable")
 
-    listed = demo.step(ctx, "replicas", name="cut", grace=0)
+    listed = demo.step(ctx, "replicas", name="cut", grace=0, heal=True)
     (replica,) = listed.result["replicas"]
     assert replica["phase"] == "failed"
     assert replica["reason"].startswith("rank 1's node was lost: h100-a-02 is unreachable")
     head = next(s for s in replica["shards"] if s["node"] == "h100-a-01")
     assert head["phase"] == "stopped"
     assert demo.claims(ctx) == {}  # h100-a-02 cannot be asked yet: its shard still runs there
+    (waiting,) = listed.result["healed"]
+    assert waiting["outcome"] == "waiting for room"
+    assert "h100-a-02: unreachable" in waiting["reason"]
 
     demo.loop.run(server.start(port))
     _wait_state(demo, ctx, "h100-a-02", "ready")
-    again = demo.step(ctx, "replicas", name="cut", grace=0)
-    (replica,) = again.result["replicas"]
-    assert {s["phase"] for s in replica["shards"]} == {"stopped"}
-    assert demo.claims(ctx) == {}
+    healed = demo.step(ctx, "replicas", name="cut", grace=0, heal=True)
+    (again,) = healed.result["healed"]
+    assert again["outcome"] == "ready", again
+    assert [n["node"] for n in again["placement"]["nodes"]] == ["h100-a-01", "h100-a-02"]
+    (replica,) = healed.result["replicas"]
+    assert replica["phase"] == "ready" and len(replica["shards"]) == 2
+    assert demo.step(ctx, "ask", replica="cut", prompt="back?").ok
     assert demo.step(ctx, "stop", replica="cut").ok
+    assert demo.claims(ctx) == {}
     demo.close_console(ctx)
 
 

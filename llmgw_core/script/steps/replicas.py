@@ -4,6 +4,7 @@
 steps:
   - replicas: {}
   - replicas: {name: llama-70b, phase: ready}   # expect: fails unless it is so
+  - replicas: {heal: true}                      # place again what lost a node, where there is room
 ```
 
 Each replica: `name`, `model`, `phase`, `engine`, `endpoint`, and its
@@ -26,6 +27,7 @@ class ReplicasArgs(StepArgs):
     name: str | None = None
     phase: str | None = None
     grace: float = Field(default=60.0, ge=0, le=3600)
+    heal: bool = False
 
 
 async def run_replicas(args: ReplicasArgs, ctx: StepContext) -> StepOutcome:
@@ -35,13 +37,24 @@ async def run_replicas(args: ReplicasArgs, ctx: StepContext) -> StepOutcome:
 
     fleet = await ctx.live_fleet()
     views = await reconcile(fleet, grace_s=args.grace)
+    healed: list[dict[str, Any]] = []
+    if args.heal:
+        from llmgw_core.replica_heal import heal
+        from llmgw_core.replica_session import fleet_and_reach
+
+        _, reach = await fleet_and_reach(ctx)
+        healed = await heal(fleet, reach, grace_s=args.grace)
+        if healed:
+            views = await reconcile(fleet, grace_s=args.grace)
     shown = [v for v in views if args.name is None or v.name == args.name]
     rows = []
     for view in shown:
         row = view.as_dict()
         row["trace"] = trace_of(view)
         rows.append(row)
-    result = {"replicas": rows}
+    result: dict[str, Any] = {"replicas": rows}
+    if args.heal:
+        result["healed"] = healed
     if args.name is not None and not shown:
         return StepOutcome(
             result=result,

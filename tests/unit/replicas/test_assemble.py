@@ -133,3 +133,33 @@ def test_the_trace_lists_placed_started_and_running_in_time_order():
     assert steps[0] == (None, "placed")
     assert ("a", "process running") in steps
     assert trace_of(view)[0]["at"].startswith("2026-11-29T08:50:00")
+
+
+def _healable(spec: dict) -> dict:
+    return {**spec, "request": {"choice": {}, "models": []}}
+
+
+def test_a_replica_that_served_and_lost_a_node_is_placed_again_but_not_one_that_never_came_up():
+    from llmgw_core.replica_heal import MAX_HEALS, heal_candidates
+
+    served = _healable(_spec())
+    lost = {"a": [_shard(0, phase="stopped", healthy=True, spec=served)]}
+    (view,) = assemble(lost, _fleet(b="unreachable"), now=NOW, grace_s=0)
+    assert [v.name for v in heal_candidates([view])] == ["llama"]
+
+    never = {"a": [_shard(0, phase="stopped", healthy=False, spec=served)]}
+    (view,) = assemble(never, _fleet(b="unreachable"), now=NOW, grace_s=0)
+    assert heal_candidates([view]) == []
+
+    still = {"a": [_shard(0, healthy=True, spec=served)]}
+    (view,) = assemble(still, _fleet(b="unreachable"), now=NOW, grace_s=0)
+    assert heal_candidates([view]) == []  # rank 0 still holds its cards: reconcile stops it first
+
+    tired = _healable({**_spec(), "heals": MAX_HEALS})
+    (view,) = assemble(
+        {"a": [_shard(0, phase="stopped", healthy=True, spec=tired)]},
+        _fleet(b="unreachable"),
+        now=NOW,
+        grace_s=0,
+    )
+    assert heal_candidates([view]) == []

@@ -1,0 +1,98 @@
+"""A replica that lost a node, placed again once there is room: on the node back, or another.
+
+A node lost (or a shard died) fails its replica and `replicas.reconcile`
+stops what is left, so no card stays claimed. Healing then serves the same
+way again under the same name, from what the shards themselves carry — so
+any console can do it, not only the one that served it first:
+
+* only a replica that served once (rank 0's health answered) is healed; one
+  that never came up failed for a reason another start would meet again;
+* only when every shard is over (nothing of it still holds a card);
+* at most `MAX_HEALS` times, so a replica that keeps dying is left failed
+  for a person to read its logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from llmgw_core.placement import explain, place, want_summary
+from llmgw_core.replica_choice import Choice
+from llmgw_core.replica_http import EngineReach
+from llmgw_core.replica_serve import ServeOutcome, ServeRequest, serve_way
+from llmgw_core.replica_view import ReplicaView
+from llmgw_core.replicas import fleet_views, replicas_now, stop_replica
+
+MAX_HEALS = 3
+
+
+def heal_candidates(views: Sequence[ReplicaView]) -> list[ReplicaView]:
+    """The replicas to place again: served once, every shard over, not healed too often."""
+    found = []
+    for view in views:
+        head = view.head
+        if view.phase not in ("failed", "stopped") or view.live_shards():
+            continue
+        if head is None or head.healthy is not True or "request" not in view.spec:
+            continue
+        if int(view.spec.get("heals") or 0) >= MAX_HEALS:
+            continue
+        found.append(view)
+    return found
+
+
+async def heal(fleet: Any, reach: EngineReach, *, grace_s: float) -> list[dict[str, Any]]:
+    """Place again every replica `heal_candidates` names; one line per replica on what happened."""
+    done = []
+    for view in heal_candidates(await replicas_now(fleet, grace_s=grace_s)):
+        spec = view.spec
+        asked = spec["request"]
+        choice = Choice(**asked["choice"])
+        models = tuple(asked.get("models") or ())
+        views = await fleet_views(fleet)
+        want = choice.want(models)
+        if place(want, views) is None:
+            done.append(
+                {
+                    "name": view.name,
+                    "outcome": "waiting for room",
+                    "reason": want_summary(explain(want, views)),
+                }
+            )
+            continue
+        await stop_replica(fleet, view.name)  # forget the ended shards: a new attempt replaces them
+        request = ServeRequest(
+            model=str(spec.get("model")),
+            name=view.name,
+            context=int(spec["context"]),
+            concurrency=int(asked.get("concurrency") or 1),
+            env=dict(asked.get("env") or {}),
+            startup_timeout_s=float(asked.get("timeout_s") or 1200.0),
+            source=asked.get("source"),
+            hub_repo=asked.get("hub_repo"),
+        )
+        outcome = ServeOutcome(name=view.name, phase="failed")
+        record = await serve_way(
+            fleet,
+            reach,
+            request,
+            choice,
+            view.name,
+            str(spec.get("served_name") or view.name),
+            models,
+            int(spec["context"]),
+            int(spec.get("attempt") or 1) + 1,
+            outcome,
+            heals=int(spec.get("heals") or 0) + 1,
+        )
+        done.append(
+            {
+                "name": view.name,
+                "outcome": record["outcome"],
+                "reason": record.get("reason"),
+                "placement": outcome.placement,
+                "trace": outcome.trace.steps,
+            }
+        )
+    return done
