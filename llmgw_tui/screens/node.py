@@ -46,6 +46,9 @@ ADAPTER_COLUMNS = (
 )
 
 
+NODE_STATES = ("connecting", "ready", "unreachable", "refused")
+"""Each is a CSS class of the summary line (`-ready`, `-unreachable` …): the theme colours it."""
+
 CHECK_MARKS = {"pass": ("✓", "$success"), "warn": ("!", "$warning"), "fail": ("✗", "$error")}
 """How each doctor status is drawn."""
 
@@ -143,7 +146,8 @@ class NodeScreen(Screen[None]):
             summary.set_class(True, "-error")
             return
         summary.update(self._summary_text(detail))
-        summary.set_class(detail.summary.state != "ready", "-error")
+        for state in NODE_STATES:
+            summary.set_class(detail.summary.state == state, f"-{state}")
         self._show_devices(detail)
         self._show_matrix(detail)
         self._show_adapters(detail)

@@ -174,3 +174,24 @@ def test_a_mig_instance_destroyed_while_the_page_is_open_leaves_the_table(demo_s
             assert devices.row_count == 5
 
     asyncio.run(run())
+
+
+def test_the_node_page_of_a_node_that_goes_unreachable_turns_red_by_its_state_class(demo_state):
+    state, fabrics = demo_state
+    later = with_node(state, "h100-a-01", state="unreachable", reason="ssh: connection refused")
+    feed = SteppedFeed([state, later], fabrics)
+
+    async def run() -> None:
+        app = LlmgwApp(feed, animation="none")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.fleet is not None)
+            await pilot.press("enter")
+            await pilot.pause()
+            summary = app.screen.query_one("#node-summary")
+            assert summary.has_class("-ready")
+            feed.advance()
+            await until(pilot, lambda: summary.has_class("-unreachable"))
+            assert not summary.has_class("-ready")
+            assert "ssh: connection refused" in str(summary.render())
+
+    asyncio.run(run())
