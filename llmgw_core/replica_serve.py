@@ -327,7 +327,7 @@ async def _poll_ready(
             except TunnelRefused as exc:
                 tunnel_refused = exc.sentence()
         if time.monotonic() - progress.last_moved > timeout_s:
-            raise _Failed(f"nothing moved for {timeout_s:.0f} s (startup timeout)")
+            raise _Failed(f"nothing moved for {timeout_s:g} s (startup timeout)")
         await asyncio.sleep(POLL_S)
 
 
