@@ -158,12 +158,10 @@ def facts_mapping(facts: Any) -> Mapping[str, Any]:
     raise TypeError(f"facts of type {type(facts).__name__} are neither a mapping nor a model")
 
 
-def _first(mapping: Mapping[str, Any], *keys: str) -> Any:
-    for key in keys:
-        value = mapping.get(key)
-        if value is not None:
-            return value
-    return None
+def _first(device: Mapping[str, Any], card: Mapping[str, Any], key: str) -> Any:
+    """The device's own figure, else its card's (a MIG instance reports heat on the card)."""
+    value = device.get(key)
+    return card.get(key) if value is None else value
 
 
 def _as_int(value: Any) -> int | None:
@@ -175,12 +173,10 @@ def _as_float(value: Any) -> float | None:
 
 
 def device_is_free(device: Mapping[str, Any]) -> bool:
-    """A device is free when no process holds it, no shard claims it, and little memory is used."""
-    if _first(device, "processes"):
+    """A device is free when no process holds it and little of its memory is used."""
+    if device.get("processes"):
         return False
-    if _first(device, "claimed", "claimed_by", "busy"):
-        return False
-    used = _as_int(_first(device, "memory_used_mib"))
+    used = _as_int(device.get("memory_used_mib"))
     return used is None or used <= _BUSY_MEMORY_MIB
 
 
@@ -272,23 +268,18 @@ def device_rows(facts: Any) -> tuple[DeviceRow, ...]:
     for device in mapping.get("gpus") or ():
         card = _card_of(mapping, device.get("card_index"))
         is_mig = bool(device.get("mig_profile"))
+        utilisation = None if is_mig else _first(device, card, "utilization_pct")
         rows.append(
             DeviceRow(
                 label=str(device.get("label") or device.get("id")),
                 gpu_class=str(device.get("class") or ""),
-                memory_used_mib=_as_int(_first(device, "memory_used_mib")),
-                memory_total_mib=_as_int(_first(device, "memory_mib", "memory_total_mib")),
-                utilisation_pct=None
-                if is_mig
-                else _as_int(_first(device, "utilization_pct", "utilisation_pct"))
-                if _first(device, "utilization_pct", "utilisation_pct") is not None
-                else _as_int(_first(card, "utilization_pct", "utilisation_pct")),
-                temperature_c=_as_int(
-                    _first(device, "temperature_c") or _first(card, "temperature_c")
-                ),
-                power_w=_as_float(_first(device, "power_w") or _first(card, "power_w")),
-                numa_node=_as_int(_first(card, "numa_node")),
-                nearest_nic=_first(card, "nearest_nic"),
+                memory_used_mib=_as_int(device.get("memory_used_mib")),
+                memory_total_mib=_as_int(device.get("memory_mib")),
+                utilisation_pct=_as_int(utilisation),
+                temperature_c=_as_int(_first(device, card, "temperature_c")),
+                power_w=_as_float(_first(device, card, "power_w")),
+                numa_node=_as_int(card.get("numa_node")),
+                nearest_nic=card.get("nearest_nic"),
                 is_mig=is_mig,
                 free=device_is_free(device),
                 fabric=(card.get("fabric") or {}).get("verdict"),
