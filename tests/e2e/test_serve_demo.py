@@ -293,3 +293,36 @@ def test_a_start_that_stalls_fails_with_each_shards_last_lines_and_the_fallback_
     assert replica["phase"] == "stopped" and replica["engine"] == "sglang"  # the fallback's
     assert demo.claims() == {}
     demo.step("stop", replica="stalls")
+
+
+def test_a_nodes_download_of_the_weights_counts_as_progress(demo: Demo):
+    import asyncio
+    import contextlib
+
+    from llmgw_core.replica_serve import StartProgress, Trace, hub_cache_dir, watch_download
+
+    cache = hub_cache_dir("example-org/example-model")
+    folder = demo.demo.servers["cpu-01"].home / cache
+    folder.mkdir(parents=True)
+
+    async def watch() -> tuple[StartProgress, Trace]:
+        progress, trace = StartProgress(), Trace()
+        watcher = asyncio.ensure_future(
+            watch_download(demo.fleet, "cpu-01", cache, progress, trace)
+        )
+        await asyncio.sleep(0.5)
+        before = progress.last_moved
+        (folder / "blob-1").write_bytes(b"\0" * 3_000_000)
+        await asyncio.sleep(3.0)
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        assert progress.last_moved > before
+        return progress, trace
+
+    progress, trace = demo.loop.run(watch())
+    assert progress.fetched == {"cpu-01": 3_000_000}
+    assert [(s["node"], s["step"], s["detail"]) for s in trace.steps] == [
+        ("cpu-01", "fetch began", cache)
+    ]
+    assert progress.fetch_summary("cpu-01").startswith("0.0 GB at ")
