@@ -454,7 +454,7 @@ async def serve_way(
         outcome.placement = placement.as_dict()
         nodes = [p.node for p in placement.nodes]
         trace.add("placed", None, f"{choice.label} on {', '.join(nodes)}")
-        if request.source and Path(request.source).is_file():
+        if request.source and Path(request.source).exists():
             for node in nodes:
                 done = await copy_to_node(reach, node, request.source)
                 trace.add(f"weights {done}", node, request.source)

@@ -1,9 +1,10 @@
 """Weights an operator has on this machine, put on the nodes that will serve them (SFTP).
 
-A model given as a local GGUF file is served from the same absolute path on
-every node of its replica: a node that already holds a file of the same size
-there is left alone, the others get a copy over SFTP (written beside it, then
-renamed into place, so a half-copied file is never mistaken for weights).
+A model given as a local GGUF file or model directory is served from the
+same absolute path on every node of its replica. A node that already holds
+it there — every file at the same size — is left alone; the others get a
+copy over SFTP, written beside the target and renamed into place, so a
+half-copied model is never mistaken for weights.
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ from llmgw_core.errors import LlmgwError
 from llmgw_core.replica_http import EngineReach
 
 
+def local_files(path: Path) -> dict[str, int]:
+    """Every file of a model (a file, or a directory's tree): relative path → size."""
+    if path.is_file():
+        return {"": path.stat().st_size}
+    return {
+        str(file.relative_to(path)): file.stat().st_size
+        for file in sorted(path.rglob("*"))
+        if file.is_file()
+    }
+
+
 async def _remote_size(sftp: asyncssh.SFTPClient, path: str) -> int | None:
     try:
         attributes = await sftp.stat(path)
@@ -25,8 +37,16 @@ async def _remote_size(sftp: asyncssh.SFTPClient, path: str) -> int | None:
     return attributes.size
 
 
+async def _holds(sftp: asyncssh.SFTPClient, target: str, files: dict[str, int]) -> bool:
+    for relative, size in files.items():
+        where = posixpath.join(target, relative) if relative else target
+        if await _remote_size(sftp, where) != size:
+            return False
+    return True
+
+
 async def copy_to_node(reach: EngineReach, node: str, local_path: str) -> str:
-    """Make `local_path` present on `node` at the same path; says what it did.
+    """Make `local_path` (a file or a directory) present on `node` at the same path.
 
     Returns:
         "present" when the node already held it, "copied" otherwise.
@@ -34,15 +54,22 @@ async def copy_to_node(reach: EngineReach, node: str, local_path: str) -> str:
     Raises:
         LlmgwError: the copy failed (naming the node and the reason).
     """
-    size = Path(local_path).stat().st_size
+    source = Path(local_path)
+    files = local_files(source)
     connection = await reach.connection(node)
     try:
         async with connection.start_sftp_client() as sftp:
-            if await _remote_size(sftp, local_path) == size:
+            if await _holds(sftp, local_path, files):
                 return "present"
-            await sftp.makedirs(posixpath.dirname(local_path), exist_ok=True)
-            partial = local_path + ".llmgw-partial"
-            await sftp.put(local_path, partial)
+            await sftp.makedirs(posixpath.dirname(local_path.rstrip("/")), exist_ok=True)
+            partial = local_path.rstrip("/") + ".llmgw-partial"
+            if await sftp.exists(partial):
+                await sftp.rmtree(partial) if await sftp.isdir(partial) else await sftp.remove(
+                    partial
+                )
+            await sftp.put(local_path, partial, recurse=source.is_dir())
+            if await sftp.exists(local_path):
+                await sftp.rmtree(local_path) if source.is_dir() else await sftp.remove(local_path)
             await sftp.posix_rename(partial, local_path)
     except (asyncssh.Error, OSError) as exc:
         raise LlmgwError(

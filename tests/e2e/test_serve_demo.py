@@ -326,3 +326,27 @@ def test_a_nodes_download_of_the_weights_counts_as_progress(demo: Demo):
         ("cpu-01", "fetch began", cache)
     ]
     assert progress.fetch_summary("cpu-01").startswith("0.0 GB at ")
+
+
+def test_weights_a_node_lacks_are_copied_over_sftp_and_then_found_present(
+    demo: Demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from llmgw_core.replica_http import EngineReach
+    from llmgw_core.replica_weights import copy_to_node
+
+    # A relative path is this process's folder here and the node's home there:
+    # two disks, as a real node has, although the demo's nodes share this machine's.
+    monkeypatch.chdir(tmp_path)
+    model = Path("models/tiny-dir")
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "sub" / "model.safetensors").write_bytes(b"\1" * 70_000)
+    reach = EngineReach(demo.fleet)
+    assert demo.loop.run(copy_to_node(reach, "l40s-01", str(model))) == "copied"
+    there = demo.demo.servers["l40s-01"].home / model
+    assert (there / "sub" / "model.safetensors").read_bytes() == b"\1" * 70_000
+    assert not (there.parent / "tiny-dir.llmgw-partial").exists()
+    assert demo.loop.run(copy_to_node(reach, "l40s-01", str(model))) == "present"
+    (model / "sub" / "model.safetensors").write_bytes(b"\2" * 80_000)  # changed: copied again
+    assert demo.loop.run(copy_to_node(reach, "l40s-01", str(model))) == "copied"
+    assert (there / "sub" / "model.safetensors").stat().st_size == 80_000
