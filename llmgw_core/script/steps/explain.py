@@ -44,10 +44,10 @@ async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
     from llmgw_core.replica_choice import Overrides, choices
     from llmgw_core.replica_explain import capacity_verdicts
     from llmgw_core.replicas import fleet_views
-    from llmgw_core.script.steps.plan import model_for
+    from llmgw_core.script.steps.plan import step_model
 
     fleet = await ctx.live_fleet()
-    model = model_for(args.model, ctx.script_dir)
+    model = step_model(args.model, ctx)
     shape = model.shape or next((a.shape for a in model.artifacts if a.shape), None)
     context = args.context or (shape.max_context if shape else None)
     if context is None:

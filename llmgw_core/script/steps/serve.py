@@ -85,13 +85,15 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     from llmgw_core.replica_serve import ServeRequest, serve
     from llmgw_core.replica_session import fleet_and_reach
     from llmgw_core.replicas import find_replica
-    from llmgw_core.script.steps.plan import model_for
+    from llmgw_core.script.steps.plan import step_model
 
     env = checked_env(args.env)
     fleet, reach = await fleet_and_reach(ctx)
-    model = model_for(args.model, ctx.script_dir)
+    model = step_model(args.model, ctx)
     source = local_source(args.model, ctx.script_dir)
-    hub_repo = model.repo_id if source is None and not is_catalog_ref(args.model) else None
+    # The demo's simulated nodes never download; a real node fetches a Hub model it lacks.
+    fetched = source is None and not is_catalog_ref(args.model) and not ctx.demo
+    hub_repo = model.repo_id if fetched else None
     request = ServeRequest(
         model=args.model,
         name=args.name,
