@@ -155,3 +155,21 @@ def test_a_node_not_in_the_inventory_fabric_stands_alone(demo_facts):
     assert (
         reasons["h100-a-02"] == "fabric: it is on no InfiniBand/RoCE fabric and in no NVLink domain"
     )
+
+
+def test_a_tray_whose_imex_is_down_is_kept_out_of_the_domain(demo_facts):
+    from llmgw_core.facts import Imex
+
+    snapshot, _ = demo_facts
+    tray = snapshot.nodes["gb200-r1-t02"]
+    down = tray.model_copy(
+        update={"facts": tray.facts.model_copy(update={"imex": Imex(state="DOWN")})}
+    )
+    views = _views(demo_facts, states={"gb200-r1-t02": down})
+    want = Want("gb200-186g", 4, nodes=2)
+    placed = place(want, views)
+    assert [n.node for n in placed.nodes] == ["gb200-r1-t01", "gb200-r1-t03"]
+    reasons = _reasons(explain(want, views, placed))
+    assert reasons["gb200-r1-t02"] == (
+        "domain: IMEX is down, so its cards cannot share memory across nodes, and it is on no fabric"
+    )
