@@ -101,6 +101,16 @@ class LlmgwApp(App[int]):
                 return
             await asyncio.sleep(self.feed.refresh_s * (5 if last_error else 1))
 
+    @work(group="fleet-refresh", exclusive=True, exit_on_error=False, description="Refreshing")
+    async def action_refresh_fleet(self) -> None:
+        """Re-read every node's facts now; the poller shows the result."""
+        try:
+            await self.feed.refresh()
+        except LlmgwError as error:
+            self.notify(str(error), title="Refresh", severity="error")
+            return
+        self.notify("Facts re-read from every ready node.", title="Refresh", timeout=3)
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A worker that died of an unexpected error is a red notification, never a crash."""
         if event.state == WorkerState.ERROR:

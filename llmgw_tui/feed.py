@@ -27,6 +27,10 @@ class FleetFeed(Protocol):
         """The node's doctor checks: `check`, `status` (pass, warn, fail), `message`, `fix`."""
         ...
 
+    async def refresh(self) -> None:
+        """Re-read every node's facts now rather than at the next scheduled refresh."""
+        ...
+
     async def close(self) -> None:
         """Release what the feed opened (SSH connections, the demo fleet)."""
         ...
@@ -44,6 +48,9 @@ class StaticFeed:
     async def snapshot(self) -> FleetSummary:
         """The one fixed snapshot."""
         return self._summary
+
+    async def refresh(self) -> None:
+        """A fixed fleet has nothing to re-read."""
 
     async def doctor(self, node: str) -> list[dict[str, str]]:
         """The agent's own checks over the node's facts, run here (no node to ask)."""
@@ -79,6 +86,11 @@ class LiveFeed:
 
             self._fleet, self._closer = await open_fleet(inventory=self._inventory, demo=self._demo)
         return fleet_summary(self._fleet.snapshot(), inventory_fabrics(self._fleet.inventory))
+
+    async def refresh(self) -> None:
+        """Ask every ready node for its facts again (the fleet never overlaps two refreshes)."""
+        if self._fleet is not None:
+            await self._fleet.refresh()
 
     async def doctor(self, node: str) -> list[dict[str, str]]:
         """Ask the node's agent to run its doctor (as the `doctor` step does)."""

@@ -48,6 +48,7 @@ class FleetScreen(Screen[None]):
     BINDING_GROUP_TITLE = "Fleet"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "filter", "Filter", key_display="/", id="fleet-filter"),
+        Binding("r", "app.refresh_fleet", "Refresh", id="fleet-refresh"),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="fleet-clear"),
     ]
 

@@ -194,3 +194,11 @@ async def test_the_palette_offers_plans_of_the_models_known_offline(app, pilot):
     await pilot.pause()
     status = str(app.screen.query_one("#plan-status").render())
     assert status.startswith("mistralai/Mixtral-8x7B-Instruct-v0.1: planned for a")
+
+
+@console_test
+async def test_r_re_reads_the_facts_and_says_so(app, pilot):
+    await pilot.press("r")
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    assert [n.message for n in app._notifications] == ["Facts re-read from every ready node."]
