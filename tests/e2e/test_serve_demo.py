@@ -350,3 +350,28 @@ def test_weights_a_node_lacks_are_copied_over_sftp_and_then_found_present(
     (model / "sub" / "model.safetensors").write_bytes(b"\2" * 80_000)  # changed: copied again
     assert demo.loop.run(copy_to_node(reach, "l40s-01", str(model))) == "copied"
     assert (there / "sub" / "model.safetensors").stat().st_size == 80_000
+
+
+def test_serve_started_returns_at_once_and_a_second_replica_of_that_name_is_refused(demo: Demo):
+    import time
+
+    from llmgw_core.errors import BadInput
+
+    started = _served(
+        demo,
+        model="catalog:meta-llama/Llama-3.1-8B-Instruct",
+        context=8192,
+        gpu_class="l40s-48g",
+        name="quick",
+        wait="started",
+    )
+    assert started["phase"] == "starting"
+    with pytest.raises(BadInput, match="a replica named 'quick' already runs"):
+        demo.step(
+            "serve", model="catalog:meta-llama/Llama-3.1-8B-Instruct", context=8192, name="quick"
+        )
+    deadline = time.monotonic() + 60
+    while demo.step("replicas", name="quick").result["replicas"][0]["phase"] != "ready":
+        assert time.monotonic() < deadline, "quick never became ready"
+        time.sleep(0.5)
+    demo.step("stop", replica="quick")
