@@ -118,9 +118,17 @@ async def stop_replica(fleet: Any, name: str) -> dict[str, Any]:
         names = ", ".join(v.name for v in views) or "none"
         raise BadInput(f"no replica is named {name!r}", f"the replicas are: {names}")
     await asyncio.gather(*(stop_shard(fleet, node, sid, forget=True) for node, sid, _ in targets))
+    # A node that does not answer keeps its shard until it is back: `replicas` stops it then.
+    placed: set[str] = set()
+    for records in listings.values():
+        for record in records:
+            if record.get("replica") == name:
+                spec = (record.get("spec") or {}).get("replica") or {}
+                placed.update(n["node"] for n in spec.get("placement", {}).get("nodes", []))
     return {
         "name": name,
         "stopped": [{"node": node, "shard_id": sid, "gpus": gpus} for node, sid, gpus in targets],
+        "unreached": sorted(placed - set(listings)),
     }
 
 

@@ -375,3 +375,17 @@ def test_serve_started_returns_at_once_and_a_second_replica_of_that_name_is_refu
         assert time.monotonic() < deadline, "quick never became ready"
         time.sleep(0.5)
     demo.step("stop", replica="quick")
+
+
+def test_an_engine_variable_outside_the_allowlist_is_refused_before_anything_starts(demo: Demo):
+    from llmgw_core.errors import BadInput
+
+    with pytest.raises(BadInput, match="LD_PRELOAD"):
+        demo.step(
+            "serve",
+            model=LLAMA,
+            context=32768,
+            gpu_class="h100-80g",
+            env={"LD_PRELOAD": "/tmp/x.so"},
+        )
+    assert demo.claims() == {}

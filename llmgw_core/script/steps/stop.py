@@ -35,7 +35,13 @@ def render_stop(result: dict[str, Any]) -> Any:
 
     stopped = result.get("stopped", [])
     where = ", ".join(f"{s['node']} ({','.join(s['gpus']) or 'RAM'})" for s in stopped)
-    return Text(f"{result.get('name')}: stopped {len(stopped)} shard(s) on {where}")
+    text = Text(f"{result.get('name')}: stopped {len(stopped)} shard(s) on {where}")
+    if result.get("unreached"):
+        text.append(
+            f"\nnot reached: {', '.join(result['unreached'])} (stopped by `replicas` once back)",
+            style="yellow",
+        )
+    return text
 
 
 step("stop", args=StopArgs, render=render_stop)(run_stop)
