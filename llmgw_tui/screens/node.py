@@ -184,7 +184,10 @@ class NodeScreen(Screen[None]):
             }
         if not rows:
             blank = {key: plain("") for key, _ in DEVICE_COLUMNS}
-            rows["none"] = {**blank, "label": plain("-"), "class": plain("no GPU: a CPU node")}
+            why = (
+                "no GPU: a CPU node" if detail.summary.cpu_only else "no facts: it has not answered"
+            )
+            rows["none"] = {**blank, "label": plain("-"), "class": plain(why)}
         sync_rows(self.query_one("#devices", DataTable), rows)
 
     def _show_matrix(self, detail: NodeDetail) -> None:

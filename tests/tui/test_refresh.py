@@ -8,8 +8,9 @@ from textual.widgets import DataTable
 
 from llmgw_core.facts import GpuProcess
 from llmgw_core.fleet.state import FleetState
-from llmgw_core.views import FleetSummary, fleet_summary
+from llmgw_core.views import FleetSummary
 from llmgw_tui.app import LlmgwApp
+from llmgw_tui.feed import StaticFeed
 from llmgw_tui.screens.node import NodeScreen
 
 
@@ -18,14 +19,20 @@ class SteppedFeed:
 
     def __init__(self, states: list[FleetState], fabrics: dict) -> None:
         self.refresh_s: float | None = 0.01
-        self._summaries = [fleet_summary(state, fabrics) for state in states]
+        self._feeds = [StaticFeed(state, fabrics) for state in states]
         self._at = 0
 
     def advance(self) -> None:
-        self._at = min(self._at + 1, len(self._summaries) - 1)
+        self._at = min(self._at + 1, len(self._feeds) - 1)
 
     async def snapshot(self) -> FleetSummary:
-        return self._summaries[self._at]
+        return await self._feeds[self._at].snapshot()
+
+    async def doctor(self, node: str) -> list[dict[str, str]]:
+        return await self._feeds[self._at].doctor(node)
+
+    async def refresh(self) -> None:
+        return None
 
     async def close(self) -> None:
         return None
@@ -193,5 +200,24 @@ def test_the_node_page_of_a_node_that_goes_unreachable_turns_red_by_its_state_cl
             await until(pilot, lambda: summary.has_class("-unreachable"))
             assert not summary.has_class("-ready")
             assert "ssh: connection refused" in str(summary.render())
+
+    asyncio.run(run())
+
+
+def test_a_node_that_never_answered_has_a_page_that_says_so(demo_state):
+    state, fabrics = demo_state
+    silent = with_node(state, "l40s-01", state="unreachable", reason="ssh: no route", facts=None)
+    feed = SteppedFeed([silent], fabrics)
+
+    async def run() -> None:
+        app = LlmgwApp(feed, animation="none")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.fleet is not None)
+            await app.run_action("open_node('l40s-01')")
+            await pilot.pause()
+            devices = app.screen.query_one("#devices", DataTable)
+            assert str(devices.get_cell("none", "class")) == "no facts: it has not answered"
+            doctor = app.screen.query_one("#doctor")
+            await until(pilot, lambda: "no facts for 'l40s-01'" in str(doctor.render()))
 
     asyncio.run(run())
