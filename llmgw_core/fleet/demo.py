@@ -135,6 +135,7 @@ async def start_demo_fleet(
 
     sweep_abandoned(Path(tempfile.gettempdir()))
     root = root or Path(tempfile.mkdtemp(prefix=DEMO_PREFIX))
+    root.mkdir(parents=True, exist_ok=True)
     (root / OWNER_FILE).write_text(str(os.getpid()), encoding="utf-8")
     atexit.register(sweep, root)
     nodes = nodes if nodes is not None else demo_nodes()

@@ -7,6 +7,7 @@ import os
 import stat
 
 import pytest
+
 from llmgw_agent.discover import collect_facts
 from llmgw_agent.discover.engines import dist_version, live_engines, llama_server_version
 from llmgw_agent.sim.profiles import write_profile

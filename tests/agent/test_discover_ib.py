@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from llmgw_agent.discover.ib import (
     parse_ibstat,
     parse_ibstatus,

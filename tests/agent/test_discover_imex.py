@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from llmgw_agent.discover.imex import imex_channels, parse_imex_nodes
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import stat
 
 import pytest
+
 from llmgw_agent.discover import collect_facts
 from llmgw_agent.doctor import run_checks
 

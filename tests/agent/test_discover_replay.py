@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from llmgw_agent.discover import DiscoveryError, collect_facts, read_sim_usage
 from llmgw_agent.discover.host import default_route_interface, memory_mib
 from llmgw_agent.discover.storage import fs_type_of, parse_mountinfo, scan_model_dir

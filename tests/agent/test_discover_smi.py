@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from llmgw_agent.discover.assemble import build_facts, join_listing
 from llmgw_agent.discover.classes import card_class, compute_capability, mig_profile
 from llmgw_agent.discover.fabric import fabric_verdict, nvlink_domain

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from llmgw_agent.discover.topo import nearest_nics, nic_affinity, nvlink_matrix, parse_topo
 
 TOPO_FILES = {

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from llmgw_agent.discover import collect_facts
 from llmgw_agent.doctor import format_checks, run_checks
 from llmgw_agent.sim.profiles import write_profile

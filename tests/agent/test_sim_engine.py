@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import AgentClient, agent_env
+
 from llmgw_agent.sim.engine_args import engine_kind, parse_engine_argv
 from llmgw_agent.sim.engine_lines import nccl_lines
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from llmgw_agent.discover import collect_facts
 from llmgw_agent.discover.smi import parse_smi_list, parse_smi_xml
 from llmgw_agent.sim.profiles import PROFILES, ProfileError, write_profile

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 from conftest import AGENT_ROOT, AgentClient, agent_env
-from llmgw_agent.keepalive import keepalive_method
 from test_supervise import SLEEPER, alive, listed, log_lines, shard_spec, wait_until
+
+from llmgw_agent.keepalive import keepalive_method
 
 
 def test_a_shard_whose_supervisor_was_killed_is_still_stopped_by_the_agent(

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 import asyncssh
-from llmgw_agent.sim.profiles import write_profile
 
+from llmgw_agent.sim.profiles import write_profile
 from llmgw_core.fleet.client import AgentClient
 from llmgw_core.fleet.deploy import agent_command, ensure_agent
 from llmgw_core.fleet.fleet import Fleet

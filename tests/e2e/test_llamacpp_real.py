@@ -39,7 +39,6 @@ from typing import Any
 import asyncssh
 import httpx
 import pytest
-from llmgw_agent.discover.engines import EXTRA_PREFIXES_ENV
 from tiny_gguf import (
     BLOCK_COUNT,
     CONTEXT_TOKENS,
@@ -49,6 +48,7 @@ from tiny_gguf import (
     write_tiny_llama_gguf,
 )
 
+from llmgw_agent.discover.engines import EXTRA_PREFIXES_ENV
 from llmgw_core.engines.build import build_launch
 from llmgw_core.engines.from_fleet import launch_node
 from llmgw_core.engines.spec import LLAMA_CPP, LaunchPlan, LaunchRequest

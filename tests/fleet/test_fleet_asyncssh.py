@@ -7,8 +7,8 @@ from pathlib import Path
 
 import asyncssh
 import pytest
-from llmgw_agent.sim.profiles import write_profile
 
+from llmgw_agent.sim.profiles import write_profile
 from llmgw_core.fleet.accept import trust_key
 from llmgw_core.fleet.client import AgentClient, AgentError, AgentLost
 from llmgw_core.fleet.deploy import agent_command, ensure_agent

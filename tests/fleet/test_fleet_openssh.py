@@ -7,8 +7,8 @@ from pathlib import Path
 
 import asyncssh
 import pytest
-from llmgw_agent.sim.profiles import write_profile
 
+from llmgw_agent.sim.profiles import write_profile
 from llmgw_core.fleet.deploy import ensure_agent
 from llmgw_core.fleet.fleet import Fleet
 from llmgw_core.fleet.ssh import SshTarget, fingerprint

@@ -1,4 +1,9 @@
-"""The dependency rule of ARCHITECTURE.md, enforced in fresh interpreters."""
+"""The dependency rule of ARCHITECTURE.md, enforced in fresh interpreters.
+
+Each package is imported module by module in one fresh interpreter, which
+reports what every import added to `sys.modules`; the first module that pulls
+in something forbidden is named.
+"""
 
 from __future__ import annotations
 
@@ -8,49 +13,52 @@ import subprocess
 import sys
 from pathlib import Path
 
+import llmgw_agent
 import llmgw_core
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
+_PROBE = """
+import importlib, json, sys
+added = {}
+for name in json.loads(sys.argv[1]):
+    before = set(sys.modules)
+    importlib.import_module(name)
+    added[name] = sorted(set(sys.modules) - before)
+print(json.dumps(added))
+"""
 
-def _modules_after_import(module: str, *python_flags: str, path: str | None = None) -> set[str]:
-    code = (
-        "import sys, json, importlib\n"
-        + (f"sys.path.insert(0, {path!r})\n" if path else "")
-        + f"importlib.import_module({module!r})\n"
-        + "print(json.dumps(sorted(sys.modules)))\n"
-    )
+
+def _added_by_each(modules: list[str], *python_flags: str, path: str | None = None) -> dict:
+    code = (f"import sys; sys.path.insert(0, {path!r})\n" if path else "") + _PROBE
     out = subprocess.run(
-        [sys.executable, *python_flags, "-c", code],
+        [sys.executable, *python_flags, "-c", code, json.dumps(modules)],
         capture_output=True,
         text=True,
         check=True,
         cwd="/",
     )
-    return set(json.loads(out.stdout))
+    return json.loads(out.stdout)
 
 
-def _core_modules() -> list[str]:
-    return [info.name for info in pkgutil.walk_packages(llmgw_core.__path__, prefix="llmgw_core.")]
+def _modules(package) -> list[str]:
+    prefix = package.__name__ + "."
+    return [package.__name__] + [
+        info.name for info in pkgutil.walk_packages(package.__path__, prefix=prefix)
+    ]
 
 
 def test_the_core_never_imports_textual():
-    for module in ["llmgw_core", *_core_modules()]:
-        loaded = _modules_after_import(module)
-        assert not any(m == "textual" or m.startswith("textual.") for m in loaded), module
-        assert not any(m.startswith("llmgw_tui") for m in loaded), module
+    for module, added in _added_by_each(_modules(llmgw_core)).items():
+        assert not any(m == "textual" or m.startswith("textual.") for m in added), module
+        assert not any(m.startswith("llmgw_tui") for m in added), module
 
 
 def test_the_agent_imports_only_the_standard_library():
-    agent_root = str(REPO_ROOT / "agent")
-    import llmgw_agent
-
-    names = ["llmgw_agent", "llmgw_agent.__main__"] + [
-        info.name for info in pkgutil.walk_packages(llmgw_agent.__path__, prefix="llmgw_agent.")
-    ]
+    names = [*_modules(llmgw_agent), "llmgw_agent.__main__"]
     stdlib = set(sys.stdlib_module_names) | {"llmgw_agent", "pynvml", "__main__"}
-    for module in names:
-        loaded = _modules_after_import(module, "-S", path=agent_root)
+    added = _added_by_each(names, "-S", path=str(REPO_ROOT / "agent"))
+    for module, loaded in added.items():
         foreign = {m.split(".")[0] for m in loaded} - stdlib
         foreign = {m for m in foreign if not m.startswith("_")}
         assert not foreign, f"{module} pulls in {sorted(foreign)}"

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from llmgw_agent.sim.profiles import PROFILES, write_profile
 
+from llmgw_agent.sim.profiles import PROFILES, write_profile
 from llmgw_core.errors import BadInput
 from llmgw_core.facts import NodeFacts, parse_facts
 

@@ -81,8 +81,9 @@ def test_a_step_that_fails_prints_one_json_line_with_its_sentence(tmp_path, caps
         {
             "step": "plan",
             "ok": False,
-            "error": "this step needs `fleet:` in the script until live planning lands: "
-            "describe the fleet, e.g. fleet: [{name: dgx, count: 2, gpu: h100-80g, gpus: 8, fabric: ib-a}]",
+            "error": "this step needs a fleet: `fleet:` in the script, or a live one: "
+            "pass --demo or --inventory FILE, or describe the fleet, "
+            "e.g. fleet: [{name: dgx, count: 2, gpu: h100-80g, gpus: 8, fabric: ib-a}]",
         }
     ]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from engine_nodes import LLAMA_70B, flag
+
 from llmgw_agent.discover import collect_facts
 from llmgw_agent.sim.profiles import write_profile
-
 from llmgw_core.engines import LaunchRequest, build_launch, launch_node
 from llmgw_core.errors import BadInput
 from llmgw_core.facts import NodeFacts, parse_facts

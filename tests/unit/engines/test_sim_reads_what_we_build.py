@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 from engine_nodes import LLAMA_70B, h100_cards, h100_node, request, two_h100_nodes
-from llmgw_agent.sim.engine_args import engine_kind, parse_engine_argv
 
+from llmgw_agent.sim.engine_args import engine_kind, parse_engine_argv
 from llmgw_core.engines import build_launch
 
 GGUF = "/var/lib/llmgw-models/qwen-7b-q4_k_m.gguf"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from header_ggufs import write_tiny_llama
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from header_ggufs import write_tiny_llama
 
 from llmgw_core.errors import BadInput
 from llmgw_core.model.gguf_header import read_gguf_header, shape_from_gguf
