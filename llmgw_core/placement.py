@@ -241,9 +241,19 @@ def _groups(want: Want, views: Sequence[LiveNode]) -> list[tuple[str, str, list[
     return [(kind, name, members) for (kind, name), members in ordered]
 
 
+def _free_of_class(want: Want, view: LiveNode) -> int:
+    node = view.node
+    if node is None or want.gpu_class is None:
+        return 0
+    return node.count_of(want.gpu_class, free_only=True)
+
+
 def _preference(want: Want, views: Sequence[LiveNode]) -> list[LiveNode]:
-    """Nodes holding the model first; otherwise the fleet's own order."""
-    return sorted(views, key=lambda view: not view.holds_model(want.models))
+    """Nodes holding the model first; then the fullest that fits (whole nodes stay whole
+    for the replicas that need them); then the fleet's own order."""
+    return sorted(
+        views, key=lambda view: (not view.holds_model(want.models), _free_of_class(want, view))
+    )
 
 
 def place(want: Want, views: Sequence[LiveNode]) -> Placement | None:

@@ -173,3 +173,10 @@ def test_a_tray_whose_imex_is_down_is_kept_out_of_the_domain(demo_facts):
     assert reasons["gb200-r1-t02"] == (
         "domain: IMEX is down, so its cards cannot share memory across nodes, and it is on no fabric"
     )
+
+
+def test_a_small_replica_fills_a_node_already_in_use_and_leaves_a_whole_one_free(demo_facts):
+    views = _views(demo_facts, {"h100-a-01": {str(i): "llama-70b" for i in range(4)}})
+    placed = place(Want("h100-80g", 4), views)
+    assert placed is not None
+    assert placed.nodes[0].node == "h100-a-01" and placed.nodes[0].gpu_ids == ("4", "5", "6", "7")
