@@ -55,7 +55,6 @@ class StaticFeed:
     async def doctor(self, node: str) -> list[dict[str, str]]:
         """The agent's own checks over the node's facts, run here (no node to ask)."""
         from llmgw_agent.doctor import run_checks
-
         from llmgw_core.errors import BadInput
         from llmgw_core.views import facts_mapping
 

@@ -13,6 +13,7 @@ from textual.content import Content
 from textual.markup import escape
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
+from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.views import FleetSummary, NodeDetail, NvlinkMatrix
@@ -136,6 +137,15 @@ class NodeScreen(Screen[None]):
             doctor.update(Content.from_markup("[$error]$sentence[/]", sentence=str(error)))
             return
         doctor.update(doctor_content(checks))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A doctor that died of an unexpected error says so in its place (the app notifies)."""
+        if event.worker.group == "doctor" and event.state == WorkerState.ERROR:
+            self.query_one("#doctor", Static).update(
+                Content.from_markup(
+                    "[$error]the doctor stopped: $error[/]", error=str(event.worker.error)
+                )
+            )
 
     def show_fleet(self, fleet: FleetSummary) -> None:
         """Redraw from a new snapshot, updating rows in place."""

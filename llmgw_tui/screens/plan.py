@@ -18,6 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
+from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain, redraw_table
@@ -170,6 +171,11 @@ class PlanScreen(Screen[None]):
             self.app.call_from_thread(self._say, str(error), error=True)
             return
         self.app.call_from_thread(self.show_plan, body)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A plan that died of an unexpected error says so here too (the app notifies)."""
+        if event.worker.group == "plan" and event.state == WorkerState.ERROR:
+            self._say(f"Planning stopped: {event.worker.error}", error=True)
 
     def _say(self, sentence: str, *, error: bool = False) -> None:
         status = self.query_one("#plan-status", Static)

@@ -221,3 +221,28 @@ def test_a_node_that_never_answered_has_a_page_that_says_so(demo_state):
             await until(pilot, lambda: "no facts for 'l40s-01'" in str(doctor.render()))
 
     asyncio.run(run())
+
+
+class DoctorCrashes(SteppedFeed):
+    """A feed whose doctor fails with an error no one planned for."""
+
+    async def doctor(self, node: str) -> list[dict[str, str]]:
+        raise RuntimeError("the agent answered nonsense")
+
+
+def test_a_doctor_that_crashes_says_so_in_its_place_and_the_page_stays(demo_state):
+    state, fabrics = demo_state
+    feed = DoctorCrashes([state], fabrics)
+
+    async def run() -> None:
+        app = LlmgwApp(feed, animation="none")
+        async with app.run_test(size=(120, 40), notifications=True) as pilot:
+            await until(pilot, lambda: app.fleet is not None)
+            await app.run_action("open_node('h100-a-01')")
+            await pilot.pause()
+            doctor = app.screen.query_one("#doctor")
+            await until(pilot, lambda: "the doctor stopped" in str(doctor.render()))
+            assert "the agent answered nonsense" in str(doctor.render())
+            assert isinstance(app.screen, NodeScreen)
+
+    asyncio.run(run())

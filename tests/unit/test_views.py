@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llmgw_agent.discover import collect_facts
 
+from llmgw_agent.discover import collect_facts
 from llmgw_core.views import (
     class_counts,
     device_rows,
@@ -141,7 +141,6 @@ def test_validated_facts_models_give_the_same_summary_as_the_agent_json(gb200_tr
 
 def test_the_demo_nvl72_rack_holds_18_trays_with_the_not_joined_one_in_red_and_its_reason(tmp_path):
     from llmgw_agent.sim.profiles import write_profile
-
     from llmgw_core.fleet.demo import demo_nodes
 
     pairs = [
@@ -205,7 +204,6 @@ def test_fleet_totals_count_ready_nodes_free_gpus_and_name_the_nodes_not_ready(h
 
 def test_a_rail_below_its_rated_speed_is_flagged_and_the_node_page_names_a_tray_kept_out(tmp_path):
     from llmgw_agent.sim.profiles import write_profile
-
     from llmgw_core.views import adapter_rows, node_detail
 
     h100 = collect_facts(
