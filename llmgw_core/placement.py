@@ -355,8 +355,17 @@ def _why_not_with_room(
 
 
 def want_summary(verdicts: Sequence[NodeVerdict]) -> str:
-    """`h100-a-02: free cards: …; cpu-01: class: …` — the reasons in one line (first few)."""
-    parts = [f"{v.node}: {v.reason}" for v in verdicts if not v.chosen]
-    shown = parts[:4]
-    more = len(parts) - len(shown)
-    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+    """The reasons in one line: the nodes of the right class first, the others counted.
+
+    `h100-a-01: free cards: …; h100-a-02: fabric: …; 21 other nodes: another class`.
+    """
+    passed = [v for v in verdicts if not v.chosen]
+    near = [f"{v.node}: {v.reason}" for v in passed if not v.reason.startswith("class:")]
+    other = len(passed) - len(near)
+    shown = near[:4]
+    more = len(near) - len(shown)
+    if more > 0:
+        shown.append(f"and {more} more")
+    if other:
+        shown.append(f"{other} other node{'s' if other > 1 else ''}: another class")
+    return "; ".join(shown)

@@ -180,3 +180,15 @@ def test_a_small_replica_fills_a_node_already_in_use_and_leaves_a_whole_one_free
     placed = place(Want("h100-80g", 4), views)
     assert placed is not None
     assert placed.nodes[0].node == "h100-a-01" and placed.nodes[0].gpu_ids == ("4", "5", "6", "7")
+
+
+def test_no_room_is_said_in_one_line_with_the_nodes_of_the_right_class_first(demo_facts):
+    from llmgw_core.placement import want_summary
+
+    views = _views(demo_facts, {"h100-a-01": {str(i): "llama-70b" for i in range(4)}})
+    line = want_summary(explain(Want("h100-80g", 8, nodes=2), views))
+    assert line == (
+        "h100-a-01: free cards: 4 of its 8 h100-80g devices are free, this way needs 8 "
+        "(held by llama-70b); h100-a-02: fabric: too few nodes with room share an interconnect "
+        "with it (1 on ib-a; 2 needed); 21 other nodes: another class"
+    )
