@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llmgw_core.memory import DEFAULT_USABLE_FRACTION
 from llmgw_core.pools_live import LiveNode
 
 DOMAIN = "nvlink-domain"
@@ -49,7 +50,7 @@ class Want:
     nodes: int = 1
     nvlink_inside: bool = True
     ram_gib: float = 0.0
-    ram_share: float = 0.9
+    ram_share: float = DEFAULT_USABLE_FRACTION
     interconnect: str | None = None
     models: tuple[str, ...] = ()
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw_core.errors import BadInput, DoesNotFit
-from llmgw_core.memory import Layout
+from llmgw_core.memory import DEFAULT_USABLE_FRACTION, Layout
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.shape import ModelShape
 from llmgw_core.model.source import ModelInfo
@@ -141,7 +141,7 @@ def choice_of_way(way: Way, model: ModelInfo) -> Choice:
     artifact = _artifact(model, way.artifact)
     on_cpu = way.on_cpu
     per_node = 0 if on_cpu else way.cards // max(way.nodes, 1)
-    share = way.usable_gib / way.card_memory_gib if way.card_memory_gib else 0.9
+    share = way.usable_gib / way.card_memory_gib if way.card_memory_gib else DEFAULT_USABLE_FRACTION
     gguf = way.artifact_format == "gguf"
     return Choice(
         engine=way.engine,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from llmgw_core.memory import usable_gib
 from llmgw_core.placement import NodeVerdict
 from llmgw_core.plan import GIB, Plan
 from llmgw_core.pools_live import LiveNode
@@ -39,7 +40,7 @@ def capacity_verdicts(
             )
             continue
         if node.is_cpu:
-            ram = (node.memory_gib or 0.0) * 0.9
+            ram = usable_gib("llama.cpp", node.memory_gib or 0.0)
             verdicts.append(
                 NodeVerdict(
                     view.name,
@@ -51,7 +52,9 @@ def capacity_verdicts(
         by_class: dict[str, list[float]] = {}
         for device in node.devices:
             if not device.busy:
-                by_class.setdefault(device.gpu_class.label, []).append(device.memory_gib * 0.9)
+                by_class.setdefault(device.gpu_class.label, []).append(
+                    usable_gib("vllm", device.memory_gib)
+                )
         if not by_class:
             verdicts.append(NodeVerdict(view.name, False, "free cards: none of its cards is free"))
             continue
