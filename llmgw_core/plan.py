@@ -311,7 +311,7 @@ def plan(
                 found.extend(
                     _ways_on_pool(engine, artifact, shape, pool, ref, sizer, misses, notes)
                 )
-        found.sort(key=_rank)
+        found = _one_node_ways_once(sorted(found, key=_rank))
         options.extend(found)
         rows.append(_row(artifact, shape, found[0] if found else None))
     if rows and not any(a.shape or model.shape for a in model.artifacts):
@@ -343,6 +343,33 @@ def _row(artifact: Artifact, shape: ModelShape | None, best: Way | None) -> Arti
         precision=precision_label(artifact, shape),
         best=best,
     )
+
+
+def _one_node_ways_once(ranked: list[Way]) -> list[Way]:
+    """Drop a one-node way that another pool of the same class already offers.
+
+    Pools of one class differ by fabric and NVLink domain, which only matter
+    to a replica across nodes: inside one node, two such pools offer the same
+    way, and the better-ranked one (free now first) is kept.
+    """
+    seen: set[tuple[Any, ...]] = set()
+    kept: list[Way] = []
+    for way in ranked:
+        if way.nodes == 1 and not way.on_cpu:
+            key = (
+                way.engine,
+                way.artifact,
+                way.gpu_class,
+                way.cards,
+                way.tensor_parallel,
+                way.pipeline_parallel,
+                way.expert_parallel,
+            )
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(way)
+    return kept
 
 
 def _rank(way: Way) -> tuple[Any, ...]:

@@ -219,3 +219,16 @@ def test_cards_free_on_several_nodes_are_offered_when_one_node_has_too_few_free(
     spread = [w for w in result.options if w.engine == "vllm" and w.nodes == 2]
     assert [(w.tensor_parallel, w.free_now) for w in spread] == [(2, True)]
     assert result.advice == ()
+
+
+def test_a_one_node_way_is_listed_once_when_two_fabrics_offer_the_same_class():
+    fleet = [
+        {"name": "a", "gpu": "h100-80g", "gpus": 8, "fabric": "ib-a"},
+        {"name": "b", "gpu": "h100-80g", "gpus": 8, "fabric": "ib-b"},
+    ]
+    result = _plan(LLAMA_70B, fleet, format="safetensors", context=32768)
+    one_node = [
+        (w.engine, w.tensor_parallel) for w in result.options if w.nodes == 1 and w.cards > 1
+    ]
+    assert len(one_node) == len(set(one_node))
+    assert ("vllm", 4) in one_node
