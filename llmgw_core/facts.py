@@ -16,6 +16,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmgw_core.errors import BadInput
 
+BUSY_MEMORY_MIB = 1024
+"""A device holding more than this much memory with no process listed is still in use:
+a process of another container is invisible to NVML."""
+
+
+def device_in_use(has_processes: bool, memory_used_mib: float | None) -> bool:
+    """Whether a device is taken by work we may not see: a process on it, or its memory held.
+
+    Args:
+        has_processes: the device lists at least one process.
+        memory_used_mib: memory in use on it, None when unknown.
+    """
+    return has_processes or (memory_used_mib is not None and memory_used_mib > BUSY_MEMORY_MIB)
+
 
 class _Snapshot(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
@@ -124,6 +138,11 @@ class Gpu(_Snapshot):
     def is_mig(self) -> bool:
         """True for a MIG instance."""
         return self.mig_profile is not None
+
+    @property
+    def in_use(self) -> bool:
+        """True when a process holds it or its memory is taken (see `device_in_use`)."""
+        return device_in_use(bool(self.processes), self.memory_used_mib)
 
 
 class Adapter(_Snapshot):

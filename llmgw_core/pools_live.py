@@ -14,7 +14,7 @@ the planner's `Node`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from llmgw_core.errors import BadInput
@@ -161,28 +161,41 @@ def _models(facts: NodeFacts) -> frozenset[str]:
     return frozenset(found)
 
 
+def _busy(gpu: Gpu, claimed: Mapping[str, str] | None) -> bool:
+    """Whether a device is taken: by a replica's claim when the claims were read, else by
+    what the card itself reports (a process on it, or its memory held)."""
+    if claimed is not None:
+        return str(gpu.id) in claimed
+    return gpu.in_use
+
+
 def live_node(
-    spec: NodeSpec, state: NodeState, claimed: Mapping[str, str] | None = None
+    name: str,
+    state: NodeState,
+    *,
+    fabric: str | None = None,
+    claimed: Mapping[str, str] | None = None,
 ) -> LiveNode:
-    """One node's view from its inventory entry, its last state and the claims on it.
+    """One node's view from its last state, its fabric and the claims on it.
 
     Args:
-        spec: the node's inventory entry.
+        name: the node's inventory name.
         state: the node as the fleet last saw it.
-        claimed: device id → the replica holding it (from the agent's `claims`).
+        fabric: the InfiniBand/RoCE fabric the inventory puts it on (its first), or None.
+        claimed: device id → the replica holding it (from the agent's `claims`); None
+            when the claims were not read, and a card then counts busy when it
+            reports a process or memory in use.
     """
-    claimed = dict(claimed or {})
-    fabric = spec.fabrics[0].name if spec.fabrics else None
     facts = state.facts
     if state.state != "ready" or facts is None:
-        return LiveNode(name=spec.name, state=state.state, reason=state.reason, fabric=fabric)
+        return LiveNode(name=name, state=state.state, reason=state.reason, fabric=fabric)
     links = link_matrix(facts)
     devices = tuple(
         Device(
             index=gpu.id,
             label=gpu.label,
             gpu_class=_card_class(gpu, links),
-            busy=str(gpu.id) in claimed,
+            busy=_busy(gpu, claimed),
         )
         for gpu in facts.gpus
     )
@@ -194,7 +207,7 @@ def live_node(
         if len([i for i in group if i in whole]) > 1
     )
     node = Node(
-        name=spec.name,
+        name=name,
         devices=devices,
         memory_gib=(facts.host.memory_mib / MIB_PER_GIB) if facts.host.memory_mib else None,
         fabric=fabric,
@@ -207,14 +220,14 @@ def live_node(
         if card.out_of_placement
     )
     return LiveNode(
-        name=spec.name,
+        name=name,
         state=state.state,
         reason=state.reason,
         node=node,
         links=links,
         fabric=fabric,
         domain_problem=problem,
-        holders=claimed,
+        holders=dict(claimed or {}),
         models=_models(facts),
         unplaceable=unplaceable,
     )
@@ -222,24 +235,37 @@ def live_node(
 
 def live_nodes(
     snapshot: FleetState,
-    specs: Iterable[NodeSpec],
+    specs: Iterable[NodeSpec] | Mapping[str, Sequence[str]],
     claims: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[LiveNode, ...]:
-    """Every inventory node's view, in inventory order.
+    """Every node's view: the one way live facts become the planner's and placement's nodes.
+
+    The steps pass the inventory's nodes (views in inventory order, a node
+    the fleet has not seen yet as `connecting`); the console passes the
+    fabric names its fleet summary keeps per node (views in the snapshot's
+    order). A node's first fabric is its fabric.
 
     Args:
         snapshot: the fleet as last seen.
-        specs: the inventory's nodes.
-        claims: per node, device id → the replica holding it.
+        specs: the inventory's nodes, or node name → its fabric names.
+        claims: per node, device id → the replica holding it; None when the
+            claims were not read (cards are then busy by what they report).
     """
-    claims = claims or {}
-    views = []
-    for spec in specs:
-        state = snapshot.nodes.get(spec.name) or NodeState(name=spec.name)
-        views.append(live_node(spec, state, claims.get(spec.name)))
-    return tuple(views)
+    if isinstance(specs, Mapping):
+        fabrics = {name: tuple(specs.get(name, ())) for name in snapshot.nodes}
+    else:
+        fabrics = {spec.name: tuple(f.name for f in spec.fabrics) for spec in specs}
+    return tuple(
+        live_node(
+            name,
+            snapshot.nodes.get(name) or NodeState(name=name),
+            fabric=names[0] if names else None,
+            claimed=None if claims is None else claims.get(name, {}),
+        )
+        for name, names in fabrics.items()
+    )
 
 
 def planner_fleet(views: Iterable[LiveNode]) -> Fleet:
-    """The planner's fleet: the ready nodes, their devices marked busy where claimed."""
+    """The planner's fleet: the ready nodes, their devices marked busy where taken."""
     return Fleet.from_nodes(view.node for view in views if view.node is not None)

@@ -15,11 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-TrayState = Literal["joined", "degraded", "not-joined"]
+from llmgw_core.facts import device_in_use
 
-# A card that holds more than this much memory with no process listed is
-# still counted busy: a process of another container is invisible to NVML.
-_BUSY_MEMORY_MIB = 1024
+TrayState = Literal["joined", "degraded", "not-joined"]
 
 
 @dataclass(frozen=True)
@@ -174,10 +172,7 @@ def _as_float(value: Any) -> float | None:
 
 def device_is_free(device: Mapping[str, Any]) -> bool:
     """A device is free when no process holds it and little of its memory is used."""
-    if device.get("processes"):
-        return False
-    used = _as_int(device.get("memory_used_mib"))
-    return used is None or used <= _BUSY_MEMORY_MIB
+    return not device_in_use(bool(device.get("processes")), _as_int(device.get("memory_used_mib")))
 
 
 def class_counts(facts: Any) -> tuple[ClassCount, ...]:
@@ -574,97 +569,3 @@ def fleet_summary(
         fleet_state=fleet_state,
         fabrics={name: tuple(names) for name, names in (fabrics or {}).items()},
     )
-
-
-# --- Until the planner reads live facts itself -------------------------------------
-# `pools.Fleet.from_nodes` is where live facts are meant to plug in; the planner
-# builds it from a described fleet today. This bridge turns a fleet snapshot
-# into that same `Fleet` so the console can plan against the fleet it shows.
-# It moves to `llmgw_core.pools` when the planner takes live facts.
-
-
-def _planner_class(device: Mapping[str, Any]) -> Any:
-    from llmgw_core.errors import BadInput
-    from llmgw_core.gpu_classes import GpuClass, gpu_class
-
-    label = str(device.get("class") or "gpu")
-    try:
-        return gpu_class(label)
-    except BadInput:
-        # A class the planner's table does not know: take the card's own figures.
-        capability = device.get("compute_capability")
-        return GpuClass(
-            label=label,
-            name=str(device.get("name") or label),
-            memory_gib=round((device.get("memory_mib") or 0) / 1024, 2),
-            compute_capability=float(capability) if capability else 0.0,
-            nvlink=False,
-            mig_profile=device.get("mig_profile"),
-        )
-
-
-def _nvlink_count(kind: str) -> int:
-    return int(kind[2:]) if kind.startswith("NV") and kind[2:].isdigit() else 0
-
-
-def planner_node(name: str, facts: Any, fabric: str | None) -> Any:
-    """One node as the planner sees it (`llmgw_core.pools.Node`), from its facts."""
-    from llmgw_core.pools import Device, Node, NvlinkDomain, nvlink_groups_from_matrix
-
-    mapping = facts_mapping(facts)
-    devices = tuple(
-        Device(
-            index=int(g.get("id") or 0),
-            label=str(g.get("label")),
-            gpu_class=_planner_class(g),
-            busy=not device_is_free(g),
-        )
-        for g in mapping.get("gpus") or ()
-    )
-    whole_cards = sorted(
-        int(g.get("id") or 0) for g in mapping.get("gpus") or () if not g.get("mig_profile")
-    )
-    links = mapping.get("nvlink") or {}
-    size = max(whole_cards, default=-1) + 1
-    matrix = [
-        [_nvlink_count(str((links.get(str(a)) or {}).get(str(b)) or "")) for b in range(size)]
-        for a in range(size)
-    ]
-    groups = tuple(
-        group for group in nvlink_groups_from_matrix(matrix) if set(group) <= set(whole_cards)
-    )
-    domain = None
-    raw_domain = mapping.get("nvlink_domain")
-    if raw_domain and domain_name(raw_domain):
-        state, _ = tray_state(mapping)
-        imex = mapping.get("imex") or {}
-        domain = NvlinkDomain(
-            name=domain_name(raw_domain) or "",
-            cluster_uuid=str(raw_domain.get("cluster_uuid")),
-            clique_id=int(raw_domain.get("clique_id") or 0),
-            joined=state != "not-joined",
-            imex_up=str(imex.get("state") or "").upper() == "UP",
-        )
-    host = mapping.get("host") or {}
-    memory_mib = host.get("memory_mib")
-    return Node(
-        name=name,
-        devices=devices,
-        memory_gib=None if memory_mib is None else memory_mib / 1024,
-        fabric=fabric,
-        nvlink_domain=domain,
-        nvlink_groups=groups,
-    )
-
-
-def planner_fleet(fleet_state: Any, fabrics: Mapping[str, Iterable[str]] | None = None) -> Any:
-    """The ready nodes of a snapshot as the planner's `Fleet` (a node's first fabric is its fabric)."""
-    from llmgw_core.pools import Fleet
-
-    nodes = []
-    for node in _node_states(fleet_state):
-        if getattr(node, "state", "ready") != "ready" or getattr(node, "facts", None) is None:
-            continue
-        names = tuple((fabrics or {}).get(node.name, ()))
-        nodes.append(planner_node(node.name, node.facts, names[0] if names else None))
-    return Fleet.from_nodes(nodes)

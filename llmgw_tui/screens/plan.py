@@ -55,8 +55,8 @@ def plan_model(
     """
     from llmgw_core.errors import BadInput
     from llmgw_core.plan import plan
+    from llmgw_core.pools_live import live_nodes, planner_fleet
     from llmgw_core.script.steps.plan import model_for
-    from llmgw_core.views import planner_fleet
 
     if fleet_summary is None or fleet_summary.fleet_state is None:
         raise BadInput("the fleet has not answered yet", "wait for the fleet screen to fill")
@@ -68,7 +68,7 @@ def plan_model(
         context = shape.max_context
     result = plan(
         model,
-        planner_fleet(fleet_summary.fleet_state, fleet_summary.fabrics),
+        planner_fleet(live_nodes(fleet_summary.fleet_state, fleet_summary.fabrics or {})),
         format=None if format == "both" else format,
         context=context,
         concurrency=concurrency,

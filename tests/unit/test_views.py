@@ -165,20 +165,6 @@ def test_the_demo_nvl72_rack_holds_18_trays_with_the_not_joined_one_in_red_and_i
     assert racks.islands == ("a100-mig-01", "cpu-01", "h100-a-01", "h100-a-02", "l40s-01")
 
 
-def test_the_demo_fleet_as_the_planner_sees_it_pools_by_class_and_interconnect(tmp_path):
-    from llmgw_core.views import planner_fleet
-    from llmgw_tui.offline_demo import offline_demo_state
-
-    state, fabrics = offline_demo_state(tmp_path)
-    pools = {pool.describe(): pool for pool in planner_fleet(state, fabrics).pools()}
-    assert len(pools["h100-80g on ib-a"].nodes) == 2
-    domain = next(p for name, p in pools.items() if "NVLink domain" in name)
-    assert len(domain.nodes) == 17  # the tray that has not joined is left out
-    assert "gb200-186g on gb200-r1-t13" in pools
-    assert pools["h100-80g on ib-a"].nvlink_widths(free_only=True) == (8, 8)
-    assert "a100-80g-mig-3g.40gb on a100-mig-01" in pools
-
-
 def test_an_unreachable_node_keeps_its_cards_on_show_but_offers_none_free(h100):
     summary = node_summary("h100-a", "unreachable", "ssh: timed out", h100, fabrics=("ib-a",))
     assert [(c.gpu_class, c.free, c.total) for c in summary.classes] == [("h100-80g", 0, 8)]
