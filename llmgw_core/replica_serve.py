@@ -12,13 +12,18 @@
 * ready when rank 0's HTTP health answers through an SSH tunnel (never a
   log line); failed when a shard ends, a node is lost, or nothing moved for
   the startup timeout — with the reason and the last lines of every shard.
+
+The dry run, `preview_serve(fleet, request, model) -> ServePreview`
+(from `replica_prepare`, re-exported here), decides exactly what `serve`
+would — the way, the nodes and cards, each command's argv and environment
+(secrets `***`), the health URL, the fallbacks — and claims or starts
+nothing. `ServePreview.as_dict()` is the `serve` step's `dry_run: true`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -26,25 +31,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from llmgw_core.engines import build_launch
-from llmgw_core.errors import BadInput, LlmgwError
+from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.client import AgentError, AgentLost
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import explain, place, want_summary
-from llmgw_core.plan import plan
-from llmgw_core.pools_live import planner_fleet
-from llmgw_core.replica_choice import Choice, Overrides, choices
+from llmgw_core.replica_choice import Choice
 from llmgw_core.replica_http import EngineReach, TunnelRefused, health_status
-from llmgw_core.replica_launch import (
-    HTTP_BASE_PORT,
-    RENDEZVOUS_BASE_PORT,
-    free_port_on,
-    launch_request,
-    replica_name,
-    replica_spec,
-    shard_spec,
+from llmgw_core.replica_launch import replica_spec, shard_spec
+from llmgw_core.replica_prepare import (
+    STARTUP_TIMEOUT_S,
+    ServePreview,
+    ServeRequest,
+    launch_for,
+    preview_serve,
+    resolve,
 )
-from llmgw_core.replica_view import assemble
 from llmgw_core.replica_weights import copy_to_node
 from llmgw_core.replicas import (
     REQUEST_TIMEOUT_S,
@@ -55,45 +56,19 @@ from llmgw_core.replicas import (
     stop_shard,
 )
 
-STARTUP_TIMEOUT_S = 1200.0
-"""How long a replica may show no progress before it is failed (20 minutes)."""
+__all__ = [
+    "STARTUP_TIMEOUT_S",
+    "ServeOutcome",
+    "ServePreview",
+    "ServeRequest",
+    "preview_serve",
+    "serve",
+    "serve_way",
+]
 
 RACE_RETRIES = 6
 POLL_S = 0.5
 LAST_LINES = 20
-
-
-@dataclass(frozen=True)
-class ServeRequest:
-    """What the operator asked `serve` for.
-
-    Attributes:
-        model: the model as typed (for messages and the replica's spec).
-        name: the replica's name; None derives one from the model.
-        format: "gguf", "safetensors" or None.
-        context: tokens a sequence may hold; None: the model's trained context.
-        concurrency: sequences served at once.
-        overrides: the layout the operator fixed.
-        env: allowed engine variables for every node.
-        fallbacks: how many of the next best ways to try when one fails.
-        wait_ready: wait until rank 0's health answers (else return once started).
-        startup_timeout_s: how long without progress before failing.
-        source: what the engines load instead of the way's own (a path on the nodes).
-    """
-
-    model: str
-    name: str | None = None
-    format: str | None = None
-    context: int | None = None
-    concurrency: int = 1
-    overrides: Overrides = field(default_factory=Overrides)
-    env: Mapping[str, str] = field(default_factory=dict)
-    fallbacks: int = 0
-    wait_ready: bool = True
-    startup_timeout_s: float = STARTUP_TIMEOUT_S
-    source: str | None = None
-    secret_env: Mapping[str, str] = field(default_factory=dict)
-    hub_repo: str | None = None
 
 
 def hub_cache_dir(repo_id: str) -> str:
@@ -146,42 +121,6 @@ class ServeOutcome:
 
 
 # --- serving ----------------------------------------------------------------------------
-
-
-def _local_free_port() -> int:
-    """A free port on this machine (the demo's simulated nodes all live on it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _used_ports(records: list[dict[str, Any]]) -> set[int]:
-    used: set[int] = set()
-    for record in records:
-        if record.get("phase") in ("exited", "failed", "stopped"):
-            continue
-        spec = record.get("spec") or {}
-        port = (spec.get("launch") or {}).get("http_port")
-        if isinstance(port, int):
-            used.add(port)
-        rendezvous = (spec.get("replica") or {}).get("rendezvous_port")
-        if isinstance(rendezvous, int):
-            used.add(rendezvous)
-    return used
-
-
-def _ports(
-    fleet: Any, nodes: list[str], listings: Mapping[str, list[dict[str, Any]]]
-) -> tuple[dict[str, int], int]:
-    """HTTP ports per node and the rendezvous port: free ones, never a running shard's."""
-    specs = {s.name: s for s in fleet.inventory.node_specs()}
-    if all(specs[n].replay is not None for n in nodes):
-        # Simulated nodes share this machine's ports: each shard needs its own.
-        return {n: _local_free_port() for n in nodes}, _local_free_port()
-    used = {n: _used_ports(listings.get(n, [])) for n in nodes}
-    http = {n: free_port_on(used[n], HTTP_BASE_PORT) for n in nodes}
-    taken = set().union(*used.values()) if used else set()
-    return http, free_port_on(taken | set(http.values()), RENDEZVOUS_BASE_PORT)
 
 
 async def _last_lines(fleet: Any, shards: list[tuple[str, str, int]]) -> dict[str, list[str]]:
@@ -373,40 +312,25 @@ async def serve(
         BadInput: a name already running, a forced layout that cannot work.
         DoesNotFit: nothing fits (or nothing the operator fixed).
     """
-    shape = model.shape or next((a.shape for a in model.artifacts if a.shape), None)
-    context = request.context or (shape.max_context if shape else None)
-    if context is None:
-        raise BadInput(
-            f"{request.model}: the trained context is unknown", "give `context:` in tokens"
-        )
-    name = request.name or replica_name(model.repo_id or model.ref)
+    resolved = await resolve(fleet, request, model)
+    name = resolved.name
     listings = await shard_listings(fleet)
-    for view in assemble(listings, fleet.snapshot()):
-        if view.name == name and view.phase not in ("stopped", "failed"):
-            raise BadInput(
-                f"a replica named {name!r} already runs ({view.phase})",
-                "give another `name`, or stop it first",
-            )
     if any(r.get("replica") == name for records in listings.values() for r in records):
         await stop_replica(fleet, name)  # the records of an old, ended replica of that name
-    views = await fleet_views(fleet)
-    the_plan = plan(
-        model,
-        planner_fleet(views),
-        format=request.format,
-        context=context,
-        concurrency=request.concurrency,
-    )
-    ways = choices(
-        the_plan, model, planner_fleet(views), request.overrides, fallbacks=request.fallbacks
-    )
     outcome = ServeOutcome(name=name, phase="failed")
-    served_name = model.repo_id or name
-    models = tuple(x for x in (model.repo_id, model.ref, request.source) if x)
-    for attempt, choice in enumerate(ways, start=1):
+    for attempt, choice in enumerate(resolved.ways, start=1):
         outcome.choice = choice
         record = await serve_way(
-            fleet, reach, request, choice, name, served_name, models, context, attempt, outcome
+            fleet,
+            reach,
+            request,
+            choice,
+            name,
+            resolved.served_name,
+            resolved.models,
+            resolved.context,
+            attempt,
+            outcome,
         )
         outcome.attempts.append(record)
         if record["outcome"] in ("ready", "started"):
@@ -437,7 +361,6 @@ async def serve_way(
         `{way, outcome: ready | started | failed | no room, reason, last_lines?, exit_code?}`.
     """
     trace = outcome.trace
-    specs = {s.name: s for s in fleet.inventory.node_specs()}
     for _race in range(RACE_RETRIES):
         views = await fleet_views(fleet)
         want = choice.want(models)
@@ -458,25 +381,8 @@ async def serve_way(
             for node in nodes:
                 done = await copy_to_node(reach, node, request.source)
                 trace.add(f"weights {done}", node, request.source)
-        listings = await shard_listings(fleet)
-        http_ports, rendezvous = _ports(fleet, nodes, listings)
-        snapshot = fleet.snapshot()
-        facts = {n: snapshot.nodes[n].facts for n in nodes}
-        launch = build_launch(
-            launch_request(
-                choice,
-                placement,
-                specs,
-                facts,
-                served_name=served_name,
-                context=context,
-                concurrency=request.concurrency,
-                http_ports=http_ports,
-                rendezvous_port=rendezvous if len(nodes) > 1 else None,
-                extra_env=request.env,
-                secret_env=request.secret_env,
-                source=request.source,
-            )
+        launch, rendezvous = await launch_for(
+            fleet, request, choice, placement, served_name, context
         )
         replica = replica_spec(
             name=name,
@@ -490,7 +396,7 @@ async def serve_way(
             created_at=time.time(),
             attempt=attempt,
         )
-        replica["rendezvous_port"] = rendezvous if len(nodes) > 1 else None
+        replica["rendezvous_port"] = rendezvous
         replica["heals"] = heals
         # What placing it again needs, for a console that never saw this serve.
         replica["request"] = {

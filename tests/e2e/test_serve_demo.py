@@ -389,3 +389,69 @@ def test_an_engine_variable_outside_the_allowlist_is_refused_before_anything_sta
             env={"LD_PRELOAD": "/tmp/x.so"},
         )
     assert demo.claims() == {}
+
+
+def test_a_dry_run_shows_the_command_and_environment_of_each_node_and_starts_nothing(demo: Demo):
+    from rich.console import Console
+
+    from llmgw_core.script.steps.serve import render_serve
+
+    outcome = demo.step(
+        "serve",
+        model=LLAMA,
+        context=32768,
+        gpu_class="h100-80g",
+        gpus=8,
+        nodes=2,
+        env={"NCCL_DEBUG": "INFO"},
+        name="llama-2x8-dry",
+        dry_run=True,
+    )
+    assert outcome.ok, outcome.error
+    preview = outcome.result
+    assert preview["dry_run"] is True and preview["way"]["label"] == "2 nodes × 8 × h100-80g"
+    assert preview["placement"]["fabric"] == "ib-a"
+    assert [(s["node"], s["rank"], s["serves_http"]) for s in preview["shards"]] == [
+        ("h100-a-01", 0, True),
+        ("h100-a-02", 1, False),
+    ]
+    head = preview["shards"][0]
+    assert (
+        preview["health_url"]
+        == head["health_url"]
+        == f"http://127.0.0.1:{head['http_port']}/health"
+    )
+    for shard in preview["shards"]:
+        engine = shard["commands"][-1]
+        assert engine["env"]["NCCL_IB_HCA"] == IB_A and engine["env"]["NCCL_DEBUG"] == "INFO"
+        assert engine["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(shard["gpus"])
+        assert engine["shell"].split()[0] == engine["argv"][0]
+    console = Console(record=True, width=400)
+    console.print(render_serve(preview))
+    table = console.export_text()
+    assert "llama-2x8-dry (dry run): 2 nodes × 8 × h100-80g" in table
+    assert "h100-a-02" in table and f"NCCL_IB_HCA={IB_A}" in table
+    assert demo.claims() == {}
+    assert demo.step("replicas").result["replicas"] == []
+
+
+def test_a_dry_run_hides_the_hub_token_and_names_the_fallbacks(demo: Demo):
+    from llmgw_core.replica_choice import Overrides
+    from llmgw_core.replica_serve import ServeRequest, preview_serve
+    from llmgw_core.script.steps.plan import step_model
+
+    request = ServeRequest(
+        model=LLAMA,
+        context=32768,
+        overrides=Overrides(gpu_class="h100-80g"),
+        fallbacks=1,
+        secret_env={"HF_TOKEN": "hf_not_for_your_eyes"},
+    )
+    model = step_model(LLAMA, demo.ctx)
+    preview = demo.loop.run(preview_serve(demo.fleet, request, model))
+    shown = json.dumps(preview.as_dict())
+    assert "hf_not_for_your_eyes" not in shown
+    assert preview.shards[0]["commands"][-1]["env"]["HF_TOKEN"] == "***"
+    assert preview.way is not None and preview.way["label"] == "4 × h100-80g"
+    assert preview.fallbacks == ("4 × h100-80g",)  # the same cards with the next engine
+    assert demo.claims() == {}

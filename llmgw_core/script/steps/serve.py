@@ -11,11 +11,17 @@ steps:
       fallbacks: 1               # the next best ways, tried in order when one fails
       wait: ready                # or `started`
       timeout: 1200              # seconds without progress before it is failed
+      dry_run: false             # true: plan, place and build the commands; start nothing
 ```
 
 The result is the replica's name and phase, the way and placement, every
 attempt (with the last lines of each shard of a failed one) and the trace of
 the start, step by step and node by node, with times.
+
+With `dry_run: true` nothing is claimed or started: the result is the
+launch `serve` would start (`replica_prepare.ServePreview`) — per node its
+rank, cards, each command's argv and environment (secrets `***`), the
+health URL, the way and the fallbacks.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class ServeArgs(StepArgs):
     fallbacks: int = Field(default=0, ge=0, le=16)
     wait: Literal["ready", "started"] = "ready"
     timeout: float = Field(default=1200.0, gt=0, le=86_400)
+    dry_run: bool = False
 
 
 def local_source(ref: str, script_dir: Path) -> str | None:
@@ -82,7 +89,7 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     """Plan, place, claim, start and (by default) wait until rank 0's health answers."""
     from llmgw_core.catalog import is_catalog_ref
     from llmgw_core.replica_choice import Overrides
-    from llmgw_core.replica_serve import ServeRequest, serve
+    from llmgw_core.replica_serve import ServeRequest, preview_serve, serve
     from llmgw_core.replica_session import fleet_and_reach
     from llmgw_core.replicas import find_replica
     from llmgw_core.script.steps.plan import step_model
@@ -115,6 +122,24 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
         secret_env=hub_token_env() if hub_repo else {},
         hub_repo=hub_repo,
     )
+    if args.dry_run:
+        try:
+            preview = await preview_serve(fleet, request, model)
+        except DoesNotFit as exc:
+            return StepOutcome(
+                result={"dry_run": True, "name": args.name, "reason": exc.sentence()},
+                ok=False,
+                exit_code=EXIT_DOES_NOT_FIT,
+                error=exc.sentence(),
+            )
+        if preview.way is None:
+            return StepOutcome(
+                result=preview.as_dict(),
+                ok=False,
+                exit_code=EXIT_DOES_NOT_FIT,
+                error=f"{preview.name} would not start: {preview.reason}",
+            )
+        return StepOutcome(result=preview.as_dict())
     try:
         outcome = await serve(fleet, reach, request, model)
     except DoesNotFit as exc:
@@ -138,12 +163,45 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     )
 
 
+def render_preview(result: dict[str, Any]) -> Any:
+    """A dry run for people: the way, then each node's commands with their environment."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    way = result.get("way")
+    if not way:
+        return Text(f"{result.get('name')}: would not start — {result.get('reason')}", style="red")
+    head = Text(f"{result['name']} (dry run): {way['label']} ({way['engine']}, ")
+    head.append(f"{result.get('executor')}), health {result.get('health_url')}")
+    parts: list[Any] = [head]
+    if result.get("fallbacks"):
+        parts.append(Text(f"then, if it fails: {', '.join(result['fallbacks'])}"))
+    for passed in result.get("passed_over") or []:
+        parts.append(Text(f"no room for {passed['way']}: {passed['reason']}", style="yellow"))
+    table = Table("rank", "node", "gpus", "command", "environment", box=None)
+    for shard in result.get("shards", []):
+        for index, command in enumerate(shard["commands"]):
+            env = " ".join(f"{k}={v}" for k, v in sorted(command["env"].items()))
+            table.add_row(
+                str(shard["rank"]) if index == 0 else "",
+                shard["node"] if index == 0 else "",
+                (",".join(shard["gpus"]) or "RAM") if index == 0 else "",
+                command["shell"],
+                env,
+            )
+    parts.append(table)
+    return Group(*parts)
+
+
 def render_serve(result: dict[str, Any]) -> Any:
     """The outcome for people: the phase, the way, where, and the trace."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
+    if result.get("dry_run"):
+        return render_preview(result)
     head = Text(f"{result.get('name')}: {result.get('phase')}")
     if result.get("reason"):
         head.append(f" — {result['reason']}", style="red")

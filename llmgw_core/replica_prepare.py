@@ -1,0 +1,340 @@
+"""What a `serve` would do, decided without starting anything: the ways, the ports, each launch.
+
+`serve` and its dry run share every decision here, so the preview an
+operator (or the console's Serve wizard) confirms is the launch that runs:
+
+* `resolve` — the replica's name, its context, and the ways to try in
+  order (the plan's, narrowed or forced by the operator, with fallbacks);
+* `choose_ports` — each node's HTTP port and rank 0's rendezvous port;
+* `launch_for` — the engines' `LaunchPlan` for one placed way.
+
+`preview_serve(fleet, request, model) -> ServePreview` is the dry run:
+planned, placed and built, never claimed or started. Its `as_dict()` is the
+`serve` step's `dry_run: true` result (see docs/serving.md); every secret in
+it is `***`.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmgw_core.engines import LaunchPlan, build_launch, redact_env
+from llmgw_core.errors import BadInput
+from llmgw_core.model.source import ModelInfo
+from llmgw_core.placement import Placement, explain, place, want_summary
+from llmgw_core.plan import plan
+from llmgw_core.pools_live import planner_fleet
+from llmgw_core.replica_choice import Choice, Overrides, choices
+from llmgw_core.replica_launch import (
+    HTTP_BASE_PORT,
+    RENDEZVOUS_BASE_PORT,
+    free_port_on,
+    launch_request,
+    replica_name,
+)
+from llmgw_core.replica_view import assemble
+from llmgw_core.replicas import fleet_views, shard_listings
+
+STARTUP_TIMEOUT_S = 1200.0
+"""How long a replica may show no progress before it is failed (20 minutes)."""
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """What the operator asked `serve` for.
+
+    Attributes:
+        model: the model as typed (for messages and the replica's spec).
+        name: the replica's name; None derives one from the model.
+        format: "gguf", "safetensors" or None.
+        context: tokens a sequence may hold; None: the model's trained context.
+        concurrency: sequences served at once.
+        overrides: the layout the operator fixed.
+        env: allowed engine variables for every node.
+        fallbacks: how many of the next best ways to try when one fails.
+        wait_ready: wait until rank 0's health answers (else return once started).
+        startup_timeout_s: how long without progress before failing.
+        source: what the engines load instead of the way's own (a path on the nodes).
+        secret_env: secrets for the engines' environment only (`HF_TOKEN`).
+        hub_repo: the Hub repository the nodes fetch when they lack it; None: no fetch.
+        all_reduce: run nccl-tests' all_reduce_perf across a multi-node replica's
+            nodes before starting it, and fail the serve when it fails.
+    """
+
+    model: str
+    name: str | None = None
+    format: str | None = None
+    context: int | None = None
+    concurrency: int = 1
+    overrides: Overrides = field(default_factory=Overrides)
+    env: Mapping[str, str] = field(default_factory=dict)
+    fallbacks: int = 0
+    wait_ready: bool = True
+    startup_timeout_s: float = STARTUP_TIMEOUT_S
+    source: str | None = None
+    secret_env: Mapping[str, str] = field(default_factory=dict)
+    hub_repo: str | None = None
+    all_reduce: bool = False
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A request made concrete: the name, the context, the ways to try in order."""
+
+    name: str
+    context: int
+    ways: tuple[Choice, ...]
+    served_name: str
+    models: tuple[str, ...]
+
+
+async def resolve(fleet: Any, request: ServeRequest, model: ModelInfo) -> Resolved:
+    """The replica's name and context and the ways `serve` tries, best first.
+
+    Raises:
+        BadInput: the context is unknown, or a replica of that name already runs.
+        DoesNotFit: nothing fits (or nothing the operator fixed).
+    """
+    shape = model.shape or next((a.shape for a in model.artifacts if a.shape), None)
+    context = request.context or (shape.max_context if shape else None)
+    if context is None:
+        raise BadInput(
+            f"{request.model}: the trained context is unknown", "give `context:` in tokens"
+        )
+    name = request.name or replica_name(model.repo_id or model.ref)
+    listings = await shard_listings(fleet)
+    for view in assemble(listings, fleet.snapshot()):
+        if view.name == name and view.phase not in ("stopped", "failed"):
+            raise BadInput(
+                f"a replica named {name!r} already runs ({view.phase})",
+                "give another `name`, or stop it first",
+            )
+    views = await fleet_views(fleet)
+    the_plan = plan(
+        model,
+        planner_fleet(views),
+        format=request.format,
+        context=context,
+        concurrency=request.concurrency,
+    )
+    ways = choices(
+        the_plan, model, planner_fleet(views), request.overrides, fallbacks=request.fallbacks
+    )
+    models = tuple(x for x in (model.repo_id, model.ref, request.source) if x)
+    return Resolved(
+        name=name, context=context, ways=ways, served_name=model.repo_id or name, models=models
+    )
+
+
+# --- ports ------------------------------------------------------------------------------
+
+
+def _local_free_port() -> int:
+    """A free port on this machine (the demo's simulated nodes all live on it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def used_ports(records: list[dict[str, Any]]) -> set[int]:
+    """The ports a node's running shards of ours hold (HTTP and rendezvous)."""
+    used: set[int] = set()
+    for record in records:
+        if record.get("phase") in ("exited", "failed", "stopped"):
+            continue
+        spec = record.get("spec") or {}
+        port = (spec.get("launch") or {}).get("http_port")
+        if isinstance(port, int):
+            used.add(port)
+        rendezvous = (spec.get("replica") or {}).get("rendezvous_port")
+        if isinstance(rendezvous, int):
+            used.add(rendezvous)
+    return used
+
+
+async def choose_ports(
+    fleet: Any, nodes: list[str], listings: Mapping[str, list[dict[str, Any]]]
+) -> tuple[dict[str, int], int]:
+    """HTTP ports per node and the rendezvous port: free ones, never a running shard's."""
+    specs = {s.name: s for s in fleet.inventory.node_specs()}
+    if all(specs[n].replay is not None for n in nodes):
+        # Simulated nodes share this machine's ports: each shard needs its own.
+        return {n: _local_free_port() for n in nodes}, _local_free_port()
+    used = {n: used_ports(listings.get(n, [])) for n in nodes}
+    http = {n: free_port_on(used[n], HTTP_BASE_PORT) for n in nodes}
+    taken = set().union(*used.values()) if used else set()
+    return http, free_port_on(taken | set(http.values()), RENDEZVOUS_BASE_PORT)
+
+
+# --- the launch ---------------------------------------------------------------------------
+
+
+async def launch_for(
+    fleet: Any,
+    request: ServeRequest,
+    choice: Choice,
+    placement: Placement,
+    served_name: str,
+    context: int,
+) -> tuple[LaunchPlan, int | None]:
+    """The engines' launch for one placed way, and its rendezvous port (None on one node).
+
+    Raises:
+        BadInput: the launch cannot work (see `engines.validate_launch`).
+    """
+    nodes = [p.node for p in placement.nodes]
+    specs = {s.name: s for s in fleet.inventory.node_specs()}
+    listings = await shard_listings(fleet)
+    http_ports, rendezvous = await choose_ports(fleet, nodes, listings)
+    snapshot = fleet.snapshot()
+    facts = {n: snapshot.nodes[n].facts for n in nodes}
+    rendezvous_port = rendezvous if len(nodes) > 1 else None
+    launch = build_launch(
+        launch_request(
+            choice,
+            placement,
+            specs,
+            facts,
+            served_name=served_name,
+            context=context,
+            concurrency=request.concurrency,
+            http_ports=http_ports,
+            rendezvous_port=rendezvous_port,
+            extra_env=request.env,
+            secret_env=request.secret_env,
+            source=request.source,
+        )
+    )
+    return launch, rendezvous_port
+
+
+# --- the dry run --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServePreview:
+    """What `serve` would start, decided and built but never claimed or started.
+
+    Attributes:
+        name: the replica's name.
+        model: the model as asked.
+        context: tokens a sequence may hold.
+        way: the way chosen (`Choice.as_dict()`), None when no way has room.
+        placement: its nodes and cards (`Placement.as_dict()`), None when no room.
+        executor: how the nodes join ("single", "ray", "mp", "sglang", "llama.cpp").
+        health_url: where rank 0's health is checked, on the node.
+        shards: per node: `node`, `rank`, `gpus`, `http_port`, `serves_http`,
+            `health_url`, `commands` (`name`, `role`, `argv`, `env` with every
+            secret `***`, `shell`: the argv quoted for a POSIX shell).
+        fallbacks: the ways tried next when this one fails, in order (labels).
+        passed_over: the ways before the chosen one that have no room now, with why.
+        reason: why nothing would start (no way has room), None when one would.
+    """
+
+    name: str
+    model: str
+    context: int
+    way: dict[str, Any] | None
+    placement: dict[str, Any] | None
+    executor: str | None
+    health_url: str | None
+    shards: tuple[dict[str, Any], ...]
+    fallbacks: tuple[str, ...]
+    passed_over: tuple[dict[str, str], ...] = ()
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The preview as the `serve` step's `dry_run: true` gives it."""
+        return {
+            "dry_run": True,
+            "name": self.name,
+            "model": self.model,
+            "context": self.context,
+            "way": self.way,
+            "placement": self.placement,
+            "executor": self.executor,
+            "health_url": self.health_url,
+            "shards": list(self.shards),
+            "fallbacks": list(self.fallbacks),
+            "passed_over": list(self.passed_over),
+            "reason": self.reason,
+        }
+
+
+def shard_preview(launch: LaunchPlan) -> tuple[dict[str, Any], ...]:
+    """Each shard of a launch as people and scripts read it, secrets shown as `***`."""
+    return tuple(
+        {
+            "node": shard.node,
+            "rank": shard.rank,
+            "gpus": list(shard.gpus),
+            "http_port": shard.http_port,
+            "serves_http": shard.serves_http,
+            "health_url": shard.health_url,
+            "commands": [
+                {
+                    "name": command.name,
+                    "role": command.role,
+                    "argv": list(command.argv),
+                    "env": redact_env(dict(command.env)),
+                    "shell": command.shell_text(),
+                }
+                for command in shard.commands
+            ],
+        }
+        for shard in launch.shards
+    )
+
+
+async def preview_serve(fleet: Any, request: ServeRequest, model: ModelInfo) -> ServePreview:
+    """Plan, place and build `request`'s launch without claiming a card or starting anything.
+
+    The way is the one `serve` would start: the first of its ways that has
+    room now; the rest are its fallbacks. Cards another console claims
+    between this preview and the serve may move the placement.
+
+    Raises:
+        BadInput: the context is unknown, a replica of that name runs, or the
+            launch cannot work (a forced layout, a variable refused).
+        DoesNotFit: nothing fits (or nothing the operator fixed).
+    """
+    resolved = await resolve(fleet, request, model)
+    views = await fleet_views(fleet)
+    passed_over: list[dict[str, str]] = []
+    for index, choice in enumerate(resolved.ways):
+        want = choice.want(resolved.models)
+        placement = place(want, views)
+        if placement is None:
+            passed_over.append({"way": choice.label, "reason": want_summary(explain(want, views))})
+            continue
+        launch, _rendezvous = await launch_for(
+            fleet, request, choice, placement, resolved.served_name, resolved.context
+        )
+        return ServePreview(
+            name=resolved.name,
+            model=request.model,
+            context=resolved.context,
+            way=choice.as_dict(),
+            placement=placement.as_dict(),
+            executor=launch.executor,
+            health_url=launch.head.health_url,
+            shards=shard_preview(launch),
+            fallbacks=tuple(c.label for c in resolved.ways[index + 1 :]),
+            passed_over=tuple(passed_over),
+        )
+    return ServePreview(
+        name=resolved.name,
+        model=request.model,
+        context=resolved.context,
+        way=None,
+        placement=None,
+        executor=None,
+        health_url=None,
+        shards=(),
+        fallbacks=(),
+        passed_over=tuple(passed_over),
+        reason="; ".join(f"no room for {p['way']} now: {p['reason']}" for p in passed_over),
+    )
