@@ -23,6 +23,7 @@ from llmgw_core.script.registry import (
     StepOutcome,
     step,
 )
+from llmgw_core.script.steps.nodes import few_names
 
 DOCTOR_TIMEOUT_S = 120.0
 STATUSES = ("pass", "warn", "fail")
@@ -38,7 +39,12 @@ class DoctorArgs(StepArgs):
     nodes: list[str] | None = None
 
 
-def _checks_of(raw: Any) -> list[dict[str, Any]]:
+def checks_of(raw: Any) -> list[dict[str, Any]]:
+    """The checks of an agent's `doctor` answer: `check`, `status`, `message`, `fix` each.
+
+    Raises:
+        LlmgwError: the answer holds no list of checks.
+    """
     checks = raw.get("checks") if isinstance(raw, dict) else None
     if not isinstance(checks, list):
         raise LlmgwError("the agent's doctor answer has no list of checks")
@@ -52,6 +58,9 @@ def _checks_of(raw: Any) -> list[dict[str, Any]]:
         for item in checks
         if isinstance(item, dict)
     ]
+
+
+_checks_of = checks_of  # the console's feed imports the old name; drop it once it calls checks_of
 
 
 def render_doctor(result: dict[str, Any]) -> Any:
@@ -103,7 +112,7 @@ async def run_doctor(args: DoctorArgs, ctx: StepContext) -> StepOutcome:
         entry: dict[str, Any] = {"name": name, "checks": [], "error": None}
         try:
             raw = await fleet.request(name, "doctor", timeout_s=DOCTOR_TIMEOUT_S)
-            entry["checks"] = _checks_of(raw)
+            entry["checks"] = checks_of(raw)
         except LlmgwError as exc:
             entry["error"] = exc.sentence()
         entry["counts"] = {
@@ -116,13 +125,10 @@ async def run_doctor(args: DoctorArgs, ctx: StepContext) -> StepOutcome:
     failing = [node["name"] for node in nodes if node["error"] or node["counts"]["fail"]]
     result = {"nodes": nodes}
     if failing:
-        shown = ", ".join(failing[:5]) + (
-            f" and {len(failing) - 5} more" if len(failing) > 5 else ""
-        )
         return StepOutcome(
             result=result,
             ok=False,
             exit_code=EXIT_STEP_FAILED,
-            error=f"checks fail on {len(failing)} node(s): {shown}",
+            error=f"checks fail on {len(failing)} node(s): {few_names(failing)}",
         )
     return StepOutcome(result=result)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from llmgw_core.fleet.state import FleetState, NodeState
@@ -17,6 +18,7 @@ from llmgw_core.script.registry import (
     StepOutcome,
     step,
 )
+from llmgw_core.views import domain_name
 
 
 class NodesArgs(StepArgs):
@@ -27,6 +29,12 @@ class NodesArgs(StepArgs):
     """
 
     all_ready: bool = False
+
+
+def few_names(names: Sequence[str], most: int = 5) -> str:
+    """The first `most` names, and how many more there are: `a, b, c, d, e and 3 more`."""
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def node_row(node: NodeState, spec: NodeSpec | None) -> dict[str, Any]:
@@ -79,8 +87,7 @@ def render_nodes(result: dict[str, Any]) -> Any:
             min_width=20 if column == "classes" else None,
         )
     for row in result["nodes"]:
-        domain = row["nvlink_domain"]
-        shown_domain = f"{domain['cluster_uuid'][:8]}/{domain['clique_id']}" if domain else "-"
+        shown_domain = domain_name(row["nvlink_domain"]) or "-"
         state = row["state"] + ("*" if row["reason"] else "")
         table.add_row(
             row["name"],
@@ -110,13 +117,10 @@ async def run_nodes(args: NodesArgs, ctx: StepContext) -> StepOutcome:
     if args.all_ready:
         waiting = [node.name for node in snapshot.nodes.values() if node.state != "ready"]
         if waiting:
-            shown = ", ".join(waiting[:5]) + (
-                f" and {len(waiting) - 5} more" if len(waiting) > 5 else ""
-            )
             return StepOutcome(
                 result=result,
                 ok=False,
                 exit_code=EXIT_STEP_FAILED,
-                error=f"{len(waiting)} node(s) are not ready: {shown}",
+                error=f"{len(waiting)} node(s) are not ready: {few_names(waiting)}",
             )
     return StepOutcome(result=result)
