@@ -22,8 +22,11 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from llmgw_core.fleet.fleet import Fleet
 from llmgw_core.fleet.loopback import LoopbackSshd
 from llmgw_core.fleet.ssh import SshConnector, SshSettings
+from llmgw_core.fleet.state import FleetState
+from llmgw_core.inventory import Inventory
 
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if Path("/usr/sbin/sshd").exists() else None)
 
@@ -61,6 +64,22 @@ def connector_for(known_hosts: Path, config: Path | None = None, **overrides) ->
         **overrides,
     )
     return SshConnector(settings)
+
+
+async def settled(
+    inventory: Inventory, connector: SshConnector, timeout_s: float = 30
+) -> FleetState:
+    """Open a fleet over `inventory`, wait until no node is still connecting, close it.
+
+    Returns:
+        The snapshot once settled: each node ready, unreachable or refused.
+    """
+    fleet = Fleet(inventory, connector)
+    try:
+        await fleet.start()
+        return await fleet.wait_settled(timeout_s)
+    finally:
+        await fleet.close()
 
 
 def asyncssh_node(tmp_path: Path, name: str, client: ClientKey, **kwargs) -> LoopbackSshd:

@@ -17,7 +17,7 @@ from llmgw_core.fleet.loopback import LoopbackSshd
 from llmgw_core.fleet.ssh import HostKeyRefused, SshTarget, fingerprint
 from llmgw_core.inventory import parse_inventory
 
-from .conftest import ClientKey, asyncssh_node, connector_for, free_port
+from .conftest import ClientKey, asyncssh_node, connector_for, free_port, settled
 
 
 def inventory_text(
@@ -53,15 +53,13 @@ def test_several_replay_nodes_are_discovered_over_ssh(tmp_path: Path, client_key
         text = inventory_text(
             [(name, servers[name], captures[name]) for name in kinds], tmp_path / "known_hosts"
         )
-        fleet = Fleet(
-            parse_inventory(text),
-            connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
-        )
         try:
-            await fleet.start()
-            return await fleet.wait_settled(60)
+            return await settled(
+                parse_inventory(text),
+                connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
+                timeout_s=60,
+            )
         finally:
-            await fleet.close()
             for server in servers.values():
                 await server.stop()
 
@@ -190,15 +188,12 @@ def test_a_fabric_naming_adapters_the_node_lacks_marks_that_node(
             "    fabrics: [{name: ib-a, hcas: [mlx5_0, mlx5_1, mlx5_9], rate_gbps: 400}]\n"
             f"known_hosts: {tmp_path / 'known_hosts'}\n"
         )
-        fleet = Fleet(
-            parse_inventory(text),
-            connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
-        )
         try:
-            await fleet.start()
-            return await fleet.wait_settled(30)
+            return await settled(
+                parse_inventory(text),
+                connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
+            )
         finally:
-            await fleet.close()
             await server.stop()
 
     node = asyncio.run(scenario()).nodes["h100"]
@@ -271,15 +266,12 @@ def test_a_node_without_a_recent_python_is_refused_with_what_to_install(
         )
         await server.start()
         pin(tmp_path / "known_hosts", [server])
-        fleet = Fleet(
-            parse_inventory(inventory_text([("n1", server, None)], tmp_path / "known_hosts")),
-            connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
-        )
         try:
-            await fleet.start()
-            return await fleet.wait_settled(30)
+            return await settled(
+                parse_inventory(inventory_text([("n1", server, None)], tmp_path / "known_hosts")),
+                connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
+            )
         finally:
-            await fleet.close()
             await server.stop()
 
     node = asyncio.run(scenario()).nodes["n1"]
@@ -421,15 +413,16 @@ def test_a_closed_port_and_a_refused_login_read_as_sentences(tmp_path: Path, cli
             f"  - {{name: gone, host: 127.0.0.1, port: {closed_port}}}\n"
             f"known_hosts: {tmp_path / 'known_hosts'}\n"
         )
-        fleet = Fleet(
-            parse_inventory(text),
-            connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
-        )
         try:
-            await fleet.start()
-            return await fleet.wait_settled(30), server.port, closed_port
+            return (
+                await settled(
+                    parse_inventory(text),
+                    connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
+                ),
+                server.port,
+                closed_port,
+            )
         finally:
-            await fleet.close()
             await server.stop()
 
     snapshot, port, closed_port = asyncio.run(scenario())

@@ -14,7 +14,7 @@ from llmgw_core.fleet.fleet import Fleet
 from llmgw_core.fleet.ssh import SshTarget, fingerprint
 from llmgw_core.inventory import parse_inventory
 
-from .conftest import ClientKey, OpenSshd, connector_for, free_port
+from .conftest import ClientKey, OpenSshd, connector_for, free_port, settled
 
 pytestmark = pytest.mark.sshd
 
@@ -60,15 +60,9 @@ def test_several_replay_nodes_are_discovered_through_openssh(
     )
     inventory = parse_inventory(f"nodes:\n{entries}known_hosts: {tmp_path / 'known_hosts'}\n")
 
-    async def scenario():
-        fleet = Fleet(inventory, connector_for(tmp_path / "known_hosts"))
-        try:
-            await fleet.start()
-            return await fleet.wait_settled(60)
-        finally:
-            await fleet.close()
-
-    nodes = asyncio.run(scenario()).nodes
+    nodes = asyncio.run(
+        settled(inventory, connector_for(tmp_path / "known_hosts"), timeout_s=60)
+    ).nodes
     assert {name: node.state for name, node in nodes.items()} == {
         "h100": "ready",
         "mig": "ready",
@@ -93,15 +87,9 @@ def test_a_changed_host_key_of_an_openssh_node_is_refused_with_the_fingerprint(
         f"known_hosts: {tmp_path / 'known_hosts'}\n"
     )
 
-    async def scenario():
-        fleet = Fleet(inventory, connector_for(tmp_path / "known_hosts"))
-        try:
-            await fleet.start()
-            return await fleet.wait_settled(30)
-        finally:
-            await fleet.close()
-
-    node = asyncio.run(scenario()).nodes["gpu-a-01"]
+    node = asyncio.run(settled(inventory, connector_for(tmp_path / "known_hosts"))).nodes[
+        "gpu-a-01"
+    ]
     assert node.state == "refused"
     assert node.reason == (
         f"the host key of gpu-a-01 ([127.0.0.1]:{sshd.ports[0]}) CHANGED: it now presents "
@@ -167,15 +155,9 @@ def test_nodes_behind_a_proxyjump_share_one_bastion_connection(
         f"known_hosts: {tmp_path / 'known_hosts'}\n"
     )
 
-    async def scenario():
-        fleet = Fleet(inventory, connector_for(tmp_path / "known_hosts", config=config))
-        try:
-            await fleet.start()
-            return await fleet.wait_settled(60)
-        finally:
-            await fleet.close()
-
-    snapshot = asyncio.run(scenario())
+    snapshot = asyncio.run(
+        settled(inventory, connector_for(tmp_path / "known_hosts", config=config), timeout_s=60)
+    )
     assert [node.state for node in snapshot.nodes.values()] == ["ready", "ready"]
     assert bastion.logins() == 1
     assert nodes.logins() == 2
@@ -245,17 +227,17 @@ def test_accept_host_prints_the_fingerprint_and_trusts_the_key_once(
     )
     assert known_hosts.read_text().count(listed) == 1
 
-    async def scenario():
-        fleet = Fleet(
-            parse_inventory(inventory_file.read_text(), folder=tmp_path), connector_for(known_hosts)
+    assert (
+        asyncio.run(
+            settled(
+                parse_inventory(inventory_file.read_text(), folder=tmp_path),
+                connector_for(known_hosts),
+            )
         )
-        try:
-            await fleet.start()
-            return await fleet.wait_settled(30)
-        finally:
-            await fleet.close()
-
-    assert asyncio.run(scenario()).nodes["gpu-a-01"].state == "ready"
+        .nodes["gpu-a-01"]
+        .state
+        == "ready"
+    )
 
 
 def test_a_node_that_hangs_without_closing_is_found_out_by_keepalives(
@@ -386,15 +368,7 @@ def test_a_node_without_sftp_gets_the_agent_through_an_exec_channel(
         f"known_hosts: {tmp_path / 'known_hosts'}\n"
     )
 
-    async def scenario():
-        fleet = Fleet(inventory, connector_for(tmp_path / "known_hosts"))
-        try:
-            await fleet.start()
-            return await fleet.wait_settled(30)
-        finally:
-            await fleet.close()
-
-    node = asyncio.run(scenario()).nodes["n1"]
+    node = asyncio.run(settled(inventory, connector_for(tmp_path / "known_hosts"))).nodes["n1"]
     assert node.state == "ready", node.reason
     cached = [path.name for path in (sshd.home / ".cache" / "llmgw").iterdir()]
     assert len(cached) == 1 and cached[0].startswith("agent-")
