@@ -78,6 +78,11 @@ class ReplicaView:
         shards: the shards found, rank order.
         phase: starting | loading | ready | unreachable | failed | stopped.
         reason: why it failed or waits, None when ready.
+        transports: per shard id, the NCCL transport read from its log
+            (`replica_transport.transport_dict`; None where NCCL said nothing);
+            empty until `replica_transport.with_transport` reads them.
+        transport_warnings: a sentence per problem with that transport (Socket
+            between nodes, an adapter outside the fabric).
     """
 
     name: str
@@ -85,6 +90,8 @@ class ReplicaView:
     shards: tuple[ShardView, ...]
     phase: str
     reason: str | None = None
+    transports: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
+    transport_warnings: tuple[str, ...] = ()
 
     @property
     def head(self) -> ShardView | None:
@@ -115,7 +122,10 @@ class ReplicaView:
             "way": self.spec.get("way", {}).get("label"),
             "fabric": self.spec.get("fabric"),
             "nvlink_domain": self.spec.get("nvlink_domain"),
-            "shards": [s.as_dict() for s in self.shards],
+            "shards": [
+                {**s.as_dict(), "transport": self.transports.get(s.shard_id)} for s in self.shards
+            ],
+            "transport_warnings": list(self.transport_warnings),
         }
 
 

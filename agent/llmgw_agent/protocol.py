@@ -24,6 +24,8 @@ Operations (args → result):
 * `shard.forget` `{shard_id}` → `{shard_id, forgotten}` (a finished shard only);
 * `shard.logs` `{shard_id, tail?=200, follow?=false}` → events `{lines}`, then
   `{lines_sent, cancelled, phase}`;
+* `shard.nccl` `{shard_id, limit?=400}` → `{lines, truncated}`: the first NCCL
+  INFO/WARN lines of the shard's kept log (what transport NCCL chose);
 * `download.watch` `{path, interval_s?=2}` → events `{bytes, files, exists,
   last_moved_at}` until cancelled, then the last one with `cancelled`;
 * `fabric.probe`, `fabric.server` (stream), `fabric.client` — `fabric_test.py`.
@@ -116,6 +118,7 @@ class Server:
             "shard.list": _op_shard_list,
             "shard.forget": _op_shard_forget,
             "shard.logs": _op_shard_logs,
+            "shard.nccl": _op_shard_nccl,
             "download.watch": _op_download_watch,
             "fabric.probe": self._op_fabric_probe,
             "fabric.server": self._op_fabric_server,
@@ -330,6 +333,14 @@ def _op_shard_logs(args: dict, stream: Stream) -> dict:
     from llmgw_agent.logcap import stream_shard_log
 
     return stream_shard_log(shard_id, tail, follow, stream.emit, stream.cancelled)
+
+
+def _op_shard_nccl(args: dict, _stream: Stream) -> dict:
+    shard_id = arg(args, "shard_id", (str,))
+    limit = int(number_arg(args, "limit", 400, minimum=1, maximum=100_000))
+    from llmgw_agent.nccl_lines import nccl_lines
+
+    return nccl_lines(shard_id, limit)
 
 
 def _op_download_watch(args: dict, stream: Stream) -> dict:

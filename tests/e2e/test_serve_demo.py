@@ -124,7 +124,46 @@ def test_forced_over_two_nodes_both_ranks_use_ib_a_and_say_net_ib(demo: Demo):
             line.startswith(f"[r{rank} {node}]") and "NET/IB : Using" in line for line in lines
         )
     assert not any("NET/Socket" in line for line in lines)
+    (replica,) = demo.step("replicas", name="llama-2x8").result["replicas"]
+    for shard in replica["shards"]:
+        transport = shard["transport"]
+        assert transport["label"] == "IB + GDR" and transport["kind"] == "ib"
+        assert transport["gpudirect"] is True and transport["mnnvl"] is False
+        assert transport["adapters"] == [f"mlx5_{i}:1/IB" for i in range(8)]
+    assert replica["transport_warnings"] == []
     demo.step("stop", replica="llama-2x8")
+    assert demo.claims() == {}
+
+
+def test_a_two_node_replica_told_not_to_use_its_adapters_is_shown_and_warned_as_socket(
+    demo: Demo,
+):
+    _served(
+        demo,
+        model=LLAMA,
+        context=32768,
+        gpu_class="h100-80g",
+        gpus=8,
+        nodes=2,
+        env={"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1"},
+        name="llama-2x8-tcp",
+    )
+    listed = demo.step("replicas", name="llama-2x8-tcp")
+    (replica,) = listed.result["replicas"]
+    assert [s["transport"]["label"] for s in replica["shards"]] == ["Socket (TCP)"] * 2
+    assert all(s["transport"]["adapters"] == [] for s in replica["shards"])
+    (warning,) = replica["transport_warnings"]
+    assert warning.startswith(
+        "llama-2x8-tcp: NCCL fell back to TCP sockets on h100-a-01, h100-a-02 — it runs, slowly"
+    )
+    from rich.console import Console
+
+    from llmgw_core.script.steps.replicas import render_replicas
+
+    console = Console(record=True, width=300)
+    console.print(render_replicas(listed.result))
+    assert "NCCL fell back to TCP sockets" in console.export_text()
+    demo.step("stop", replica="llama-2x8-tcp")
     assert demo.claims() == {}
 
 

@@ -7,8 +7,10 @@ steps:
   - replicas: {heal: true}                      # place again what lost a node, where there is room
 ```
 
-Each replica: `name`, `model`, `phase`, `engine`, `endpoint`, and its
-`shards` (`node`, `rank`, `gpus`, `phase`, `env`, `argv`). What is left
+Each replica: `name`, `model`, `phase`, `engine`, `endpoint`, its
+`shards` (`node`, `rank`, `gpus`, `phase`, `env`, `argv`, and `transport`:
+the NCCL transport read from the shard's log, None when NCCL said nothing)
+and `transport_warnings` (Socket between nodes, an adapter off the fabric). What is left
 running of a failed replica is stopped first, so no card stays claimed.
 """
 
@@ -32,6 +34,7 @@ class ReplicasArgs(StepArgs):
 
 async def run_replicas(args: ReplicasArgs, ctx: StepContext) -> StepOutcome:
     """List the replicas (after stopping the leftovers of failed ones)."""
+    from llmgw_core.replica_transport import with_transports
     from llmgw_core.replica_view import trace_of
     from llmgw_core.replicas import reconcile
 
@@ -47,6 +50,7 @@ async def run_replicas(args: ReplicasArgs, ctx: StepContext) -> StepOutcome:
         if healed:
             views = await reconcile(fleet, grace_s=args.grace)
     shown = [v for v in views if args.name is None or v.name == args.name]
+    shown = list(await with_transports(fleet, shown))
     rows = []
     for view in shown:
         row = view.as_dict()
@@ -81,11 +85,22 @@ def render_replicas(result: dict[str, Any]) -> Any:
     from rich.table import Table
 
     table = Table(
-        "replica", "phase", "engine", "endpoint", "rank", "node", "gpus", "shard", box=None
+        "replica",
+        "phase",
+        "engine",
+        "endpoint",
+        "rank",
+        "node",
+        "gpus",
+        "shard",
+        "transport",
+        box=None,
     )
     for replica in result.get("replicas", []):
         for index, shard in enumerate(replica["shards"]):
             first = index == 0
+            transport = shard.get("transport") or {}
+            adapters = ",".join(a.split(":")[0] for a in transport.get("adapters") or [])
             table.add_row(
                 replica["name"] if first else "",
                 replica["phase"] if first else "",
@@ -95,9 +110,12 @@ def render_replicas(result: dict[str, Any]) -> Any:
                 shard["node"],
                 ",".join(shard["gpus"]) or "RAM",
                 shard["phase"],
+                f"{transport.get('label', '')} {adapters}".strip(),
             )
         if replica.get("reason"):
-            table.add_row("", f"[red]{replica['reason']}[/red]", "", "", "", "", "", "")
+            table.add_row("", f"[red]{replica['reason']}[/red]", *[""] * 7)
+        for warning in replica.get("transport_warnings") or []:
+            table.add_row("", f"[yellow]{warning}[/yellow]", *[""] * 7)
     return table
 
 

@@ -91,6 +91,7 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     from llmgw_core.replica_choice import Overrides
     from llmgw_core.replica_serve import ServeRequest, preview_serve, serve
     from llmgw_core.replica_session import fleet_and_reach
+    from llmgw_core.replica_transport import with_transport
     from llmgw_core.replicas import find_replica
     from llmgw_core.script.steps.plan import step_model
 
@@ -151,7 +152,7 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
         )
     result: dict[str, Any] = outcome.as_dict()
     if outcome.phase in ("ready", "starting"):
-        view = await find_replica(fleet, outcome.name)
+        view = await with_transport(fleet, await find_replica(fleet, outcome.name))
         result["replica"] = view.as_dict()
         return StepOutcome(result=result)
     code = EXIT_DOES_NOT_FIT if outcome.exit_code == EXIT_DOES_NOT_FIT else EXIT_STEP_FAILED
