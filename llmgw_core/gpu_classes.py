@@ -134,14 +134,6 @@ def parse_mig_label(label: str) -> tuple[str, str] | None:
     return match["card"], match["profile"]
 
 
-def mig_label(card_label: str, profile: str) -> str:
-    """The class label of an instance of `profile` carved from a `card_label` card."""
-    parsed = parse_mig_label(f"{card_label}-mig-{profile}")
-    if parsed is None:
-        raise BadInput(f"{profile!r} is not a MIG profile such as 3g.40gb")
-    return f"{parsed[0]}-mig-{parsed[1]}"
-
-
 def gpu_class(label: str) -> GpuClass:
     """The class of a label, whole card or MIG instance.
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmgw_core.errors import BadInput
-from llmgw_core.memory import CardNeed, Layout
+from llmgw_core.memory import DEFAULT_USABLE_FRACTION, CardNeed, Layout
 from llmgw_core.memory.kv_vllm import (
     BLOCK_SIZE,
     KvPool,
@@ -188,7 +188,7 @@ def estimate(
     gpu_memory_gib: float,
     tensor_parallel: int = 1,
     pipeline_parallel: int = 1,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = DEFAULT_USABLE_FRACTION,
     max_model_len: int | None = None,
     dtype: str | None = None,
     quantization: str | None = None,
@@ -456,7 +456,7 @@ def card_need(
     # its budget; later versions count them in (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS).
     graphs_inside = version > NEWEST_KNOWN
     serve_dtype = serve_dtype_for(shape, None)
-    memory = card_memory_gib or usable_gib / 0.9
+    memory = card_memory_gib or usable_gib / DEFAULT_USABLE_FRACTION
     batched, seqs = default_batching(memory)
     online = None
     if artifact.quantization is not None and shape.quantization is None:

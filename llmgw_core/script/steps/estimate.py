@@ -126,7 +126,7 @@ def estimate_result(model: Any, args: EstimateArgs) -> dict[str, Any]:
         "pipeline_parallel": args.pipeline_parallel,
     }
     if args.engine == "vllm":
-        from llmgw_core.memory import vllm
+        from llmgw_core.memory import DEFAULT_USABLE_FRACTION, vllm
 
         got = vllm.estimate(
             shape,
@@ -134,7 +134,7 @@ def estimate_result(model: Any, args: EstimateArgs) -> dict[str, Any]:
             gpu_memory_gib=memory,
             tensor_parallel=args.tensor_parallel,
             pipeline_parallel=args.pipeline_parallel,
-            gpu_memory_utilization=args.gpu_memory_utilization or 0.9,
+            gpu_memory_utilization=args.gpu_memory_utilization or DEFAULT_USABLE_FRACTION,
             max_model_len=args.max_model_len,
             dtype=args.dtype,
             quantization=args.quantization,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw_core.errors import BadInput
-from llmgw_core.gpu_classes import gpu_class, known_labels, mig_label, parse_mig_label
+from llmgw_core.gpu_classes import gpu_class, known_labels, parse_mig_label
 
 
 def test_an_h100_gives_cuda_the_79_19_gib_vllm_logs():
@@ -42,7 +42,7 @@ def test_an_h100_1g_10gb_instance_has_the_9984_mib_the_card_reports():
 
 def test_a_compute_instance_prefix_is_dropped_from_a_mig_label():
     assert parse_mig_label("h200-141g-mig-1c.3g.71gb") == ("h200-141g", "3g.71gb")
-    assert mig_label("h200-141g", "2c.3g.71gb") == "h200-141g-mig-3g.71gb"
+    assert gpu_class("h200-141g-mig-2c.3g.71gb") == gpu_class("h200-141g-mig-3g.71gb")
 
 
 def test_an_unknown_profile_of_a_known_card_is_sized_from_its_name():
