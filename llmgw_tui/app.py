@@ -26,9 +26,12 @@ from llmgw_tui.feed import FleetFeed, LiveFeed
 from llmgw_tui.screens.command_line import CommandLine
 from llmgw_tui.screens.fleet import FleetScreen
 from llmgw_tui.screens.help import HelpScreen
+from llmgw_tui.screens.logs import LogsScreen
 from llmgw_tui.screens.node import NodeScreen
 from llmgw_tui.screens.plan import PlanScreen
 from llmgw_tui.screens.racks import RacksScreen
+from llmgw_tui.screens.replicas import ReplicasScreen
+from llmgw_tui.screens.serve import ServeScreen
 from llmgw_tui.theme import LLMGW_THEME, AnimationLevel, animation_level_from_env
 
 
@@ -41,6 +44,8 @@ class LlmgwApp(App[int]):
         "fleet": FleetScreen,
         "racks": RacksScreen,
         "plan": PlanScreen,
+        "replicas": ReplicasScreen,
+        "serve": ServeScreen,
     }
     DEFAULT_MODE = "fleet"
     COMMANDS = App.COMMANDS | {ConsoleCommands}
@@ -50,6 +55,8 @@ class LlmgwApp(App[int]):
         Binding("1", "show_fleet", "Fleet", id="show-fleet"),
         Binding("2", "show_racks", "Racks", id="show-racks"),
         Binding("3", "show_plan", "Plan", id="show-plan"),
+        Binding("4", "show_replicas", "Replicas", id="show-replicas"),
+        Binding("5", "show_serve", "Serve", id="show-serve"),
         Binding("ctrl+p", "command_palette", "Palette", show=False, id="palette"),
         Binding("q", "quit", "Quit", id="quit"),
     ]
@@ -172,6 +179,26 @@ class LlmgwApp(App[int]):
         if isinstance(screen, PlanScreen):
             screen.plan(model_ref)
 
+    async def action_show_replicas(self) -> None:
+        """The replicas screen."""
+        await self._to_mode("replicas")
+
+    async def action_show_serve(self) -> None:
+        """The Serve a model wizard, as it was left."""
+        await self._to_mode("serve")
+
+    async def action_open_replica(self, name: str) -> None:
+        """The replicas screen with the cursor on `name` (now, or once it appears)."""
+        await self._to_mode("replicas")
+        screen = self.screen
+        if isinstance(screen, ReplicasScreen):
+            screen.show_replica(name)
+
+    async def action_open_logs(self, name: str) -> None:
+        """The merged log of replica `name` (`NAME rN` or `NAME@N`: one rank's)."""
+        replica, rank = logs_target(name)
+        self.push_screen(LogsScreen(replica, rank))
+
     async def _to_mode(self, mode: str) -> None:
         if self.current_mode != mode:
             await self.switch_mode(mode)
@@ -186,6 +213,13 @@ class LlmgwApp(App[int]):
             self.notify(f"No node called {name!r}. Nodes: {known}.", severity="error")
             return
         self.push_screen(NodeScreen(name))
+
+
+def logs_target(argument: str) -> tuple[str, int | None]:
+    """`llama r1` or `llama@1` → (`llama`, 1); a bare name → every rank."""
+    name, _, rank = argument.replace("@", " ").partition(" ")
+    rank = rank.strip().removeprefix("r")
+    return name.strip(), int(rank) if rank.isdigit() else None
 
 
 def run_app(*, inventory: str | None, demo: bool) -> int:

@@ -31,6 +31,11 @@ COMMANDS: tuple[ConsoleCommand, ...] = (
     ConsoleCommand(
         ("plan", "p", "fit"), "open_plan", "Does a model fit, and how", "MODEL", "show_plan"
     ),
+    ConsoleCommand(("replicas", "r", "rs"), "show_replicas", "Replicas: shards, phases, actions"),
+    ConsoleCommand(("serve", "s", "up"), "show_serve", "Serve a model: the wizard"),
+    ConsoleCommand(
+        ("logs", "log", "l"), "open_logs", "A replica's logs (NAME, or NAME rN)", "NAME"
+    ),
     ConsoleCommand(("help", "h"), "help", "The keys of the current screen"),
     ConsoleCommand(("quit", "q", "q!"), "quit", "Leave the console"),
 )

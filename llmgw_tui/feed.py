@@ -7,10 +7,22 @@ poll (SSH handshakes take seconds) so the first frame never waits for it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Protocol
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
+from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.views import FleetSummary, fleet_summary
+
+if TYPE_CHECKING:
+    from llmgw_core.replica_serve import ServeOutcome, ServeRequest
+    from llmgw_core.replica_view import ReplicaView
+
+LOG_TAIL_LINES = 500
+"""Lines of a shard's log shown before following what it writes next."""
 
 
 class FleetFeed(Protocol):
@@ -35,15 +47,78 @@ class FleetFeed(Protocol):
         """Release what the feed opened (SSH connections, the demo fleet)."""
         ...
 
+    async def replicas(self) -> tuple[ReplicaView, ...]:
+        """Every replica the nodes run now."""
+        ...
+
+    async def stop_replica(self, name: str) -> dict[str, Any]:
+        """Stop every shard of `name` (the `stop` step's answer)."""
+        ...
+
+    def follow_logs(self, view: ReplicaView, rank: int | None) -> AsyncIterator[list[str]]:
+        """Batches of a shard's log lines (every rank merged, `[rN node]` first, when None)."""
+        ...
+
+    async def serve(self, request: ServeRequest) -> ServeOutcome:
+        """Bring `request.model` up on the fleet and wait until it answers."""
+        ...
+
+    async def ask(self, view: ReplicaView, prompt: str) -> str:
+        """One chat answer of a ready replica."""
+        ...
+
+    async def bench(self, view: ReplicaView) -> dict[str, Any]:
+        """Tokens a second of a ready replica (`replica_http.bench`'s figures)."""
+        ...
+
+
+def shard_prefix(rank: int, node: str) -> str:
+    """`[r1 gpu-a-02] `: what each merged log line starts with."""
+    return f"[r{rank} {node}] "
+
 
 class StaticFeed:
     """A fleet that never changes: tests and screenshots, built from real agent facts."""
 
     def __init__(
-        self, fleet_state: Any, fabrics: Mapping[str, Iterable[str]] | None = None
+        self,
+        fleet_state: Any,
+        fabrics: Mapping[str, Iterable[str]] | None = None,
+        *,
+        replicas: Sequence[ReplicaView] = (),
+        logs: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.refresh_s: float | None = None
-        self._summary = fleet_summary(fleet_state, fabrics)
+        self._summary = with_shards(fleet_summary(fleet_state, fabrics), running_shards(replicas))
+        self._replicas = tuple(replicas)
+        self._logs = dict(logs or {})
+
+    async def replicas(self) -> tuple[ReplicaView, ...]:
+        """The replicas the fixed fleet was given."""
+        return self._replicas
+
+    async def stop_replica(self, name: str) -> dict[str, Any]:
+        """A fixed fleet runs nothing it could stop."""
+        raise BadInput(f"{name} runs on a fixed fleet", "stop it on a live fleet")
+
+    async def follow_logs(self, view: ReplicaView, rank: int | None) -> AsyncIterator[list[str]]:
+        """The fixed lines given per shard id, in one batch per shard."""
+        for shard in view.shards:
+            if rank is None or shard.rank == rank:
+                prefix = shard_prefix(shard.rank, shard.node) if rank is None else ""
+                yield [prefix + line for line in self._logs.get(shard.shard_id, ())]
+
+    async def serve(self, request: ServeRequest) -> ServeOutcome:
+        """A fixed fleet starts nothing."""
+        raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
+
+    async def ask(self, view: ReplicaView, prompt: str) -> str:
+        """A fixed fleet has no engine to ask."""
+        raise BadInput(f"{view.name} runs on a fixed fleet", "ask it on a live fleet")
+
+    async def bench(self, view: ReplicaView) -> dict[str, Any]:
+        """A fixed fleet has no engine to measure."""
+        raise BadInput(f"{view.name} runs on a fixed fleet", "bench it on a live fleet")
 
     async def snapshot(self) -> FleetSummary:
         """The one fixed snapshot."""
@@ -77,14 +152,158 @@ class LiveFeed:
         self._demo = demo
         self._fleet: Any = None
         self._closer: Callable[[], Awaitable[None]] | None = None
+        self._reach: Any = None
+        self._shards_by_node: dict[str, int] = {}
 
     async def snapshot(self) -> FleetSummary:
-        """Open the fleet on first use, then read its current state."""
+        """Open the fleet on first use, then read its current state (with running shards)."""
         if self._fleet is None:
             from llmgw_core.fleet.session import open_fleet
 
             self._fleet, self._closer = await open_fleet(inventory=self._inventory, demo=self._demo)
-        return fleet_summary(self._fleet.snapshot(), inventory_fabrics(self._fleet.inventory))
+        with contextlib.suppress(LlmgwError):
+            await self.replicas()  # the shards each node runs, for the SHARDS column
+        summary = fleet_summary(self._fleet.snapshot(), inventory_fabrics(self._fleet.inventory))
+        return with_shards(summary, self._shards_by_node)
+
+    def _live(self) -> Any:
+        if self._fleet is None:
+            raise BadInput("the fleet is still connecting", "try again in a moment")
+        return self._fleet
+
+    def _engines(self) -> Any:
+        from llmgw_core.replica_http import EngineReach
+
+        if self._reach is None:
+            self._reach = EngineReach(self._live())
+        return self._reach
+
+    async def replicas(self) -> tuple[ReplicaView, ...]:
+        """Every replica reassembled from the nodes now; remembers shards per node for the fleet."""
+        from llmgw_core.replicas import replicas_now
+
+        if self._fleet is None:
+            return ()
+        views = await replicas_now(self._fleet)
+        self._shards_by_node = running_shards(views)
+        return views
+
+    async def stop_replica(self, name: str) -> dict[str, Any]:
+        """Stop every shard of `name` on the nodes that answer (`replicas.stop_replica`)."""
+        from llmgw_core.replicas import stop_replica
+
+        return await stop_replica(self._live(), name)
+
+    async def follow_logs(self, view: ReplicaView, rank: int | None) -> AsyncIterator[list[str]]:
+        """The last lines of each wanted shard, then what they write next, merged as they come.
+
+        One agent stream per shard feeds a queue; a stream that ends (its shard
+        is over) or fails says so in a line of its own. Leaving the loop cancels
+        every stream.
+        """
+        fleet = self._live()
+        wanted = [s for s in view.shards if rank is None or s.rank == rank]
+        queue: asyncio.Queue[list[str] | None] = asyncio.Queue()
+
+        async def pump(node: str, shard_id: str, prefix: str) -> None:
+            stream = None
+            try:
+                stream = fleet.client(node).stream(
+                    "shard.logs", {"shard_id": shard_id, "tail": LOG_TAIL_LINES, "follow": True}
+                )
+                async for event in stream:
+                    lines = event.get("lines") or []
+                    if lines:
+                        await queue.put([prefix + str(line) for line in lines])
+            except (LlmgwError, OSError) as exc:
+                await queue.put([f"{prefix}(its lines cannot be read: {exc})"])
+            finally:
+                if stream is not None:
+                    with contextlib.suppress(LlmgwError):
+                        await stream.cancel()
+                await queue.put(None)
+
+        pumps = [
+            asyncio.ensure_future(
+                pump(s.node, s.shard_id, shard_prefix(s.rank, s.node) if rank is None else "")
+            )
+            for s in wanted
+        ]
+        try:
+            open_streams = len(pumps)
+            while open_streams:
+                batch = await queue.get()
+                if batch is None:
+                    open_streams -= 1
+                    continue
+                yield batch
+        finally:
+            for task in pumps:
+                task.cancel()
+            for task in pumps:
+                with contextlib.suppress(asyncio.CancelledError, LlmgwError):
+                    await task
+
+    async def serve(self, request: ServeRequest) -> ServeOutcome:
+        """Plan, place, start and watch `request` as the `serve` step does."""
+        from llmgw_core.replica_serve import serve
+        from llmgw_core.script.steps.plan import model_for
+
+        model = await asyncio.to_thread(
+            model_for, request.model, Path.cwd(), offline=self._offline()
+        )
+        return await serve(self._live(), self._engines(), request, model)
+
+    def _offline(self) -> bool | None:
+        return True if self._demo else None
+
+    async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
+        """Per node, the bytes of the replica's Hub weights fetched so far (while it starts)."""
+        from llmgw_core.replica_serve import hub_cache_dir
+
+        repo = (view.spec.get("request") or {}).get("hub_repo")
+        if not repo or view.phase not in ("starting", "loading") or self._fleet is None:
+            return {}
+        found: dict[str, int] = {}
+        for node in sorted({s.node for s in view.shards}):
+            stream = self._fleet.client(node).stream(
+                "download.watch", {"path": hub_cache_dir(repo), "interval_s": 2}
+            )
+            try:
+                async for event in stream:
+                    found[node] = int(event.get("bytes") or 0)
+                    break
+            except (LlmgwError, OSError):
+                continue
+            finally:
+                with contextlib.suppress(LlmgwError):
+                    await stream.cancel()
+        return found
+
+    async def preview(self, request: ServeRequest) -> Any:
+        """What `serve` would start, per node, without starting it (`preview_serve`)."""
+        from llmgw_core.replica_prepare import preview_serve
+        from llmgw_core.script.steps.plan import model_for
+
+        model = await asyncio.to_thread(
+            model_for, request.model, Path.cwd(), offline=self._offline()
+        )
+        return await preview_serve(self._live(), request, model)
+
+    async def ask(self, view: ReplicaView, prompt: str) -> str:
+        """Rank 0's chat answer to `prompt`."""
+        from llmgw_core.replica_http import chat
+
+        node, port, served = _engine_of(view)
+        answer = await chat(self._engines(), node, port, served, prompt)
+        return answer.text
+
+    async def bench(self, view: ReplicaView) -> dict[str, Any]:
+        """Sixteen completions, four at a time: tokens a second and latency."""
+        from llmgw_core.replica_http import bench
+
+        node, port, served = _engine_of(view)
+        return await bench(self._engines(), node, port, served, requests=16, concurrency=4)
 
     async def refresh(self) -> None:
         """Ask every ready node for its facts again (the fleet never overlaps two refreshes)."""
@@ -104,8 +323,30 @@ class LiveFeed:
     async def close(self) -> None:
         """Close every connection, and stop the demo fleet if this feed started it."""
         closer, self._closer, self._fleet = self._closer, None, None
+        reach, self._reach = self._reach, None
+        if reach is not None:
+            from llmgw_core.replica_http import close_quietly
+
+            await close_quietly(reach)
         if closer is not None:
             await closer()
+
+
+def _engine_of(view: ReplicaView) -> tuple[str, int, str]:
+    """Rank 0's node, HTTP port and served name; refused unless the replica is ready."""
+    head, port = view.spec.get("head"), view.spec.get("http_port")
+    if view.phase != "ready" or not head or not isinstance(port, int):
+        raise BadInput(f"{view.name} is {view.phase}", "wait until it is ready")
+    return str(head), port, str(view.spec.get("served_name") or view.name)
+
+
+def running_shards(views: Iterable[ReplicaView]) -> dict[str, int]:
+    """Per node, the shards of replicas still running there (the fleet's SHARDS column)."""
+    counts: dict[str, int] = {}
+    for view in views:
+        for shard in view.live_shards():
+            counts[shard.node] = counts.get(shard.node, 0) + 1
+    return counts
 
 
 def inventory_fabrics(inventory: Any) -> dict[str, tuple[str, ...]]:
@@ -113,3 +354,11 @@ def inventory_fabrics(inventory: Any) -> dict[str, tuple[str, ...]]:
     return {
         spec.name: tuple(fabric.name for fabric in spec.fabrics) for spec in inventory.node_specs()
     }
+
+
+def with_shards(summary: FleetSummary, counts: Mapping[str, int]) -> FleetSummary:
+    """The summary with each node's running shards as the replicas say."""
+    if not counts:
+        return summary
+    nodes = tuple(replace(node, running_shards=counts.get(node.name, 0)) for node in summary.nodes)
+    return replace(summary, nodes=nodes)

@@ -157,10 +157,15 @@ def test_command_lines_parse_with_aliases_and_refuse_what_they_cannot_run():
     assert parse_command(":node h100-a-01").action == "open_node('h100-a-01')"
     assert parse_command(":plan").action == "show_plan"
     assert parse_command(":plan org/m").action == "open_plan('org/m')"
+    assert parse_command(":logs llama r1").action == "open_logs('llama r1')"
+    assert parse_command(":serve").action == "show_serve"
     for line, message in [
         (":node", ":node needs NAME."),
         (":racks now", ":racks takes no argument (got 'now')."),
-        ("", "Type a command: :nodes, :racks, :node, :plan, :help, :quit."),
+        (
+            "",
+            "Type a command: :nodes, :racks, :node, :plan, :replicas, :serve, :logs, :help, :quit.",
+        ),
     ]:
         try:
             parse_command(line)

@@ -1,0 +1,90 @@
+"""What a replica looks like in a table: one row per replica, one per shard (pure).
+
+The console's replicas screen and any headless listing show the same words
+from the same `ReplicaView`: the way, the endpoint, how many shards run, the
+NCCL transport once known, and a node's download as a bar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmgw_core.replica_view import ReplicaView, ShardView
+
+BAR_CELLS = 12
+"""Width of a download bar, in characters."""
+
+DOWNLOAD_SCALE_BYTES = 1024**3
+"""A download bar fills once per GiB fetched (the weights' size is not carried by the replica)."""
+
+
+@dataclass(frozen=True)
+class ReplicaRow:
+    """A replica as one row of words."""
+
+    name: str
+    phase: str
+    engine: str
+    way: str
+    endpoint: str
+    shards: str
+    transport: str
+
+
+@dataclass(frozen=True)
+class ShardRow:
+    """A shard as one row of words."""
+
+    rank: str
+    node: str
+    gpus: str
+    phase: str
+    why: str
+
+
+def shard_transport(shard: ShardView) -> str | None:
+    """The NCCL transport a shard reported, when the view carries one (`IB + GDR`, `Socket`)."""
+    found = getattr(shard, "transport", None) or getattr(shard, "nccl", None)
+    if found is None:
+        return None
+    return str(getattr(found, "label", found))
+
+
+def replica_row(view: ReplicaView) -> ReplicaRow:
+    """`llama-70b · ready · vllm · 4 × h100-80g · h100-a-01:8000 · 1/1 running · IB + GDR`."""
+    running = sum(s.phase == "running" for s in view.shards)
+    expected = len(view.spec.get("placement", {}).get("nodes", [])) or len(view.shards)
+    transports = sorted({t for t in (shard_transport(s) for s in view.shards) if t})
+    return ReplicaRow(
+        name=view.name,
+        phase=view.phase,
+        engine=str(view.spec.get("engine") or "-"),
+        way=str((view.spec.get("way") or {}).get("label") or "-"),
+        endpoint=view.endpoint or "-",
+        shards=f"{running}/{expected} running",
+        transport=", ".join(transports) or "-",
+    )
+
+
+def shard_row(shard: ShardView) -> ShardRow:
+    """`r1 · gpu-a-02 · 0,1,2,3 · running · -`."""
+    why = shard.reason or (f"exit code {shard.exit_code}" if shard.exit_code else "")
+    return ShardRow(
+        rank=f"r{shard.rank}",
+        node=shard.node,
+        gpus=", ".join(shard.gpus) or "RAM",
+        phase=shard.phase,
+        why=why or "-",
+    )
+
+
+def download_bar(fetched_bytes: int, rate_bytes_s: float) -> str:
+    """`▓▓▓▓░░░░░░░░ 4.2 GB at 410 MB/s`: bytes fetched so far and the rate now.
+
+    The bar fills once per `DOWNLOAD_SCALE_BYTES` and starts again, so it moves
+    while bytes arrive even though the total is not known here.
+    """
+    within = fetched_bytes % DOWNLOAD_SCALE_BYTES / DOWNLOAD_SCALE_BYTES
+    filled = round(within * BAR_CELLS)
+    bar = "▓" * filled + "░" * (BAR_CELLS - filled)
+    return f"{bar} {fetched_bytes / 1e9:.1f} GB at {rate_bytes_s / 1e6:.0f} MB/s"

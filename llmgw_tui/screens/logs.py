@@ -1,0 +1,238 @@
+"""Logs: one shard's engine output, or every rank merged, followed live.
+
+A worker reads the feed's batches into `LogLines.pending`; a timer flushes
+them into Textual's `Log` in one `write_lines` (never one write per line).
+Scrolled up, new lines wait below and a badge counts them. NCCL falling
+back to `NET/Socket` turns on a loud banner.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Log, Static
+
+from llmgw_core.errors import BadInput, LlmgwError
+from llmgw_tui.log_lines import LogLines, ShowOptions, shown
+
+FLUSH_HZ = 15
+SHOWN_LINES = 50_000
+"""Lines the view holds; older ones scroll out of it (they stay kept for filters and saves)."""
+
+
+class LogsScreen(Screen[None]):
+    """The log of replica `name`: one rank's shard (`rank`), or every rank merged (None)."""
+
+    BINDING_GROUP_TITLE = "Logs"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("f", "toggle_follow", "Follow", id="logs-follow"),
+        Binding("slash", "filter", "Filter", key_display="/", id="logs-filter"),
+        Binding("W", "toggle_wrap", "Wrap", key_display="W", id="logs-wrap"),
+        Binding("t", "toggle_timestamps", "Times", id="logs-times"),
+        Binding("w", "save", "Save", id="logs-save"),
+        Binding("end", "jump_end", "End", id="logs-end"),
+        Binding("escape", "back", "Back", id="logs-back"),
+    ]
+
+    def __init__(self, name: str, rank: int | None = None) -> None:
+        super().__init__()
+        self.replica = name
+        self.rank = rank
+        self.lines = LogLines()
+        self.following = True
+        self.new_below = 0
+        self.options = ShowOptions()
+        self.stream_ended: str | None = None
+
+    def compose(self) -> ComposeResult:
+        """Status line, the NCCL banner, filter and save fields, the log, the badge."""
+        yield Header(icon="▦")
+        yield Static("", id="logs-status", markup=False)
+        yield Static("", id="nccl-banner", markup=False)
+        yield Input(placeholder="filter lines (text, case ignored)", id="logs-filter-input")
+        yield Input(placeholder="save to file: path", id="logs-save-input")
+        yield Log(id="log", max_lines=SHOWN_LINES, auto_scroll=True)
+        yield Static("", id="new-lines", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Start reading, and flush on a timer."""
+        self.title = "llmgw"
+        self.sub_title = f"logs {self.replica}" + (
+            f" r{self.rank}" if self.rank is not None else ""
+        )
+        for field in self.query(Input):
+            field.cursor_blink = False
+        self.query_one("#nccl-banner", Static).display = False
+        self.query_one("#new-lines", Static).display = False
+        self._show_status()
+        self.set_interval(1 / FLUSH_HZ, self.flush)
+        self.query_one("#log", Log).focus()
+        self.read_logs()
+
+    @work(group="logs", exclusive=True, exit_on_error=False, description="Reading the logs")
+    async def read_logs(self) -> None:
+        """Find the replica, then follow its shards until they end or the screen closes."""
+        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        try:
+            views = await feed.replicas()
+            view = next((v for v in views if v.name == self.replica), None)
+            if view is None:
+                names = ", ".join(v.name for v in views) or "none"
+                raise BadInput(
+                    f"no replica is named {self.replica!r}", f"the replicas are: {names}"
+                )
+            async for batch in feed.follow_logs(view, self.rank):
+                self.lines.add(batch, time.time())
+        except LlmgwError as exc:
+            self.stream_ended = exc.sentence()
+            self.notify(exc.sentence(), title="Logs", severity="error")
+        else:
+            self.stream_ended = "the shards ended; no more lines"
+        self._show_status()
+
+    def flush(self) -> None:
+        """Draw what arrived since the last flush in one write."""
+        log = self.query_one("#log", Log)
+        if self.lines.pending:
+            batch = self.lines.take()
+            at_end = log.is_vertical_scroll_end or log.max_scroll_y == 0
+            drawn = shown(batch, self.options)
+            if drawn:
+                log.write_lines(drawn, scroll_end=self.following and at_end)
+                if not (self.following and at_end):
+                    self.new_below += len(drawn)
+            self._show_banner()
+            self._show_status()
+        elif self.new_below and log.is_vertical_scroll_end:
+            self.new_below = 0
+        self._show_badge()
+
+    def _show_badge(self) -> None:
+        badge = self.query_one("#new-lines", Static)
+        badge.display = self.new_below > 0
+        if self.new_below:
+            badge.update(f"↓ {self.new_below} new lines — End to jump")
+
+    def _show_banner(self) -> None:
+        banner = self.query_one("#nccl-banner", Static)
+        if self.lines.socket_fallback() and not banner.display:
+            banner.update(
+                "NCCL FELL BACK TO NET/Socket (TCP): it runs, but SLOWLY. "
+                "Check the fabric (`:fabric A B`), IB adapters and NCCL_IB_HCA."
+            )
+            banner.display = True
+
+    def _show_status(self) -> None:
+        parts = [
+            f"{self.replica} · {'rank ' + str(self.rank) if self.rank is not None else 'every rank'}",
+            f"{self.lines.seen} lines",
+            "following" if self.following else "paused",
+        ]
+        if self.options.needle:
+            parts.append(f"filter {self.options.needle!r}")
+        if self.options.wrap_width:
+            parts.append("wrap")
+        if self.options.timestamps:
+            parts.append("times")
+        if self.lines.transport is not None and self.lines.transport.network:
+            parts.append(f"NCCL {self.lines.transport.label}")
+        if self.stream_ended:
+            parts.append(self.stream_ended)
+        self.query_one("#logs-status", Static).update(" · ".join(parts))
+
+    def _redraw(self) -> None:
+        """Draw every kept line again under the current options."""
+        log = self.query_one("#log", Log)
+        log.clear()
+        log.write_lines(shown(self.lines.kept, self.options), scroll_end=True)
+        self.new_below = 0
+        self._show_badge()
+        self._show_status()
+
+    def action_toggle_follow(self) -> None:
+        """Follow new lines, or hold the view where it is."""
+        self.following = not self.following
+        log = self.query_one("#log", Log)
+        log.auto_scroll = self.following
+        if self.following:
+            self.action_jump_end()
+        self._show_status()
+
+    def action_jump_end(self) -> None:
+        """Scroll to the last line; the badge goes."""
+        self.query_one("#log", Log).scroll_end(animate=False)
+        self.new_below = 0
+        self._show_badge()
+
+    def action_toggle_wrap(self) -> None:
+        """Wrap long lines at the view's width, or not."""
+        width = max(20, self.query_one("#log", Log).scrollable_content_region.width - 1)
+        wrap = None if self.options.wrap_width else width
+        self.options = ShowOptions(self.options.needle, wrap, self.options.timestamps)
+        self._redraw()
+
+    def action_toggle_timestamps(self) -> None:
+        """Show each line's arrival time, or not."""
+        self.options = ShowOptions(
+            self.options.needle, self.options.wrap_width, not self.options.timestamps
+        )
+        self._redraw()
+
+    def action_filter(self) -> None:
+        """Type a filter; lines without it are hidden."""
+        field = self.query_one("#logs-filter-input", Input)
+        field.add_class("-visible")
+        field.focus()
+
+    @on(Input.Changed, "#logs-filter-input")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.options = ShowOptions(
+            event.value.strip(), self.options.wrap_width, self.options.timestamps
+        )
+        self._redraw()
+
+    @on(Input.Submitted, "#logs-filter-input")
+    def _filter_done(self) -> None:
+        self.query_one("#log", Log).focus()
+
+    def action_save(self) -> None:
+        """Ask for a path to save the lines shown (filtered, without wrap) to."""
+        field = self.query_one("#logs-save-input", Input)
+        if not field.value:
+            field.value = f"{self.replica}.log"
+        field.add_class("-visible")
+        field.focus()
+
+    @on(Input.Submitted, "#logs-save-input")
+    def _save_to(self, event: Input.Submitted) -> None:
+        field = event.input
+        path = Path(event.value.strip()).expanduser()
+        options = ShowOptions(self.options.needle, None, self.options.timestamps)
+        lines = shown(self.lines.kept, options)
+        try:
+            path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        except OSError as exc:
+            self.notify(f"Cannot write {path}: {exc.strerror or exc}.", severity="error")
+            return
+        field.remove_class("-visible")
+        self.query_one("#log", Log).focus()
+        self.notify(f"{len(lines)} lines saved to {path}.", title="Logs")
+
+    def action_back(self) -> None:
+        """Close an open field, else leave the logs."""
+        for field in self.query(Input):
+            if field.has_class("-visible"):
+                if field.id == "logs-filter-input":
+                    field.value = ""
+                field.remove_class("-visible")
+                self.query_one("#log", Log).focus()
+                return
+        if len(self.app.screen_stack) > 1:
+            self.app.pop_screen()

@@ -1,0 +1,363 @@
+"""Replicas: every replica the nodes run, its shards per node, and what to do with it.
+
+Rows are keyed by replica name and updated in place as the feed is polled;
+the shards of the replica under the cursor are listed below. Stop, logs,
+bench and ask act on that replica; each runs in a worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from llmgw_core.errors import LlmgwError
+from llmgw_core.replica_view import ReplicaView
+from llmgw_core.views_serve import download_bar, replica_row, shard_row
+from llmgw_tui.cells import state_cell
+from llmgw_tui.screens.logs import LogsScreen
+from llmgw_tui.theme import theme_style
+
+REPLICA_COLUMNS = (
+    ("name", "REPLICA"),
+    ("phase", "PHASE"),
+    ("engine", "ENGINE"),
+    ("way", "WAY"),
+    ("endpoint", "ENDPOINT"),
+    ("shards", "SHARDS"),
+    ("transport", "NCCL"),
+)
+SHARD_COLUMNS = ("RANK", "NODE", "GPUS", "PHASE", "DOWNLOAD", "WHY")
+POLL_S = 1.0
+
+PHASE_COLOURS = {
+    "ready": "ready",
+    "starting": "connecting",
+    "loading": "connecting",
+    "unreachable": "unreachable",
+    "failed": "unreachable",
+    "stopped": "local",
+}
+
+
+class ConfirmStop(ModalScreen[bool]):
+    """`Stop NAME?` — y stops, n or esc keeps it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "Stop it", id="confirm-yes"),
+        Binding("n,escape", "answer(False)", "Keep it", id="confirm-no"),
+    ]
+
+    def __init__(self, name: str, nodes: str) -> None:
+        super().__init__()
+        self._question = f"Stop {name}? Its shards on {nodes} end and their cards are freed."
+
+    def compose(self) -> ComposeResult:
+        """The question and the two keys."""
+        with Vertical(id="confirm-box"):
+            yield Static(self._question, markup=False)
+            yield Static("y stop · n keep", classes="hint")
+
+    def action_answer(self, stop: bool) -> None:
+        """Close with the answer."""
+        self.dismiss(stop)
+
+
+class ReplicaTable(DataTable[object]):
+    """The replicas; Enter opens the logs of the one under the cursor."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "select_cursor", "Logs", show=False, id="replicas-enter"),
+    ]
+
+
+class ReplicasScreen(Screen[None]):
+    """Each replica with phase, engine, endpoint and shards per node; stop, logs, bench, ask."""
+
+    BINDING_GROUP_TITLE = "Replicas"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "stop", "Stop", id="replicas-stop"),
+        Binding("l", "logs", "Logs", id="replicas-logs"),
+        Binding("b", "bench", "Bench", id="replicas-bench"),
+        Binding("a", "ask", "Ask", id="replicas-ask"),
+        Binding("escape", "close_ask", "Close", show=False, id="replicas-close"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.views: tuple[ReplicaView, ...] = ()
+        self.focus_name: str | None = None
+        """The replica to put the cursor on when it appears (the wizard's)."""
+        self._shown: list[str] = []
+        self._downloads: dict[tuple[str, str], tuple[float, int, float]] = {}
+
+    def compose(self) -> ComposeResult:
+        """Status line, the replicas, the shards of the one selected, the ask field, the answer."""
+        yield Header(icon="▦")
+        yield Static("reading the replicas…", id="replicas-status", markup=False)
+        table = ReplicaTable(id="replicas", cursor_type="row", zebra_stripes=True)
+        for key, label in REPLICA_COLUMNS:
+            table.add_column(label, key=key)
+        yield table
+        yield Static("", id="replica-reason", markup=False)
+        shards: DataTable[object] = DataTable(id="shards", cursor_type="none")
+        shards.add_columns(*SHARD_COLUMNS)
+        yield shards
+        yield Input(placeholder="ask the replica: type a prompt, Enter sends", id="ask")
+        yield Static("", id="replica-answer", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """Poll the replicas while the screen lives."""
+        self.title = "llmgw"
+        self.sub_title = "replicas"
+        self.query_one("#ask", Input).cursor_blink = False
+        self.query_one("#replica-answer", Static).display = False
+        self.query_one("#replicas", DataTable).focus()
+        self.poll_replicas()
+
+    def show_replica(self, name: str) -> None:
+        """Put the cursor on `name` once it is listed (now, or when it appears)."""
+        self.focus_name = name
+        if name in self._shown:
+            self.query_one("#replicas", DataTable).move_cursor(row=self._shown.index(name))
+
+    @work(group="replicas-poll", exclusive=True, exit_on_error=False, description="Replicas")
+    async def poll_replicas(self) -> None:
+        """Read the replicas every second; a failed read is a red line, and reading goes on."""
+        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        while True:
+            try:
+                views = await feed.replicas()
+                downloads = await self._read_downloads(feed, views)
+            except LlmgwError as exc:
+                self._status(exc.sentence(), error=True)
+            else:
+                self.show(views, downloads)
+            if feed.refresh_s is None:
+                return
+            await asyncio.sleep(POLL_S)
+
+    async def _read_downloads(
+        self, feed: Any, views: tuple[ReplicaView, ...]
+    ) -> dict[tuple[str, str], int]:
+        reader = getattr(feed, "downloaded_bytes", None)
+        if reader is None:
+            return {}
+        found: dict[tuple[str, str], int] = {}
+        for view in views:
+            for node, fetched in (await reader(view)).items():
+                found[(view.name, node)] = fetched
+        return found
+
+    def show(
+        self, views: tuple[ReplicaView, ...], downloads: dict[tuple[str, str], int] | None = None
+    ) -> None:
+        """Update rows in place (keyed by name), then the selected replica's shards."""
+        self.views = views
+        now = time.monotonic()
+        for key, fetched in (downloads or {}).items():
+            before = self._downloads.get(key)
+            rate = 0.0
+            if before is not None and now > before[0] and fetched >= before[1]:
+                rate = (fetched - before[1]) / (now - before[0])
+            self._downloads[key] = (now, fetched, rate)
+        ready = sum(v.phase == "ready" for v in views)
+        self._status(f"{len(views)} replica{'' if len(views) == 1 else 's'} · {ready} ready")
+        table = self.query_one("#replicas", DataTable)
+        names = [v.name for v in views]
+        with self.app.batch_update():
+            if names != self._shown:
+                selected = self.selected()
+                table.clear()
+                for view in views:
+                    table.add_row(*self._cells(view).values(), key=view.name)
+                self._shown = names
+                keep = self.focus_name if self.focus_name in names else selected
+                if keep is not None and keep in names:
+                    table.move_cursor(row=names.index(keep))
+            else:
+                for view in views:
+                    for column, value in self._cells(view).items():
+                        if table.get_cell(view.name, column) != value:
+                            table.update_cell(view.name, column, value)
+            self._show_shards()
+
+    def _cells(self, view: ReplicaView) -> dict[str, object]:
+        row = replica_row(view)
+        return {
+            "name": Text(row.name, style="bold"),
+            "phase": self._phase_cell(row.phase),
+            "engine": Text(row.engine),
+            "way": Text(row.way),
+            "endpoint": Text(row.endpoint),
+            "shards": Text(row.shards),
+            "transport": self._transport_cell(row.transport),
+        }
+
+    def _phase_cell(self, phase: str) -> Text:
+        cell = state_cell(self.app, PHASE_COLOURS.get(phase, phase))
+        cell.plain = phase
+        return cell
+
+    def _transport_cell(self, transport: str) -> Text:
+        if "Socket" in transport:
+            return Text(transport, style=theme_style(self.app, "error", bold=True))
+        return Text(transport)
+
+    def _show_shards(self) -> None:
+        view = self.selected_view()
+        shards = self.query_one("#shards", DataTable)
+        reason = self.query_one("#replica-reason", Static)
+        shards.clear()
+        if view is None:
+            reason.update("No replica runs. `:serve` brings one up.")
+            return
+        reason.update(f"{view.name}: {view.reason}" if view.reason else "")
+        for shard in view.shards:
+            _, fetched, rate = self._downloads.get((view.name, shard.node), (0.0, 0, 0.0))
+            row = shard_row(shard)
+            shards.add_row(
+                row.rank,
+                row.node,
+                row.gpus,
+                self._phase_cell(row.phase),
+                download_bar(fetched, rate) if fetched else "-",
+                row.why,
+            )
+
+    def _status(self, sentence: str, *, error: bool = False) -> None:
+        status = self.query_one("#replicas-status", Static)
+        status.update(sentence)
+        status.set_class(error, "-error")
+
+    def selected(self) -> str | None:
+        """The name of the replica under the cursor."""
+        table = self.query_one("#replicas", DataTable)
+        if not self._shown or table.cursor_row >= len(self._shown):
+            return None
+        return self._shown[table.cursor_row]
+
+    def selected_view(self) -> ReplicaView | None:
+        """The replica under the cursor."""
+        name = self.selected()
+        return next((v for v in self.views if v.name == name), None)
+
+    @on(DataTable.RowHighlighted, "#replicas")
+    def _row_moved(self) -> None:
+        self._show_shards()
+
+    @on(DataTable.RowSelected, "#replicas")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_logs()
+
+    def _need_view(self) -> ReplicaView | None:
+        view = self.selected_view()
+        if view is None:
+            self.notify("No replica selected.", severity="warning")
+        return view
+
+    def action_logs(self) -> None:
+        """Every rank's log of the selected replica, merged."""
+        view = self._need_view()
+        if view is not None:
+            self.app.push_screen(LogsScreen(view.name))
+
+    def action_stop(self) -> None:
+        """Ask, then stop the selected replica."""
+        view = self._need_view()
+        if view is None:
+            return
+        nodes = ", ".join(sorted({s.node for s in view.shards})) or "no node"
+
+        def answered(stop: bool | None) -> None:
+            if stop:
+                self.stop_replica(view.name)
+
+        self.app.push_screen(ConfirmStop(view.name, nodes), answered)
+
+    @work(group="replica-action", exit_on_error=False, description="Stopping")
+    async def stop_replica(self, name: str) -> None:
+        """Stop every shard of `name`; say what was stopped and what could not be reached."""
+        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        try:
+            result = await feed.stop_replica(name)
+        except LlmgwError as exc:
+            self.notify(exc.sentence(), title="Stop", severity="error")
+            return
+        sentence = f"{name}: {len(result.get('stopped', []))} shards stopped."
+        if result.get("unreached"):
+            sentence += f" Not reached: {', '.join(result['unreached'])}."
+        self.notify(sentence, title="Stop")
+
+    def action_bench(self) -> None:
+        """Measure tokens a second of the selected replica."""
+        view = self._need_view()
+        if view is not None:
+            self._answer(f"benchmarking {view.name}…")
+            self.bench(view)
+
+    @work(group="replica-action", exit_on_error=False, description="Bench")
+    async def bench(self, view: ReplicaView) -> None:
+        """Sixteen completions, four at a time; the figures in the answer line."""
+        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        try:
+            figures = await feed.bench(view)
+        except LlmgwError as exc:
+            self._answer(exc.sentence(), error=True)
+            return
+        latency = figures.get("latency_s") or {}
+        self._answer(
+            f"{view.name}: {figures.get('tokens_per_s')} tokens/s over {figures.get('requests')} "
+            f"requests, {figures.get('concurrency')} at a time · latency p50 {latency.get('p50')} s "
+            f"p90 {latency.get('p90')} s"
+        )
+
+    def action_ask(self) -> None:
+        """Type a prompt for the selected replica."""
+        if self._need_view() is None:
+            return
+        field = self.query_one("#ask", Input)
+        field.add_class("-visible")
+        field.focus()
+
+    def action_close_ask(self) -> None:
+        """Hide the prompt field."""
+        field = self.query_one("#ask", Input)
+        field.remove_class("-visible")
+        self.query_one("#replicas", DataTable).focus()
+
+    @on(Input.Submitted, "#ask")
+    def _ask_submitted(self, event: Input.Submitted) -> None:
+        view = self.selected_view()
+        prompt = event.value.strip()
+        if view is None or not prompt:
+            return
+        self._answer(f"asking {view.name}…")
+        self.ask(view, prompt)
+
+    @work(group="replica-action", exit_on_error=False, description="Ask")
+    async def ask(self, view: ReplicaView, prompt: str) -> None:
+        """Send one prompt; the answer in the answer line."""
+        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        try:
+            text = await feed.ask(view, prompt)
+        except LlmgwError as exc:
+            self._answer(exc.sentence(), error=True)
+            return
+        self._answer(f"{view.name}: {text.strip()}")
+
+    def _answer(self, sentence: str, *, error: bool = False) -> None:
+        answer = self.query_one("#replica-answer", Static)
+        answer.display = True
+        answer.update(sentence)
+        answer.set_class(error, "-error")

@@ -1,0 +1,468 @@
+"""Serve a model: a wizard from a model name to a replica answering, every step by keyboard.
+
+model → file and way → context and concurrency → fallbacks, env and name →
+confirm (the exact commands and environment per node) → submit. Each page
+says why "Next" is greyed out; every figure is the planner's, every command
+the core's preview. Submitting runs `serve` in a worker and shows the
+replicas screen on the new replica as it comes up.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.suggester import SuggestFromList
+from textual.widgets import Button, ContentSwitcher, DataTable, Footer, Header, Input, Static
+
+from llmgw_core.engines import checked_env, redact_env
+from llmgw_core.errors import BadInput, LlmgwError
+from llmgw_core.replica_choice import Overrides
+from llmgw_core.replica_launch import replica_name
+from llmgw_core.replica_serve import ServeRequest
+from llmgw_tui.cells import plain
+from llmgw_tui.screens.plan import plan_model
+
+STEPS = ("model", "way", "size", "extras", "confirm")
+STEP_TITLES = {
+    "model": "1 · Model",
+    "way": "2 · File and way",
+    "size": "3 · Context and concurrency",
+    "extras": "4 · Fallbacks, environment, name",
+    "confirm": "5 · Confirm",
+}
+WAY_COLUMNS = ("FILE", "WAY", "HOW", "A CARD", "OF USABLE", "NOW")
+_NAME_OK = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+
+
+def catalog_refs() -> list[str]:
+    """Every model the catalog knows offline, as `catalog:org/name`."""
+    from llmgw_core.catalog import known_models
+
+    return [f"catalog:{repo_id}" for repo_id in known_models()]
+
+
+def env_lines(text: str) -> dict[str, str]:
+    """`KEY=VALUE` lines (blank ones skipped) checked against the allowlist.
+
+    Raises:
+        BadInput: a line without `=`, or a refused variable (naming each).
+    """
+    pairs: dict[str, str] = {}
+    for line in text.replace(",", " ").split():
+        key, equals, value = line.partition("=")
+        if not equals or not key:
+            raise BadInput(f"{line!r} is not KEY=VALUE", "write one KEY=VALUE per entry")
+        pairs[key] = value
+    return checked_env(pairs)
+
+
+def name_refusal(name: str) -> str | None:
+    """Why a replica name cannot be used, or None."""
+    if not name:
+        return "type a name"
+    if len(name) > 64 or name[0] in "._-" or any(c not in _NAME_OK for c in name):
+        return "a name is letters, digits, . _ - (64 at most), starting with a letter or digit"
+    return None
+
+
+class ServeScreen(Screen[None]):
+    """The Serve a model wizard."""
+
+    BINDING_GROUP_TITLE = "Serve"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+n", "next", "Next", id="serve-next"),
+        Binding("ctrl+b", "back", "Back", id="serve-back"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = "model"
+        self.plan_body: dict[str, Any] | None = None
+        self.way: dict[str, Any] | None = None
+        self.preview: Any = None
+        self.blocked: str | None = "type a model"
+        """Why Next is greyed out, None when it may be pressed."""
+        self._size_checked = False
+
+    def compose(self) -> ComposeResult:
+        """One page per step in a switcher; the reason line and Back / Next under it."""
+        yield Header(icon="▦")
+        yield Static("", id="serve-step", markup=False)
+        with ContentSwitcher(initial="model", id="serve-pages"):
+            with Vertical(id="model"):
+                yield Static(
+                    "Which model? A Hub id, a local path, or catalog:org/name (→ completes)."
+                )
+                yield Input(
+                    placeholder="model",
+                    id="serve-model",
+                    suggester=SuggestFromList(catalog_refs(), case_sensitive=False),
+                )
+            with Vertical(id="way"):
+                yield Static("", id="serve-plan-line", markup=False)
+                ways: DataTable[object] = DataTable(id="serve-ways", cursor_type="row")
+                ways.add_columns(*WAY_COLUMNS)
+                yield ways
+            with Vertical(id="size"):
+                yield Static("Tokens a sequence may hold, and sequences served at once.")
+                with Horizontal(classes="serve-row"):
+                    yield Input(placeholder="context (tokens)", id="serve-context", type="integer")
+                    yield Input(
+                        value="1", placeholder="sequences", id="serve-concurrency", type="integer"
+                    )
+                yield Static("", id="serve-fit", markup=False)
+            with Vertical(id="extras"):
+                yield Static("Fallbacks: how many next-best ways to try if this one fails.")
+                yield Input(value="0", id="serve-fallbacks", type="integer")
+                yield Static("Engine environment: KEY=VALUE entries, space separated.")
+                yield Input(placeholder="NCCL_DEBUG=INFO", id="serve-env")
+                yield Static("Replica name.")
+                yield Input(id="serve-name")
+            with VerticalScroll(id="confirm"):
+                yield Static("", id="serve-preview", markup=False)
+        with Horizontal(id="serve-buttons"):
+            yield Static("", id="serve-reason", markup=False)
+            yield Button("Back", id="serve-back-button")
+            yield Button("Next", id="serve-next-button", variant="primary")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        """The model field first; no blinking cursors."""
+        self.title = "llmgw"
+        self.sub_title = "serve a model"
+        for field in self.query(Input):
+            field.cursor_blink = False
+        self._show_step()
+        self.query_one("#serve-model", Input).focus()
+
+    # --- the pages -------------------------------------------------------------------------
+
+    def _show_step(self) -> None:
+        self.query_one("#serve-pages", ContentSwitcher).current = self.step
+        self.query_one("#serve-step", Static).update(
+            "  ".join(f"[{STEP_TITLES[s]}]" if s == self.step else STEP_TITLES[s] for s in STEPS)
+        )
+        self._block(self.blocked)
+
+    def _block(self, reason: str | None) -> None:
+        """Grey out Next with the reason, or let it be pressed."""
+        self.blocked = reason
+        button = self.query_one("#serve-next-button", Button)
+        button.disabled = reason is not None
+        button.label = "Serve" if self.step == "confirm" else "Next"
+        line = self.query_one("#serve-reason", Static)
+        line.update(f"Next: {reason}" if reason else "")
+        line.set_class(reason is not None, "-error")
+
+    def _focus_page(self) -> None:
+        first = {
+            "model": "#serve-model",
+            "way": "#serve-ways",
+            "size": "#serve-context",
+            "extras": "#serve-fallbacks",
+            "confirm": "#serve-next-button",
+        }[self.step]
+        self.query_one(first).focus()
+
+    def action_back(self) -> None:
+        """The previous page."""
+        index = STEPS.index(self.step)
+        if index:
+            self.step = STEPS[index - 1]
+            self.blocked = None
+            self._show_step()
+            self._focus_page()
+
+    async def action_next(self) -> None:
+        """The next page (or submit on the last), when nothing blocks it."""
+        if self.blocked is not None:
+            self.notify(self.blocked, title="Serve", severity="warning")
+            return
+        if self.step == "model":
+            self._block("planning…")
+            self.plan_ways(self.model_ref, None, 1)
+        elif self.step == "way":
+            self._go("size", None if self._size_checked else "checking…")
+            if self.plan_body is not None:
+                context = self.query_one("#serve-context", Input)
+                if not context.value:
+                    context.value = str(self.plan_body["context"])
+                self.check_size()
+        elif self.step == "size":
+            name = self.query_one("#serve-name", Input)
+            if not name.value:
+                name.value = replica_name(self.model_ref.removeprefix("catalog:"))
+            self._go("extras", None)
+            self._check_extras()
+        elif self.step == "extras":
+            self._go("confirm", "building the commands…")
+            self.query_one("#serve-preview", Static).update("")
+            self.preview_commands(self.request())
+        else:
+            self.submit(self.request())
+
+    def _go(self, step: str, blocked: str | None) -> None:
+        self.step = step
+        self.blocked = blocked
+        self._show_step()
+        self._focus_page()
+
+    @on(Button.Pressed, "#serve-next-button")
+    async def _next_pressed(self) -> None:
+        await self.action_next()
+
+    @on(Button.Pressed, "#serve-back-button")
+    def _back_pressed(self) -> None:
+        self.action_back()
+
+    @on(Input.Submitted)
+    async def _field_submitted(self) -> None:
+        await self.action_next()
+
+    @property
+    def model_ref(self) -> str:
+        """The model as typed."""
+        return self.query_one("#serve-model", Input).value.strip()
+
+    @on(Input.Changed, "#serve-model")
+    def _model_changed(self, event: Input.Changed) -> None:
+        if self.step == "model":
+            self._block(None if event.value.strip() else "type a model")
+
+    # --- planning --------------------------------------------------------------------------
+
+    @work(group="serve-plan", exclusive=True, thread=True, exit_on_error=False, description="Plan")
+    def plan_ways(self, model_ref: str, context: int | None, concurrency: int) -> None:
+        """Plan the model on the fleet shown (blocking: the Hub may be read), then the ways page."""
+        fleet = getattr(self.app, "fleet", None)
+        try:
+            body = plan_model(
+                model_ref, fleet, context=context, concurrency=concurrency, format="both"
+            )
+        except LlmgwError as exc:
+            self.app.call_from_thread(self._block, exc.sentence())
+            return
+        self.app.call_from_thread(self._show_ways, body)
+
+    def _show_ways(self, body: dict[str, Any]) -> None:
+        self.plan_body = body
+        self._size_checked = False
+        table = self.query_one("#serve-ways", DataTable)
+        table.clear()
+        for way in body["options"]:
+            table.add_row(
+                plain(way["artifact"]),
+                plain(way["label"]),
+                plain(way["layout"]),
+                plain(f"{way['per_card_gib']:.1f} GB"),
+                plain(f"{way['usable_gib']:.0f} GB"),
+                Text("free" if way["free_now"] else "busy"),
+            )
+        line = f"{body['model']}: {len(body['options'])} ways for {body['context']} tokens."
+        self.query_one("#serve-plan-line", Static).update(
+            line if body["options"] else body["does_not_fit"] or "no way fits"
+        )
+        if not body["options"]:
+            self._block(body["does_not_fit"] or "no way fits this fleet")
+            return
+        self.way = body["options"][0]
+        self._go("way", None)
+        table.move_cursor(row=0)
+
+    @on(DataTable.RowHighlighted, "#serve-ways")
+    def _way_moved(self, event: DataTable.RowHighlighted) -> None:
+        if self.plan_body is None or self.step != "way":
+            return
+        self.way = self.plan_body["options"][event.cursor_row]
+        self._block(None if self.way["free_now"] else f"{self.way['label']} is busy now")
+
+    @on(DataTable.RowSelected, "#serve-ways")
+    async def _way_chosen(self) -> None:
+        await self.action_next()
+
+    @on(Input.Changed, "#serve-context, #serve-concurrency")
+    def _size_changed(self) -> None:
+        if self.step == "size":
+            self.check_size()
+
+    def check_size(self) -> None:
+        """Plan again for the context and concurrency typed; the chosen way must still fit."""
+        context = self.query_one("#serve-context", Input).value.strip()
+        concurrency = self.query_one("#serve-concurrency", Input).value.strip()
+        if not context.isdigit() or int(context) < 1:
+            self._block("type a context in tokens")
+            return
+        if not concurrency.isdigit() or int(concurrency) < 1:
+            self._block("type how many sequences at once (1 or more)")
+            return
+        self._block("checking…")
+        self.replan_size(self.model_ref, int(context), int(concurrency))
+
+    @work(group="serve-size", exclusive=True, thread=True, exit_on_error=False, description="Fit")
+    def replan_size(self, model_ref: str, context: int, concurrency: int) -> None:
+        """Whether the chosen way holds `context` × `concurrency` (the planner's figure)."""
+        fleet = getattr(self.app, "fleet", None)
+        try:
+            body = plan_model(
+                model_ref, fleet, context=context, concurrency=concurrency, format="both"
+            )
+        except LlmgwError as exc:
+            self.app.call_from_thread(self._size_result, None, exc.sentence())
+            return
+        self.app.call_from_thread(self._size_result, body, None)
+
+    def _size_result(self, body: dict[str, Any] | None, error: str | None) -> None:
+        fit = self.query_one("#serve-fit", Static)
+        if body is None or self.way is None:
+            fit.update(error or "")
+            self._block(error or "pick a way first")
+            return
+        same = next((w for w in body["options"] if _same_way(w, self.way)), None)
+        if same is None:
+            sentence = f"{self.way['label']} does not hold {body['context']} tokens × " + (
+                f"{body['concurrency']}: " + (body["does_not_fit"] or "pick a smaller context")
+            )
+            fit.update(sentence)
+            self._block(sentence)
+            return
+        self.way = same
+        fit.update(f"{same['label']}: {same['memory']}")
+        self._size_checked = True
+        self._block(None)
+
+    @on(Input.Changed, "#serve-fallbacks, #serve-env, #serve-name")
+    def _extras_changed(self) -> None:
+        if self.step == "extras":
+            self._check_extras()
+
+    def _check_extras(self) -> None:
+        fallbacks = self.query_one("#serve-fallbacks", Input).value.strip() or "0"
+        if not fallbacks.isdigit() or int(fallbacks) > 16:
+            self._block("fallbacks: a number from 0 to 16")
+            return
+        try:
+            env_lines(self.query_one("#serve-env", Input).value)
+        except BadInput as exc:
+            self._block(exc.sentence())
+            return
+        self._block(name_refusal(self.query_one("#serve-name", Input).value.strip()))
+
+    # --- confirm and submit ----------------------------------------------------------------
+
+    def request(self) -> ServeRequest:
+        """What the pages say, as the request `serve` takes."""
+        way = self.way or {}
+        gpu_class = way.get("gpu_class")
+        return ServeRequest(
+            model=self.model_ref,
+            name=self.query_one("#serve-name", Input).value.strip() or None,
+            context=int(self.query_one("#serve-context", Input).value),
+            concurrency=int(self.query_one("#serve-concurrency", Input).value),
+            overrides=Overrides(
+                engine=way.get("engine"),
+                artifact=way.get("artifact"),
+                gpu_class=gpu_class,
+                gpus=way.get("cards") if gpu_class else None,
+                nodes=way.get("nodes"),
+            ),
+            env=env_lines(self.query_one("#serve-env", Input).value),
+            fallbacks=int(self.query_one("#serve-fallbacks", Input).value or 0),
+            wait_ready=True,
+        )
+
+    @work(group="serve-preview", exclusive=True, exit_on_error=False, description="Preview")
+    async def preview_commands(self, request: ServeRequest) -> None:
+        """The exact commands and environment per node, from the core's preview."""
+        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        preview_of = getattr(feed, "preview", None)
+        page = self.query_one("#serve-preview", Static)
+        if preview_of is None:
+            page.update(confirm_text_from_way(request, self.way or {}))
+            self._block(None)
+            return
+        try:
+            preview = await preview_of(request)
+        except LlmgwError as exc:
+            page.update(exc.sentence())
+            self._block(exc.sentence())
+            return
+        self.preview = preview
+        page.update(confirm_text(request, preview.as_dict()))
+        self._block(preview.reason)
+
+    @work(group="serve-submit", exit_on_error=False, description="Serving")
+    async def submit(self, request: ServeRequest) -> None:
+        """Run `serve`, show the replicas screen on it at once, and say how it ended."""
+        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        name = request.name or replica_name(self.model_ref.removeprefix("catalog:"))
+        self.notify(f"Serving {name}…", title="Serve")
+        await self.app.run_action(f"open_replica({name!r})")
+        try:
+            outcome = await feed.serve(request)
+        except LlmgwError as exc:
+            self.notify(exc.sentence(), title="Serve", severity="error", timeout=15)
+            return
+        if outcome.phase == "ready":
+            self.notify(f"{outcome.name} is ready.", title="Serve")
+        else:
+            self.notify(
+                f"{outcome.name} did not come up: {outcome.reason}",
+                title="Serve",
+                severity="error",
+                timeout=15,
+            )
+
+
+def _same_way(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    keys = ("engine", "artifact", "gpu_class", "cards", "nodes")
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+def confirm_text(request: ServeRequest, preview: dict[str, Any]) -> str:
+    """The confirmation page: the way, the placement, and per node its commands and env."""
+    if preview.get("reason"):
+        return f"Nothing would start: {preview['reason']}"
+    way = preview.get("way") or {}
+    lines = [
+        f"Replica {preview['name']} of {preview['model']}",
+        f"  way {way.get('label')} ({way.get('engine')}, {preview.get('executor')}) · "
+        f"context {preview['context']} × {request.concurrency}",
+    ]
+    if preview.get("fallbacks"):
+        lines.append(f"  fallbacks: {', '.join(preview['fallbacks'])}")
+    for passed in preview.get("passed_over") or ():
+        lines.append(f"  passed over {passed['way']}: {passed['reason']}")
+    for shard in preview.get("shards") or ():
+        gpus = ", ".join(str(g) for g in shard.get("gpus") or ()) or "RAM"
+        lines.append("")
+        lines.append(f"▸ {shard['node']} · rank {shard['rank']} · {gpus}")
+        for command in shard.get("commands") or ():
+            env = redact_env(command.get("env") or {})
+            for key, value in sorted(env.items()):
+                lines.append(f"    {key}={value}")
+            lines.append(f"    $ {command.get('shell') or ' '.join(command.get('argv') or ())}")
+    lines.append("")
+    lines.append("Enter or ctrl+n serves it; ctrl+b goes back.")
+    return "\n".join(lines)
+
+
+def confirm_text_from_way(request: ServeRequest, way: dict[str, Any]) -> str:
+    """The confirmation page from the plan's way alone (a feed without a preview)."""
+    env = " ".join(f"{k}={v}" for k, v in sorted(redact_env(dict(request.env)).items()))
+    return "\n".join(
+        [
+            f"Replica {request.name} of {request.model}",
+            f"  way {way.get('label')} · context {request.context} × {request.concurrency}",
+            f"  environment: {env or '(none added)'}",
+            f"    $ {way.get('serve')}",
+        ]
+    )
+
+
+__all__ = ["ServeScreen", "catalog_refs", "confirm_text", "env_lines", "name_refusal"]

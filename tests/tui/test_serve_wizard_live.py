@@ -1,0 +1,107 @@
+"""The Serve a model wizard walked end to end on the demo fleet: a replica reaches ready.
+
+One console over the real demo fleet (agents over SSH, simulated engines):
+`:serve`, a model from the catalog, the first way, its context, a name and
+an environment variable, the confirmation page with each node's commands,
+submit; the replicas screen shows it ready, its logs follow, and it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from textual.widgets import Log, Static
+
+from llmgw_tui.app import LlmgwApp
+from llmgw_tui.feed import LiveFeed
+from llmgw_tui.screens.logs import LogsScreen
+from llmgw_tui.screens.replicas import ReplicasScreen
+from llmgw_tui.screens.serve import ServeScreen
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"
+
+
+async def until(pilot, condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
+    """Pause the pilot until `condition` holds, or fail naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s:g} s for {what}")
+        await pilot.pause(0.1)
+
+
+def _ready_nodes(app: LlmgwApp) -> int:
+    return sum(n.state == "ready" for n in app.fleet.nodes) if app.fleet else 0
+
+
+def test_the_wizard_serves_a_model_that_reaches_ready_then_its_logs_follow_and_it_stops():
+    asyncio.run(_walk_the_wizard())
+
+
+async def _walk_the_wizard() -> None:
+    app = LlmgwApp(LiveFeed(inventory=None, demo=True, refresh_s=1.0), animation="none")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: _ready_nodes(app) >= 20, "the demo fleet", 180)
+        await pilot.press("colon", *"serve", "enter")
+        await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
+        wizard = app.screen
+        assert isinstance(wizard, ServeScreen)
+        assert wizard.blocked == "type a model"
+        await pilot.press(*MODEL, "enter")
+        await until(pilot, lambda: wizard.step == "way", "the ways of the plan")
+        assert wizard.way is not None and wizard.way["free_now"]
+        await pilot.press("enter")
+        await until(pilot, lambda: wizard.step == "size" and wizard.blocked is None, "a fit")
+        context = wizard.query_one("#serve-context")
+        context.value = "8192"
+        await pilot.pause()
+        await until(pilot, lambda: wizard.blocked is None, "8192 tokens checked")
+        fit = str(wizard.query_one("#serve-fit", Static).content)
+        assert wizard.way["label"] in fit
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: wizard.step == "extras", "the extras page")
+        wizard.query_one("#serve-env").value = "CUDA_VISIBLE_DEVICES=0"
+        await until(pilot, lambda: wizard.blocked is not None, "the refused variable")
+        assert "CUDA_VISIBLE_DEVICES" in wizard.blocked
+        wizard.query_one("#serve-env").value = "NCCL_DEBUG=INFO"
+        wizard.query_one("#serve-name").value = "wiz-8b"
+        await until(pilot, lambda: wizard.blocked is None, "valid extras")
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: wizard.step == "confirm" and wizard.blocked is None, "preview")
+        confirm = str(wizard.query_one("#serve-preview", Static).content)
+        assert "Replica wiz-8b" in confirm and "NCCL_DEBUG=INFO" in confirm and "$ " in confirm
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas page")
+        replicas = app.screen
+        assert isinstance(replicas, ReplicasScreen)
+
+        def ready() -> bool:
+            return any(v.name == "wiz-8b" and v.phase == "ready" for v in replicas.views)
+
+        await until(pilot, ready, "wiz-8b ready", 240)
+        assert replicas.selected() == "wiz-8b"
+
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LogsScreen), "the logs")
+        logs = app.screen
+        assert isinstance(logs, LogsScreen)
+        await until(pilot, lambda: logs.lines.seen > 0, "log lines")
+        log = logs.query_one("#log", Log)
+        assert log.line_count > 0 and "[r0 " in log.lines[0]
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is replicas, "back to the replicas")
+
+        await pilot.press("s")
+        await pilot.pause()
+        await pilot.press("y")
+
+        def gone() -> bool:
+            return all(v.name != "wiz-8b" or v.phase == "stopped" for v in replicas.views)
+
+        await until(pilot, gone, "wiz-8b stopped", 60)
+        await asyncio.sleep(0)
