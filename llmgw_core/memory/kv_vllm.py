@@ -63,21 +63,26 @@ def kv_heads_per_rank(shape: ModelShape, tensor_parallel: int) -> int:
     return max(1, shape.num_kv_heads // tensor_parallel)
 
 
+def kv_token_bytes(shape: ModelShape, dtype_bytes: float, tensor_parallel: int = 1) -> float:
+    """The KV rule: bytes one token caches in one layer on one rank, for every engine.
+
+    A key and a value per KV head the rank holds; an MLA model caches its one
+    latent instead. `dtype_bytes` is the cache's element size (fractional for
+    llama.cpp's block-quantised caches).
+    """
+    if shape.mla:
+        return shape.mla.latent_width * dtype_bytes
+    return 2 * kv_heads_per_rank(shape, tensor_parallel) * shape.head_dim * dtype_bytes
+
+
 def page_bytes(
     shape: ModelShape, tensor_parallel: int, kv_cache_dtype: str | None, serve_dtype: str
 ) -> int:
     """Bytes of one page (16 tokens) of one layer on one card."""
-    if shape.mla:
-        if kv_cache_dtype == "fp8_ds_mla":
-            return BLOCK_SIZE * FP8_DS_MLA_BYTES_PER_TOKEN
-        return BLOCK_SIZE * shape.mla.latent_width * kv_dtype_bytes(kv_cache_dtype, serve_dtype)
-    return (
-        2
-        * BLOCK_SIZE
-        * kv_heads_per_rank(shape, tensor_parallel)
-        * shape.head_dim
-        * kv_dtype_bytes(kv_cache_dtype, serve_dtype)
-    )
+    if shape.mla and kv_cache_dtype == "fp8_ds_mla":
+        return BLOCK_SIZE * FP8_DS_MLA_BYTES_PER_TOKEN
+    width = kv_dtype_bytes(kv_cache_dtype, serve_dtype)
+    return int(BLOCK_SIZE * kv_token_bytes(shape, width, tensor_parallel))
 
 
 def pages_per_request(

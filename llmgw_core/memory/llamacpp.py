@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from llmgw_core.errors import BadInput
 from llmgw_core.memory import CardNeed, Layout
+from llmgw_core.memory.kv_vllm import kv_token_bytes
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.params import count_parameters
 from llmgw_core.model.shape import SLIDING, ModelShape
@@ -174,10 +175,7 @@ def kv_cache(
         raise BadInput(
             f"cache type {kv_type!r} is not one llama.cpp offers", f"use {', '.join(KV_TYPE_BYTES)}"
         )
-    if shape.mla:
-        per_cell_layer = shape.mla.latent_width * kv_bytes
-    else:
-        per_cell_layer = 2 * shape.num_kv_heads * shape.head_dim * kv_bytes
+    per_cell_layer = kv_token_bytes(shape, kv_bytes)
     streams = 1 if unified else sequences
     cells = padded_cells(context * sequences if unified else context)
     full_layers = sum(1 for i in layers if shape.layer_attention[i] != SLIDING)
@@ -188,7 +186,7 @@ def kv_cache(
         window_tokens = shape.sliding_window * (sequences if unified else 1) + n_ubatch
         swa_cells = padded_cells(min(cells, window_tokens))
         # the SWA part stays F16 when the rest is quantised (llama.cpp PR 21277)
-        swa_per_cell = 2 * shape.num_kv_heads * shape.head_dim * 2.0
+        swa_per_cell = kv_token_bytes(shape, 2.0)
         swa_bytes = int(swa_layers * swa_cells * swa_per_cell * streams)
     elif swa_layers:
         full_layers += swa_layers

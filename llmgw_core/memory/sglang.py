@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmgw_core.memory import CardNeed, Layout
-from llmgw_core.memory.kv_vllm import kv_dtype_bytes, kv_heads_per_rank
+from llmgw_core.memory.kv_vllm import kv_dtype_bytes, kv_token_bytes
 from llmgw_core.memory.weights import serve_dtype_for, stage_weights
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.shape import SLIDING, ModelShape
@@ -58,10 +58,11 @@ def cell_bytes(
     shape: ModelShape, tensor_parallel: int, kv_cache_dtype: str | None, serve_dtype: str
 ) -> tuple[int, int]:
     """Bytes per token of (full-attention layers, sliding layers) on one rank."""
-    width = kv_dtype_bytes(kv_cache_dtype, serve_dtype)
+    per_layer = int(
+        kv_token_bytes(shape, kv_dtype_bytes(kv_cache_dtype, serve_dtype), tensor_parallel)
+    )
     if shape.mla:
-        return shape.num_layers * shape.mla.latent_width * width, 0
-    per_layer = 2 * kv_heads_per_rank(shape, tensor_parallel) * shape.head_dim * width
+        return shape.num_layers * per_layer, 0
     sliding = shape.count_layers(SLIDING) if shape.sliding_window else 0
     return (shape.num_layers - sliding) * per_layer, sliding * per_layer
 
