@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmgw_core.engines import LaunchPlan, build_launch, redact_env
-from llmgw_core.errors import BadInput
+from llmgw_core.errors import BadInput, LlmgwError
+from llmgw_core.fleet.client import AgentError
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Placement, explain, place, want_summary
 from llmgw_core.plan import plan
@@ -155,18 +156,49 @@ def used_ports(records: list[dict[str, Any]]) -> set[int]:
     return used
 
 
+async def free_port(fleet: Any, node: str, start: int, avoid: set[int]) -> int:
+    """The first port from `start` nothing listens on at `node` and not in `avoid`.
+
+    Asks the node's agent (`port.free`: its listening sockets and a bind);
+    an agent without that op leaves only `avoid` to go by.
+
+    Raises:
+        LlmgwError: the node has no free port in the range, or did not answer.
+    """
+    try:
+        answer = await fleet.request(
+            node, "port.free", {"start": start, "count": 1, "avoid": sorted(avoid)}
+        )
+    except AgentError as exc:
+        if exc.code != "unknown_op":
+            raise
+        return free_port_on(avoid, start)
+    ports = answer.get("ports") or []
+    if not ports:
+        raise LlmgwError(
+            f"{node} has no free port from {start}: every one is listened on",
+            "stop what holds them, or free a port in that range",
+        )
+    return int(ports[0])
+
+
 async def choose_ports(
     fleet: Any, nodes: list[str], listings: Mapping[str, list[dict[str, Any]]]
 ) -> tuple[dict[str, int], int]:
-    """HTTP ports per node and the rendezvous port: free ones, never a running shard's."""
+    """HTTP ports per node and rank 0's rendezvous port: free on the node, never a shard's.
+
+    `nodes` is in rank order. A port is free when nothing listens on it on
+    the node (asked of its agent) and no shard of ours holds it — a shard
+    just started may not listen yet.
+    """
     specs = {s.name: s for s in fleet.inventory.node_specs()}
     if all(specs[n].replay is not None for n in nodes):
         # Simulated nodes share this machine's ports: each shard needs its own.
         return {n: _local_free_port() for n in nodes}, _local_free_port()
     used = {n: used_ports(listings.get(n, [])) for n in nodes}
-    http = {n: free_port_on(used[n], HTTP_BASE_PORT) for n in nodes}
-    taken = set().union(*used.values()) if used else set()
-    return http, free_port_on(taken | set(http.values()), RENDEZVOUS_BASE_PORT)
+    http = {n: await free_port(fleet, n, HTTP_BASE_PORT, used[n]) for n in nodes}
+    taken = set().union(*used.values()) | set(http.values())
+    return http, await free_port(fleet, nodes[0], RENDEZVOUS_BASE_PORT, taken)
 
 
 # --- the launch ---------------------------------------------------------------------------

@@ -133,6 +133,18 @@ async def _last_lines(fleet: Any, shards: list[tuple[str, str, int]]) -> dict[st
     return kept
 
 
+def port_taken(last_lines: Mapping[str, list[str]]) -> str | None:
+    """Which shard could not bind its port, from its last engine lines (None: none said so)."""
+    for shard, lines in last_lines.items():
+        for line in reversed(lines):
+            if "address already in use" in line.lower():
+                return (
+                    f"{shard} could not bind its port (address already in use): "
+                    "something else listens on it there"
+                )
+    return None
+
+
 class StartProgress:
     """When anything last moved: a process starting, a download growing, health answering."""
 
@@ -432,10 +444,11 @@ async def serve_way(
             trace.add("failed", None, failed.reason)
             lines = await _last_lines(fleet, started)
             await asyncio.gather(*(stop_shard(fleet, n, s, forget=False) for n, s, _ in started))
+            taken = port_taken(lines)
             return {
                 "way": choice.label,
                 "outcome": "failed",
-                "reason": failed.reason,
+                "reason": f"{failed.reason}; {taken}" if taken else failed.reason,
                 "last_lines": lines,
             }
         return {"way": choice.label, "outcome": "ready", "reason": None}

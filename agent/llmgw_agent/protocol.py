@@ -26,6 +26,8 @@ Operations (args → result):
   `{lines_sent, cancelled, phase}`;
 * `shard.nccl` `{shard_id, limit?=400}` → `{lines, truncated}`: the first NCCL
   INFO/WARN lines of the shard's kept log (what transport NCCL chose);
+* `port.free` `{start, count?=1, avoid?=[]}` → `{ports, listening}`: the first
+  ports from `start` nothing listens on here and a bind takes (`ports.py`);
 * `download.watch` `{path, interval_s?=2}` → events `{bytes, files, exists,
   last_moved_at}` until cancelled, then the last one with `cancelled`;
 * `fabric.probe`, `fabric.server` (stream), `fabric.client` — `fabric_test.py`.
@@ -119,6 +121,7 @@ class Server:
             "shard.forget": _op_shard_forget,
             "shard.logs": _op_shard_logs,
             "shard.nccl": _op_shard_nccl,
+            "port.free": _op_port_free,
             "download.watch": _op_download_watch,
             "fabric.probe": self._op_fabric_probe,
             "fabric.server": self._op_fabric_server,
@@ -341,6 +344,17 @@ def _op_shard_nccl(args: dict, _stream: Stream) -> dict:
     from llmgw_agent.nccl_lines import nccl_lines
 
     return nccl_lines(shard_id, limit)
+
+
+def _op_port_free(args: dict, _stream: Stream) -> dict:
+    start = int(number_arg(args, "start", minimum=1, maximum=65535))
+    count = int(number_arg(args, "count", 1, minimum=1, maximum=64))
+    avoid = arg(args, "avoid", (list,), [])
+    if not all(isinstance(port, int) and not isinstance(port, bool) for port in avoid):
+        raise OpError("bad_args", "argument 'avoid' must be a list of port numbers")
+    from llmgw_agent.ports import free_ports
+
+    return free_ports(start, count, avoid)
 
 
 def _op_download_watch(args: dict, stream: Stream) -> dict:

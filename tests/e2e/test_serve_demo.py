@@ -494,3 +494,23 @@ def test_a_dry_run_hides_the_hub_token_and_names_the_fallbacks(demo: Demo):
     assert preview.way is not None and preview.way["label"] == "4 × h100-80g"
     assert preview.fallbacks == ("4 × h100-80g",)  # the same cards with the next engine
     assert demo.claims() == {}
+
+
+def test_a_port_something_else_listens_on_is_never_given_to_an_engine(demo: Demo):
+    import socket
+
+    from llmgw_core.replica_prepare import free_port
+
+    with socket.socket() as other_server:
+        other_server.bind(("0.0.0.0", 0))
+        other_server.listen()
+        taken = other_server.getsockname()[1]
+        answer = demo.loop.run(
+            demo.fleet.request("cpu-01", "port.free", {"start": taken, "count": 2})
+        )
+        assert taken in answer["listening"] and taken not in answer["ports"]
+        assert len(answer["ports"]) == 2 and all(p > taken for p in answer["ports"])
+        # Our own shards' ports are avoided too, listening yet or not.
+        first = answer["ports"][0]
+        chosen = demo.loop.run(free_port(demo.fleet, "cpu-01", taken, {first}))
+        assert chosen not in (taken, first) and chosen > taken
