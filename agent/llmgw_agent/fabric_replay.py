@@ -91,6 +91,11 @@ def _sim_speed(adapter: Dict[str, Any]) -> float:
 def sim_server(
     options: HalfOptions, emit: Emit, cancelled: threading.Event, replay: str
 ) -> Dict[str, Any]:
+    """The receiving half of a simulated `ib_write_bw`: a loopback socket that trades speeds.
+
+    The rail runs at the slower of the two adapters the profiles describe, and
+    the output reads as `ib_write_bw` prints it, so the core judges it unchanged.
+    """
     adapter, failure = _sim_failure(options, replay)
     if adapter is None:
         return half_result(
@@ -129,6 +134,7 @@ def sim_server(
 
 
 def sim_client(options: HalfOptions, cancelled: threading.Event, replay: str) -> Dict[str, Any]:
+    """The sending half of a simulated `ib_write_bw`: connects to `sim_server` and reports."""
     adapter, failure = _sim_failure(options, replay)
     argv = ib_write_bw_argv(options, False)
     if adapter is None:

@@ -424,6 +424,7 @@ def tcp_client(options: HalfOptions, emit: Emit, cancelled: threading.Event) -> 
 def accept_one(
     listener: socket.socket, cancelled: threading.Event, timeout_s: float
 ) -> Optional[socket.socket]:
+    """The first connection within `timeout_s`, or None when none came or the test was cancelled."""
     listener.settimeout(0.2)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and not cancelled.is_set():

@@ -149,8 +149,8 @@ class _Follower:
                 self._handle.close()
             self._open(seek_end=False)
             chunks.append(self._handle.read())
-        data = self._pending + b"".join(chunks)
-        complete, _, self._pending = data.rpartition(b"\n")
+        unread = self._pending + b"".join(chunks)
+        complete, _, self._pending = unread.rpartition(b"\n")
         return [_decode(line) for line in complete.split(b"\n")] if complete else []
 
     def close(self) -> None:

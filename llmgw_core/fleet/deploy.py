@@ -103,11 +103,11 @@ def build_bundle(source: Path) -> AgentBundle:
             for path in files
         ]
         for name, content in sorted(entries):
-            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o100644 << 16
-            info.create_system = 3
-            archive.writestr(info, content)
+            member = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+            member.compress_type = zipfile.ZIP_DEFLATED
+            member.external_attr = 0o100644 << 16
+            member.create_system = 3
+            archive.writestr(member, content)
     payload = buffer.getvalue()
     return AgentBundle(payload=payload, sha12=hashlib.sha256(payload).hexdigest()[:12])
 

@@ -122,12 +122,12 @@ def _listing(
     """The repository's files with sizes, and the safetensors parameter count when given."""
     api = HfApi(endpoint=hub_endpoint(), token=token)
     try:
-        info = api.model_info(repo_id, revision=revision, files_metadata=True)
+        repo = api.model_info(repo_id, revision=revision, files_metadata=True)
     except (HfHubHTTPError, OfflineModeIsEnabled, *NETWORK_ERRORS) as exc:
         raise _hub_error(exc, repo_id, revision) from None
-    files = [RepoFile(s.rfilename, s.size) for s in info.siblings or []]
+    files = [RepoFile(s.rfilename, s.size) for s in repo.siblings or []]
     params = None
-    safetensors = getattr(info, "safetensors", None)
+    safetensors = getattr(repo, "safetensors", None)
     if safetensors is not None and getattr(safetensors, "total", None):
         params = int(safetensors.total)
     return files, params
@@ -200,9 +200,9 @@ class RangeReader:
                 f"cannot read {self.filename} of {self.repo_id}: {type(exc).__name__}",
                 "check the network or HF_ENDPOINT",
             ) from None
-        data = b"".join(chunks)[:length]
-        self.bytes_fetched += len(data)
-        return data
+        fetched = b"".join(chunks)[:length]
+        self.bytes_fetched += len(fetched)
+        return fetched
 
 
 def read_hub_gguf_headers(

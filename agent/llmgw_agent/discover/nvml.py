@@ -99,8 +99,8 @@ def uuid_text(raw: Any) -> str:
     """16 raw bytes (or a list of ints) -> `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`."""
     if isinstance(raw, str):
         return raw
-    data = bytes(bytearray(int(b) & 0xFF for b in raw))[:16]
-    hexed = data.hex().ljust(32, "0")
+    uuid_bytes = bytes(bytearray(int(b) & 0xFF for b in raw))[:16]
+    hexed = uuid_bytes.hex().ljust(32, "0")
     return "-".join((hexed[:8], hexed[8:12], hexed[12:16], hexed[16:20], hexed[20:32]))
 
 
@@ -190,18 +190,18 @@ def _migs(nvml: Any, handle: Any) -> List[Record]:
 
 def _fabric(nvml: Any, handle: Any) -> Optional[Record]:
     getter = getattr(nvml, "nvmlDeviceGetGpuFabricInfoV", None)
-    info = _call(getter, handle) if getter is not None else None
-    if info is None and hasattr(nvml, "nvmlDeviceGetGpuFabricInfo"):
-        info = _call(nvml.nvmlDeviceGetGpuFabricInfo, handle)
-    if info is None:
+    fabric = _call(getter, handle) if getter is not None else None
+    if fabric is None and hasattr(nvml, "nvmlDeviceGetGpuFabricInfo"):
+        fabric = _call(nvml.nvmlDeviceGetGpuFabricInfo, handle)
+    if fabric is None:
         return None
     return fabric_from_nvml(
-        getattr(info, "state", None),
-        getattr(info, "status", None),
-        getattr(info, "cliqueId", None),
-        getattr(info, "clusterUuid", None),
-        getattr(info, "healthMask", None),
-        getattr(info, "healthSummary", None),
+        getattr(fabric, "state", None),
+        getattr(fabric, "status", None),
+        getattr(fabric, "cliqueId", None),
+        getattr(fabric, "clusterUuid", None),
+        getattr(fabric, "healthMask", None),
+        getattr(fabric, "healthSummary", None),
     )
 
 
