@@ -132,3 +132,58 @@ def test_the_racks_screen_fits_80x24(snap_compare, make_app):
         await settle(pilot)
 
     assert snap_compare(make_app(), run_before=run_before, terminal_size=(80, 24))
+
+
+def test_the_replicas_screen_shows_a_two_node_replica_and_its_shards(snap_compare, replica_app):
+    """Replicas: llama-405b ready on two HGX nodes, rank by rank."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.press("4")
+        await settle(pilot)
+
+    assert snap_compare(replica_app(), run_before=run_before, terminal_size=(120, 40))
+
+
+def test_the_replicas_screen_fits_80x24(snap_compare, replica_app):
+    """Replicas on a small terminal."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.press("4")
+        await settle(pilot)
+
+    assert snap_compare(replica_app(), run_before=run_before, terminal_size=(80, 24))
+
+
+async def _open_logs(pilot: Pilot) -> None:
+    await settle(pilot)
+    await pilot.press("colon", *"logs llama-405b", "enter")
+    await settle(pilot)
+    for _ in range(5):
+        await pilot.pause(0.1)
+
+
+def test_the_logs_screen_merges_both_ranks_and_shouts_about_net_socket(snap_compare, replica_app):
+    """Logs: a real NCCL run that fell back to NET/Socket, both ranks prefixed, the red banner."""
+    assert snap_compare(replica_app(), run_before=_open_logs, terminal_size=(120, 40))
+
+
+def test_the_logs_screen_fits_80x24(snap_compare, replica_app):
+    """Logs on a small terminal."""
+    assert snap_compare(replica_app(), run_before=_open_logs, terminal_size=(80, 24))
+
+
+def test_the_serve_wizard_ways_page(snap_compare, make_app):
+    """Serve: Llama 3.3 70B planned on the demo fleet, every way with its per-card figure."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.press("5", *"catalog:meta-llama/Llama-3.3-70B-Instruct", "enter")
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if pilot.app.screen.step == "way":
+                break
+        await settle(pilot)
+
+    assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
