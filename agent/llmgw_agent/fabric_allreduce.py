@@ -18,11 +18,11 @@ those of the sim engine (IB with the adapters named, Socket without).
 from __future__ import annotations
 
 import shutil
-import subprocess
 import threading
 import time
 from typing import Any, Dict, List, Optional
 
+from llmgw_agent.fabric_test import CappedOutput, start_tool, wait_or_stop
 from llmgw_agent.op_args import OpError, arg, number_arg
 
 ALL_REDUCE = "all_reduce_perf"
@@ -97,45 +97,16 @@ def all_reduce(
                 "{} is not installed on this node (nccl-tests built with MPI)".format(tool),
             )
     cancelled = cancelled or threading.Event()
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        raise OpError("failed", "{} could not start: {}".format(LAUNCHER, exc)) from exc
-    chunks: List[bytes] = []
-    reader = threading.Thread(target=_read_into, args=(proc.stdout, chunks), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + options["timeout_s"]
-    stopped = None
-    while proc.poll() is None:
-        if cancelled.is_set() or time.monotonic() > deadline:
-            stopped = "cancelled" if cancelled.is_set() else "timeout"
-            proc.kill()
-            proc.wait()
-            break
-        time.sleep(0.2)
-    reader.join(2.0)
-    text = b"".join(chunks).decode("utf-8", errors="replace")
+    proc = start_tool(argv, LAUNCHER)
+    output = CappedOutput(proc.stdout, OUTPUT_LIMIT_BYTES)
+    stopped = wait_or_stop(proc, cancelled, time.monotonic() + options["timeout_s"])
     return {
         "argv": argv,
         "exit_code": proc.returncode,
-        "output": text,
+        "output": output.text(),
         "stopped": stopped,
         "simulated": False,
     }
-
-
-def _read_into(stream: Any, chunks: List[bytes]) -> None:
-    size = 0
-    for chunk in iter(lambda: stream.read1(65536), b""):
-        if size < OUTPUT_LIMIT_BYTES:
-            chunks.append(chunk)
-            size += len(chunk)
 
 
 # --- replay ------------------------------------------------------------------------

@@ -228,18 +228,37 @@ def _adapter_gid_index(device: str, ib_port: int) -> Optional[int]:
     return ib.roce_gid_index(port_dir) if layer == "Ethernet" else None
 
 
-class _Output:
-    """A child's stdout+stderr, read on a thread, capped."""
+def start_tool(argv: List[str], tool: str) -> "subprocess.Popen[bytes]":
+    """Start a measuring tool in a process group of its own, stdout and stderr as one pipe.
 
-    def __init__(self, stream: Any) -> None:
+    Raises:
+        OpError: `failed` when it cannot be started at all.
+    """
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise OpError("failed", "{} could not start: {}".format(tool, exc)) from exc
+
+
+class CappedOutput:
+    """A child's stdout+stderr, read on a thread, kept up to `limit_bytes`."""
+
+    def __init__(self, stream: Any, limit_bytes: int = OUTPUT_LIMIT_BYTES) -> None:
         self._chunks: List[bytes] = []
         self._size = 0
+        self._limit_bytes = limit_bytes
         self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
         self._thread.start()
 
     def _read(self, stream: Any) -> None:
         for chunk in iter(lambda: stream.read1(65536), b""):
-            if self._size < OUTPUT_LIMIT_BYTES:
+            if self._size < self._limit_bytes:
                 self._chunks.append(chunk)
                 self._size += len(chunk)
 
@@ -257,24 +276,15 @@ def _perftest_half(options: HalfOptions, emit: Emit, cancelled: threading.Event)
     if options.gid_index is None:
         options.gid_index = _adapter_gid_index(str(options.device), options.ib_port)
     argv = ib_write_bw_argv(options, numactl=shutil.which("numactl") is not None)
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        raise OpError("failed", "{} could not start: {}".format(PERFTEST, exc)) from exc
-    output = _Output(proc.stdout)
+    proc = start_tool(argv, PERFTEST)
+    output = CappedOutput(proc.stdout)
     if options.side == "server":
         if _wait_until_listening(options.port, proc, cancelled, LISTEN_WAIT_S):
             emit(listening_event(options, None))
         deadline = time.monotonic() + options.accept_timeout_s + options.expected_run_s + 30.0
     else:
         deadline = time.monotonic() + options.expected_run_s + 60.0
-    stopped = _wait(proc, cancelled, deadline)
+    stopped = wait_or_stop(proc, cancelled, deadline)
     return half_result(
         options,
         argv=argv,
@@ -287,7 +297,7 @@ def _perftest_half(options: HalfOptions, emit: Emit, cancelled: threading.Event)
     )
 
 
-def _wait(
+def wait_or_stop(
     proc: "subprocess.Popen[bytes]", cancelled: threading.Event, deadline: float
 ) -> Optional[str]:
     """Wait for the child; kill its group on cancel or past the deadline (and say which)."""

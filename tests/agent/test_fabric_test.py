@@ -584,3 +584,31 @@ def test_an_agent_without_the_fabric_ops_is_told_to_update(tmp_path: Path, state
         "fail",
         "the agent cannot run fabric tests: update it (the console ships a newer one)",
     )
+
+
+def _tools_on_path(folder: Path, mpirun_body: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node with nccl-tests installed: `mpirun` and `all_reduce_perf` are real scripts."""
+    folder.mkdir()
+    for name, body in (("mpirun", mpirun_body), ("all_reduce_perf", "exit 0")):
+        script = folder / name
+        script.write_text(f"#!/bin/sh\n{body}\n")
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+
+
+def test_a_real_all_reduce_run_returns_what_mpirun_printed(tmp_path, monkeypatch):
+    from llmgw_agent.fabric_allreduce import all_reduce
+
+    _tools_on_path(tmp_path / "bin", 'echo "# nccl-tests: $*"', monkeypatch)
+    result = all_reduce({"hosts": ["n1", "n2"], "gpus_per_node": 2})
+    assert (result["exit_code"], result["stopped"], result["simulated"]) == (0, None, False)
+    assert result["output"].startswith("# nccl-tests: -np 4 -H n1:2,n2:2")
+
+
+def test_an_all_reduce_past_its_timeout_is_stopped_and_says_so(tmp_path, monkeypatch):
+    from llmgw_agent.fabric_allreduce import all_reduce
+
+    _tools_on_path(tmp_path / "bin", "echo started; exec sleep 30", monkeypatch)
+    result = all_reduce({"hosts": ["n1"], "timeout_s": 1})
+    assert result["stopped"] == "timeout"
+    assert result["output"] == "started\n"
