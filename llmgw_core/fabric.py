@@ -108,12 +108,12 @@ class RailResult(BaseModel):
 
     node_a: str
     node_b: str
-    adapter_a: str | None
-    adapter_b: str | None
-    rail: int | None
-    rated_gbps: float | None
-    measured_gbps: float | None
-    ratio: float | None
+    adapter_a: str | None = None
+    adapter_b: str | None = None
+    rail: int | None = None
+    rated_gbps: float | None = None
+    measured_gbps: float | None = None
+    ratio: float | None = None
     verdict: Verdict
     method: Method
     reason: str
@@ -184,8 +184,6 @@ def pair_rails(
                     adapter_b=hca_b,
                     rail=rail,
                     rated_gbps=rated,
-                    measured_gbps=None,
-                    ratio=None,
                     verdict="fail",
                     method="ib_write_bw",
                     reason="down: " + "; ".join(reasons),
@@ -239,8 +237,6 @@ def judge_rail(pair: RailPair, server_output: str, client_output: str) -> RailRe
     if measured is None:
         return RailResult(
             **common,
-            measured_gbps=None,
-            ratio=None,
             verdict="fail",
             reason=_no_result_reason(pair, server, client),
         )
@@ -248,7 +244,6 @@ def judge_rail(pair: RailPair, server_output: str, client_output: str) -> RailRe
         return RailResult(
             **common,
             measured_gbps=measured,
-            ratio=None,
             verdict="warn",
             reason=f"{measured:.1f} Gb/s; the rail's rated speed is unknown (set rate_gbps on the fabric)",
         )
@@ -290,12 +285,7 @@ def judge_tcp(
     return RailResult(
         node_a=node_a,
         node_b=node_b,
-        adapter_a=None,
-        adapter_b=None,
-        rail=None,
-        rated_gbps=None,
         measured_gbps=receiver.gbps,
-        ratio=None,
         verdict="untested",
         method="tcp",
         reason=f"TCP over the management network, not the fabric: {why}",
@@ -309,12 +299,6 @@ def pair_failed(node_a: str, node_b: str, method: Method, reason: str) -> RailRe
     return RailResult(
         node_a=node_a,
         node_b=node_b,
-        adapter_a=None,
-        adapter_b=None,
-        rail=None,
-        rated_gbps=None,
-        measured_gbps=None,
-        ratio=None,
         verdict="fail",
         method=method,
         reason=reason,
@@ -400,11 +384,11 @@ class AllReduceJudgement(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     node_count: int
-    algbw_gbs: float | None
-    busbw_gbs: float | None
-    internode_gbs: float | None
-    expected_gbs: float | None
-    ratio: float | None
+    algbw_gbs: float | None = None
+    busbw_gbs: float | None = None
+    internode_gbs: float | None = None
+    expected_gbs: float | None = None
+    ratio: float | None = None
     verdict: Verdict
     reason: str
 
@@ -423,11 +407,6 @@ def judge_all_reduce(run: AllReducePerf, slowest_node_gbps: float | None) -> All
     if largest is None:
         return AllReduceJudgement(
             node_count=nodes,
-            algbw_gbs=None,
-            busbw_gbs=None,
-            internode_gbs=None,
-            expected_gbs=None,
-            ratio=None,
             verdict="fail",
             reason="all_reduce_perf printed no result table",
         )
@@ -438,9 +417,6 @@ def judge_all_reduce(run: AllReducePerf, slowest_node_gbps: float | None) -> All
             node_count=nodes,
             algbw_gbs=algbw,
             busbw_gbs=busbw,
-            internode_gbs=None,
-            expected_gbs=None,
-            ratio=None,
             verdict="untested",
             reason=f"one node: busbw {busbw:g} GB/s never crossed the fabric",
         )
@@ -451,8 +427,6 @@ def judge_all_reduce(run: AllReducePerf, slowest_node_gbps: float | None) -> All
             algbw_gbs=algbw,
             busbw_gbs=busbw,
             internode_gbs=internode,
-            expected_gbs=None,
-            ratio=None,
             verdict="warn",
             reason=f"{internode:.1f} GB/s per node; the fabric's rated speed is unknown",
         )

@@ -273,8 +273,6 @@ def _rail_failed(pair: RailPair, why: str) -> RailResult:
         adapter_b=pair.adapter_b.name,
         rail=pair.rail,
         rated_gbps=pair.rated_gbps,
-        measured_gbps=None,
-        ratio=None,
         verdict="fail",
         method="ib_write_bw",
         reason=why,
