@@ -71,6 +71,7 @@ async def heal(fleet: Any, reach: EngineReach, *, grace_s: float) -> list[dict[s
             startup_timeout_s=float(asked.get("timeout_s") or 1200.0),
             source=asked.get("source"),
             hub_repo=asked.get("hub_repo"),
+            revision=asked.get("revision"),
         )
         outcome = ServeOutcome(name=view.name, phase="failed")
         record = await serve_way(

@@ -61,6 +61,7 @@ class ServeRequest:
         source: what the engines load instead of the way's own (a path on the nodes).
         secret_env: secrets for the engines' environment only (`HF_TOKEN`).
         hub_repo: the Hub repository the nodes fetch when they lack it; None: no fetch.
+        revision: the Hub revision fetched (None: the default branch).
         all_reduce: run nccl-tests' all_reduce_perf across a multi-node replica's
             nodes before starting it, and fail the serve when it fails.
     """
@@ -78,6 +79,7 @@ class ServeRequest:
     source: str | None = None
     secret_env: Mapping[str, str] = field(default_factory=dict)
     hub_repo: str | None = None
+    revision: str | None = None
     all_reduce: bool = False
 
 

@@ -26,8 +26,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from llmgw_core.fleet.client import AgentError, AgentLost
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import explain, place, want_summary
 from llmgw_core.replica_choice import Choice
+from llmgw_core.replica_fetch import FetchFailed, fetch_weights, weights_plan
 from llmgw_core.replica_http import EngineReach, TunnelRefused, health_status
 from llmgw_core.replica_launch import replica_spec, shard_spec
 from llmgw_core.replica_prepare import (
@@ -46,6 +46,7 @@ from llmgw_core.replica_prepare import (
     preview_serve,
     resolve,
 )
+from llmgw_core.replica_progress import StartProgress, Trace, hub_cache_dir, watch_download
 from llmgw_core.replica_weights import copy_to_node
 from llmgw_core.replicas import (
     REQUEST_TIMEOUT_S,
@@ -61,37 +62,18 @@ __all__ = [
     "ServeOutcome",
     "ServePreview",
     "ServeRequest",
+    "StartProgress",
+    "Trace",
+    "hub_cache_dir",
     "preview_serve",
     "serve",
     "serve_way",
+    "watch_download",
 ]
 
 RACE_RETRIES = 6
 POLL_S = 0.5
 LAST_LINES = 20
-
-
-def hub_cache_dir(repo_id: str) -> str:
-    """Where `huggingface_hub` keeps a repository on a node, relative to the node's home."""
-    return ".cache/huggingface/hub/models--" + repo_id.replace("/", "--")
-
-
-@dataclass
-class Trace:
-    """Every step of a start, node by node, with its time."""
-
-    steps: list[dict[str, Any]] = field(default_factory=list)
-
-    def add(self, step: str, node: str | None = None, detail: str | None = None) -> None:
-        """Record one step now."""
-        self.steps.append(
-            {
-                "at": datetime.now(UTC).isoformat(timespec="milliseconds"),
-                "node": node,
-                "step": step,
-                "detail": detail,
-            }
-        )
 
 
 @dataclass
@@ -143,50 +125,6 @@ def port_taken(last_lines: Mapping[str, list[str]]) -> str | None:
                     "something else listens on it there"
                 )
     return None
-
-
-class StartProgress:
-    """When anything last moved: a process starting, a download growing, health answering."""
-
-    def __init__(self) -> None:
-        self.last_moved = time.monotonic()
-        self.fetched: dict[str, int] = {}
-        self.first_seen: dict[str, tuple[float, int]] = {}
-
-    def moved(self) -> None:
-        self.last_moved = time.monotonic()
-
-    def fetch_summary(self, node: str) -> str:
-        """`12.3 GB at 410 MB/s` for one node's download so far."""
-        fetched = self.fetched.get(node, 0)
-        began_at, began_bytes = self.first_seen.get(node, (self.last_moved, fetched))
-        seconds = max(self.last_moved - began_at, 1e-6)
-        rate = (fetched - began_bytes) / seconds / 1e6
-        return f"{fetched / 1024**3:.1f} GB at {rate:.0f} MB/s"
-
-
-async def watch_download(
-    fleet: Any, node: str, path: str, progress: StartProgress, trace: Trace
-) -> None:
-    """Follow a node's download of the weights; every byte that arrives counts as progress."""
-    try:
-        stream = fleet.client(node).stream("download.watch", {"path": path, "interval_s": 2})
-    except (LlmgwError, AgentLost):
-        return
-    try:
-        async for event in stream:
-            fetched = int(event.get("bytes") or 0)
-            if fetched and fetched != progress.fetched.get(node, 0):
-                if node not in progress.fetched:
-                    trace.add("fetch began", node, path)
-                    progress.first_seen[node] = (time.monotonic(), fetched)
-                progress.fetched[node] = fetched
-                progress.moved()
-    except (LlmgwError, AgentLost):
-        return
-    finally:
-        with contextlib.suppress(LlmgwError, AgentLost):
-            await stream.cancel()
 
 
 class _Failed(Exception):
@@ -354,6 +292,34 @@ async def serve(
     return outcome
 
 
+async def _fetch(
+    fleet: Any,
+    reach: EngineReach,
+    request: ServeRequest,
+    nodes: list[str],
+    trace: Trace,
+    name: str,
+) -> ServeRequest:
+    """The weights on every node first; the request then loads them from where they are."""
+    assert request.hub_repo is not None
+    snapshot = fleet.snapshot()
+    facts = {n.name: n.facts for n in snapshot.ready()}
+    specs = {s.name: s for s in fleet.inventory.node_specs()}
+    weights = weights_plan(request.hub_repo, nodes, specs, facts)
+    await fetch_weights(
+        fleet,
+        reach,
+        weights,
+        repo=request.hub_repo,
+        revision=request.revision,
+        token_env=request.secret_env,
+        timeout_s=request.startup_timeout_s,
+        trace=trace,
+        replica=name,
+    )
+    return replace(request, source=weights.path) if weights.path else request
+
+
 async def serve_way(
     fleet: Any,
     reach: EngineReach,
@@ -389,7 +355,13 @@ async def serve_way(
         outcome.placement = placement.as_dict()
         nodes = [p.node for p in placement.nodes]
         trace.add("placed", None, f"{choice.label} on {', '.join(nodes)}")
-        if request.source and Path(request.source).exists():
+        if request.hub_repo and choice.artifact_format != "gguf":
+            try:
+                request = await _fetch(fleet, reach, request, nodes, trace, name)
+            except FetchFailed as exc:
+                trace.add("failed", None, exc.sentence())
+                return {"way": choice.label, "outcome": "failed", "reason": exc.sentence()}
+        if request.source and not request.hub_repo and Path(request.source).exists():
             for node in nodes:
                 done = await copy_to_node(reach, node, request.source)
                 trace.add(f"weights {done}", node, request.source)
@@ -416,6 +388,7 @@ async def serve_way(
             "concurrency": request.concurrency,
             "source": request.source,
             "hub_repo": request.hub_repo,
+            "revision": request.revision,
             "timeout_s": request.startup_timeout_s,
             "models": list(models),
             "env": dict(request.env),
@@ -432,14 +405,7 @@ async def serve_way(
         if not request.wait_ready:
             return {"way": choice.label, "outcome": "started", "reason": None}
         try:
-            fetch_path = (
-                hub_cache_dir(request.hub_repo)
-                if request.hub_repo and not any(p.holds_model for p in placement.nodes)
-                else None
-            )
-            await _wait_ready(
-                fleet, reach, started, replica, request.startup_timeout_s, trace, fetch_path
-            )
+            await _wait_ready(fleet, reach, started, replica, request.startup_timeout_s, trace)
         except _Failed as failed:
             trace.add("failed", None, failed.reason)
             lines = await _last_lines(fleet, started)

@@ -69,3 +69,35 @@ async def step(ctx: StepContext, step_name: str, /, **args: Any) -> StepOutcome:
     """Run one step as the runner does (its arguments validated first)."""
     found = all_steps()[step_name]
     return await found.call(found.args_model.model_validate(args), ctx)
+
+
+class Demo:
+    """The module's demo fleet, one console on it, and a way to run steps."""
+
+    def __init__(self, root: Path) -> None:
+        self.loop = LoopThread()
+        self.demo = self.loop.run(start_demo(root / "demo"))
+        self.fleet = self.loop.run(open_console(self.demo))
+        self.ctx = FleetContext(self.fleet, root)
+
+    def step(self, step_name: str, /, **args: Any) -> Any:
+        return self.loop.run(step(self.ctx, step_name, **args), 300)
+
+    def claims(self) -> dict[str, list[str]]:
+        async def read() -> dict[str, list[str]]:
+            found = {}
+            for node in self.fleet.snapshot().ready():
+                answer = await self.fleet.request(node.name, "claims")
+                if answer["claims"]:
+                    found[node.name] = [c["gpu"] for c in answer["claims"]]
+            return found
+
+        return self.loop.run(read())
+
+    def close(self) -> None:
+        try:
+            self.loop.run(self.ctx.close())
+            self.loop.run(self.fleet.close())
+        finally:
+            self.loop.run(self.demo.stop())
+            self.loop.close()

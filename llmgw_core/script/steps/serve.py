@@ -122,6 +122,7 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
         source=source,
         secret_env=hub_token_env() if hub_repo else {},
         hub_repo=hub_repo,
+        revision=model.revision if hub_repo else None,
     )
     if args.dry_run:
         try:
