@@ -24,6 +24,8 @@ from llmgw_core.views import FleetSummary
 from llmgw_tui.commands import ConsoleCommands, ParsedCommand
 from llmgw_tui.feed import FleetFeed, LiveFeed
 from llmgw_tui.screens.command_line import CommandLine
+from llmgw_tui.screens.doctor import DoctorScreen
+from llmgw_tui.screens.fabric import FabricScreen
 from llmgw_tui.screens.fleet import FleetScreen
 from llmgw_tui.screens.help import HelpScreen
 from llmgw_tui.screens.logs import LogsScreen
@@ -198,6 +200,23 @@ class LlmgwApp(App[int]):
         """The merged log of replica `name` (`NAME rN` or `NAME@N`: one rank's)."""
         replica, rank = logs_target(name)
         self.push_screen(LogsScreen(replica, rank))
+
+    def action_open_doctor(self, node: str | None = None) -> None:
+        """The doctor's checks of every ready node, or of `node`, worst first."""
+        self.push_screen(DoctorScreen(node or None))
+
+    def action_open_fabric(self, nodes: str) -> None:
+        """The fabric test between two nodes (`A B`)."""
+        names = nodes.replace(",", " ").split()
+        if len(names) != 2 or names[0] == names[1]:
+            self.notify(f"Give two different nodes (got {nodes!r}).", severity="error")
+            return
+        known = self.fleet.details if self.fleet is not None else {}
+        unknown = [n for n in names if known and n not in known]
+        if unknown:
+            self.notify(f"No node called {unknown[0]!r}.", severity="error")
+            return
+        self.push_screen(FabricScreen(names[0], names[1]))
 
     async def _to_mode(self, mode: str) -> None:
         if self.current_mode != mode:

@@ -36,6 +36,10 @@ COMMANDS: tuple[ConsoleCommand, ...] = (
     ConsoleCommand(
         ("logs", "log", "l"), "open_logs", "A replica's logs (NAME, or NAME rN)", "NAME"
     ),
+    ConsoleCommand(
+        ("doctor", "doc", "dr"), "open_doctor", "Doctor checks, worst first", "NODE", "open_doctor"
+    ),
+    ConsoleCommand(("fabric", "fab", "ib"), "open_fabric", "Fabric test between two nodes", "A B"),
     ConsoleCommand(("help", "h"), "help", "The keys of the current screen"),
     ConsoleCommand(("quit", "q", "q!"), "quit", "Leave the console"),
 )

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from llmgw_core.errors import BadInput, LlmgwError
+from llmgw_core.script.registry import StepContext
 from llmgw_core.views import FleetSummary, fleet_summary
 
 if TYPE_CHECKING:
@@ -119,6 +120,10 @@ class StaticFeed:
     async def bench(self, view: ReplicaView) -> dict[str, Any]:
         """A fixed fleet has no engine to measure."""
         raise BadInput(f"{view.name} runs on a fixed fleet", "bench it on a live fleet")
+
+    async def fabric_test(self, node_a: str, node_b: str) -> tuple[dict[str, Any], str | None]:
+        """A fixed fleet has no adapters to run traffic over."""
+        raise BadInput("a fixed fleet runs no traffic", "test the fabric on a live fleet")
 
     async def snapshot(self) -> FleetSummary:
         """The one fixed snapshot."""
@@ -290,6 +295,19 @@ class LiveFeed:
         )
         return await preview_serve(self._live(), request, model)
 
+    async def fabric_test(self, node_a: str, node_b: str) -> tuple[dict[str, Any], str | None]:
+        """Rail by rail between two nodes, as the `fabric-test` step runs it.
+
+        Returns:
+            The step's result (`rails`, `counts`, `fabric`) and its error sentence (None: passed).
+        """
+        from llmgw_core.script.steps.fabric_test import FabricTestArgs, run_fabric_test
+
+        outcome = await run_fabric_test(
+            FabricTestArgs(nodes=[node_a, node_b]), ConsoleContext(self._live(), self._demo)
+        )
+        return outcome.result, outcome.error
+
     async def ask(self, view: ReplicaView, prompt: str) -> str:
         """Rank 0's chat answer to `prompt`."""
         from llmgw_core.replica_http import chat
@@ -362,3 +380,15 @@ def with_shards(summary: FleetSummary, counts: Mapping[str, int]) -> FleetSummar
         return summary
     nodes = tuple(replace(node, running_shards=counts.get(node.name, 0)) for node in summary.nodes)
     return replace(summary, nodes=nodes)
+
+
+class ConsoleContext(StepContext):
+    """A step context over the console's own open fleet (a step run from a screen)."""
+
+    def __init__(self, fleet: Any, demo: bool) -> None:
+        super().__init__(script_dir=Path.cwd(), described_fleet=None, inventory=None, demo=demo)
+        self._console_fleet = fleet
+
+    async def live_fleet(self) -> Any:
+        """The console's fleet, already open (the console closes it)."""
+        return self._console_fleet

@@ -9,6 +9,7 @@ submit; the replicas screen shows it ready, its logs follow, and it stops.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 
@@ -17,6 +18,8 @@ from textual.widgets import Log, Static
 
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import LiveFeed
+from llmgw_tui.screens.doctor import DoctorScreen
+from llmgw_tui.screens.fabric import FabricScreen
 from llmgw_tui.screens.logs import LogsScreen
 from llmgw_tui.screens.replicas import ReplicasScreen
 from llmgw_tui.screens.serve import ServeScreen
@@ -74,6 +77,8 @@ async def _walk_the_wizard() -> None:
         await pilot.press("ctrl+n")
         await until(pilot, lambda: wizard.step == "confirm" and wizard.blocked is None, "preview")
         confirm = str(wizard.query_one("#serve-preview", Static).content)
+        if os.environ.get("LLMGW_SAVE_SCREENS"):
+            app.save_screenshot("wizard-confirm.svg", os.environ["LLMGW_SAVE_SCREENS"])
         assert "Replica wiz-8b" in confirm and "NCCL_DEBUG=INFO" in confirm and "$ " in confirm
         await pilot.press("ctrl+n")
         await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas page")
@@ -104,4 +109,18 @@ async def _walk_the_wizard() -> None:
             return all(v.name != "wiz-8b" or v.phase == "stopped" for v in replicas.views)
 
         await until(pilot, gone, "wiz-8b stopped", 60)
-        await asyncio.sleep(0)
+
+        await pilot.press("colon", *"fabric h100-a-01 h100-a-02", "enter")
+        await until(pilot, lambda: isinstance(app.screen, FabricScreen), "the fabric screen")
+        fabric = app.screen
+        assert isinstance(fabric, FabricScreen)
+        await until(pilot, lambda: fabric.result is not None, "the fabric test", 120)
+        rails = fabric.result["rails"]
+        assert rails and all(row["node_a"] == "h100-a-01" for row in rails)
+        await pilot.press("escape")
+        await pilot.press("colon", *"doctor h100-a-01", "enter")
+        await until(pilot, lambda: isinstance(app.screen, DoctorScreen), "the doctor")
+        doctor = app.screen
+        assert isinstance(doctor, DoctorScreen)
+        await until(pilot, lambda: bool(doctor.rows), "the doctor's checks", 60)
+        assert {row["node"] for row in doctor.rows} == {"h100-a-01"}

@@ -187,3 +187,14 @@ def test_the_serve_wizard_ways_page(snap_compare, make_app):
         await settle(pilot)
 
     assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
+
+
+def test_the_doctor_of_the_whole_demo_fleet_worst_first(snap_compare, make_app):
+    """Doctor: every demo node's checks, FAIL rows first, each with its fix."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.press("colon", *"doctor", "enter")
+        await settle(pilot)
+
+    assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
