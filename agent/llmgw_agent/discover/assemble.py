@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 from llmgw_agent.discover import classes
 from llmgw_agent.discover.fabric import fabric_verdict, nvlink_domain
 from llmgw_agent.discover.ib import rated_speeds
+from llmgw_agent.discover.records import card_record, mig_record
 from llmgw_agent.discover.topo import nearest_nics, nic_affinity, nvlink_matrix
 
 Record = Dict[str, Any]
@@ -51,23 +52,12 @@ def join_listing(cards: List[Record], listing: List[Record]) -> List[Record]:
     by_index = {entry["index"]: entry for entry in listing}
     if not cards:
         cards = [
-            {
-                "index": entry["index"],
-                "name": entry["name"],
-                "uuid": entry["uuid"],
-                "pci_bus_id": None,
-                "memory_mib": None,
-                "memory_used_mib": None,
-                "utilization_pct": None,
-                "temperature_c": None,
-                "power_w": None,
-                "compute_capability": None,
-                "mig_mode": "enabled" if entry["migs"] else None,
-                "migs": [],
-                "fabric": None,
-                "platform": None,
-                "processes": [],
-            }
+            card_record(
+                entry["index"],
+                entry["name"],
+                uuid=entry["uuid"],
+                mig_mode="enabled" if entry["migs"] else None,
+            )
             for entry in listing
         ]
     joined = []
@@ -79,21 +69,17 @@ def join_listing(cards: List[Record], listing: List[Record]) -> List[Record]:
             listed = sorted(entry["migs"], key=lambda m: m["index"])
             if not card["migs"] and listed:
                 card["migs"] = [
-                    {
-                        "index": m["index"],
-                        "gpu_instance_id": None,
-                        "compute_instance_id": None,
-                        "sm_count": None,
-                        "memory_mib": _profile_memory_mib(m["profile"]),
-                        "memory_used_mib": None,
-                        "uuid": m["uuid"],
-                        "profile": m["profile"],
-                    }
+                    mig_record(
+                        index=m["index"],
+                        memory_mib=_profile_memory_mib(m["profile"]),
+                        uuid=m["uuid"],
+                        profile=m["profile"],
+                    )
                     for m in listed
                 ]
             else:
                 ordered = sorted(card["migs"], key=lambda m: m["index"] or 0)
-                for mig, listed_mig in zip(ordered, listed):  # noqa: B905 (Python 3.8)
+                for mig, listed_mig in zip(ordered, listed):
                     mig["uuid"] = listed_mig["uuid"]
                     mig["profile"] = listed_mig["profile"]
         joined.append(card)
@@ -245,7 +231,7 @@ def build_facts(
     nearest = nearest_nics(topo) if topo else {}
     card_facts = [_card_facts(card, topo, nearest) for card in cards]
     gpus: List[Record] = []
-    for card, facts_card in zip(cards, card_facts):  # noqa: B905 (Python 3.8)
+    for card, facts_card in zip(cards, card_facts):
         gpus.extend(_gpus_of(card, facts_card))
     host = dict(host)
     if smi:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-Record = Dict[str, Any]
+from llmgw_agent.discover.records import Record, card_record, mig_record
 
 FABRIC_STATES = {0: None, 1: "Not Started", 2: "In Progress", 3: "Completed"}
 """nvmlGpuFabricState_t -> the words nvidia-smi prints (0 = not supported: no fabric)."""
@@ -139,27 +139,25 @@ def _card(nvml: Any, index: int) -> Record:
         nvml.nvmlDeviceGetTemperature, handle, getattr(nvml, "NVML_TEMPERATURE_GPU", 0)
     )
     mig_enabled = bool(mig and mig[0] == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1))
-    record: Record = {
-        "index": index,
-        "name": _text(_call(nvml.nvmlDeviceGetName, handle)) or "unknown GPU",
-        "uuid": _text(_call(nvml.nvmlDeviceGetUUID, handle)),
-        "pci_bus_id": _text(getattr(pci, "busId", None)) if pci is not None else None,
-        "memory_mib": int(memory.total // (1024 * 1024)) if memory is not None else None,
-        "memory_used_mib": int(memory.used // (1024 * 1024)) if memory is not None else None,
-        "utilization_pct": None if mig_enabled or utilization is None else int(utilization.gpu),
-        "temperature_c": float(temperature) if temperature is not None else None,
-        "power_w": power_mw / 1000.0 if power_mw is not None else None,
-        "compute_capability": "{}.{}".format(*capability) if capability else None,
-        "mig_mode": None if mig is None else ("enabled" if mig_enabled else "disabled"),
-        "mig_pending": None
+    return card_record(
+        index,
+        _text(_call(nvml.nvmlDeviceGetName, handle)) or "unknown GPU",
+        uuid=_text(_call(nvml.nvmlDeviceGetUUID, handle)),
+        pci_bus_id=_text(getattr(pci, "busId", None)) if pci is not None else None,
+        memory_mib=int(memory.total // (1024 * 1024)) if memory is not None else None,
+        memory_used_mib=int(memory.used // (1024 * 1024)) if memory is not None else None,
+        utilization_pct=None if mig_enabled or utilization is None else int(utilization.gpu),
+        temperature_c=float(temperature) if temperature is not None else None,
+        power_w=power_mw / 1000.0 if power_mw is not None else None,
+        compute_capability="{}.{}".format(*capability) if capability else None,
+        mig_mode=None if mig is None else ("enabled" if mig_enabled else "disabled"),
+        mig_pending=None
         if mig is None
         else ("enabled" if mig[1] == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1) else "disabled"),
-        "migs": _migs(nvml, handle) if mig_enabled else [],
-        "fabric": _fabric(nvml, handle),
-        "platform": None,
-        "processes": _processes(nvml, handle),
-    }
-    return record
+        migs=_migs(nvml, handle) if mig_enabled else [],
+        fabric=_fabric(nvml, handle),
+        processes=_processes(nvml, handle),
+    )
 
 
 def _migs(nvml: Any, handle: Any) -> List[Record]:
@@ -172,18 +170,15 @@ def _migs(nvml: Any, handle: Any) -> List[Record]:
         attributes = _call(nvml.nvmlDeviceGetAttributes, mig)
         memory = _call(nvml.nvmlDeviceGetMemoryInfo, mig)
         migs.append(
-            {
-                "index": len(migs),
-                "gpu_instance_id": _call(nvml.nvmlDeviceGetGpuInstanceId, mig),
-                "compute_instance_id": _call(nvml.nvmlDeviceGetComputeInstanceId, mig),
-                "sm_count": getattr(attributes, "multiprocessorCount", None),
-                "memory_mib": int(memory.total // (1024 * 1024)) if memory is not None else None,
-                "memory_used_mib": int(memory.used // (1024 * 1024))
-                if memory is not None
-                else None,
-                "uuid": _text(_call(nvml.nvmlDeviceGetUUID, mig)),
-                "profile": None,
-            }
+            mig_record(
+                index=len(migs),
+                gpu_instance_id=_call(nvml.nvmlDeviceGetGpuInstanceId, mig),
+                compute_instance_id=_call(nvml.nvmlDeviceGetComputeInstanceId, mig),
+                sm_count=getattr(attributes, "multiprocessorCount", None),
+                memory_mib=int(memory.total // (1024 * 1024)) if memory is not None else None,
+                memory_used_mib=int(memory.used // (1024 * 1024)) if memory is not None else None,
+                uuid=_text(_call(nvml.nvmlDeviceGetUUID, mig)),
+            )
         )
     return migs
 

@@ -1,11 +1,8 @@
 """Cards from nvidia-smi: `-q -x` (XML), `-q` (text) and `-L`, as card records.
 
-A *card record* is the one shape every discovery path (XML, text, NVML)
-produces for a physical card, before the facts are assembled:
-`index, name, uuid, pci_bus_id, memory_mib, memory_used_mib, utilization_pct,
-temperature_c, power_w, compute_capability, mig_mode, mig_pending, migs, fabric,
-platform,
-processes`. A MIG device in the XML or text carries no UUID and no profile
+A *card record* (`records.card_record`) is the one shape every discovery
+path (XML, text, CSV, NVML) produces for a physical card, before the facts
+are assembled. A MIG device in the XML or text carries no UUID and no profile
 name; `-L` supplies both (see `parse_smi_list`), and the assembly joins them.
 """
 
@@ -13,11 +10,10 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from llmgw_agent.discover.fields import clean, flag, number, whole
-
-Record = Dict[str, Any]
+from llmgw_agent.discover.records import Record, card_record, mig_record
 
 _HEALTH_FLAGS = ("route_recovery_in_progress", "route_unhealthy", "access_timeout_recovery")
 
@@ -139,16 +135,14 @@ def _xml_migs(gpu: ET.Element) -> List[Record]:
     migs = []
     for mig in gpu.findall("mig_devices/mig_device"):
         migs.append(
-            {
-                "index": whole(_text(mig, "index")),
-                "gpu_instance_id": whole(_text(mig, "gpu_instance_id")),
-                "compute_instance_id": whole(_text(mig, "compute_instance_id")),
-                "sm_count": whole(_text(mig, "device_attributes/shared/multiprocessor_count")),
-                "memory_mib": whole(_text(mig, "fb_memory_usage/total")),
-                "memory_used_mib": whole(_text(mig, "fb_memory_usage/used")),
-                "uuid": None,
-                "profile": None,
-            }
+            mig_record(
+                index=whole(_text(mig, "index")),
+                gpu_instance_id=whole(_text(mig, "gpu_instance_id")),
+                compute_instance_id=whole(_text(mig, "compute_instance_id")),
+                sm_count=whole(_text(mig, "device_attributes/shared/multiprocessor_count")),
+                memory_mib=whole(_text(mig, "fb_memory_usage/total")),
+                memory_used_mib=whole(_text(mig, "fb_memory_usage/used")),
+            )
         )
     return migs
 
@@ -170,24 +164,23 @@ def parse_smi_xml(text: str) -> Record:
     for index, gpu in enumerate(root.findall("gpu")):
         name = clean(_text(gpu, "product_name")) or "unknown GPU"
         cards.append(
-            {
-                "index": index,
-                "name": name,
-                "uuid": clean(_text(gpu, "uuid")),
-                "pci_bus_id": clean(_text(gpu, "pci/pci_bus_id")) or gpu.get("id"),
-                "memory_mib": whole(_text(gpu, "fb_memory_usage/total")),
-                "memory_used_mib": whole(_text(gpu, "fb_memory_usage/used")),
-                "utilization_pct": whole(_text(gpu, "utilization/gpu_util")),
-                "temperature_c": number(_text(gpu, "temperature/gpu_temp")),
-                "power_w": _xml_power(gpu),
-                "compute_capability": None,
-                "mig_mode": _mig_mode(_text(gpu, "mig_mode/current_mig")),
-                "mig_pending": _mig_mode(_text(gpu, "mig_mode/pending_mig")),
-                "migs": _xml_migs(gpu),
-                "fabric": _xml_fabric(gpu),
-                "platform": _xml_platform(gpu),
-                "processes": _xml_processes(gpu),
-            }
+            card_record(
+                index,
+                name,
+                uuid=clean(_text(gpu, "uuid")),
+                pci_bus_id=clean(_text(gpu, "pci/pci_bus_id")) or gpu.get("id"),
+                memory_mib=whole(_text(gpu, "fb_memory_usage/total")),
+                memory_used_mib=whole(_text(gpu, "fb_memory_usage/used")),
+                utilization_pct=whole(_text(gpu, "utilization/gpu_util")),
+                temperature_c=number(_text(gpu, "temperature/gpu_temp")),
+                power_w=_xml_power(gpu),
+                mig_mode=_mig_mode(_text(gpu, "mig_mode/current_mig")),
+                mig_pending=_mig_mode(_text(gpu, "mig_mode/pending_mig")),
+                migs=_xml_migs(gpu),
+                fabric=_xml_fabric(gpu),
+                platform=_xml_platform(gpu),
+                processes=_xml_processes(gpu),
+            )
         )
     return {
         "driver_version": clean(_text(root, "driver_version")),
@@ -312,41 +305,36 @@ def parse_smi_text(text: str) -> Record:
             if child["key"] != "MIG Device":
                 continue
             migs.append(
-                {
-                    "index": whole(_value(child, "Index")),
-                    "gpu_instance_id": whole(_value(child, "GPU Instance ID")),
-                    "compute_instance_id": whole(_value(child, "Compute Instance ID")),
-                    "sm_count": whole(
+                mig_record(
+                    index=whole(_value(child, "Index")),
+                    gpu_instance_id=whole(_value(child, "GPU Instance ID")),
+                    compute_instance_id=whole(_value(child, "Compute Instance ID")),
+                    sm_count=whole(
                         _value(child, "Device Attributes", "Shared", "Multiprocessor count")
                     ),
-                    "memory_mib": whole(_value(child, "Shared FB Memory Usage", "Total")),
-                    "memory_used_mib": whole(_value(child, "Shared FB Memory Usage", "Used")),
-                    "uuid": None,
-                    "profile": None,
-                }
+                    memory_mib=whole(_value(child, "Shared FB Memory Usage", "Total")),
+                    memory_used_mib=whole(_value(child, "Shared FB Memory Usage", "Used")),
+                )
             )
         fabric_node = _child(node, "Fabric")
         name = clean(_value(node, "Product Name")) or "unknown GPU"
         cards.append(
-            {
-                "index": len(cards),
-                "name": name,
-                "uuid": clean(_value(node, "GPU UUID")),
-                "pci_bus_id": node["key"].split(" ", 1)[1].strip(),
-                "memory_mib": whole(_value(node, "FB Memory Usage", "Total")),
-                "memory_used_mib": whole(_value(node, "FB Memory Usage", "Used")),
-                "utilization_pct": whole(_value(node, "Utilization", "GPU")),
-                "temperature_c": number(_value(node, "Temperature", "GPU Current Temp")),
-                "power_w": number(_value(node, "GPU Power Readings", "Instantaneous Power Draw"))
+            card_record(
+                len(cards),
+                name,
+                uuid=clean(_value(node, "GPU UUID")),
+                pci_bus_id=node["key"].split(" ", 1)[1].strip(),
+                memory_mib=whole(_value(node, "FB Memory Usage", "Total")),
+                memory_used_mib=whole(_value(node, "FB Memory Usage", "Used")),
+                utilization_pct=whole(_value(node, "Utilization", "GPU")),
+                temperature_c=number(_value(node, "Temperature", "GPU Current Temp")),
+                power_w=number(_value(node, "GPU Power Readings", "Instantaneous Power Draw"))
                 or number(_value(node, "GPU Power Readings", "Power Draw")),
-                "compute_capability": None,
-                "mig_mode": _mig_mode(_value(node, "MIG Mode", "Current")),
-                "mig_pending": _mig_mode(_value(node, "MIG Mode", "Pending")),
-                "migs": migs,
-                "fabric": text_fabric(fabric_node) if fabric_node is not None else None,
-                "platform": None,
-                "processes": [],
-            }
+                mig_mode=_mig_mode(_value(node, "MIG Mode", "Current")),
+                mig_pending=_mig_mode(_value(node, "MIG Mode", "Pending")),
+                migs=migs,
+                fabric=text_fabric(fabric_node) if fabric_node is not None else None,
+            )
         )
     header = {child["key"]: child["value"] for child in top if child["value"] is not None}
     return {
@@ -379,7 +367,7 @@ def parse_query_gpu_csv(text: str) -> List[Record]:
     cards = []
     for line in lines[1:]:
         values = [value.strip() for value in line.split(",")]
-        row = dict(zip(header, values))  # noqa: B905 (Python 3.8)
+        row = dict(zip(header, values))
         health = {
             key: _csv_field(row, "fabric.health." + key)
             for key in (
@@ -393,29 +381,26 @@ def parse_query_gpu_csv(text: str) -> List[Record]:
         }
         index = whole(_csv_field(row, "index"))
         cards.append(
-            {
-                "index": index if index is not None else len(cards),
-                "name": clean(_csv_field(row, "name")) or "unknown GPU",
-                "uuid": clean(_csv_field(row, "uuid")),
-                "pci_bus_id": clean(_csv_field(row, "pci.bus_id")),
-                "memory_mib": whole(_csv_field(row, "memory.total")),
-                "memory_used_mib": whole(_csv_field(row, "memory.used")),
-                "utilization_pct": whole(_csv_field(row, "utilization.gpu")),
-                "temperature_c": number(_csv_field(row, "temperature.gpu")),
-                "power_w": number(_csv_field(row, "power.draw")),
-                "compute_capability": clean(_csv_field(row, "compute_cap")),
-                "mig_mode": _mig_mode(_csv_field(row, "mig.mode.current")),
-                "mig_pending": _mig_mode(_csv_field(row, "mig.mode.pending")),
-                "migs": [],
-                "fabric": fabric_record(
+            card_record(
+                index if index is not None else len(cards),
+                clean(_csv_field(row, "name")) or "unknown GPU",
+                uuid=clean(_csv_field(row, "uuid")),
+                pci_bus_id=clean(_csv_field(row, "pci.bus_id")),
+                memory_mib=whole(_csv_field(row, "memory.total")),
+                memory_used_mib=whole(_csv_field(row, "memory.used")),
+                utilization_pct=whole(_csv_field(row, "utilization.gpu")),
+                temperature_c=number(_csv_field(row, "temperature.gpu")),
+                power_w=number(_csv_field(row, "power.draw")),
+                compute_capability=clean(_csv_field(row, "compute_cap")),
+                mig_mode=_mig_mode(_csv_field(row, "mig.mode.current")),
+                mig_pending=_mig_mode(_csv_field(row, "mig.mode.pending")),
+                fabric=fabric_record(
                     _csv_field(row, "fabric.state"),
                     _csv_field(row, "fabric.status"),
                     _csv_field(row, "fabric.cliqueId"),
                     _csv_field(row, "fabric.clusterUuid"),
                     health,
                 ),
-                "platform": None,
-                "processes": [],
-            }
+            )
         )
     return cards
