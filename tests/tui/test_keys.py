@@ -164,7 +164,8 @@ def test_command_lines_parse_with_aliases_and_refuse_what_they_cannot_run():
         (":racks now", ":racks takes no argument (got 'now')."),
         (
             "",
-            "Type a command: :nodes, :racks, :node, :plan, :replicas, :serve, :logs, :help, :quit.",
+            "Type a command: :nodes, :racks, :node, :plan, :replicas, :serve, :logs, :doctor, "
+            ":fabric, :help, :quit.",
         ),
     ]:
         try:
