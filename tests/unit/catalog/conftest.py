@@ -7,9 +7,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from huggingface_hub import constants
 
-from tests.unit.model.hub_server import LocalHub
+from tests.unit.model.hub_server import LocalHub, point_hub_at
 
 
 @pytest.fixture
@@ -17,15 +16,7 @@ def hub_at(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], N
     """Point huggingface_hub at an endpoint, online, with an empty private cache and no token."""
 
     def point(endpoint: str) -> None:
-        monkeypatch.setenv("HF_ENDPOINT", endpoint)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
-        monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "no-tokens"))
+        point_hub_at(endpoint, tmp_path, monkeypatch)
 
     return point
 

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
+from huggingface_hub import constants
+
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -203,3 +206,16 @@ def repo_from_fixture(directory: Path, **options: object) -> FakeRepo:
         if path.name != "files.json":
             repo.files[path.name] = path
     return repo
+
+
+def point_hub_at(endpoint: str, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point huggingface_hub at `endpoint`, online, with a private cache under `home` and no token."""
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(home / "hf-home"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub-cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "no-token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(home / "no-tokens"))
