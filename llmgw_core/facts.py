@@ -31,6 +31,14 @@ def device_in_use(has_processes: bool, memory_used_mib: float | None) -> bool:
     return has_processes or (memory_used_mib is not None and memory_used_mib > BUSY_MEMORY_MIB)
 
 
+def is_zero_uuid(uuid: str | None) -> bool:
+    """True for a missing or all-zero cluster UUID: a single machine's NVSwitch, not a domain.
+
+    The agent reads its cards by the same rule (`llmgw_agent.discover.fields.is_zero_uuid`).
+    """
+    return not (uuid or "").strip().strip("0-")
+
+
 class _Snapshot(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 

@@ -18,14 +18,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from llmgw_core.errors import BadInput
-from llmgw_core.facts import Gpu, NodeFacts
+from llmgw_core.facts import Gpu, NodeFacts, is_zero_uuid
 from llmgw_core.fleet.state import FleetState, NodeState
 from llmgw_core.gpu_classes import MIB_PER_GIB, GpuClass, gpu_class
 from llmgw_core.inventory import NodeSpec
 from llmgw_core.pools import Device, Fleet, Node, NvlinkDomain, nvlink_groups_from_matrix
 
 _NVLINK = re.compile(r"^NV(\d+)$")
-_ZERO_CLUSTER = re.compile(r"^[0-]*$")
 
 
 @dataclass(frozen=True)
@@ -112,11 +111,7 @@ def _domain(facts: NodeFacts) -> tuple[NvlinkDomain | None, str | None]:
     NVLink fails its first collective otherwise.
     """
     fabrics = [card.fabric for card in facts.cards if card.fabric is not None]
-    clusters = {
-        f.cluster_uuid
-        for f in fabrics
-        if f.cluster_uuid and not _ZERO_CLUSTER.match(f.cluster_uuid)
-    }
+    clusters = {f.cluster_uuid for f in fabrics if not is_zero_uuid(f.cluster_uuid)}
     verdicts = [f.verdict for f in fabrics]
     in_rack = any(card.platform and card.platform.chassis_serial for card in facts.cards)
     if facts.nvlink_domain is None and not clusters:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from llmgw_core.facts import device_in_use
+from llmgw_core.facts import device_in_use, is_zero_uuid
 
 TrayState = Literal["joined", "degraded", "not-joined"]
 
@@ -201,7 +201,7 @@ def domain_name(domain: Mapping[str, Any] | None) -> str | None:
     if not domain:
         return None
     uuid = str(domain.get("cluster_uuid") or "")
-    if not uuid.strip("0-"):
+    if is_zero_uuid(uuid):
         return None
     clique = domain.get("clique_id")
     head = uuid.split("-")[0]
@@ -413,14 +413,14 @@ def tray_state(facts: Any) -> tuple[TrayState, str | None]:
 
 def _cluster_of(mapping: Mapping[str, Any]) -> tuple[str, str | None] | None:
     domain = mapping.get("nvlink_domain")
-    if domain and str(domain.get("cluster_uuid") or "").strip("0-"):
+    if domain and not is_zero_uuid(str(domain.get("cluster_uuid") or "")):
         return str(domain["cluster_uuid"]), _str_or_none(domain.get("clique_id"))
     # A tray that has not joined reports no domain of its own, but its cards
     # still name the cluster the fabric manager assigned it to.
     for card in mapping.get("cards") or ():
         fabric = card.get("fabric") or {}
         uuid = str(fabric.get("cluster_uuid") or "")
-        if uuid.strip("0-"):
+        if not is_zero_uuid(uuid):
             return uuid, _str_or_none(fabric.get("clique_id"))
     return None
 
