@@ -29,7 +29,7 @@ from llmgw_core.engines.preview import ServeSpec, serve_command
 from llmgw_core.errors import BadInput
 from llmgw_core.gpu_classes import GpuClass
 from llmgw_core.memory import Layout
-from llmgw_core.model.artifacts import Artifact
+from llmgw_core.model.artifacts import GIB, Artifact
 from llmgw_core.model.shape import ModelShape
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.plan_fit import Miss, Sizer, advice_when_nothing_fits, smallest_fitting
@@ -47,8 +47,6 @@ from llmgw_core.plan_ways import (
     uses_expert_parallel,
 )
 from llmgw_core.pools import Fleet, Pool
-
-GIB = 1024**3
 
 # Way kinds, in the order they are tried.
 ONE_CARD, ONE_NODE, SEVERAL_NODES, CPU_NODE = 0, 1, 2, 3

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from llmgw_core.facts import device_in_use, is_zero_uuid
+from llmgw_core.gpu_classes import MIB_PER_GIB
 
 TrayState = Literal["joined", "degraded", "not-joined"]
 
@@ -246,7 +247,7 @@ def node_summary(
 
 def _ram_gib(mapping: Mapping[str, Any]) -> int | None:
     memory_mib = (mapping.get("host") or {}).get("memory_mib")
-    return None if memory_mib is None else round(memory_mib / 1024)
+    return None if memory_mib is None else round(memory_mib / MIB_PER_GIB)
 
 
 def _card_of(mapping: Mapping[str, Any], card_index: Any) -> Mapping[str, Any]:
@@ -339,7 +340,7 @@ def host_pairs(facts: Any) -> tuple[tuple[str, str], ...]:
     ):
         value = host.get(key)
         if key == "memory_mib" and value is not None:
-            value = f"{round(value / 1024)} GiB"
+            value = f"{round(value / MIB_PER_GIB)} GiB"
         if value is not None:
             pairs.append((title, str(value)))
     return tuple(pairs)

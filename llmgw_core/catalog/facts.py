@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-GIB = 1024**3
+from llmgw_core.model.artifacts import GIB
 
 # Llama 3.1's rotary scaling, shared by every Llama 3.1 / 3.3 checkpoint.
 LLAMA3_ROPE = {

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from llmgw_core.errors import BadInput
 from llmgw_core.memory import CardNeed, Layout
 from llmgw_core.memory.kv_vllm import kv_token_bytes
-from llmgw_core.model.artifacts import Artifact
+from llmgw_core.model.artifacts import GIB, Artifact
 from llmgw_core.model.params import count_parameters
 from llmgw_core.model.shape import SLIDING, ModelShape
 
-GIB = 1024**3
 CELL_PADDING = 256
 DEFAULT_UBATCH = 512
 CUDA_CONTEXT_GIB = 0.35  # per GPU device; not a figure llama.cpp prints (CUDA/ROCm runtime)

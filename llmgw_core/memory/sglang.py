@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from llmgw_core.memory import CardNeed, Layout
 from llmgw_core.memory.kv_vllm import kv_dtype_bytes, kv_token_bytes
 from llmgw_core.memory.weights import serve_dtype_for, stage_weights
-from llmgw_core.model.artifacts import Artifact
+from llmgw_core.model.artifacts import GIB, Artifact
 from llmgw_core.model.shape import SLIDING, ModelShape
 
-GIB = 1024**3
 INIT_SINGLE_GIB = 0.5
 INIT_PARALLEL_GIB = 2.1  # CUDA context + NCCL / custom all-reduce buffers before the pool is sized
 SWA_FULL_TOKENS_RATIO = 0.8

@@ -47,11 +47,9 @@ from llmgw_core.memory.weights import (
     serve_dtype_for,
     stage_weights,
 )
-from llmgw_core.model.artifacts import Artifact
+from llmgw_core.model.artifacts import GIB, Artifact
 from llmgw_core.model.quantization import Quantization, online_fp8
 from llmgw_core.model.shape import FULL, ModelShape
-
-GIB = 1024**3
 
 
 def parse_version(version: str | None) -> tuple[int, int, int]:

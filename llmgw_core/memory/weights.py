@@ -28,7 +28,6 @@ from llmgw_core.model.params import (
 from llmgw_core.model.quantization import Quantization
 from llmgw_core.model.shape import ModelShape
 
-GIB = 1024**3
 VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of 64 before sharding it
 
 
