@@ -16,6 +16,14 @@ from llmgw_agent.discover.fields import clean, flag, number, whole
 from llmgw_agent.discover.records import Record, card_record, mig_record
 
 _HEALTH_FLAGS = ("route_recovery_in_progress", "route_unhealthy", "access_timeout_recovery")
+HEALTH_KEYS = (
+    "summary",
+    "bandwidth",
+    *_HEALTH_FLAGS,
+    "incorrect_configuration",
+    "partition_assigned",
+)
+"""The keys of a card's fabric health, the same from XML, text, CSV and NVML."""
 
 
 class SmiParseError(ValueError):
@@ -52,13 +60,8 @@ def fabric_record(
         "clique_id": clique,
         "cluster_uuid": clean(cluster_uuid),
         "health": {
-            "summary": clean(health.get("summary")),
-            "bandwidth": clean(health.get("bandwidth")),
-            "route_recovery_in_progress": flag(health.get("route_recovery_in_progress")),
-            "route_unhealthy": flag(health.get("route_unhealthy")),
-            "access_timeout_recovery": flag(health.get("access_timeout_recovery")),
-            "incorrect_configuration": clean(health.get("incorrect_configuration")),
-            "partition_assigned": clean(health.get("partition_assigned")),
+            key: flag(health.get(key)) if key in _HEALTH_FLAGS else clean(health.get(key))
+            for key in HEALTH_KEYS
         },
     }
 
@@ -368,17 +371,7 @@ def parse_query_gpu_csv(text: str) -> List[Record]:
     for line in lines[1:]:
         values = [value.strip() for value in line.split(",")]
         row = dict(zip(header, values))
-        health = {
-            key: _csv_field(row, "fabric.health." + key)
-            for key in (
-                "summary",
-                "bandwidth",
-                "route_recovery_in_progress",
-                "route_unhealthy",
-                "access_timeout_recovery",
-                "incorrect_configuration",
-            )
-        }
+        health = {key: _csv_field(row, "fabric.health." + key) for key in HEALTH_KEYS}
         index = whole(_csv_field(row, "index"))
         cards.append(
             card_record(
