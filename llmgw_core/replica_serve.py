@@ -33,11 +33,12 @@ from typing import Any
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.client import AgentError, AgentLost
 from llmgw_core.model.source import ModelInfo
-from llmgw_core.placement import explain, place, want_summary
+from llmgw_core.placement import Placement, explain, place, want_summary
 from llmgw_core.replica_choice import Choice
 from llmgw_core.replica_fetch import FetchFailed, fetch_weights, weights_plan
 from llmgw_core.replica_http import EngineReach, TunnelRefused, health_status
 from llmgw_core.replica_launch import replica_spec, shard_spec
+from llmgw_core.replica_preflight import all_reduce_preflight
 from llmgw_core.replica_prepare import (
     STARTUP_TIMEOUT_S,
     ServePreview,
@@ -292,6 +293,29 @@ async def serve(
     return outcome
 
 
+async def _preflight(
+    fleet: Any,
+    request: ServeRequest,
+    choice: Choice,
+    placement: Placement,
+    served_name: str,
+    context: int,
+    trace: Trace,
+) -> str | None:
+    """all_reduce_perf across the chosen nodes; the reason to stop, or None to go on."""
+    launch, _ = await launch_for(fleet, request, choice, placement, served_name, context)
+    nodes = ", ".join(p.node for p in placement.nodes)
+    trace.add("all_reduce began", None, nodes)
+    try:
+        judged = await all_reduce_preflight(fleet, placement, launch, choice.cards_per_node)
+    except (LlmgwError, AgentLost) as exc:
+        return f"all_reduce_perf could not run across {nodes}: {exc}"
+    trace.add("all_reduce ended", None, f"{judged.verdict}: {judged.reason}")
+    if judged.verdict == "fail":
+        return f"all_reduce_perf across {nodes} failed: {judged.reason}"
+    return None
+
+
 async def _fetch(
     fleet: Any,
     reach: EngineReach,
@@ -355,6 +379,12 @@ async def serve_way(
         outcome.placement = placement.as_dict()
         nodes = [p.node for p in placement.nodes]
         trace.add("placed", None, f"{choice.label} on {', '.join(nodes)}")
+        if request.all_reduce and len(nodes) > 1:
+            refused = await _preflight(
+                fleet, request, choice, placement, served_name, context, trace
+            )
+            if refused is not None:
+                return {"way": choice.label, "outcome": "failed", "reason": refused}
         if request.hub_repo and choice.artifact_format != "gguf":
             try:
                 request = await _fetch(fleet, reach, request, nodes, trace, name)

@@ -482,3 +482,45 @@ def test_a_port_something_else_listens_on_is_never_given_to_an_engine(demo: Demo
         first = answer["ports"][0]
         chosen = demo.loop.run(free_port(demo.fleet, "cpu-01", taken, {first}))
         assert chosen not in (taken, first) and chosen > taken
+
+
+def test_an_all_reduce_preflight_that_fails_stops_the_serve_before_a_card_is_claimed(demo: Demo):
+    outcome = demo.step(
+        "serve",
+        model=LLAMA,
+        context=32768,
+        gpu_class="h100-80g",
+        gpus=8,
+        nodes=2,
+        env={"NCCL_IB_DISABLE": "1"},  # the test takes the engine's path: TCP
+        name="llama-2x8-checked",
+        all_reduce=True,
+    )
+    assert not outcome.ok and outcome.exit_code == 1
+    (attempt,) = outcome.result["attempts"]
+    assert attempt["reason"] == (
+        "all_reduce_perf across h100-a-01, h100-a-02 failed: "
+        "1.4 of 400 GB/s per node across 2 nodes (0%)"
+    )
+    steps = [e["step"] for e in outcome.result["trace"]]
+    assert steps == ["placed", "all_reduce began", "all_reduce ended"]
+    assert demo.claims() == {}
+
+
+def test_an_all_reduce_preflight_that_passes_lets_the_replica_start(demo: Demo):
+    result = _served(
+        demo,
+        model=LLAMA,
+        context=32768,
+        gpu_class="h100-80g",
+        gpus=8,
+        nodes=2,
+        name="llama-2x8-checked",
+        all_reduce=True,
+        wait="started",
+    )
+    (ended,) = [e for e in result["trace"] if e["step"] == "all_reduce ended"]
+    assert ended["detail"] == "pass: 371.3 of 400 GB/s per node across 2 nodes (93%)"
+    assert result["trace"][-1]["step"] == "claimed, process started"
+    demo.step("stop", replica="llama-2x8-checked")
+    assert demo.claims() == {}

@@ -12,6 +12,7 @@ steps:
       wait: ready                # or `started`
       timeout: 1200              # seconds without progress before it is failed
       dry_run: false             # true: plan, place and build the commands; start nothing
+      all_reduce: false          # true: all_reduce_perf across the nodes first (multi-node)
 ```
 
 The result is the replica's name and phase, the way and placement, every
@@ -61,6 +62,7 @@ class ServeArgs(StepArgs):
     wait: Literal["ready", "started"] = "ready"
     timeout: float = Field(default=1200.0, gt=0, le=86_400)
     dry_run: bool = False
+    all_reduce: bool = False
 
 
 def local_source(ref: str, script_dir: Path) -> str | None:
@@ -123,6 +125,7 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
         secret_env=hub_token_env() if hub_repo else {},
         hub_repo=hub_repo,
         revision=model.revision if hub_repo else None,
+        all_reduce=args.all_reduce,
     )
     if args.dry_run:
         try:
