@@ -1,41 +1,18 @@
-"""The demo fleet's facts, offline: written by the simulator, read by the real discovery."""
+"""The `demo_facts` fixture, shared with the placement tests (`placement/demo_fleet_facts.py`)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import sys
 from pathlib import Path
 
 import pytest
 
-from llmgw_agent.discover import collect_facts
-from llmgw_agent.sim.profiles import write_profile
-from llmgw_core.facts import parse_facts
-from llmgw_core.fleet.demo import demo_nodes
-from llmgw_core.fleet.state import FleetState, NodeState
-from llmgw_core.inventory import Fabric, NodeSpec
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "placement"))
 
-AT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
-
-
-def _adapters(capture: Path) -> tuple[str, ...]:
-    folder = capture / "sys" / "class" / "infiniband"
-    return tuple(sorted(p.name for p in folder.iterdir())) if folder.is_dir() else ()
+from demo_fleet_facts import DemoFacts, demo_fleet_facts
 
 
 @pytest.fixture(scope="session")
-def demo_facts(tmp_path_factory: pytest.TempPathFactory) -> tuple[FleetState, tuple[NodeSpec, ...]]:
+def demo_facts(tmp_path_factory: pytest.TempPathFactory) -> DemoFacts:
     """Every demo node ready, and inventory entries with the demo's fabrics."""
-    root = tmp_path_factory.mktemp("demo-captures")
-    nodes: dict[str, NodeState] = {}
-    specs = []
-    for node in demo_nodes():
-        capture = write_profile(node.profile, root / node.name, hostname=node.name, **node.options)
-        facts = parse_facts(collect_facts(replay=str(capture)), node.name)
-        nodes[node.name] = NodeState(name=node.name, state="ready", facts=facts, last_seen=AT)
-        fabrics = ()
-        if node.fabric:
-            fabrics = (Fabric(name=node.fabric, hcas=_adapters(capture)),)
-        specs.append(
-            NodeSpec(name=node.name, host="127.0.0.1", fabrics=fabrics, replay=str(capture))
-        )
-    return FleetState(taken_at=AT, nodes=nodes), tuple(specs)
+    return demo_fleet_facts(tmp_path_factory)
