@@ -26,9 +26,7 @@ _UNREADABLE_GRACE_S = 10.0
 
 def claims_dir() -> Path:
     """Where the claim files live (created on first use)."""
-    path = paths.state_dir() / "claims"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return paths.state_subdir("claims")
 
 
 def valid_gpu_id(gpu: str) -> bool:

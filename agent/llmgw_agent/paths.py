@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 STATE_ENV = "LLMGW_AGENT_STATE"
 REPLAY_ENV = "LLMGW_AGENT_REPLAY"
 
 
-def state_dir():
+def state_dir() -> Path:
     """The agent's state directory (shards, claims, logs), created on first use.
 
     `LLMGW_AGENT_STATE` wins (the demo fleet gives each simulated node its own);
@@ -30,7 +31,7 @@ def state_dir():
     return path
 
 
-def replay_dir(explicit=None):
+def replay_dir(explicit: Optional[str] = None) -> Optional[Path]:
     """The capture directory discovery reads instead of the hardware, or None.
 
     An explicit `--replay DIR` wins over `LLMGW_AGENT_REPLAY`.
@@ -39,12 +40,17 @@ def replay_dir(explicit=None):
     return Path(chosen) if chosen else None
 
 
-def sim_usage_dir():
+def state_subdir(name: str) -> Path:
+    """A folder of the state directory (`shards`, `claims` …), created on first use."""
+    path = state_dir() / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def sim_usage_dir() -> Path:
     """Where sim engines record the memory they hold on simulated cards.
 
     Each running sim engine writes `<pid>.json` here; discovery in replay mode
     adds the memory of the ones whose process is still alive to its cards.
     """
-    path = state_dir() / "sim-usage"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return state_subdir("sim-usage")

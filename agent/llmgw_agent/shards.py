@@ -44,9 +44,7 @@ _STOP_SLACK_S = 5.0
 
 def shards_dir() -> Path:
     """Where shard directories live (created on first use)."""
-    path = paths.state_dir() / "shards"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return paths.state_subdir("shards")
 
 
 def read_record(path: Path) -> dict:
