@@ -42,19 +42,26 @@ class ShardRow:
     why: str
 
 
-def shard_transport(shard: ShardView) -> str | None:
-    """The NCCL transport a shard reported, when the view carries one (`IB + GDR`, `Socket`)."""
-    found = getattr(shard, "transport", None) or getattr(shard, "nccl", None)
-    if found is None:
-        return None
-    return str(getattr(found, "label", found))
+def shard_transport(view: ReplicaView, shard: ShardView) -> str | None:
+    """The NCCL transport the shard's log shows (`IB + GDR`, `Socket (TCP)`), None when unsaid."""
+    found = view.transports.get(shard.shard_id)
+    return str(found["label"]) if found and found.get("label") else None
+
+
+def compact_gpus(gpus: tuple[str, ...]) -> str:
+    """`GPU-0, GPU-1`; more than two as `8: GPU-0 … GPU-7`; `RAM` for a CPU shard."""
+    if not gpus:
+        return "RAM"
+    if len(gpus) <= 2:
+        return ", ".join(gpus)
+    return f"{len(gpus)}: {gpus[0]} … {gpus[-1]}"
 
 
 def replica_row(view: ReplicaView) -> ReplicaRow:
     """`llama-70b · ready · vllm · 4 × h100-80g · h100-a-01:8000 · 1/1 running · IB + GDR`."""
     running = sum(s.phase == "running" for s in view.shards)
     expected = len(view.spec.get("placement", {}).get("nodes", [])) or len(view.shards)
-    transports = sorted({t for t in (shard_transport(s) for s in view.shards) if t})
+    transports = sorted({t for t in (shard_transport(view, s) for s in view.shards) if t})
     return ReplicaRow(
         name=view.name,
         phase=view.phase,
@@ -72,7 +79,7 @@ def shard_row(shard: ShardView) -> ShardRow:
     return ShardRow(
         rank=f"r{shard.rank}",
         node=shard.node,
-        gpus=", ".join(shard.gpus) or "RAM",
+        gpus=compact_gpus(shard.gpus),
         phase=shard.phase,
         why=why or "-",
     )

@@ -48,8 +48,8 @@ class FleetFeed(Protocol):
         """Release what the feed opened (SSH connections, the demo fleet)."""
         ...
 
-    async def replicas(self) -> tuple[ReplicaView, ...]:
-        """Every replica the nodes run now."""
+    async def replicas(self, *, transports: bool = False) -> tuple[ReplicaView, ...]:
+        """Every replica the nodes run now (with NCCL's transport per shard when asked)."""
         ...
 
     async def stop_replica(self, name: str) -> dict[str, Any]:
@@ -94,8 +94,8 @@ class StaticFeed:
         self._replicas = tuple(replicas)
         self._logs = dict(logs or {})
 
-    async def replicas(self) -> tuple[ReplicaView, ...]:
-        """The replicas the fixed fleet was given."""
+    async def replicas(self, *, transports: bool = False) -> tuple[ReplicaView, ...]:
+        """The replicas the fixed fleet was given (as given: their transports included)."""
         return self._replicas
 
     async def stop_replica(self, name: str) -> dict[str, Any]:
@@ -183,15 +183,19 @@ class LiveFeed:
             self._reach = EngineReach(self._live())
         return self._reach
 
-    async def replicas(self) -> tuple[ReplicaView, ...]:
-        """Every replica reassembled from the nodes now; remembers shards per node for the fleet."""
+    async def replicas(self, *, transports: bool = False) -> tuple[ReplicaView, ...]:
+        """Every replica reassembled from the nodes now; remembers shards per node for the fleet.
+
+        With `transports`, each shard's NCCL transport is read from its log too.
+        """
+        from llmgw_core.replica_transport import with_transports
         from llmgw_core.replicas import replicas_now
 
         if self._fleet is None:
             return ()
         views = await replicas_now(self._fleet)
         self._shards_by_node = running_shards(views)
-        return views
+        return await with_transports(self._fleet, views) if transports else views
 
     async def stop_replica(self, name: str) -> dict[str, Any]:
         """Stop every shard of `name` on the nodes that answer (`replicas.stop_replica`)."""

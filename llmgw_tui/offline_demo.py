@@ -16,6 +16,7 @@ from llmgw_agent.sim.profiles import write_profile
 from llmgw_core.facts import parse_facts
 from llmgw_core.fleet.demo import demo_nodes
 from llmgw_core.fleet.state import FleetState, NodeState
+from llmgw_core.replica_view import SPEC_KIND, ReplicaView, assemble
 
 FROZEN_AT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 """The one moment every offline snapshot is taken at (no clocks in pictures)."""
@@ -38,3 +39,89 @@ def offline_demo_state(root: Path) -> tuple[FleetState, dict[str, tuple[str, ...
         )
         fabrics[node.name] = (node.fabric,) if node.fabric else ()
     return FleetState(taken_at=FROZEN_AT, nodes=nodes), fabrics
+
+
+def demo_replica(fleet_state: FleetState) -> ReplicaView:
+    """A ready two-node vLLM replica on the demo's HGX H100 nodes, as their agents list it.
+
+    The records are shaped as `shard.list` answers them and reassembled by
+    `replica_view.assemble`, with fixed times and ports (no clocks in pictures).
+    """
+    at = FROZEN_AT.timestamp()
+    placement = {
+        "nodes": [
+            {"node": "h100-a-01", "rank": 0, "gpus": [f"GPU-{i}" for i in range(8)]},
+            {"node": "h100-a-02", "rank": 1, "gpus": [f"GPU-{i}" for i in range(8)]},
+        ]
+    }
+    replica = {
+        "name": "llama-405b",
+        "model": "catalog:meta-llama/Meta-Llama-3.1-405B",
+        "served_name": "meta-llama/Meta-Llama-3.1-405B",
+        "engine": "vllm",
+        "way": {"label": "2 × 8 × h100-80g"},
+        "placement": placement,
+        "fabric": "ib-a",
+        "head": "h100-a-01",
+        "http_port": 8000,
+        "created_at": at - 30,
+    }
+    listings = {
+        entry["node"]: [
+            {
+                "shard_id": f"llama-405b-r{entry['rank']}",
+                "replica": "llama-405b",
+                "rank": entry["rank"],
+                "gpus": entry["gpus"],
+                "phase": "running",
+                "healthy": entry["rank"] == 0,
+                "started_at": at - 29,
+                "spec": {"kind": SPEC_KIND, "replica": replica, "launch": {"argv": ["vllm"]}},
+            }
+        ]
+        for entry in placement["nodes"]
+    }
+    (view,) = assemble(listings, fleet_state, now=FROZEN_AT)
+    return view
+
+
+def demo_logs(view: ReplicaView, *, socket_fallback: bool = True) -> dict[str, list[str]]:
+    """Each shard's log as the simulated engine writes it (NCCL INFO lines included).
+
+    With `socket_fallback`, NCCL is told to leave InfiniBand alone, so it
+    says `NET/Socket` — what the logs screen must shout about.
+    """
+    from llmgw_agent.sim.engine_lines import nccl_lines
+
+    env = {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "=eth0"}
+    env.update({"NCCL_IB_DISABLE": "1"} if socket_fallback else {"NCCL_IB_HCA": "=mlx5_0"})
+    logs: dict[str, list[str]] = {}
+    for shard in view.shards:
+        engine = {
+            "nnodes": len(view.shards),
+            "tp": 8,
+            "pp": len(view.shards),
+            "node_rank": shard.rank,
+        }
+        logs[shard.shard_id] = [
+            f"INFO vllm: starting rank {shard.rank} of {view.name} on {shard.node}",
+            *nccl_lines(env, shard.node, 4100 + shard.rank, engine),
+            f"INFO vllm: rank {shard.rank} loaded its weights",
+        ]
+    return logs
+
+
+def demo_replica_with_logs(fleet_state: FleetState) -> tuple[ReplicaView, dict[str, list[str]]]:
+    """The demo replica with the NCCL transport its logs show attached, and those logs."""
+    from dataclasses import replace
+
+    from llmgw_core.fabric import replica_transport
+    from llmgw_core.replica_transport import transport_dict
+
+    view = demo_replica(fleet_state)
+    logs = demo_logs(view)
+    transports, warnings = replica_transport(
+        view.name, logs, [f"mlx5_{i}" for i in range(8)], len(view.shards)
+    )
+    by_shard = {shard_id: transport_dict(found) for shard_id, found in transports.items()}
+    return replace(view, transports=by_shard, transport_warnings=tuple(warnings)), logs

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import StaticFeed
-from llmgw_tui.offline_demo import offline_demo_state
+from llmgw_tui.offline_demo import demo_replica_with_logs, offline_demo_state
 
 SHOTS: tuple[tuple[str, tuple[int, int], tuple[str, ...]], ...] = (
     ("fleet", (120, 40), ()),
@@ -31,6 +31,12 @@ SHOTS: tuple[tuple[str, tuple[int, int], tuple[str, ...]], ...] = (
     ("plan", (120, 40), ("colon", *"plan catalog:meta-llama/Llama-3.3-70B-Instruct", "enter")),
     ("help", (120, 40), ("question_mark",)),
     ("command-mode", (120, 40), ("colon", *"node ")),
+    ("replicas", (120, 40), ("4",)),
+    ("replicas-80x24", (80, 24), ("4",)),
+    ("logs", (120, 40), ("colon", *"logs llama-405b", "enter")),
+    ("logs-80x24", (80, 24), ("colon", *"logs llama-405b", "enter")),
+    ("serve-ways", (120, 40), ("5", *"catalog:meta-llama/Llama-3.3-70B-Instruct", "enter")),
+    ("doctor", (120, 40), ("colon", *"doctor", "enter")),
 )
 """Each picture: its file name, the terminal size, and the keys pressed before it is taken."""
 
@@ -42,6 +48,11 @@ async def _shoot(app: LlmgwApp, size: tuple[int, int], keys: Sequence[str]) -> s
         await pilot.press(*keys)
         for _ in range(3):
             await pilot.pause()
+        for _ in range(40):  # a page that plans or reads in a worker: until it has drawn
+            await pilot.pause(0.05)
+            if not [w for w in app.workers if w.is_running and w.group != "replicas-poll"]:
+                break
+        await pilot.pause(0.2)
         return app.export_screenshot(title="llmgw")
 
 
@@ -52,8 +63,10 @@ def write_screenshots(out: Path) -> list[Path]:
     written = []
     with tempfile.TemporaryDirectory(prefix="llmgw-shots-") as captures:
         state, fabrics = offline_demo_state(Path(captures))
+        replica, logs = demo_replica_with_logs(state)
         for name, size, keys in SHOTS:
-            app = LlmgwApp(StaticFeed(state, fabrics), animation="none")
+            feed = StaticFeed(state, fabrics, replicas=[replica], logs=logs)
+            app = LlmgwApp(feed, animation="none")
             svg = asyncio.run(_shoot(app, size, keys))
             path = out / f"{name}.svg"
             path.write_text(svg, encoding="utf-8")

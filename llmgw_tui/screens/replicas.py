@@ -21,8 +21,8 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.replica_view import ReplicaView
-from llmgw_core.views_serve import download_bar, replica_row, shard_row
-from llmgw_tui.cells import state_cell
+from llmgw_core.views_serve import download_bar, replica_row, shard_row, shard_transport
+from llmgw_tui.cells import redraw_table, state_cell
 from llmgw_tui.screens.logs import LogsScreen
 from llmgw_tui.theme import theme_style
 
@@ -35,7 +35,7 @@ REPLICA_COLUMNS = (
     ("shards", "SHARDS"),
     ("transport", "NCCL"),
 )
-SHARD_COLUMNS = ("RANK", "NODE", "GPUS", "PHASE", "DOWNLOAD", "WHY")
+SHARD_COLUMNS = ("RANK", "NODE", "PHASE", "NCCL", "DOWNLOAD", "GPUS", "WHY")
 POLL_S = 1.0
 
 PHASE_COLOURS = {
@@ -136,7 +136,7 @@ class ReplicasScreen(Screen[None]):
         feed: Any = self.app.feed  # type: ignore[attr-defined]
         while True:
             try:
-                views = await feed.replicas()
+                views = await feed.replicas(transports=True)
                 downloads = await self._read_downloads(feed, views)
             except LlmgwError as exc:
                 self._status(exc.sentence(), error=True)
@@ -184,6 +184,7 @@ class ReplicasScreen(Screen[None]):
                 keep = self.focus_name if self.focus_name in names else selected
                 if keep is not None and keep in names:
                     table.move_cursor(row=names.index(keep))
+                self.call_after_refresh(redraw_table, table)
             else:
                 for view in views:
                     for column, value in self._cells(view).items():
@@ -221,18 +222,22 @@ class ReplicasScreen(Screen[None]):
         if view is None:
             reason.update("No replica runs. `:serve` brings one up.")
             return
-        reason.update(f"{view.name}: {view.reason}" if view.reason else "")
+        said = [f"{view.name}: {view.reason}"] if view.reason else []
+        said += list(view.transport_warnings)
+        reason.update("\n".join(said))
         for shard in view.shards:
             _, fetched, rate = self._downloads.get((view.name, shard.node), (0.0, 0, 0.0))
             row = shard_row(shard)
             shards.add_row(
                 row.rank,
                 row.node,
-                row.gpus,
                 self._phase_cell(row.phase),
+                self._transport_cell(shard_transport(view, shard) or "-"),
                 download_bar(fetched, rate) if fetched else "-",
+                row.gpus,
                 row.why,
             )
+        self.call_after_refresh(redraw_table, shards)
 
     def _status(self, sentence: str, *, error: bool = False) -> None:
         status = self.query_one("#replicas-status", Static)

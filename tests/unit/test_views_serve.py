@@ -20,7 +20,14 @@ def _replica() -> ReplicaView:
             "nodes": [{"node": "h100-a-01", "rank": 0}, {"node": "h100-a-02", "rank": 1}]
         },
     }
-    return ReplicaView("llama", spec, shards, "failed", "rank 1 on h100-a-02 failed: OOM")
+    return ReplicaView(
+        "llama",
+        spec,
+        shards,
+        "failed",
+        "rank 1 on h100-a-02 failed: OOM",
+        transports={"s0": {"label": "Socket (TCP)"}, "s1": None},
+    )
 
 
 def test_a_replica_with_one_of_two_shards_running_says_1_of_2_and_its_endpoint():
@@ -29,7 +36,7 @@ def test_a_replica_with_one_of_two_shards_running_says_1_of_2_and_its_endpoint()
         "1/2 running",
         "h100-a-01:8000",
         "2 × 2 × h100-80g",
-        "-",
+        "Socket (TCP)",
     )
 
 
@@ -40,3 +47,8 @@ def test_a_failed_shard_row_gives_its_reason_and_cards():
 
 def test_half_a_gib_fetched_fills_half_the_bar_with_bytes_and_rate():
     assert download_bar(1024**3 // 2, 410e6) == "▓▓▓▓▓▓░░░░░░ 0.5 GB at 410 MB/s"
+
+
+def test_eight_cards_are_said_as_a_count_and_the_first_and_last():
+    shard = ShardView("h100-a-01", 0, "s0", tuple(f"GPU-{i}" for i in range(8)), "running")
+    assert shard_row(shard).gpus == "8: GPU-0 … GPU-7"
