@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import platform
 
-from conftest import AgentClient, agent_env
+from agent_process import AgentClient, agent_env
 
 
 def test_the_first_line_is_hello_with_versions_and_capabilities(agent: AgentClient) -> None:

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 if TYPE_CHECKING:
-    from conftest import AgentClient
+    from agent_process import AgentClient
 
 # Ops that are safe to throw random arguments at (nothing starts or stops).
 SAFE_OPS = ["ping", "claims", "shard.list", "shard.logs", "shard.stop", "shard.forget", "cancel"]

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import AgentClient, agent_env
+from agent_process import AgentClient, agent_env
 
 from llmgw_agent.sim.engine_args import engine_kind, parse_engine_argv
 from llmgw_agent.sim.engine_lines import nccl_lines

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import AgentClient, agent_env
+from agent_process import AgentClient, agent_env
 
 PY = sys.executable
 

@@ -13,7 +13,7 @@ import zipapp
 from pathlib import Path
 
 import pytest
-from conftest import AGENT_ROOT, AgentClient, agent_env
+from agent_process import AGENT_ROOT, AgentClient, agent_env
 from test_supervise import SLEEPER, alive, listed, log_lines, shard_spec, wait_until
 
 from llmgw_agent.keepalive import keepalive_method
