@@ -323,13 +323,23 @@ async def _fetch(
     nodes: list[str],
     trace: Trace,
     name: str,
+    fetched: set[str],
 ) -> ServeRequest:
-    """The weights on every node first; the request then loads them from where they are."""
+    """The weights on every node first; the request then loads them from where they are.
+
+    `fetched` (updated here) holds the nodes that got them earlier in this serve.
+    """
     assert request.hub_repo is not None
     snapshot = fleet.snapshot()
     facts = {n.name: n.facts for n in snapshot.ready()}
     specs = {s.name: s for s in fleet.inventory.node_specs()}
     weights = weights_plan(request.hub_repo, nodes, specs, facts)
+    weights = replace(
+        weights,
+        present=tuple(n for n in nodes if n in weights.present or n in fetched),
+        copy_from={n: s for n, s in weights.copy_from.items() if n not in fetched},
+        download=tuple(n for n in weights.download if n not in fetched),
+    )
     await fetch_weights(
         fleet,
         reach,
@@ -341,6 +351,7 @@ async def _fetch(
         trace=trace,
         replica=name,
     )
+    fetched.update(nodes)
     return replace(request, source=weights.path) if weights.path else request
 
 
@@ -363,6 +374,7 @@ async def serve_way(
         `{way, outcome: ready | started | failed | no room, reason, last_lines?, exit_code?}`.
     """
     trace = outcome.trace
+    fetched: set[str] = set()  # nodes given the weights already, should a race move the replica
     for _race in range(RACE_RETRIES):
         views = await fleet_views(fleet)
         want = choice.want(models)
@@ -387,7 +399,7 @@ async def serve_way(
                 return {"way": choice.label, "outcome": "failed", "reason": refused}
         if request.hub_repo and choice.artifact_format != "gguf":
             try:
-                request = await _fetch(fleet, reach, request, nodes, trace, name)
+                request = await _fetch(fleet, reach, request, nodes, trace, name, fetched)
             except FetchFailed as exc:
                 trace.add("failed", None, exc.sentence())
                 return {"way": choice.label, "outcome": "failed", "reason": exc.sentence()}

@@ -105,3 +105,32 @@ def test_a_model_folder_is_copied_from_a_node_that_holds_it_to_one_that_does_not
     assert copied == 5_000_002
     assert (there / "sub" / "model.safetensors").read_bytes() == b"\1" * 5_000_000
     assert not (there.parent / "tiny.llmgw-partial").exists()
+
+
+def test_a_hub_model_no_node_holds_is_fetched_before_any_card_is_claimed(demo: Demo):
+    from llmgw_core.replica_choice import Overrides
+    from llmgw_core.replica_serve import ServeRequest, serve
+    from llmgw_core.script.steps.plan import step_model
+
+    model = step_model("catalog:meta-llama/Llama-3.1-8B-Instruct", demo.ctx)
+    request = ServeRequest(
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        name="fetched",
+        context=8192,
+        overrides=Overrides(gpu_class="l40s-48g"),
+        hub_repo="meta-llama/Llama-3.1-8B-Instruct",
+        secret_env={"HF_TOKEN": "hf_not_for_your_eyes", "HF_HUB_OFFLINE": "1"},
+    )
+    reach = EngineReach(demo.fleet)
+    try:
+        outcome = demo.loop.run(serve(demo.fleet, reach, request, model))
+    finally:
+        demo.loop.run(reach.close())
+    # The demo's nodes have no Hub: the download is tried, fails, and nothing was started.
+    assert outcome.phase == "failed"
+    assert outcome.reason.startswith("the download on l40s-01 failed"), outcome.reason
+    assert "hf_not_for_your_eyes" not in outcome.reason
+    steps = [(s["node"], s["step"]) for s in outcome.trace.steps]
+    assert steps[0] == (None, "placed") and steps[-1] == (None, "failed")
+    assert not any(step == "claimed, process started" for _node, step in steps)
+    assert demo.claims() == {}
