@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from llmgw_agent.op_args import OpError, arg, number_arg
+from llmgw_agent.ports import listening_ports
 
 Emit = Callable[[Dict[str, Any]], None]
 
@@ -317,22 +318,6 @@ def wait_or_stop(
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             return reason
-
-
-def listening_ports(proc_net: Tuple[str, ...] = ("/proc/net/tcp", "/proc/net/tcp6")) -> set:
-    """The local TCP ports in LISTEN state on this machine (from /proc/net/tcp*)."""
-    ports = set()
-    for path in proc_net:
-        try:
-            with open(path) as handle:
-                lines = handle.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 3 and fields[3] == "0A":
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def _wait_until_listening(
