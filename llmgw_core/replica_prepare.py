@@ -16,6 +16,7 @@ it is `***`.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -198,7 +199,8 @@ async def choose_ports(
         # Simulated nodes share this machine's ports: each shard needs its own.
         return {n: _local_free_port() for n in nodes}, _local_free_port()
     used = {n: used_ports(listings.get(n, [])) for n in nodes}
-    http = {n: await free_port(fleet, n, HTTP_BASE_PORT, used[n]) for n in nodes}
+    found = await asyncio.gather(*(free_port(fleet, n, HTTP_BASE_PORT, used[n]) for n in nodes))
+    http = dict(zip(nodes, found, strict=True))
     taken = set().union(*used.values()) | set(http.values())
     return http, await free_port(fleet, nodes[0], RENDEZVOUS_BASE_PORT, taken)
 
