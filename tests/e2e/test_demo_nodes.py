@@ -84,8 +84,9 @@ asyncio.run(main())
 """
 
 
-def test_ctrl_c_ends_the_demo_with_its_agents_and_their_shards(tmp_path: Path):
-    console = subprocess.Popen(
+def _demo_console(tmp_path: Path) -> subprocess.Popen[str]:
+    """A console process running the demo with one shard; its first line lists the pids."""
+    return subprocess.Popen(
         [sys.executable, "-c", DRIVER],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -93,10 +94,20 @@ def test_ctrl_c_ends_the_demo_with_its_agents_and_their_shards(tmp_path: Path):
         env=_env(tmp_path),
         cwd=REPO,
     )
+
+
+def _pids_of(console: subprocess.Popen[str]) -> list[int]:
+    """The shard and agent pids the console printed once the demo ran (its stderr if it died)."""
+    assert console.stdout is not None and console.stderr is not None
+    first = console.stdout.readline()
+    assert first, console.stderr.read()
+    return json.loads(first)["pids"]
+
+
+def test_ctrl_c_ends_the_demo_with_its_agents_and_their_shards(tmp_path: Path):
+    console = _demo_console(tmp_path)
     try:
-        first = console.stdout.readline()
-        assert first, console.stderr.read()
-        pids = json.loads(first)["pids"]
+        pids = _pids_of(console)
         assert all(_alive(pid) for pid in pids)
         console.send_signal(signal.SIGINT)
         console.wait(60)
@@ -115,18 +126,9 @@ def test_ctrl_c_ends_the_demo_with_its_agents_and_their_shards(tmp_path: Path):
 def test_a_killed_console_leaves_shards_that_the_next_demo_sweeps(tmp_path: Path):
     from llmgw_core.fleet.demo import sweep_abandoned
 
-    console = subprocess.Popen(
-        [sys.executable, "-c", DRIVER],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(tmp_path),
-        cwd=REPO,
-    )
+    console = _demo_console(tmp_path)
     try:
-        first = console.stdout.readline()
-        assert first, console.stderr.read()
-        shard_pid = json.loads(first)["pids"][0]
+        shard_pid = _pids_of(console)[0]
     finally:
         console.kill()  # no chance to clean up
         console.wait()
