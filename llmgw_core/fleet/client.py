@@ -51,7 +51,9 @@ class AgentLost(LlmgwError):
 
 
 @dataclass
-class _Pending:
+class PendingRequest:
+    """A request sent and not yet answered: its future, and its events when it streams."""
+
     op: str
     future: asyncio.Future[Any]
     events: asyncio.Queue[dict[str, Any]] | None = None
@@ -61,7 +63,7 @@ class _Pending:
 class AgentStream:
     """A streaming request: `async for event in stream`, then `stream.result`."""
 
-    def __init__(self, client: AgentClient, request_id: int, pending: _Pending) -> None:
+    def __init__(self, client: AgentClient, request_id: int, pending: PendingRequest) -> None:
         self._client = client
         self.request_id = request_id
         self._pending = pending
@@ -106,7 +108,7 @@ class AgentClient:
         self.node = node
         self._process = process
         self._ids = itertools.count(1)
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, PendingRequest] = {}
         self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES_KEPT)
         self.protocol_errors: collections.deque[str] = collections.deque(
             maxlen=_PROTOCOL_ERRORS_KEPT
@@ -172,12 +174,14 @@ class AgentClient:
         """False once the channel has closed."""
         return self._lost is None
 
-    def _send(self, op: str, args: dict[str, Any] | None, stream: bool) -> tuple[int, _Pending]:
+    def _send(
+        self, op: str, args: dict[str, Any] | None, stream: bool
+    ) -> tuple[int, PendingRequest]:
         if self._lost is not None:
             raise AgentLost(self._lost.message)
         request_id = next(self._ids)
         loop = asyncio.get_running_loop()
-        pending = _Pending(
+        pending = PendingRequest(
             op=op, future=loop.create_future(), events=asyncio.Queue() if stream else None
         )
         self._pending[request_id] = pending

@@ -8,7 +8,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmgw_core.fleet.client import AgentClient, AgentError, _Pending
+from llmgw_core.fleet.client import AgentClient, AgentError, PendingRequest
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
@@ -40,8 +40,8 @@ def test_no_line_from_the_agent_crashes_the_reader_and_a_good_answer_still_lands
         loop = asyncio.get_running_loop()
         one = loop.create_future()
         two = loop.create_future()
-        client._pending[1] = _Pending(op="facts", future=one)
-        client._pending[2] = _Pending(op="shard.logs", future=two, events=asyncio.Queue())
+        client._pending[1] = PendingRequest(op="facts", future=one)
+        client._pending[2] = PendingRequest(op="shard.logs", future=two, events=asyncio.Queue())
         for line in received:
             client._dispatch(line + "\n")
         answered_before = one.done()
