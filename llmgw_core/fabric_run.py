@@ -50,9 +50,13 @@ class AgentStreamLike(Protocol):
 
     result: Any
 
-    def __aiter__(self) -> AsyncIterator[dict[str, Any]]: ...
+    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        """The stream's events, until its final result."""
+        ...
 
-    async def cancel(self) -> Any: ...
+    async def cancel(self) -> Any:
+        """Stop the stream on the node."""
+        ...
 
 
 class AgentLink(Protocol):
@@ -60,9 +64,13 @@ class AgentLink(Protocol):
 
     async def request(
         self, op: str, args: dict[str, Any] | None = None, *, timeout_s: float | None = None
-    ) -> Any: ...
+    ) -> Any:
+        """Send one request and wait for its result."""
+        ...
 
-    def stream(self, op: str, args: dict[str, Any] | None = None) -> AgentStreamLike: ...
+    def stream(self, op: str, args: dict[str, Any] | None = None) -> AgentStreamLike:
+        """Start a streaming request."""
+        ...
 
 
 LinkOf = Callable[[str], AgentLink]

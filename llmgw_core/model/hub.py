@@ -167,6 +167,7 @@ class RangeReader:
         self.bytes_fetched = 0
 
     def __call__(self, offset: int, length: int) -> bytes:
+        """`length` bytes of the file from `offset` (fewer at its end), by one Range request."""
         headers = {"Range": f"bytes={offset}-{offset + length - 1}"}
         try:
             with self._client.stream("GET", self.url, headers=headers) as response:

@@ -161,6 +161,7 @@ class SimHandler(BaseHTTPRequestHandler):
     sim: SimState
 
     def log_message(self, format: str, *args) -> None:
+        """An access line as uvicorn prints it; health and metrics polls are not logged."""
         if not self.path.startswith(("/health", "/metrics")):
             say(
                 'INFO:     {}:{} - "{} {} HTTP/1.1" {}'.format(
