@@ -68,7 +68,7 @@ def parse_topo(text: str) -> Dict[str, Any]:
         if not _COLUMN.match(row):
             continue
         values = tokens[1 : 1 + len(header)]
-        matrix[rename(row)] = {rename(col): val for col, val in zip(header, values)}  # noqa: B905 (Python 3.8)
+        matrix[rename(row)] = {rename(col): val for col, val in zip(header, values)}
         if row.startswith("GPU"):
             tail = _affinity_tail(cells, tokens, len(header))
             affinity[row] = tail
