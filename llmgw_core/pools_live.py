@@ -1,9 +1,11 @@
 """The planner's fleet and placement's node views, built from what the nodes report now (pure).
 
 `pools.Fleet` is the planner's picture of a fleet; a script can describe one,
-and this module builds the same picture from a live snapshot (`FleetState`):
+and this module is the one place that builds the same picture from a live
+snapshot (`FleetState`), for the steps and the console's plan screen alike:
 each ready node's devices with their class and whether something holds them
-(the agents' claims), its NVLink groups from the node's own link matrix, its
+(the agents' claims, or what a card reports when the claims were not read),
+its NVLink groups from the node's own link matrix, its
 fabric from the inventory, and the NVLink domain it is a joined, healthy tray
 of. Placement needs a little more than the planner does — the link counts
 between cards, why a tray is kept out of its domain, which replica holds a
@@ -90,7 +92,7 @@ def _card_class(gpu: Gpu, links: tuple[tuple[int, ...], ...]) -> GpuClass:
     try:
         return gpu_class(gpu.gpu_class)
     except BadInput:
-        pass
+        pass  # a class our table does not know: described by the card's own figures below
     capability = float(gpu.compute_capability) if gpu.compute_capability else 0.0
     row = links[gpu.card_index] if gpu.card_index < len(links) else ()
     return GpuClass(
