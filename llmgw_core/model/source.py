@@ -43,6 +43,11 @@ class ModelInfo:
     shape: ModelShape | None
     artifacts: tuple[Artifact, ...]
 
+    @property
+    def any_shape(self) -> ModelShape | None:
+        """Its own shape, else the first artifact's (a GGUF-only repository's header)."""
+        return self.shape or next((a.shape for a in self.artifacts if a.shape), None)
+
 
 def split_ref(ref: str) -> tuple[str, str | None]:
     """`org/name@rev` → ("org/name", "rev"); no `@` → revision None."""

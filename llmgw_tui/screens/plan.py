@@ -61,7 +61,7 @@ def plan_model(
     if fleet_summary is None or fleet_summary.fleet_state is None:
         raise BadInput("the fleet has not answered yet", "wait for the fleet screen to fill")
     model = model_for(model_ref, Path.cwd())
-    shape = model.shape or next((a.shape for a in model.artifacts if a.shape), None)
+    shape = model.any_shape
     if context is None:
         if shape is None:
             raise BadInput(f"{model_ref}: the trained context is unknown", "type a context")

@@ -93,7 +93,7 @@ async def fleet_for(ctx: StepContext) -> Fleet:
 
 
 def _shape_summary(model: Any) -> dict[str, Any] | None:
-    shape = model.shape or next((a.shape for a in model.artifacts if a.shape), None)
+    shape = model.any_shape
     if shape is None:
         return None
     params = next((a.param_count for a in model.artifacts if a.param_count), None)
