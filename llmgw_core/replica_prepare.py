@@ -102,7 +102,7 @@ async def resolve(fleet: Any, request: ServeRequest, model: ModelInfo) -> Resolv
         BadInput: the context is unknown, or a replica of that name already runs.
         DoesNotFit: nothing fits (or nothing the operator fixed).
     """
-    shape = model.shape or next((a.shape for a in model.artifacts if a.shape), None)
+    shape = model.any_shape
     context = request.context or (shape.max_context if shape else None)
     if context is None:
         raise BadInput(

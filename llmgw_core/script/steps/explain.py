@@ -48,7 +48,7 @@ async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
 
     fleet = await ctx.live_fleet()
     model = step_model(args.model, ctx)
-    shape = model.shape or next((a.shape for a in model.artifacts if a.shape), None)
+    shape = model.any_shape
     context = args.context or (shape.max_context if shape else None)
     if context is None:
         raise BadInput(f"{args.model}: the trained context is unknown", "give `context:` in tokens")
