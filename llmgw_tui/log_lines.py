@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from llmgw_core.fabric import transport_warnings
 from llmgw_core.fabric_nccl import NcclTransport, parse_nccl_transport
 
 KEPT_LINES = 200_000
@@ -64,12 +65,16 @@ class LogLines:
             self.transport = parse_nccl_transport(self._nccl_lines)
         return batch
 
-    def socket_fallback(self) -> bool:
-        """True when NCCL said it carries traffic over `NET/Socket` (plain TCP)."""
-        found = self.transport
-        return found is not None and (
-            found.network_kind == "socket" or bool(found.socket_interfaces)
-        )
+    def socket_fallback(self, replica: str, node_count: int | None) -> str | None:
+        """The core's sentence when NCCL carries traffic between nodes over TCP sockets.
+
+        The rule is `fabric.transport_warnings`'s: a replica within one node
+        sends nothing over the network, so its `Socket` is no fallback.
+        """
+        if self.transport is None:
+            return None
+        said = transport_warnings(replica, {"its ranks": self.transport}, None, node_count)
+        return said[0] if said else None
 
 
 def shown(batch: Iterable[tuple[float, str]], options: ShowOptions) -> list[str]:

@@ -49,6 +49,8 @@ class LogsScreen(Screen[None]):
         self.new_below = 0
         self.options = ShowOptions()
         self.stream_ended: str | None = None
+        self.node_count: int | None = None
+        """Nodes the replica spans (NCCL over sockets matters only across nodes)."""
 
     def compose(self) -> ComposeResult:
         """Status line, the NCCL banner, filter and save fields, the log, the badge."""
@@ -88,6 +90,7 @@ class LogsScreen(Screen[None]):
                 raise BadInput(
                     f"no replica is named {self.replica!r}", f"the replicas are: {names}"
                 )
+            self.node_count = len(view.spec.get("placement", {}).get("nodes", [])) or None
             async for batch in feed.follow_logs(view, self.rank):
                 self.lines.add(batch, time.time())
         except LlmgwError as exc:
@@ -122,11 +125,9 @@ class LogsScreen(Screen[None]):
 
     def _show_banner(self) -> None:
         banner = self.query_one("#nccl-banner", Static)
-        if self.lines.socket_fallback() and not banner.display:
-            banner.update(
-                "NCCL FELL BACK TO NET/Socket (TCP): it runs, but SLOWLY. "
-                "Check the fabric (`:fabric A B`), IB adapters and NCCL_IB_HCA."
-            )
+        said = self.lines.socket_fallback(self.replica, self.node_count)
+        if said and not banner.display:
+            banner.update(f"NCCL SAYS NET/Socket: TRAFFIC BETWEEN NODES GOES OVER TCP. {said}")
             banner.display = True
 
     def _show_status(self) -> None:

@@ -201,7 +201,7 @@ class ReplicasScreen(Screen[None]):
             "way": Text(row.way),
             "endpoint": Text(row.endpoint),
             "shards": Text(row.shards),
-            "transport": self._transport_cell(row.transport),
+            "transport": self._transport_cell(row.transport, bool(view.transport_warnings)),
         }
 
     def _phase_cell(self, phase: str) -> Text:
@@ -209,8 +209,9 @@ class ReplicasScreen(Screen[None]):
         cell.plain = phase
         return cell
 
-    def _transport_cell(self, transport: str) -> Text:
-        if "Socket" in transport:
+    def _transport_cell(self, transport: str, warned: bool) -> Text:
+        """The transport in red when the core warns about it (TCP between nodes)."""
+        if warned:
             return Text(transport, style=theme_style(self.app, "error", bold=True))
         return Text(transport)
 
@@ -232,7 +233,9 @@ class ReplicasScreen(Screen[None]):
                 row.rank,
                 row.node,
                 self._phase_cell(row.phase),
-                self._transport_cell(shard_transport(view, shard) or "-"),
+                self._transport_cell(
+                    shard_transport(view, shard) or "-", bool(view.transport_warnings)
+                ),
                 download_bar(fetched, rate) if fetched else "-",
                 row.gpus,
                 row.why,

@@ -121,7 +121,7 @@ class ServeScreen(Screen[None]):
                 yield Static("Fallbacks: how many next-best ways to try if this one fails.")
                 yield Input(value="0", id="serve-fallbacks", type="integer")
                 yield Static("Engine environment: KEY=VALUE entries, space separated.")
-                yield Input(placeholder="NCCL_DEBUG=INFO", id="serve-env")
+                yield Input(placeholder="KEY=VALUE …", id="serve-env")
                 yield Static("Replica name.")
                 yield Input(id="serve-name")
             with VerticalScroll(id="confirm"):
@@ -161,6 +161,10 @@ class ServeScreen(Screen[None]):
         line.set_class(reason is not None, "-error")
 
     def _focus_page(self) -> None:
+        # The page is shown at the next refresh; a hidden field cannot take the focus.
+        self.call_after_refresh(self._focus_first)
+
+    def _focus_first(self) -> None:
         first = {
             "model": "#serve-model",
             "way": "#serve-ways",

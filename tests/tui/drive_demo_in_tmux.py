@@ -3,8 +3,10 @@
     .venv/bin/python tests/tui/drive_demo_in_tmux.py
 
 Starts the console on the embedded demo fleet in a 120×40 tmux session, waits
-for every node to be ready, then presses `?`, `:racks`, Enter on a node and
-`q`, capturing the screen after each. Exit 0 when every screen showed what it
+for every node to be ready, then presses `?`, `:racks`, Enter on a node,
+walks `:serve` to a ready replica (model, way, context, env, the confirmation
+page), opens its logs, stops it and presses `q`, capturing the screen after
+each. Exit 0 when every screen showed what it
 should and the console exited cleanly; 1 otherwise, with the last capture.
 """
 
@@ -89,11 +91,50 @@ def drive() -> dict[str, str]:
         captures["node"] = terminal.wait_for(lambda s: "NVLink matrix" in s, 20)
         terminal.keys("Escape")
         terminal.wait_for(lambda s: "CARDS FREE/TOTAL" in s, 20)
+        serve_to_ready(terminal, captures)
         terminal.keys("q")
         captures["exit"] = terminal.wait_for(lambda s: "EXIT=" in s, 60)
     finally:
         terminal.close()
     return captures
+
+
+SERVED = "llama-3-1-8b-instruct"
+
+
+def serve_to_ready(terminal: Terminal, captures: dict[str, str]) -> None:
+    """`:serve` a catalog model through every page, then its logs, then stop it."""
+    terminal.keys(":")
+    terminal.wait_for(lambda s: "command:" in s, 20)
+    terminal.keys("serve", "Enter")
+    captures["serve-model"] = terminal.wait_for(lambda s: "Which model?" in s, 20)
+    terminal.keys("catalog:meta-llama/Llama-3.1-8B-Instruct", "Enter")
+    captures["serve-ways"] = terminal.wait_for(lambda s: "ways for" in s, 60)
+    terminal.keys("Enter")
+    captures["serve-size"] = terminal.wait_for(lambda s: "GB a card (weights" in s, 60)
+    terminal.keys("C-n")
+    terminal.wait_for(lambda s: "Replica name." in s, 20)
+    time.sleep(0.5)  # the page takes the focus at its first refresh
+    terminal.keys("Tab")
+    time.sleep(0.3)
+    terminal.keys("NCCL_DEBUG=INFO")
+    captures["serve-extras"] = terminal.wait_for(lambda s: "NCCL_DEBUG=INFO" in s, 20)
+    terminal.keys("C-n")
+    captures["serve-confirm"] = terminal.wait_for(lambda s: "serves it; ctrl+b" in s, 60)
+    terminal.keys("C-n")
+    captures["replicas"] = terminal.wait_for(
+        lambda s: any(SERVED in line and " ready " in line for line in s.splitlines()), 180
+    )
+    terminal.keys("l")
+    captures["logs"] = terminal.wait_for(lambda s: "[r0 " in s and " lines · " in s, 60)
+    terminal.keys("Escape")
+    terminal.wait_for(lambda s: "REPLICA" in s, 20)
+    terminal.keys("s")
+    terminal.wait_for(lambda s: "y stop" in s, 20)
+    terminal.keys("y")
+    captures["stopped"] = terminal.wait_for(lambda s: "0 replicas" in s, 60)
+    terminal.keys("1")
+    terminal.wait_for(lambda s: "CARDS FREE/TOTAL" in s, 20)
 
 
 def main() -> int:

@@ -22,7 +22,7 @@ def test_a_socket_fallback_is_seen_in_a_real_nccl_run(hardware_dir):
     lines = LogLines()
     lines.add((hardware_dir / SOCKET_LOG_NAME).read_text().splitlines(), 0.0)
     lines.take()
-    assert lines.socket_fallback()
+    assert lines.socket_fallback("llama", 2).startswith("llama: NCCL fell back to TCP sockets")
 
 
 async def _open(app, pilot) -> LogsScreen:
@@ -76,3 +76,18 @@ def test_logs_merge_both_ranks_filter_count_new_lines_when_scrolled_up_and_save(
             assert len(saved) == 127 and saved[-1] == "new line 6"
 
     asyncio.run(run())
+
+
+def test_nccl_on_a_socket_within_one_node_is_no_fallback_and_shows_no_banner():
+    lines = LogLines()
+    prefix = "gpu-01:1:1 [0] NCCL INFO "
+    lines.add(
+        [
+            prefix + "NET/Socket : Using [0]eth0:10.0.0.1<0>",
+            prefix + "Using network Socket",
+            prefix + "comm 0x7f rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 0",
+        ],
+        0.0,
+    )
+    lines.take()
+    assert lines.socket_fallback("llama", 1) is None

@@ -1,4 +1,5 @@
-"""`llmgw-tui --demo` driven in a real terminal: the fleet, `?`, `:racks`, a node page, `q`."""
+"""`llmgw-tui --demo` driven in a real terminal: the fleet, `?`, `:racks`, a node page,
+`:serve` to a ready replica, its logs, `q`."""
 
 from __future__ import annotations
 
@@ -21,3 +22,11 @@ def test_the_demo_console_shows_the_fleet_help_racks_and_a_node_then_exits_clean
     assert "Insufficient Resources" in captures["racks"]
     assert "NV18" in captures["node"]
     assert "EXIT=0" in captures["exit"]
+
+
+def test_the_demo_console_serves_a_model_from_the_wizard_then_shows_its_logs():
+    captures = drive()
+    assert "$ " in captures["serve-confirm"] and "NCCL_DEBUG=INFO" in captures["serve-confirm"]
+    assert "llama-3-1-8b-instruct" in captures["replicas"]
+    assert "[r0 " in captures["logs"]
+    assert "0 replicas" in captures["stopped"]
