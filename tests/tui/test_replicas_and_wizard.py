@@ -1,0 +1,115 @@
+"""Replicas, the fleet's SHARDS column and the wizard's greyed-out Next, on the demo snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import Button, Static
+
+from llmgw_tui.screens.logs import LogsScreen
+from llmgw_tui.screens.replicas import ConfirmStop, ReplicasScreen
+from llmgw_tui.screens.serve import ServeScreen, env_lines, name_refusal
+
+
+def test_the_fleet_counts_each_nodes_running_shards_from_the_replicas(replica_app):
+    async def run() -> None:
+        app = replica_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            shards = {n.name: n.running_shards for n in app.fleet.nodes}
+            assert shards["h100-a-01"] == 1 and shards["h100-a-02"] == 1
+            assert shards["gb200-r1-t01"] == 0
+
+    asyncio.run(run())
+
+
+def test_replicas_list_the_replica_open_its_logs_and_a_stop_asks_first(replica_app):
+    async def run() -> None:
+        app = replica_app()
+        async with app.run_test(size=(120, 40), notifications=True) as pilot:
+            await pilot.press("4")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, ReplicasScreen)
+            for _ in range(20):
+                await pilot.pause(0.05)
+                if screen.views:
+                    break
+            assert screen.selected() == "llama-405b"
+            status = str(screen.query_one("#replicas-status", Static).content)
+            assert status == "1 replica · 1 ready"
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, LogsScreen) and app.screen.rank is None
+            await pilot.press("escape")
+            await pilot.pause()
+            await pilot.press("s")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmStop)
+            await pilot.press("n")
+            await pilot.pause()
+            assert app.screen is screen
+
+    asyncio.run(run())
+
+
+def test_env_entries_are_checked_against_the_allowlist():
+    assert env_lines("NCCL_DEBUG=INFO  VLLM_LOGGING_LEVEL=DEBUG") == {
+        "NCCL_DEBUG": "INFO",
+        "VLLM_LOGGING_LEVEL": "DEBUG",
+    }
+    for bad in ("NCCL_DEBUG", "CUDA_VISIBLE_DEVICES=1"):
+        try:
+            env_lines(bad)
+        except Exception as exc:
+            assert bad.split("=")[0] in str(exc)
+        else:
+            raise AssertionError(f"{bad!r} was accepted")
+
+
+def test_a_replica_name_must_start_with_a_letter_or_digit():
+    assert name_refusal("llama-70b") is None
+    assert name_refusal("-x") is not None and name_refusal("") == "type a name"
+
+
+def test_the_wizard_greys_out_next_with_the_reason_until_the_input_is_valid(make_app):
+    async def run() -> None:
+        app = make_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.press("5")
+            await pilot.pause()
+            wizard = app.screen
+            assert isinstance(wizard, ServeScreen)
+            next_button = wizard.query_one("#serve-next-button", Button)
+            assert next_button.disabled and wizard.blocked == "type a model"
+            await pilot.press(*"catalog:meta-llama/Llama-3.3-70B-Instruct", "enter")
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if wizard.step == "way":
+                    break
+            assert wizard.plan_body is not None and len(wizard.plan_body["options"]) == 8
+            await pilot.press("enter")
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if wizard.step == "size" and wizard.blocked is None:
+                    break
+            context = wizard.query_one("#serve-context")
+            context.value = "0"
+            await pilot.pause()
+            assert wizard.blocked == "type a context in tokens" and next_button.disabled
+            context.value = "10000000"
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if wizard.blocked not in (None, "checking…"):
+                    break
+            assert "longer than the 131072 tokens the model was trained for" in wizard.blocked
+            context.value = "32768"
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if wizard.blocked is None:
+                    break
+            assert not next_button.disabled
+
+    asyncio.run(run())
