@@ -9,7 +9,7 @@ replicas screen on the new replica as it comes up.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -20,13 +20,15 @@ from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import Button, ContentSwitcher, DataTable, Footer, Header, Input, Static
 
-from llmgw_core.engines import checked_env, redact_env
 from llmgw_core.errors import BadInput, LlmgwError
-from llmgw_core.replica_choice import Overrides
-from llmgw_core.replica_launch import replica_name
-from llmgw_core.replica_serve import ServeRequest
 from llmgw_tui.cells import plain
 from llmgw_tui.screens.plan import plan_model
+
+if TYPE_CHECKING:
+    from llmgw_core.replica_serve import ServeRequest
+
+# The serving modules (SSH, engines) are imported when a page needs them, so the
+# console's first frame never waits for them.
 
 STEPS = ("model", "way", "size", "extras", "confirm")
 STEP_TITLES = {
@@ -53,6 +55,8 @@ def env_lines(text: str) -> dict[str, str]:
     Raises:
         BadInput: a line without `=`, or a refused variable (naming each).
     """
+    from llmgw_core.engines import checked_env
+
     pairs: dict[str, str] = {}
     for line in text.replace(",", " ").split():
         key, equals, value = line.partition("=")
@@ -199,6 +203,8 @@ class ServeScreen(Screen[None]):
                     context.value = str(self.plan_body["context"])
                 self.check_size()
         elif self.step == "size":
+            from llmgw_core.replica_launch import replica_name
+
             name = self.query_one("#serve-name", Input)
             if not name.value:
                 name.value = replica_name(self.model_ref.removeprefix("catalog:"))
@@ -361,6 +367,9 @@ class ServeScreen(Screen[None]):
 
     def request(self) -> ServeRequest:
         """What the pages say, as the request `serve` takes."""
+        from llmgw_core.replica_choice import Overrides
+        from llmgw_core.replica_serve import ServeRequest
+
         way = self.way or {}
         gpu_class = way.get("gpu_class")
         return ServeRequest(
@@ -403,6 +412,8 @@ class ServeScreen(Screen[None]):
     @work(group="serve-submit", exit_on_error=False, description="Serving")
     async def submit(self, request: ServeRequest) -> None:
         """Run `serve`, show the replicas screen on it at once, and say how it ended."""
+        from llmgw_core.replica_launch import replica_name
+
         feed: Any = self.app.feed  # type: ignore[attr-defined]
         name = request.name or replica_name(self.model_ref.removeprefix("catalog:"))
         self.notify(f"Serving {name}…", title="Serve")
@@ -430,6 +441,8 @@ def _same_way(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def confirm_text(request: ServeRequest, preview: dict[str, Any]) -> str:
     """The confirmation page: the way, the placement, and per node its commands and env."""
+    from llmgw_core.engines import redact_env
+
     if preview.get("reason"):
         return f"Nothing would start: {preview['reason']}"
     way = preview.get("way") or {}
@@ -458,6 +471,8 @@ def confirm_text(request: ServeRequest, preview: dict[str, Any]) -> str:
 
 def confirm_text_from_way(request: ServeRequest, way: dict[str, Any]) -> str:
     """The confirmation page from the plan's way alone (a feed without a preview)."""
+    from llmgw_core.engines import redact_env
+
     env = " ".join(f"{k}={v}" for k, v in sorted(redact_env(dict(request.env)).items()))
     return "\n".join(
         [
