@@ -98,6 +98,7 @@ class ConsoleCommands(Provider):
             if command.argument is None
         ]
         entries.append(("plan", "show_plan", "Does a model fit, and how"))
+        entries.append(("doctor", "open_doctor", "Doctor checks of every node, worst first"))
         from llmgw_core.catalog import known_models
 
         for repo_id in known_models():

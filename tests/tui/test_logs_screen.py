@@ -67,6 +67,15 @@ def test_logs_merge_both_ranks_filter_count_new_lines_when_scrolled_up_and_save(
             await pilot.pause()
             assert not badge.display
 
+            await pilot.press("W")
+            await pilot.pause()
+            assert log.line_count > 127 and max(len(line) for line in log.lines) < 120
+            await pilot.press("W", "t")
+            await pilot.pause()
+            assert log.line_count == 127 and log.lines[0][2] == ":" and log.lines[0][5] == ":"
+            await pilot.press("t")
+            await pilot.pause()
+
             await pilot.press("w")
             field = screen.query_one("#logs-save-input")
             field.value = str(tmp_path / "saved.log")

@@ -91,6 +91,12 @@ async def _walk_the_wizard() -> None:
         await until(pilot, ready, "wiz-8b ready", 240)
         assert replicas.selected() == "wiz-8b"
 
+        answer = replicas.query_one("#replica-answer", Static)
+        await pilot.press("a", *"Say hello.", "enter")
+        await until(pilot, lambda: str(answer.content).startswith("wiz-8b: "), "an answer", 60)
+        await pilot.press("escape", "b")
+        await until(pilot, lambda: "tokens/s over 16 requests" in str(answer.content), "bench", 120)
+
         await pilot.press("l")
         await until(pilot, lambda: isinstance(app.screen, LogsScreen), "the logs")
         logs = app.screen
