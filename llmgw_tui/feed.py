@@ -335,12 +335,12 @@ class LiveFeed:
     async def doctor(self, node: str) -> list[dict[str, str]]:
         """Ask the node's agent to run its doctor (as the `doctor` step does)."""
         from llmgw_core.errors import BadInput
-        from llmgw_core.script.steps.doctor import DOCTOR_TIMEOUT_S, _checks_of
+        from llmgw_core.script.steps.doctor import DOCTOR_TIMEOUT_S, checks_of
 
         if self._fleet is None:
             raise BadInput("the fleet is still connecting", "try again in a moment")
         raw = await self._fleet.request(node, "doctor", timeout_s=DOCTOR_TIMEOUT_S)
-        return _checks_of(raw)
+        return checks_of(raw)
 
     async def close(self) -> None:
         """Close every connection, and stop the demo fleet if this feed started it."""

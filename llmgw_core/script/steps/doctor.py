@@ -60,9 +60,6 @@ def checks_of(raw: Any) -> list[dict[str, Any]]:
     ]
 
 
-_checks_of = checks_of  # the console's feed imports the old name; drop it once it calls checks_of
-
-
 def render_doctor(result: dict[str, Any]) -> Any:
     """One summary row per node, then each check that did not pass (JSON has them all)."""
     from rich.table import Table
