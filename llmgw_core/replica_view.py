@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.state import FleetState
 
 TERMINAL = ("exited", "failed", "stopped")
@@ -104,6 +105,19 @@ class ReplicaView:
         head = self.spec.get("head")
         port = self.spec.get("http_port")
         return f"{head}:{port}" if head and port else None
+
+    def ready_engine(self) -> tuple[str, int, str]:
+        """Rank 0's node, HTTP port and served name, for asking or measuring the engine.
+
+        Raises:
+            LlmgwError: the replica is not ready (naming its phase and why).
+        """
+        head, port = self.spec.get("head"), self.spec.get("http_port")
+        if self.phase != "ready" or not head or not isinstance(port, int):
+            raise LlmgwError(
+                f"{self.name} is {self.phase}, not ready: {self.reason or 'wait for it'}"
+            )
+        return str(head), port, str(self.spec.get("served_name") or self.name)
 
     def live_shards(self) -> tuple[ShardView, ...]:
         """The shards still running (what a stop must end)."""

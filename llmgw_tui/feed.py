@@ -316,7 +316,7 @@ class LiveFeed:
         """Rank 0's chat answer to `prompt`."""
         from llmgw_core.replica_http import chat
 
-        node, port, served = _engine_of(view)
+        node, port, served = view.ready_engine()
         answer = await chat(self._engines(), node, port, served, prompt)
         return answer.text
 
@@ -324,7 +324,7 @@ class LiveFeed:
         """Sixteen completions, four at a time: tokens a second and latency."""
         from llmgw_core.replica_http import bench
 
-        node, port, served = _engine_of(view)
+        node, port, served = view.ready_engine()
         return await bench(self._engines(), node, port, served, requests=16, concurrency=4)
 
     async def refresh(self) -> None:
@@ -352,14 +352,6 @@ class LiveFeed:
             await close_quietly(reach)
         if closer is not None:
             await closer()
-
-
-def _engine_of(view: ReplicaView) -> tuple[str, int, str]:
-    """Rank 0's node, HTTP port and served name; refused unless the replica is ready."""
-    head, port = view.spec.get("head"), view.spec.get("http_port")
-    if view.phase != "ready" or not head or not isinstance(port, int):
-        raise BadInput(f"{view.name} is {view.phase}", "wait until it is ready")
-    return str(head), port, str(view.spec.get("served_name") or view.name)
 
 
 def running_shards(views: Iterable[ReplicaView]) -> dict[str, int]:

@@ -25,22 +25,17 @@ class AskArgs(StepArgs):
 
 async def run_ask(args: AskArgs, ctx: StepContext) -> StepOutcome:
     """Ask the replica's engine one question; the result is its answer's text."""
-    from llmgw_core.errors import LlmgwError
     from llmgw_core.replica_http import chat
     from llmgw_core.replica_session import fleet_and_reach
     from llmgw_core.replicas import find_replica
 
     fleet, reach = await fleet_and_reach(ctx)
-    view = await find_replica(fleet, args.replica)
-    if view.phase != "ready":
-        raise LlmgwError(
-            f"{args.replica} is {view.phase}, not ready: {view.reason or 'wait for it'}"
-        )
+    head, port, served_name = (await find_replica(fleet, args.replica)).ready_engine()
     answer = await chat(
         reach,
-        str(view.spec["head"]),
-        int(view.spec["http_port"]),
-        str(view.spec["served_name"]),
+        head,
+        port,
+        served_name,
         args.prompt,
         max_tokens=args.max_tokens,
     )

@@ -26,22 +26,17 @@ class BenchArgs(StepArgs):
 
 async def run_bench(args: BenchArgs, ctx: StepContext) -> StepOutcome:
     """Send `requests` completions, `concurrency` at a time, through the tunnel to rank 0."""
-    from llmgw_core.errors import LlmgwError
     from llmgw_core.replica_http import bench
     from llmgw_core.replica_session import fleet_and_reach
     from llmgw_core.replicas import find_replica
 
     fleet, reach = await fleet_and_reach(ctx)
-    view = await find_replica(fleet, args.replica)
-    if view.phase != "ready":
-        raise LlmgwError(
-            f"{args.replica} is {view.phase}, not ready: {view.reason or 'wait for it'}"
-        )
+    head, port, served_name = (await find_replica(fleet, args.replica)).ready_engine()
     figures = await bench(
         reach,
-        str(view.spec["head"]),
-        int(view.spec["http_port"]),
-        str(view.spec["served_name"]),
+        head,
+        port,
+        served_name,
         requests=args.requests,
         concurrency=args.concurrency,
         max_tokens=args.max_tokens,
