@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -148,6 +149,10 @@ class StaticFeed:
         """Nothing to release."""
 
 
+HEAL_EVERY_S = 10.0
+"""How often the console tries again to place replicas that lost a node."""
+
+
 class LiveFeed:
     """The fleet of an inventory, or the embedded demo fleet, over SSH."""
 
@@ -159,6 +164,10 @@ class LiveFeed:
         self._closer: Callable[[], Awaitable[None]] | None = None
         self._reach: Any = None
         self._shards_by_node: dict[str, int] = {}
+        self._heal_task: asyncio.Task[None] | None = None
+        self._healed_at = 0.0
+        self.heal_notes: list[dict[str, Any]] = []
+        """What each heal attempt did (`replica_heal.heal`'s lines), oldest first."""
 
     async def snapshot(self) -> FleetSummary:
         """Open the fleet on first use, then read its current state (with running shards)."""
@@ -189,13 +198,44 @@ class LiveFeed:
         With `transports`, each shard's NCCL transport is read from its log too.
         """
         from llmgw_core.replica_transport import with_transports
-        from llmgw_core.replicas import replicas_now
+        from llmgw_core.replicas import reconcile
 
         if self._fleet is None:
             return ()
-        views = await replicas_now(self._fleet)
+        views = await reconcile(self._fleet)
         self._shards_by_node = running_shards(views)
+        self._heal_in_background()
         return await with_transports(self._fleet, views) if transports else views
+
+    def _heal_in_background(self) -> None:
+        """Place again, where there is room, what lost a node: one attempt at a time.
+
+        The console is the process that stays: the replicas it watches come
+        back when their node returns or another has room (`replica_heal.heal`,
+        the same rule as `replicas: {heal: true}` in a script). A heal waits
+        for the replica to answer, so it runs beside the refresh, never in it.
+        """
+        from llmgw_core.replica_heal import heal
+        from llmgw_core.replicas import NODE_GRACE_S
+
+        now = time.monotonic()
+        if self._heal_task is not None and not self._heal_task.done():
+            return
+        if now - self._healed_at < HEAL_EVERY_S:
+            return
+        self._healed_at = now
+
+        async def attempt() -> None:
+            try:
+                self.heal_notes.extend(
+                    await heal(self._live(), self._engines(), grace_s=NODE_GRACE_S)
+                )
+            except LlmgwError as exc:
+                self.heal_notes.append(
+                    {"name": None, "outcome": "failed", "reason": exc.sentence()}
+                )
+
+        self._heal_task = asyncio.get_running_loop().create_task(attempt())
 
     async def stop_replica(self, name: str) -> dict[str, Any]:
         """Stop every shard of `name` on the nodes that answer (`replicas.stop_replica`)."""
@@ -344,6 +384,10 @@ class LiveFeed:
 
     async def close(self) -> None:
         """Close every connection, and stop the demo fleet if this feed started it."""
+        if self._heal_task is not None:
+            self._heal_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, LlmgwError):
+                await self._heal_task
         closer, self._closer, self._fleet = self._closer, None, None
         reach, self._reach = self._reach, None
         if reach is not None:
