@@ -127,6 +127,7 @@ class RailResult(BaseModel):
             "node_b": self.node_b,
             "adapter_a": self.adapter_a,
             "adapter_b": self.adapter_b,
+            "rail": self.rail,
             "rated_gbps": self.rated_gbps,
             "measured_gbps": None if self.measured_gbps is None else round(self.measured_gbps, 1),
             "ratio": None if self.ratio is None else round(self.ratio, 3),

@@ -89,8 +89,10 @@ class StaticFeed:
         *,
         replicas: Sequence[ReplicaView] = (),
         logs: Mapping[str, Sequence[str]] | None = None,
+        fabric_results: Mapping[tuple[str, str], tuple[dict[str, Any], str | None]] | None = None,
     ) -> None:
         self.refresh_s: float | None = None
+        self._fabric_results = dict(fabric_results or {})
         self._summary = with_shards(fleet_summary(fleet_state, fabrics), running_shards(replicas))
         self._replicas = tuple(replicas)
         self._logs = dict(logs or {})
@@ -123,8 +125,11 @@ class StaticFeed:
         raise BadInput(f"{view.name} runs on a fixed fleet", "bench it on a live fleet")
 
     async def fabric_test(self, node_a: str, node_b: str) -> tuple[dict[str, Any], str | None]:
-        """A fixed fleet has no adapters to run traffic over."""
-        raise BadInput("a fixed fleet runs no traffic", "test the fabric on a live fleet")
+        """The result given for this pair (a recorded run); a fixed fleet runs no traffic itself."""
+        recorded = self._fabric_results.get((node_a, node_b))
+        if recorded is None:
+            raise BadInput("a fixed fleet runs no traffic", "test the fabric on a live fleet")
+        return recorded
 
     async def snapshot(self) -> FleetSummary:
         """The one fixed snapshot."""

@@ -15,6 +15,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, LoadingIndicator, Static
+from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain
@@ -96,6 +97,11 @@ class FabricScreen(Screen[None]):
             self._done(exc.sentence(), error=True)
             return
         self.show(result, error)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A test that died of an unexpected error says so where its rails would be."""
+        if event.worker.group == "fabric" and event.state == WorkerState.ERROR:
+            self._done(f"The fabric test stopped: {event.worker.error}", error=True)
 
     def _done(self, sentence: str, *, error: bool) -> None:
         self.query_one("#fabric-running").display = False

@@ -54,3 +54,40 @@ def replica_app(demo_state, hardware_dir):
         return LlmgwApp(feed, animation="none")
 
     return factory
+
+
+@pytest.fixture(scope="session")
+def h100_fabric_run() -> tuple[dict, str | None]:
+    """A real `fabric-test` of the demo's two H100 nodes (headless, over its SSH), recorded.
+
+    The simulated rails are deterministic: seven at 97 % and the demo's
+    degraded rail at 60 %, so the screen drawn from it is too.
+    """
+    import json
+    import subprocess
+    import sys
+
+    script = "steps:\n  - fabric-test: {nodes: [h100-a-01, h100-a-02]}\n"
+    done = subprocess.run(
+        [sys.executable, "-m", "llmgw_tui.cli", "--demo", "--run", "-", "--json"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert line["step"] == "fabric-test" and line.get("result"), done.stderr
+    return line["result"], None if line["ok"] else line["error"]
+
+
+@pytest.fixture
+def fabric_app(demo_state, h100_fabric_run):
+    """A console over the demo snapshot that knows one recorded fabric test."""
+    fleet_state, fabrics = demo_state
+
+    def factory() -> LlmgwApp:
+        recorded = {("h100-a-01", "h100-a-02"): h100_fabric_run}
+        return LlmgwApp(StaticFeed(fleet_state, fabrics, fabric_results=recorded), animation="none")
+
+    return factory

@@ -198,3 +198,14 @@ def test_the_doctor_of_the_whole_demo_fleet_worst_first(snap_compare, make_app):
         await settle(pilot)
 
     assert snap_compare(make_app(), run_before=run_before, terminal_size=(120, 40))
+
+
+def test_the_fabric_test_of_the_two_h100_nodes_fails_the_degraded_rail(snap_compare, fabric_app):
+    """Fabric: eight rails of ib-a, seven passing at 97 %, mlx5_5 failing at 60 %."""
+
+    async def run_before(pilot: Pilot) -> None:
+        await settle(pilot)
+        await pilot.press("colon", *"fabric h100-a-01 h100-a-02", "enter")
+        await settle(pilot)
+
+    assert snap_compare(fabric_app(), run_before=run_before, terminal_size=(120, 40))
