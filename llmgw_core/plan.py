@@ -21,11 +21,12 @@ compared. When nothing fits, the plan says what would change that.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmgw_core.engines.preview import ServeSpec, serve_command
+from llmgw_core.engines.planned import planned_argv
 from llmgw_core.errors import BadInput
 from llmgw_core.gpu_classes import GpuClass
 from llmgw_core.memory import Layout
@@ -557,18 +558,20 @@ def _way(
     gguf = artifact.format == "gguf"
     source = f"{GGUF_DIR}/{ref}/{artifact.files[0]}" if gguf and artifact.files else ref
     flag = quantization_flag(artifact, engine)
-    spec = ServeSpec(
-        engine=engine,
-        source=source,
-        context=sizer.context,
-        tensor_parallel=width,
-        pipeline_parallel=pipeline,
-        expert_parallel=expert,
-        quantization_flag=flag,
-        gpu_memory_utilization=None if on_cpu or gguf else round(usable / memory, 2),
-        dtype_flag=dtype_flag(engine, artifact, shape, card),
-        concurrency=sizer.concurrency,
-        on_cpu=on_cpu,
+    serve = shlex.join(
+        planned_argv(
+            engine,
+            source,
+            context=sizer.context,
+            tensor_parallel=width,
+            pipeline_parallel=pipeline,
+            expert_parallel=expert,
+            quantization_flag=flag,
+            gpu_memory_utilization=None if on_cpu or gguf else round(usable / memory, 2),
+            dtype_flag=dtype_flag(engine, artifact, shape, card),
+            concurrency=sizer.concurrency,
+            on_cpu=on_cpu,
+        )
     )
     if on_cpu:
         kind = CPU_NODE
@@ -602,7 +605,7 @@ def _way(
         context_gib_per_1k_tokens=need.context_gib_per_1k_tokens,
         max_concurrency=need.max_concurrency,
         free_now=free_now,
-        serve=serve_command(spec),
+        serve=serve,
         source=source,
         needs_download=gguf,
         rank_bits=precision_rank_bits(artifact, shape),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import replace
 
 import pytest
 
-from llmgw_core.engines.preview import ServeSpec, serve_command
+from llmgw_core.engines.planned import planned_argv
 from llmgw_core.gpu_classes import gpu_class
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.quantization import Quantization
@@ -128,17 +129,32 @@ def test_a_context_longer_than_the_model_was_trained_for_is_refused(real_shape):
 
 
 @pytest.mark.parametrize(
-    ("spec", "command"),
+    ("argv", "command"),
     [
         (
-            ServeSpec("vllm", "Qwen/Qwen3-235B-A22B", 32768, 8, 1, True, None, 0.9),
+            planned_argv(
+                "vllm",
+                "Qwen/Qwen3-235B-A22B",
+                context=32768,
+                tensor_parallel=8,
+                expert_parallel=True,
+                gpu_memory_utilization=0.9,
+            ),
             "vllm serve Qwen/Qwen3-235B-A22B --served-model-name Qwen/Qwen3-235B-A22B"
             " --tensor-parallel-size 8 --pipeline-parallel-size 1 --max-model-len 32768"
             " --enable-expert-parallel --gpu-memory-utilization 0.90 --host 0.0.0.0 --port 8000"
             " --distributed-executor-backend mp",
         ),
         (
-            ServeSpec("vllm", "org/m-AWQ", 8192, 2, 2, False, "awq_marlin", 0.9),
+            planned_argv(
+                "vllm",
+                "org/m-AWQ",
+                context=8192,
+                tensor_parallel=2,
+                pipeline_parallel=2,
+                quantization_flag="awq_marlin",
+                gpu_memory_utilization=0.9,
+            ),
             "vllm serve org/m-AWQ --served-model-name org/m-AWQ --tensor-parallel-size 2"
             " --pipeline-parallel-size 2 --max-model-len 8192 --quantization awq_marlin"
             " --gpu-memory-utilization 0.90 --distributed-executor-backend mp --nnodes 2"
@@ -146,17 +162,19 @@ def test_a_context_longer_than_the_model_was_trained_for_is_refused(real_shape):
             " --port 8000",
         ),
         (
-            ServeSpec("llama.cpp", "models/q/it's Q4_K_M.gguf", 32768, concurrency=2, on_cpu=True),
+            planned_argv(
+                "llama.cpp", "models/q/it's Q4_K_M.gguf", context=32768, concurrency=2, on_cpu=True
+            ),
             "llama-server --model 'models/q/it'\"'\"'s Q4_K_M.gguf'"
             " --alias 'models/q/it'\"'\"'s Q4_K_M.gguf' --host 0.0.0.0 --port 8000"
             " --ctx-size 65536 --parallel 2 --n-gpu-layers 0",
         ),
         (
-            ServeSpec(
+            planned_argv(
                 "sglang",
                 "Qwen/Qwen3-30B-A3B",
-                8192,
-                2,
+                context=8192,
+                tensor_parallel=2,
                 expert_parallel=True,
                 gpu_memory_utilization=0.9,
             ),
@@ -166,5 +184,5 @@ def test_a_context_longer_than_the_model_was_trained_for_is_refused(real_shape):
         ),
     ],
 )
-def test_the_serve_command_uses_full_flag_names_and_quotes_every_value(spec, command):
-    assert serve_command(spec) == command
+def test_the_serve_command_uses_full_flag_names_and_quotes_every_value(argv, command):
+    assert shlex.join(argv) == command
