@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw_core.memory import DEFAULT_USABLE_FRACTION
-from llmgw_core.pools_live import LiveNode
+from llmgw_core.planner.pools_live import LiveNode
 
 DOMAIN = "nvlink-domain"
 FABRIC = "fabric"

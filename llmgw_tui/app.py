@@ -20,7 +20,7 @@ from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
-from llmgw_core.views import FleetSummary
+from llmgw_core.views.fleet import FleetSummary
 from llmgw_tui.commands import ConsoleCommands, ParsedCommand
 from llmgw_tui.feed import FleetFeed, LiveFeed
 from llmgw_tui.screens.command_line import CommandLine

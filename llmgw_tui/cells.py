@@ -10,7 +10,7 @@ from rich.text import Text
 from textual.app import App
 from textual.widgets import DataTable
 
-from llmgw_core.views import ClassCount
+from llmgw_core.views.fleet import ClassCount
 from llmgw_tui.theme import theme_style
 
 STATE_COLOURS = {

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.script.registry import StepContext
-from llmgw_core.views import FleetSummary, fleet_summary
+from llmgw_core.views.fleet import FleetSummary, fleet_summary
 
 if TYPE_CHECKING:
-    from llmgw_core.replica_serve import ServeOutcome, ServeRequest
-    from llmgw_core.replica_view import ReplicaView
+    from llmgw_core.serve.serve import ServeOutcome, ServeRequest
+    from llmgw_core.serve.view import ReplicaView
 
 LOG_TAIL_LINES = 500
 """Lines of a shard's log shown before following what it writes next."""
@@ -142,7 +142,7 @@ class StaticFeed:
         """The agent's own checks over the node's facts, run here (no node to ask)."""
         from llmgw_agent.doctor import run_checks
         from llmgw_core.errors import BadInput
-        from llmgw_core.views import facts_mapping
+        from llmgw_core.views.fleet import facts_mapping
 
         state = self._summary.fleet_state
         known = state.nodes.get(node) if state is not None else None
@@ -191,7 +191,7 @@ class LiveFeed:
         return self._fleet
 
     def _engines(self) -> Any:
-        from llmgw_core.replica_http import EngineReach
+        from llmgw_core.serve.http import EngineReach
 
         if self._reach is None:
             self._reach = EngineReach(self._live())
@@ -202,8 +202,8 @@ class LiveFeed:
 
         With `transports`, each shard's NCCL transport is read from its log too.
         """
-        from llmgw_core.replica_transport import with_transports
-        from llmgw_core.replicas import reconcile
+        from llmgw_core.serve.replicas import reconcile
+        from llmgw_core.serve.transport import with_transports
 
         if self._fleet is None:
             return ()
@@ -220,8 +220,8 @@ class LiveFeed:
         the same rule as `replicas: {heal: true}` in a script). A heal waits
         for the replica to answer, so it runs beside the refresh, never in it.
         """
-        from llmgw_core.replica_heal import heal
-        from llmgw_core.replicas import NODE_GRACE_S
+        from llmgw_core.serve.heal import heal
+        from llmgw_core.serve.replicas import NODE_GRACE_S
 
         now = time.monotonic()
         if self._heal_task is not None and not self._heal_task.done():
@@ -244,7 +244,7 @@ class LiveFeed:
 
     async def stop_replica(self, name: str) -> dict[str, Any]:
         """Stop every shard of `name` on the nodes that answer (`replicas.stop_replica`)."""
-        from llmgw_core.replicas import stop_replica
+        from llmgw_core.serve.replicas import stop_replica
 
         return await stop_replica(self._live(), name)
 
@@ -300,8 +300,8 @@ class LiveFeed:
 
     async def serve(self, request: ServeRequest) -> ServeOutcome:
         """Plan, place, start and watch `request` as the `serve` step does."""
-        from llmgw_core.replica_serve import serve
         from llmgw_core.script.steps.plan import model_for
+        from llmgw_core.serve.serve import serve
 
         model = await asyncio.to_thread(
             model_for, request.model, Path.cwd(), offline=self._offline()
@@ -313,7 +313,7 @@ class LiveFeed:
 
     async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
         """Per node, the bytes of the replica's Hub weights fetched so far (while it starts)."""
-        from llmgw_core.replica_serve import hub_cache_dir
+        from llmgw_core.serve.serve import hub_cache_dir
 
         repo = (view.spec.get("request") or {}).get("hub_repo")
         if not repo or view.phase not in ("starting", "loading") or self._fleet is None:
@@ -336,8 +336,8 @@ class LiveFeed:
 
     async def preview(self, request: ServeRequest) -> Any:
         """What `serve` would start, per node, without starting it (`preview_serve`)."""
-        from llmgw_core.replica_prepare import preview_serve
         from llmgw_core.script.steps.plan import model_for
+        from llmgw_core.serve.prepare import preview_serve
 
         model = await asyncio.to_thread(
             model_for, request.model, Path.cwd(), offline=self._offline()
@@ -359,7 +359,7 @@ class LiveFeed:
 
     async def ask(self, view: ReplicaView, prompt: str) -> str:
         """Rank 0's chat answer to `prompt`."""
-        from llmgw_core.replica_http import chat
+        from llmgw_core.serve.http import chat
 
         node, port, served = view.ready_engine()
         answer = await chat(self._engines(), node, port, served, prompt)
@@ -367,7 +367,7 @@ class LiveFeed:
 
     async def bench(self, view: ReplicaView) -> dict[str, Any]:
         """Sixteen completions, four at a time: tokens a second and latency."""
-        from llmgw_core.replica_http import bench
+        from llmgw_core.serve.http import bench
 
         node, port, served = view.ready_engine()
         return await bench(self._engines(), node, port, served, requests=16, concurrency=4)
@@ -396,7 +396,7 @@ class LiveFeed:
         closer, self._closer, self._fleet = self._closer, None, None
         reach, self._reach = self._reach, None
         if reach is not None:
-            from llmgw_core.replica_http import close_quietly
+            from llmgw_core.serve.http import close_quietly
 
             await close_quietly(reach)
         if closer is not None:

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from llmgw_core.fabric import transport_warnings
-from llmgw_core.fabric_nccl import NcclTransport, parse_nccl_transport
+from llmgw_core.fabric.nccl import NcclTransport, parse_nccl_transport
+from llmgw_core.fabric.verdicts import transport_warnings
 
 KEPT_LINES = 200_000
 """Lines kept for redraws and saving; older ones are dropped."""

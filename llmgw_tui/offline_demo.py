@@ -16,7 +16,7 @@ from llmgw_agent.sim.profiles import write_profile
 from llmgw_core.facts import parse_facts
 from llmgw_core.fleet.demo import demo_nodes
 from llmgw_core.fleet.state import FleetState, NodeState
-from llmgw_core.replica_view import SPEC_KIND, ReplicaView, assemble
+from llmgw_core.serve.view import SPEC_KIND, ReplicaView, assemble
 
 FROZEN_AT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 """The one moment every offline snapshot is taken at (no clocks in pictures)."""
@@ -115,8 +115,8 @@ def demo_replica_with_logs(fleet_state: FleetState) -> tuple[ReplicaView, dict[s
     """The demo replica with the NCCL transport its logs show attached, and those logs."""
     from dataclasses import replace
 
-    from llmgw_core.fabric import replica_transport
-    from llmgw_core.replica_transport import transport_dict
+    from llmgw_core.fabric.verdicts import replica_transport
+    from llmgw_core.serve.transport import transport_dict
 
     view = demo_replica(fleet_state)
     logs = demo_logs(view)

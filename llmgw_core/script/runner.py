@@ -157,7 +157,7 @@ def _check_described_fleet(
     root: yaml.MappingNode, fleet: list[Any], *, source: str, line: int
 ) -> None:
     """Check a described fleet entry by entry, so a bad one is named by its line."""
-    from llmgw_core.pools import check_fleet_entry, described_fleet
+    from llmgw_core.planner.pools import check_fleet_entry, described_fleet
 
     fleet_node = next(v for k, v in root.value if k.value == "fleet")
     for index, (entry_node, entry) in enumerate(zip(fleet_node.value, fleet, strict=True)):

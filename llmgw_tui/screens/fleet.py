@@ -11,7 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from llmgw_core.views import FleetSummary, NodeSummary, fleet_totals
+from llmgw_core.views.fleet import FleetSummary, NodeSummary, fleet_totals
 from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
 
 COLUMNS = (

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
-from llmgw_core.views import FleetSummary, NodeDetail, NvlinkMatrix
+from llmgw_core.views.fleet import FleetSummary, NodeDetail, NvlinkMatrix
 from llmgw_tui.cells import (
     link_cell,
     memory_cell,

@@ -1,6 +1,6 @@
 """Plan: does a model fit this fleet, and how — every file, every way, what a card holds.
 
-The figures are the planner's (`llmgw_core.plan`), made against the fleet the
+The figures are the planner's (`llmgw_core.planner.plan`), made against the fleet the
 console shows; this screen only lays them out. Model, context, concurrency
 and format are editable; each change plans again in a worker.
 """
@@ -54,8 +54,8 @@ def plan_model(
         LlmgwError: an unknown model, a bad context, a fleet not seen yet.
     """
     from llmgw_core.errors import BadInput
-    from llmgw_core.plan import plan
-    from llmgw_core.pools_live import live_nodes, planner_fleet
+    from llmgw_core.planner.plan import plan
+    from llmgw_core.planner.pools_live import live_nodes, planner_fleet
     from llmgw_core.script.steps.plan import model_for
 
     if fleet_summary is None or fleet_summary.fleet_state is None:

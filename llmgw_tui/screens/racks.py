@@ -7,7 +7,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from llmgw_core.views import FleetSummary, RacksSummary
+from llmgw_core.views.fleet import FleetSummary, RacksSummary
 from llmgw_tui.widgets.rack import RackWidget
 
 

@@ -20,8 +20,8 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from llmgw_core.errors import LlmgwError
-from llmgw_core.replica_view import ReplicaView
-from llmgw_core.views_serve import download_bar, replica_row, shard_row, shard_transport
+from llmgw_core.serve.view import ReplicaView
+from llmgw_core.views.serve import download_bar, replica_row, shard_row, shard_transport
 from llmgw_tui.cells import redraw_table, state_cell
 from llmgw_tui.screens.logs import LogsScreen
 from llmgw_tui.theme import theme_style

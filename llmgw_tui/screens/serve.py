@@ -25,7 +25,7 @@ from llmgw_tui.cells import plain
 from llmgw_tui.screens.plan import plan_model
 
 if TYPE_CHECKING:
-    from llmgw_core.replica_serve import ServeRequest
+    from llmgw_core.serve.serve import ServeRequest
 
 # The serving modules (SSH, engines) are imported when a page needs them, so the
 # console's first frame never waits for them.
@@ -203,7 +203,7 @@ class ServeScreen(Screen[None]):
                     context.value = str(self.plan_body["context"])
                 self.check_size()
         elif self.step == "size":
-            from llmgw_core.replica_launch import replica_name
+            from llmgw_core.serve.launch import replica_name
 
             name = self.query_one("#serve-name", Input)
             if not name.value:
@@ -367,8 +367,8 @@ class ServeScreen(Screen[None]):
 
     def request(self) -> ServeRequest:
         """What the pages say, as the request `serve` takes."""
-        from llmgw_core.replica_choice import Overrides
-        from llmgw_core.replica_serve import ServeRequest
+        from llmgw_core.serve.choice import Overrides
+        from llmgw_core.serve.serve import ServeRequest
 
         way = self.way or {}
         gpu_class = way.get("gpu_class")
@@ -412,7 +412,7 @@ class ServeScreen(Screen[None]):
     @work(group="serve-submit", exit_on_error=False, description="Serving")
     async def submit(self, request: ServeRequest) -> None:
         """Run `serve`, show the replicas screen on it at once, and say how it ended."""
-        from llmgw_core.replica_launch import replica_name
+        from llmgw_core.serve.launch import replica_name
 
         feed: Any = self.app.feed  # type: ignore[attr-defined]
         name = request.name or replica_name(self.model_ref.removeprefix("catalog:"))

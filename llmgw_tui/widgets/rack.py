@@ -15,7 +15,7 @@ from textual.markup import escape
 from textual.timer import Timer
 from textual.widgets import Static
 
-from llmgw_core.views import RackSummary, TraySummary
+from llmgw_core.views.fleet import RackSummary, TraySummary
 
 CHIP = "▣"
 TRAY_STATE_WORDS = {"joined": "joined", "degraded": "degraded", "not-joined": "NOT JOINED"}

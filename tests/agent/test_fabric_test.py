@@ -21,9 +21,8 @@ from llmgw_agent.discover import collect_facts
 from llmgw_agent.fabric_test import HalfOptions, fabric_client, fabric_server, ib_write_bw_argv
 from llmgw_agent.op_args import OpError
 from llmgw_agent.sim.profiles import write_profile
-from llmgw_core.fabric import AdapterEnd, judge_rail, pair_rails
-from llmgw_core.fabric_perftest import parse_ib_write_bw, read_tcp_result
-from llmgw_core.fabric_run import (
+from llmgw_core.fabric.perftest import parse_ib_write_bw, read_tcp_result
+from llmgw_core.fabric.run import (
     FabricNode,
     RailSettings,
     adapter_ends,
@@ -31,6 +30,7 @@ from llmgw_core.fabric_run import (
     run_matrix,
     run_pair,
 )
+from llmgw_core.fabric.verdicts import AdapterEnd, judge_rail, pair_rails
 from llmgw_core.fleet.client import AgentClient, AgentLost
 from llmgw_core.fleet.loopback import LoopbackSshd
 

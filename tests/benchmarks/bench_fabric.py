@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from llmgw_core.fabric import AdapterEnd, judge_rail, pair_rails
-from llmgw_core.fabric_nccl import parse_all_reduce_perf, parse_nccl_transport
-from llmgw_core.fabric_perftest import parse_ib_write_bw
+from llmgw_core.fabric.nccl import parse_all_reduce_perf, parse_nccl_transport
+from llmgw_core.fabric.perftest import parse_ib_write_bw
+from llmgw_core.fabric.verdicts import AdapterEnd, judge_rail, pair_rails
 
 AGENT_ROOT = Path(__file__).resolve().parents[2] / "agent"
 sys.path.insert(0, str(AGENT_ROOT))

@@ -21,7 +21,7 @@ from llmgw_core.fleet.demo import demo_nodes
 from llmgw_core.fleet.state import FleetState, NodeState
 from llmgw_core.inventory import Fabric, NodeSpec
 from llmgw_core.placement import Want, explain, place
-from llmgw_core.pools_live import live_nodes
+from llmgw_core.planner.pools_live import live_nodes
 
 AT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 COPIES = {"h100-a-01": 400, "gb200-r1-t01": 540, "a100-mig-01": 20, "l40s-01": 20, "cpu-01": 20}

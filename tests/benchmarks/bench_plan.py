@@ -13,8 +13,8 @@ import sys
 import time
 
 from llmgw_core.catalog import catalog_model
-from llmgw_core.plan import plan
-from llmgw_core.pools import described_fleet
+from llmgw_core.planner.plan import plan
+from llmgw_core.planner.pools import described_fleet
 
 # 1,000 nodes: GPU classes, fabrics, an NVL72 domain, MIG, PCIe and CPU nodes mixed.
 FLEET = [

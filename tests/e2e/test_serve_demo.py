@@ -306,7 +306,7 @@ def test_a_nodes_download_of_the_weights_counts_as_progress(demo: Demo):
     import asyncio
     import contextlib
 
-    from llmgw_core.replica_serve import StartProgress, Trace, hub_cache_dir, watch_download
+    from llmgw_core.serve.serve import StartProgress, Trace, hub_cache_dir, watch_download
 
     cache = hub_cache_dir("example-org/example-model")
     folder = demo.demo.servers["cpu-01"].home / cache
@@ -338,8 +338,8 @@ def test_a_nodes_download_of_the_weights_counts_as_progress(demo: Demo):
 def test_weights_a_node_lacks_are_copied_over_sftp_and_then_found_present(
     demo: Demo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    from llmgw_core.replica_http import EngineReach
-    from llmgw_core.replica_weights import copy_to_node
+    from llmgw_core.serve.http import EngineReach
+    from llmgw_core.serve.weights import copy_to_node
 
     # A relative path is this process's folder here and the node's home there:
     # two disks, as a real node has, although the demo's nodes share this machine's.
@@ -443,9 +443,9 @@ def test_a_dry_run_shows_the_command_and_environment_of_each_node_and_starts_not
 
 
 def test_a_dry_run_hides_the_hub_token_and_names_the_fallbacks(demo: Demo):
-    from llmgw_core.replica_choice import Overrides
-    from llmgw_core.replica_serve import ServeRequest, preview_serve
     from llmgw_core.script.steps.plan import step_model
+    from llmgw_core.serve.choice import Overrides
+    from llmgw_core.serve.serve import ServeRequest, preview_serve
 
     request = ServeRequest(
         model=LLAMA,
@@ -467,7 +467,7 @@ def test_a_dry_run_hides_the_hub_token_and_names_the_fallbacks(demo: Demo):
 def test_a_port_something_else_listens_on_is_never_given_to_an_engine(demo: Demo):
     import socket
 
-    from llmgw_core.replica_prepare import free_port
+    from llmgw_core.serve.prepare import free_port
 
     with socket.socket() as other_server:
         other_server.bind(("0.0.0.0", 0))

@@ -8,7 +8,7 @@ from textual.widgets import DataTable
 
 from llmgw_core.facts import GpuProcess
 from llmgw_core.fleet.state import FleetState
-from llmgw_core.views import FleetSummary
+from llmgw_core.views.fleet import FleetSummary
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import StaticFeed
 from llmgw_tui.screens.node import NodeScreen

@@ -63,3 +63,64 @@ def test_the_agent_imports_only_the_standard_library():
         foreign = {m for m in foreign if not m.startswith("_")}
         assert not foreign, f"{module} pulls in {sorted(foreign)}"
         assert not any(m.startswith("llmgw_core") for m in loaded), module
+
+
+# The core's layers, lowest first: a module may import its own layer and those
+# below it, never one above. Packages outside this line (engines, fleet,
+# fabric, catalog, views) are checked by the rules after it.
+LAYERS = ("model", "memory", "planner", "placement", "serve", "script")
+NEVER_IMPORTS = {
+    "engines": {"planner", "placement", "serve", "script", "views"},
+    "fleet": {"planner", "placement", "serve", "script", "views"},
+    "fabric": {"planner", "placement", "serve", "script", "views"},
+    "catalog": {"planner", "placement", "serve", "script", "views"},
+    "views": {"script"},
+}
+CORE_ROOT = Path(llmgw_core.__file__).parent
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, at its top or inside a function."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+            if node.module == "llmgw_core":
+                names = [f"llmgw_core.{alias.name}" for alias in node.names]
+        found |= set(names)
+    return found
+
+
+def _core_imports(path: Path) -> set[str]:
+    """The core packages (`llmgw_core.X`) a file imports."""
+    return {n.split(".")[1] for n in _imports(path) if n.startswith("llmgw_core.")}
+
+
+def _package_of(path: Path) -> str:
+    rel = path.relative_to(CORE_ROOT)
+    return rel.parts[0].removesuffix(".py")
+
+
+def test_the_core_layers_import_only_downwards():
+    broken = []
+    for path in sorted(CORE_ROOT.rglob("*.py")):
+        own = _package_of(path)
+        imported = _core_imports(path)
+        if own in LAYERS:
+            above = set(LAYERS[LAYERS.index(own) + 1 :])
+            broken += [f"{path.relative_to(CORE_ROOT)} imports {x}" for x in imported & above]
+        broken += [
+            f"{path.relative_to(CORE_ROOT)} imports {x}"
+            for x in imported & NEVER_IMPORTS.get(own, set())
+        ]
+    assert not broken, broken
+
+
+def test_nothing_in_the_core_imports_the_console():
+    for path in CORE_ROOT.rglob("*.py"):
+        assert not {n for n in _imports(path) if n.split(".")[0] in ("llmgw_tui", "textual")}, path

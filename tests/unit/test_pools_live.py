@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw_core.fleet.state import FleetState, NodeState
-from llmgw_core.pools_live import live_nodes, planner_fleet
+from llmgw_core.planner.pools_live import live_nodes, planner_fleet
 from llmgw_tui.offline_demo import offline_demo_state
 
 

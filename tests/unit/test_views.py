@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from llmgw_agent.discover import collect_facts
-from llmgw_core.views import (
+from llmgw_core.views.fleet import (
     class_counts,
     device_rows,
     domain_name,
@@ -171,7 +171,7 @@ def test_an_unreachable_node_keeps_its_cards_on_show_but_offers_none_free(h100):
 
 
 def test_fleet_totals_count_ready_nodes_free_gpus_and_name_the_nodes_not_ready(h100, gb200_tray):
-    from llmgw_core.views import fleet_totals
+    from llmgw_core.views.fleet import fleet_totals
 
     class Node:
         def __init__(self, name: str, state: str, reason: str | None, facts: Any) -> None:
@@ -190,7 +190,7 @@ def test_fleet_totals_count_ready_nodes_free_gpus_and_name_the_nodes_not_ready(h
 
 def test_a_rail_below_its_rated_speed_is_flagged_and_the_node_page_names_a_tray_kept_out(tmp_path):
     from llmgw_agent.sim.profiles import write_profile
-    from llmgw_core.views import adapter_rows, node_detail
+    from llmgw_core.views.fleet import adapter_rows, node_detail
 
     h100 = collect_facts(
         replay=str(write_profile("hgx-h100", tmp_path / "h", degraded_rail="mlx5_5"))

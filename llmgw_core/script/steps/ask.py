@@ -25,9 +25,9 @@ class AskArgs(StepArgs):
 
 async def run_ask(args: AskArgs, ctx: StepContext) -> StepOutcome:
     """Ask the replica's engine one question; the result is its answer's text."""
-    from llmgw_core.replica_http import chat
-    from llmgw_core.replica_session import fleet_and_reach
-    from llmgw_core.replicas import find_replica
+    from llmgw_core.serve.http import chat
+    from llmgw_core.serve.replicas import find_replica
+    from llmgw_core.serve.session import fleet_and_reach
 
     fleet, reach = await fleet_and_reach(ctx)
     head, port, served_name = (await find_replica(fleet, args.replica)).ready_engine()

@@ -26,9 +26,9 @@ class BenchArgs(StepArgs):
 
 async def run_bench(args: BenchArgs, ctx: StepContext) -> StepOutcome:
     """Send `requests` completions, `concurrency` at a time, through the tunnel to rank 0."""
-    from llmgw_core.replica_http import bench
-    from llmgw_core.replica_session import fleet_and_reach
-    from llmgw_core.replicas import find_replica
+    from llmgw_core.serve.http import bench
+    from llmgw_core.serve.replicas import find_replica
+    from llmgw_core.serve.session import fleet_and_reach
 
     fleet, reach = await fleet_and_reach(ctx)
     head, port, served_name = (await find_replica(fleet, args.replica)).ready_engine()

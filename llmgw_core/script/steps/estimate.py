@@ -56,7 +56,7 @@ class EstimateArgs(StepArgs):
     @classmethod
     def _known_gpu(cls, label: str | None) -> str | None:
         if label is not None:
-            from llmgw_core.gpu_classes import gpu_class
+            from llmgw_core.planner.gpu_classes import gpu_class
 
             try:
                 gpu_class(label)
@@ -77,7 +77,7 @@ def card_memory_gib(args: EstimateArgs) -> float:
     """The card's memory: given, or the GPU class's memory visible to CUDA."""
     if args.gpu_memory_gib is not None:
         return args.gpu_memory_gib
-    from llmgw_core.gpu_classes import gpu_class
+    from llmgw_core.planner.gpu_classes import gpu_class
 
     return gpu_class(str(args.gpu)).memory_gib
 

@@ -39,12 +39,12 @@ async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
     """Plan against the live fleet, then say node by node why each is or is not chosen."""
     from llmgw_core.errors import BadInput, DoesNotFit
     from llmgw_core.placement import explain, place
-    from llmgw_core.plan import plan
-    from llmgw_core.pools_live import planner_fleet
-    from llmgw_core.replica_choice import Overrides, choices
-    from llmgw_core.replica_explain import capacity_verdicts
-    from llmgw_core.replicas import fleet_views
+    from llmgw_core.planner.plan import plan
+    from llmgw_core.planner.pools_live import planner_fleet
     from llmgw_core.script.steps.plan import step_model
+    from llmgw_core.serve.choice import Overrides, choices
+    from llmgw_core.serve.explain import capacity_verdicts
+    from llmgw_core.serve.replicas import fleet_views
 
     fleet = await ctx.live_fleet()
     model = step_model(args.model, ctx)

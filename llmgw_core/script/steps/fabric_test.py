@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from llmgw_core.errors import BadInput
-from llmgw_core.fabric_run import FabricNode, RailSettings, adapter_ends, run_matrix
+from llmgw_core.fabric.run import FabricNode, RailSettings, adapter_ends, run_matrix
 from llmgw_core.script.registry import (
     EXIT_STEP_FAILED,
     StepArgs,

@@ -26,7 +26,7 @@ class LogsArgs(StepArgs):
 
 async def run_logs(args: LogsArgs, ctx: StepContext) -> StepOutcome:
     """Read the last lines of every shard (or one) of the replica."""
-    from llmgw_core.replicas import replica_logs
+    from llmgw_core.serve.replicas import replica_logs
 
     fleet = await ctx.live_fleet()
     lines = await replica_logs(fleet, args.replica, shard=args.shard, lines=args.lines)

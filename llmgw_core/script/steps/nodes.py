@@ -18,7 +18,7 @@ from llmgw_core.script.registry import (
     StepOutcome,
     step,
 )
-from llmgw_core.views import domain_name
+from llmgw_core.views.fleet import domain_name
 
 
 class NodesArgs(StepArgs):

@@ -34,7 +34,7 @@ from llmgw_core.script.registry import (
 
 if TYPE_CHECKING:
     from llmgw_core.model.source import ModelInfo
-    from llmgw_core.pools import Fleet
+    from llmgw_core.planner.pools import Fleet
 
 
 class PlanArgs(StepArgs):
@@ -75,7 +75,7 @@ async def fleet_for(ctx: StepContext) -> Fleet:
     Raises:
         BadInput: the script describes no fleet and runs without one.
     """
-    from llmgw_core.pools import described_fleet
+    from llmgw_core.planner.pools import described_fleet
 
     if ctx.described_fleet:
         return described_fleet(ctx.described_fleet)
@@ -85,8 +85,8 @@ async def fleet_for(ctx: StepContext) -> Fleet:
             "pass --demo or --inventory FILE, or describe the fleet, e.g. "
             "fleet: [{name: dgx, count: 2, gpu: h100-80g, gpus: 8, fabric: ib-a}]",
         )
-    from llmgw_core.pools_live import planner_fleet
-    from llmgw_core.replicas import fleet_views
+    from llmgw_core.planner.pools_live import planner_fleet
+    from llmgw_core.serve.replicas import fleet_views
 
     live = await ctx.live_fleet()
     return planner_fleet(await fleet_views(live))
@@ -116,7 +116,7 @@ def _shape_summary(model: Any) -> dict[str, Any] | None:
 async def run_plan(args: PlanArgs, ctx: StepContext) -> StepOutcome:
     """Plan the model against the fleet; exit 3 with what would help when nothing fits."""
     from llmgw_core.catalog.resolve import origin_note
-    from llmgw_core.plan import plan
+    from llmgw_core.planner.plan import plan
 
     fleet = await fleet_for(ctx)
     model = step_model(args.model, ctx)

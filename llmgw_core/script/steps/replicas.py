@@ -34,16 +34,16 @@ class ReplicasArgs(StepArgs):
 
 async def run_replicas(args: ReplicasArgs, ctx: StepContext) -> StepOutcome:
     """List the replicas (after stopping the leftovers of failed ones)."""
-    from llmgw_core.replica_transport import with_transports
-    from llmgw_core.replica_view import trace_of
-    from llmgw_core.replicas import reconcile
+    from llmgw_core.serve.replicas import reconcile
+    from llmgw_core.serve.transport import with_transports
+    from llmgw_core.serve.view import trace_of
 
     fleet = await ctx.live_fleet()
     views = await reconcile(fleet, grace_s=args.grace)
     healed: list[dict[str, Any]] = []
     if args.heal:
-        from llmgw_core.replica_heal import heal
-        from llmgw_core.replica_session import fleet_and_reach
+        from llmgw_core.serve.heal import heal
+        from llmgw_core.serve.session import fleet_and_reach
 
         _, reach = await fleet_and_reach(ctx)
         healed = await heal(fleet, reach, grace_s=args.grace)

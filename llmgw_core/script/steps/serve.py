@@ -90,12 +90,12 @@ def hub_token_env() -> dict[str, str]:
 async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     """Plan, place, claim, start and (by default) wait until rank 0's health answers."""
     from llmgw_core.catalog import is_catalog_ref
-    from llmgw_core.replica_choice import Overrides
-    from llmgw_core.replica_serve import ServeRequest, preview_serve, serve
-    from llmgw_core.replica_session import fleet_and_reach
-    from llmgw_core.replica_transport import with_transport
-    from llmgw_core.replicas import find_replica
     from llmgw_core.script.steps.plan import step_model
+    from llmgw_core.serve.choice import Overrides
+    from llmgw_core.serve.replicas import find_replica
+    from llmgw_core.serve.serve import ServeRequest, preview_serve, serve
+    from llmgw_core.serve.session import fleet_and_reach
+    from llmgw_core.serve.transport import with_transport
 
     env = checked_env(args.env)
     fleet, reach = await fleet_and_reach(ctx)

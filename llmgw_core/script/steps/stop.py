@@ -23,7 +23,7 @@ class StopArgs(StepArgs):
 
 async def run_stop(args: StopArgs, ctx: StepContext) -> StepOutcome:
     """Stop and forget the replica's shards on every node that answers."""
-    from llmgw_core.replicas import stop_replica
+    from llmgw_core.serve.replicas import stop_replica
 
     fleet = await ctx.live_fleet()
     return StepOutcome(result=await stop_replica(fleet, args.replica))

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmgw_core.fabric_nccl import parse_all_reduce_perf, parse_nccl_transport
-from llmgw_core.fabric_perftest import parse_ib_write_bw
+from llmgw_core.fabric.nccl import parse_all_reduce_perf, parse_nccl_transport
+from llmgw_core.fabric.perftest import parse_ib_write_bw
 
 
 def captures(hardware_dir: Path, prefix: str) -> list[Path]:

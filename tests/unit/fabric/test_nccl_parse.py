@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgw_core.fabric import replica_transport, transport_warnings
-from llmgw_core.fabric_nccl import parse_all_reduce_perf, parse_nccl_transport
+from llmgw_core.fabric.nccl import parse_all_reduce_perf, parse_nccl_transport
+from llmgw_core.fabric.verdicts import replica_transport, transport_warnings
 
 SHARP = "nccl-debug-info_all_reduce_perf_a100-pcie_2node_ib-hdr_sharp-plugin.txt"
 SOCKET = "nccl-debug-info_all_reduce_perf_a100-sxm4-80gb_2gpu_container_socket-fallback.txt"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw_core.fabric_perftest import parse_ib_write_bw, to_gbps
+from llmgw_core.fabric.perftest import parse_ib_write_bw, to_gbps
 
 CLIENT_GBITS_DURATION = """\
 ---------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgw_core.fabric import (
+from llmgw_core.fabric.nccl import parse_all_reduce_perf, parse_nccl_transport
+from llmgw_core.fabric.verdicts import (
     AdapterEnd,
     judge_all_reduce,
     judge_rail,
@@ -18,7 +19,6 @@ from llmgw_core.fabric import (
     transport_warnings,
     verdict_for_ratio,
 )
-from llmgw_core.fabric_nccl import parse_all_reduce_perf, parse_nccl_transport
 
 HCAS = ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
 

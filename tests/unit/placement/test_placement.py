@@ -7,7 +7,7 @@ from dataclasses import replace
 from llmgw_core.fleet.state import FleetState, NodeState
 from llmgw_core.inventory import Fabric, NodeSpec
 from llmgw_core.placement import Want, explain, place
-from llmgw_core.pools_live import link_matrix, live_nodes
+from llmgw_core.planner.pools_live import link_matrix, live_nodes
 
 
 def _views(demo_facts, claims=None, specs=None, states=None):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw_core.errors import BadInput
-from llmgw_core.gpu_classes import gpu_class, known_labels, parse_mig_label
+from llmgw_core.planner.gpu_classes import gpu_class, known_labels, parse_mig_label
 
 
 def test_an_h100_gives_cuda_the_79_19_gib_vllm_logs():

@@ -6,8 +6,8 @@ import pytest
 
 from llmgw_core.catalog import catalog_model
 from llmgw_core.errors import BadInput
-from llmgw_core.plan import plan
-from llmgw_core.pools import described_fleet
+from llmgw_core.planner.plan import plan
+from llmgw_core.planner.pools import described_fleet
 
 TWO_DGX = [
     {"name": "dgx", "count": 2, "gpu": "h100-80g", "gpus": 8, "fabric": "ib-a"},

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from llmgw_core.gpu_classes import gpu_class
 from llmgw_core.model.artifacts import RepoFile, artifacts_from_listing
 from llmgw_core.model.shape import is_full_config, shape_from_config
 from llmgw_core.model.source import ModelInfo
-from llmgw_core.plan import plan
-from llmgw_core.plan_ways import width_refusal
-from llmgw_core.pools import described_fleet
+from llmgw_core.planner.gpu_classes import gpu_class
+from llmgw_core.planner.plan import plan
+from llmgw_core.planner.pools import described_fleet
+from llmgw_core.planner.ways import width_refusal
 
 MIXED_FLEET = [
     {"name": "dgx", "count": 2, "gpu": "h100-80g", "gpus": 8, "fabric": "ib-a"},

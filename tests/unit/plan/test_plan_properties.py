@@ -6,10 +6,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmgw_core.catalog import catalog_model
-from llmgw_core.gpu_classes import gpu_class
-from llmgw_core.plan import plan
-from llmgw_core.plan_ways import width_refusal
-from llmgw_core.pools import described_fleet
+from llmgw_core.planner.gpu_classes import gpu_class
+from llmgw_core.planner.plan import plan
+from llmgw_core.planner.pools import described_fleet
+from llmgw_core.planner.ways import width_refusal
 
 MODELS = {
     ref: catalog_model(ref)

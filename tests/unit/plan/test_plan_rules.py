@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 
 from llmgw_core.engines.planned import planned_argv
-from llmgw_core.gpu_classes import gpu_class
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.quantization import Quantization
-from llmgw_core.plan_ways import (
+from llmgw_core.planner.gpu_classes import gpu_class
+from llmgw_core.planner.ways import (
     context_refusal,
     dtype_flag,
     engines_for,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw_core.errors import BadInput
-from llmgw_core.pools import described_fleet, nvlink_groups_from_matrix
+from llmgw_core.planner.pools import described_fleet, nvlink_groups_from_matrix
 
 MIXED = [
     {"name": "dgx", "count": 2, "gpu": "h100-80g", "gpus": 8, "fabric": "ib-a"},
@@ -163,8 +163,8 @@ def test_nvlink_groups_come_from_the_matrix_widest_first():
 
 
 def test_the_cards_with_the_most_nvlink_between_them_are_chosen():
-    from llmgw_core.gpu_classes import gpu_class
-    from llmgw_core.pools import Device, Node
+    from llmgw_core.planner.gpu_classes import gpu_class
+    from llmgw_core.planner.pools import Device, Node
 
     card = gpu_class("a100-80g")
     links = [[0, 12, 2, 2], [12, 0, 2, 2], [2, 2, 0, 4], [2, 2, 4, 0]]

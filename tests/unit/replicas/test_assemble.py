@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from llmgw_core.fleet.state import FleetState, NodeState
-from llmgw_core.replica_view import SPEC_KIND, assemble, trace_of
+from llmgw_core.serve.view import SPEC_KIND, assemble, trace_of
 
 NOW = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 CREATED = (NOW - timedelta(minutes=10)).timestamp()
@@ -140,7 +140,7 @@ def _healable(spec: dict) -> dict:
 
 
 def test_a_replica_that_served_and_lost_a_node_is_placed_again_but_not_one_that_never_came_up():
-    from llmgw_core.replica_heal import MAX_HEALS, heal_candidates
+    from llmgw_core.serve.heal import MAX_HEALS, heal_candidates
 
     served = _healable(_spec())
     lost = {"a": [_shard(0, phase="stopped", healthy=True, spec=served)]}

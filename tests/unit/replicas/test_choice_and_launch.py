@@ -8,10 +8,10 @@ from llmgw_core.catalog import catalog_model
 from llmgw_core.engines import build_launch
 from llmgw_core.errors import BadInput, DoesNotFit
 from llmgw_core.placement import place
-from llmgw_core.plan import plan
-from llmgw_core.pools_live import live_nodes, planner_fleet
-from llmgw_core.replica_choice import Overrides, choices
-from llmgw_core.replica_launch import free_port_on, launch_request, replica_name
+from llmgw_core.planner.plan import plan
+from llmgw_core.planner.pools_live import live_nodes, planner_fleet
+from llmgw_core.serve.choice import Overrides, choices
+from llmgw_core.serve.launch import free_port_on, launch_request, replica_name
 
 LLAMA = "catalog:meta-llama/Llama-3.3-70B-Instruct"
 
@@ -105,7 +105,7 @@ def test_the_next_free_port_skips_every_running_shards():
 
 
 def test_a_secret_never_shows_in_the_spec_a_shard_keeps(demo_facts):
-    from llmgw_core.replica_launch import shard_spec
+    from llmgw_core.serve.launch import shard_spec
 
     views, fleet, info, the_plan = _setup(demo_facts)
     (way,) = choices(the_plan, info, fleet, Overrides(gpu_class="h100-80g"), fallbacks=0)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmgw_core.facts import ModelDir, StoredModel
-from llmgw_core.replica_fetch import DOWNLOAD_SCRIPT, download_command, node_python, weights_plan
+from llmgw_core.serve.fetch import DOWNLOAD_SCRIPT, download_command, node_python, weights_plan
 
 REPO = "meta-llama/Llama-3.3-70B-Instruct"
 HELD_AT = "/srv/models/meta-llama/Llama-3.3-70B-Instruct"

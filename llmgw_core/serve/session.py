@@ -10,7 +10,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from llmgw_core.replica_http import EngineReach, close_quietly
+from llmgw_core.serve.http import EngineReach, close_quietly
 
 _REACHES: weakref.WeakKeyDictionary[Any, EngineReach] = weakref.WeakKeyDictionary()
 

@@ -20,9 +20,10 @@ from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.shape import ModelShape
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Want
-from llmgw_core.plan import GGUF_DIR, Plan, Way
-from llmgw_core.plan_fit import Sizer
-from llmgw_core.plan_ways import (
+from llmgw_core.planner.fit import Sizer
+from llmgw_core.planner.plan import GGUF_DIR, Plan, Way
+from llmgw_core.planner.pools import Fleet
+from llmgw_core.planner.ways import (
     dtype_flag,
     engines_for,
     load_refusal,
@@ -30,7 +31,6 @@ from llmgw_core.plan_ways import (
     uses_expert_parallel,
     width_refusal,
 )
-from llmgw_core.pools import Fleet
 
 LLAMA_CPP = "llama.cpp"
 
@@ -170,7 +170,7 @@ def _dtype_of(way: Way, artifact: Artifact, model: ModelInfo) -> str | None:
     shape = artifact.shape or model.shape
     if shape is None or way.on_cpu:
         return None
-    from llmgw_core.gpu_classes import gpu_class
+    from llmgw_core.planner.gpu_classes import gpu_class
 
     try:
         card = gpu_class(way.gpu_class)

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmgw_core.errors import LlmgwError
-from llmgw_core.fabric import replica_transport
-from llmgw_core.fabric_nccl import NcclTransport
+from llmgw_core.fabric.nccl import NcclTransport
+from llmgw_core.fabric.verdicts import replica_transport
 from llmgw_core.fleet.client import AgentError, AgentLost
-from llmgw_core.replica_view import ReplicaView, ShardView
+from llmgw_core.serve.view import ReplicaView, ShardView
 
 NCCL_LINES = 400
 """How many of a shard's first NCCL lines are read: enough for every channel of 8 cards."""
@@ -74,7 +74,7 @@ async def shard_nccl_lines(fleet: Any, shard: ShardView) -> list[str]:
     except AgentError as exc:
         if exc.code != "unknown_op":
             raise
-    from llmgw_core.replicas import shard_lines
+    from llmgw_core.serve.replicas import shard_lines
 
     return await shard_lines(fleet, shard.node, shard.shard_id, TAIL_FALLBACK_LINES)
 

@@ -17,8 +17,8 @@ from typing import Any
 from llmgw_core.memory import CardNeed, Layout, card_need, usable_gib
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.shape import ModelShape
-from llmgw_core.plan_ways import LLAMA_CPP, precision_rank_bits, uses_expert_parallel
-from llmgw_core.pools import Pool
+from llmgw_core.planner.pools import Pool
+from llmgw_core.planner.ways import LLAMA_CPP, precision_rank_bits, uses_expert_parallel
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from typing import Any
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.client import AgentLost
-from llmgw_core.pools_live import LiveNode, live_nodes
-from llmgw_core.replica_view import ReplicaView, assemble
+from llmgw_core.planner.pools_live import LiveNode, live_nodes
+from llmgw_core.serve.view import ReplicaView, assemble
 
 NODE_GRACE_S = 60.0
 """How long a node may not answer before its replica is failed."""

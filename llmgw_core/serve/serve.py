@@ -34,12 +34,12 @@ from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.client import AgentError, AgentLost
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Placement, explain, place, want_summary
-from llmgw_core.replica_choice import Choice
-from llmgw_core.replica_fetch import FetchFailed, fetch_weights, weights_plan
-from llmgw_core.replica_http import EngineReach, TunnelRefused, health_status
-from llmgw_core.replica_launch import replica_spec, shard_spec
-from llmgw_core.replica_preflight import all_reduce_preflight
-from llmgw_core.replica_prepare import (
+from llmgw_core.serve.choice import Choice
+from llmgw_core.serve.fetch import FetchFailed, fetch_weights, weights_plan
+from llmgw_core.serve.http import EngineReach, TunnelRefused, health_status
+from llmgw_core.serve.launch import replica_spec, shard_spec
+from llmgw_core.serve.preflight import all_reduce_preflight
+from llmgw_core.serve.prepare import (
     STARTUP_TIMEOUT_S,
     ServePreview,
     ServeRequest,
@@ -47,9 +47,8 @@ from llmgw_core.replica_prepare import (
     preview_serve,
     resolve,
 )
-from llmgw_core.replica_progress import StartProgress, Trace, hub_cache_dir, watch_download
-from llmgw_core.replica_weights import copy_to_node
-from llmgw_core.replicas import (
+from llmgw_core.serve.progress import StartProgress, Trace, hub_cache_dir, watch_download
+from llmgw_core.serve.replicas import (
     REQUEST_TIMEOUT_S,
     fleet_views,
     shard_lines,
@@ -57,6 +56,7 @@ from llmgw_core.replicas import (
     stop_replica,
     stop_shard,
 )
+from llmgw_core.serve.weights import copy_to_node
 
 __all__ = [
     "STARTUP_TIMEOUT_S",

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from llmgw_core.errors import BadInput
 from llmgw_core.facts import Gpu, NodeFacts, is_zero_uuid
 from llmgw_core.fleet.state import FleetState, NodeState
-from llmgw_core.gpu_classes import MIB_PER_GIB, GpuClass, gpu_class
 from llmgw_core.inventory import NodeSpec
-from llmgw_core.pools import Device, Fleet, Node, NvlinkDomain, nvlink_groups_from_matrix
+from llmgw_core.planner.gpu_classes import MIB_PER_GIB, GpuClass, gpu_class
+from llmgw_core.planner.pools import Device, Fleet, Node, NvlinkDomain, nvlink_groups_from_matrix
 
 _NVLINK = re.compile(r"^NV(\d+)$")
 

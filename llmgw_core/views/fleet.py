@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from llmgw_core.facts import device_in_use, is_zero_uuid
-from llmgw_core.gpu_classes import MIB_PER_GIB
+from llmgw_core.planner.gpu_classes import MIB_PER_GIB
 
 TrayState = Literal["joined", "degraded", "not-joined"]
 

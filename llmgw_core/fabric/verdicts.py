@@ -28,8 +28,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from llmgw_core.fabric_nccl import AllReducePerf, NcclTransport, parse_nccl_transport
-from llmgw_core.fabric_perftest import IbWriteBw, TcpThroughput, parse_ib_write_bw
+from llmgw_core.fabric.nccl import AllReducePerf, NcclTransport, parse_nccl_transport
+from llmgw_core.fabric.perftest import IbWriteBw, TcpThroughput, parse_ib_write_bw
 
 PASS_RATIO = 0.90
 """A rail passes at 90 % of its rated speed (NVIDIA's ngc_multinode_perf criterion)."""

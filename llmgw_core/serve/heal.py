@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmgw_core.placement import explain, place, want_summary
-from llmgw_core.replica_choice import Choice
-from llmgw_core.replica_http import EngineReach
-from llmgw_core.replica_serve import ServeOutcome, ServeRequest, serve_way
-from llmgw_core.replica_view import ReplicaView
-from llmgw_core.replicas import fleet_views, replicas_now, stop_replica
+from llmgw_core.serve.choice import Choice
+from llmgw_core.serve.http import EngineReach
+from llmgw_core.serve.replicas import fleet_views, replicas_now, stop_replica
+from llmgw_core.serve.serve import ServeOutcome, ServeRequest, serve_way
+from llmgw_core.serve.view import ReplicaView
 
 MAX_HEALS = 3
 

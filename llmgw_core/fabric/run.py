@@ -1,6 +1,6 @@
 """Running fabric tests through the nodes' agents: pairs, rails, the matrix.
 
-The edge of `llmgw_core.fabric`: it asks each agent what it can run
+The edge of `llmgw_core.fabric.verdicts`: it asks each agent what it can run
 (`fabric.probe`), starts a server half on node A (`fabric.server`, a stream
 whose first event says it is listening), then the client half on node B
 (`fabric.client`), and hands both outputs to the pure verdicts. A node
@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llmgw_core.errors import LlmgwError
-from llmgw_core.fabric import (
+from llmgw_core.fabric.nccl import AllReducePerf, parse_all_reduce_perf
+from llmgw_core.fabric.perftest import read_tcp_result
+from llmgw_core.fabric.verdicts import (
     AdapterEnd,
     AllReduceJudgement,
     RailPair,
@@ -33,8 +35,6 @@ from llmgw_core.fabric import (
     pair_rails,
     plan_matrix,
 )
-from llmgw_core.fabric_nccl import AllReducePerf, parse_all_reduce_perf
-from llmgw_core.fabric_perftest import read_tcp_result
 from llmgw_core.fleet.client import AgentLost
 
 PROBE_TIMEOUT_S = 30.0

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 from llmgw_core.memory import usable_gib
 from llmgw_core.placement import NodeVerdict
-from llmgw_core.plan import GIB, Plan
-from llmgw_core.pools_live import LiveNode
+from llmgw_core.planner.plan import GIB, Plan
+from llmgw_core.planner.pools_live import LiveNode
 
 
 def capacity_verdicts(

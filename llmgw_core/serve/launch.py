@@ -18,8 +18,8 @@ from llmgw_core.engines.spec import ShardLaunch
 from llmgw_core.facts import NodeFacts
 from llmgw_core.inventory import NodeSpec
 from llmgw_core.placement import Placement
-from llmgw_core.replica_choice import Choice
-from llmgw_core.replica_view import SPEC_KIND
+from llmgw_core.serve.choice import Choice
+from llmgw_core.serve.view import SPEC_KIND
 
 HTTP_BASE_PORT = 8000
 """The first HTTP port an engine is given on a real node (then 8001 … when taken)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmgw_core.replica_view import ReplicaView, ShardView
+from llmgw_core.serve.view import ReplicaView, ShardView
 
 BAR_CELLS = 12
 """Width of a download bar, in characters."""

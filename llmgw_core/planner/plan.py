@@ -28,13 +28,14 @@ from typing import Any
 
 from llmgw_core.engines.planned import planned_argv
 from llmgw_core.errors import BadInput
-from llmgw_core.gpu_classes import GpuClass
 from llmgw_core.memory import Layout
 from llmgw_core.model.artifacts import GIB, Artifact
 from llmgw_core.model.shape import ModelShape
 from llmgw_core.model.source import ModelInfo
-from llmgw_core.plan_fit import Miss, Sizer, advice_when_nothing_fits, smallest_fitting
-from llmgw_core.plan_ways import (
+from llmgw_core.planner.fit import Miss, Sizer, advice_when_nothing_fits, smallest_fitting
+from llmgw_core.planner.gpu_classes import GpuClass
+from llmgw_core.planner.pools import Fleet, Pool
+from llmgw_core.planner.ways import (
     ENGINE_ORDER,
     LLAMA_CPP,
     context_refusal,
@@ -47,7 +48,6 @@ from llmgw_core.plan_ways import (
     tensor_widths,
     uses_expert_parallel,
 )
-from llmgw_core.pools import Fleet, Pool
 
 # Way kinds, in the order they are tried.
 ONE_CARD, ONE_NODE, SEVERAL_NODES, CPU_NODE = 0, 1, 2, 3

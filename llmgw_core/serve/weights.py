@@ -15,7 +15,7 @@ from pathlib import Path
 import asyncssh
 
 from llmgw_core.errors import LlmgwError
-from llmgw_core.replica_http import EngineReach
+from llmgw_core.serve.http import EngineReach
 
 
 def local_files(path: Path) -> dict[str, int]:

@@ -41,8 +41,8 @@ from llmgw_core.errors import LlmgwError
 from llmgw_core.facts import NodeFacts, StoredModel
 from llmgw_core.fleet.client import AgentLost
 from llmgw_core.inventory import NodeSpec, PythonEngine
-from llmgw_core.replica_http import EngineReach
-from llmgw_core.replica_progress import StartProgress, Trace, hub_cache_dir, watch_download
+from llmgw_core.serve.http import EngineReach
+from llmgw_core.serve.progress import StartProgress, Trace, hub_cache_dir, watch_download
 
 FETCH_SPEC_KIND = "llmgw-fetch"
 """The `spec.kind` of a fetch process: not a replica's shard, so `replicas` leaves it out."""
@@ -209,7 +209,7 @@ async def run_fetch(
         FetchFailed: it exited with an error (its last lines in the reason),
             stalled for `timeout_s`, or the node stopped answering.
     """
-    from llmgw_core.replicas import shard_lines, stop_shard
+    from llmgw_core.serve.replicas import shard_lines, stop_shard
 
     args = {
         "replica": f"{replica}-fetch",

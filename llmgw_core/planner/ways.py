@@ -13,10 +13,10 @@ Each rule lives here once and the planner asks it:
 
 from __future__ import annotations
 
-from llmgw_core.gpu_classes import GpuClass
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.quantization import Quantization
 from llmgw_core.model.shape import ModelShape
+from llmgw_core.planner.gpu_classes import GpuClass
 
 VLLM = "vllm"
 SGLANG = "sglang"

@@ -27,18 +27,18 @@ from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.client import AgentError
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Placement, explain, place, want_summary
-from llmgw_core.plan import plan
-from llmgw_core.pools_live import planner_fleet
-from llmgw_core.replica_choice import Choice, Overrides, choices
-from llmgw_core.replica_launch import (
+from llmgw_core.planner.plan import plan
+from llmgw_core.planner.pools_live import planner_fleet
+from llmgw_core.serve.choice import Choice, Overrides, choices
+from llmgw_core.serve.launch import (
     HTTP_BASE_PORT,
     RENDEZVOUS_BASE_PORT,
     free_port_on,
     launch_request,
     replica_name,
 )
-from llmgw_core.replica_view import assemble
-from llmgw_core.replicas import fleet_views, shard_listings
+from llmgw_core.serve.replicas import fleet_views, shard_listings
+from llmgw_core.serve.view import assemble
 
 STARTUP_TIMEOUT_S = 1200.0
 """How long a replica may show no progress before it is failed (20 minutes)."""

@@ -31,7 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from llmgw_core.errors import BadInput
-from llmgw_core.gpu_classes import GpuClass, gpu_class
+from llmgw_core.planner.gpu_classes import GpuClass, gpu_class
 
 InterconnectKind = Literal["fabric", "nvlink-domain"]
 

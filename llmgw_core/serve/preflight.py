@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from llmgw_core.engines import LaunchPlan
-from llmgw_core.fabric import AllReduceJudgement
-from llmgw_core.fabric_run import FabricNode, adapter_ends, run_all_reduce
+from llmgw_core.fabric.run import FabricNode, adapter_ends, run_all_reduce
+from llmgw_core.fabric.verdicts import AllReduceJudgement
 from llmgw_core.placement import Placement
 
 ALL_REDUCE_TIMEOUT_S = 600.0
