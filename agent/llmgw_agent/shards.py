@@ -298,6 +298,7 @@ def judge_shard(directory: Path) -> dict:
         "exit_code": state.get("exit_code"),
         "killed": state.get("killed", False),
         "healthy": state.get("healthy"),
+        "served": bool(state.get("served_at")),
         "health_url": shard.get("health_url"),
         "keepalive": shard.get("keepalive"),
         "replay": bool(shard.get("replay")),

@@ -185,7 +185,12 @@ class Supervisor:
             status = _http_status(url)
             healthy = status == 200
             if healthy != self.state.get("healthy") or status != self.state.get("health_status"):
-                self.update(healthy=healthy, health_status=status, health_checked_at=time.time())
+                changes = {"healthy": healthy, "health_status": status}
+                if healthy and not self.state.get("served_at"):
+                    # Sticky: a replica that served once is worth healing even if its
+                    # health fell (a peer lost) before the console stopped it.
+                    changes["served_at"] = time.time()
+                self.update(health_checked_at=time.time(), **changes)
 
     # --- stopping ---------------------------------------------------------
 

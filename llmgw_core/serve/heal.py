@@ -34,7 +34,7 @@ def heal_candidates(views: Sequence[ReplicaView]) -> list[ReplicaView]:
         head = view.head
         if view.phase not in ("failed", "stopped") or view.live_shards():
             continue
-        if head is None or head.healthy is not True or "request" not in view.spec:
+        if head is None or not head.served or "request" not in view.spec:
             continue
         if int(view.spec.get("heals") or 0) >= MAX_HEALS:
             continue

@@ -40,6 +40,8 @@ class ShardView:
     gpus: tuple[str, ...]
     phase: str
     healthy: bool | None = None
+    served: bool = False
+    """Whether its health ever answered (sticky, unlike `healthy`)."""
     reason: str | None = None
     exit_code: int | None = None
     started_at: float | None = None
@@ -154,6 +156,7 @@ def shard_view(node: str, record: Mapping[str, Any]) -> ShardView:
         gpus=tuple(str(g) for g in record.get("gpus") or ()),
         phase=str(record.get("phase") or "starting"),
         healthy=record.get("healthy"),
+        served=bool(record.get("served") or record.get("healthy")),
         reason=record.get("reason"),
         exit_code=record.get("exit_code"),
         started_at=record.get("started_at"),
