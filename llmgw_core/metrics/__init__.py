@@ -11,3 +11,6 @@ text through SSH tunnels and re-exports it with a `gateway` label;
 Imports the serve and fabric layers below it; never the script runner or
 the console.
 """
+
+DEFAULT_HOST = "127.0.0.1"
+"""Where the endpoint binds unless told otherwise: only this machine can scrape it."""

@@ -16,9 +16,8 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from llmgw_core.errors import BadInput
+from llmgw_core.metrics import DEFAULT_HOST
 from llmgw_core.metrics.families import MetricsSnapshot, all_families
-
-DEFAULT_HOST = "127.0.0.1"
 
 
 class SnapshotCollector(Collector):

@@ -22,11 +22,8 @@ from typing import Any
 from pydantic import Field
 
 from llmgw_core.errors import BadInput
-from llmgw_core.metrics.exporter import DEFAULT_HOST, SnapshotCollector, serve_metrics
-from llmgw_core.metrics.gateway import GatewayTarget
-from llmgw_core.metrics.sources import gather_snapshot, last_fabric_result
+from llmgw_core.metrics import DEFAULT_HOST
 from llmgw_core.script.registry import StepArgs, StepContext, StepOutcome, step
-from llmgw_core.serve.http import EngineReach, close_quietly
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -61,7 +58,9 @@ class MetricsArgs(StepArgs):
     refresh_facts: bool = True
 
 
-def _targets(args: MetricsArgs, inventory: Any) -> list[GatewayTarget]:
+def _targets(args: MetricsArgs, inventory: Any) -> list[Any]:
+    from llmgw_core.metrics.gateway import GatewayTarget
+
     known = [spec.name for spec in inventory.node_specs()]
     for gateway in args.gateways:
         if gateway.node not in known:
@@ -120,6 +119,10 @@ def render_metrics(result: dict[str, Any]) -> Any:
 @step("metrics", args=MetricsArgs, render=render_metrics)
 async def run_metrics(args: MetricsArgs, ctx: StepContext) -> StepOutcome:
     """Serve Prometheus metrics of the fleet until interrupted (or for `for_s`)."""
+    from llmgw_core.metrics.exporter import SnapshotCollector, serve_metrics
+    from llmgw_core.metrics.sources import gather_snapshot, last_fabric_result
+    from llmgw_core.serve.http import EngineReach, close_quietly
+
     fleet = await ctx.live_fleet()
     targets = _targets(args, fleet.inventory)
     collector = SnapshotCollector()
