@@ -151,7 +151,8 @@ class LlmgwApp(App[int]):
         try:
             while True:
                 try:
-                    collector.update(await self.feed.metrics_snapshot())
+                    if self.fleet is not None:  # nothing to export before the first poll
+                        collector.update(await self.feed.metrics_snapshot())
                     last_error = None
                 except LlmgwError as error:
                     if error.sentence() != last_error:

@@ -21,10 +21,16 @@ from llmgw_core.metrics.families import MetricsSnapshot, all_families
 
 
 class SnapshotCollector(Collector):
-    """A prometheus_client collector over the latest `MetricsSnapshot` (none: nothing yet)."""
+    """A prometheus_client collector over the latest `MetricsSnapshot` (none: nothing yet).
+
+    The families are built on the scrape's own thread (never on the caller's
+    event loop) the first time a snapshot is scraped, and reused until the
+    next snapshot: two scrapers of one snapshot pay once.
+    """
 
     def __init__(self) -> None:
         self._latest: MetricsSnapshot | None = None
+        self._built: tuple[MetricsSnapshot | None, list[Metric]] = (None, [])
 
     def update(self, snapshot: MetricsSnapshot) -> None:
         """Show `snapshot` from the next scrape on (one reference swap: safe across threads)."""
@@ -38,8 +44,13 @@ class SnapshotCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Every family of the latest snapshot."""
         snapshot = self._latest
-        if snapshot is not None:
-            yield from all_families(snapshot)
+        if snapshot is None:
+            return
+        built_for, families = self._built
+        if built_for is not snapshot:
+            families = all_families(snapshot)
+            self._built = (snapshot, families)
+        yield from families
 
 
 @dataclass

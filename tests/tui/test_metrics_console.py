@@ -122,3 +122,39 @@ def test_a_bad_metrics_flag_is_one_sentence_and_exit_2(argv, sentence, capsys):
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.splitlines()[-1] == f"llmgw-tui: error: {sentence}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_console_on_the_live_demo_fleet_exports_every_node_as_it_polls_them():
+    from llmgw_core.fleet.demo import NOT_JOINED_TRAY, demo_nodes
+    from llmgw_tui.feed import LiveFeed
+
+    port = _free_port()
+    names = {node.name for node in demo_nodes()}
+
+    async def run() -> None:
+        feed = LiveFeed(inventory=None, demo=True, refresh_s=1.0)
+        app = LlmgwApp(feed, animation="none", metrics_port=port)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _until(pilot, lambda: app.metrics_url is not None, "the metrics endpoint")
+            families: dict[str, list] = {}
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:
+                families = await _families(app.metrics_url)
+                up = {s.labels["node"] for s in families.get("llmgw_node_up", []) if s.value == 1}
+                if up == names:
+                    break
+                await pilot.pause(1.0)
+            up = {s.labels["node"] for s in families["llmgw_node_up"] if s.value == 1}
+            assert up == names
+            tray = f"gb200-r1-t{NOT_JOINED_TRAY:02d}"
+            joined = {
+                s.value for s in families["llmgw_gpu_nvlink_joined"] if s.labels["node"] == tray
+            }
+            assert joined == {0.0}
+            trays = {s.labels["node"] for s in families["llmgw_imex_up"]}
+            assert trays == {name for name in names if name.startswith("gb200")}
+            assert {s.labels["phase"] for s in families["llmgw_replicas"]} >= {"ready", "failed"}
+
+    asyncio.run(run())
