@@ -10,8 +10,9 @@ errors beside the fleet. Scraping is I/O; relabelling is pure.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from prometheus_client.core import Metric
@@ -19,12 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.serve.http import EngineReach
-from llmgw_core.serve.view import ReplicaView
 
 SCRAPE_TIMEOUT_S = 5.0
 OWN_PREFIX = "llmgw_"
 """Families of ours; a gateway's family with this prefix is not re-exported (it would clash)."""
 ADDED_LABELS = ("gateway", "node")
+GATEWAY_SPEC_KIND = "llmgw-gateway"
+"""The spec kind of a gateway's shard (a router started by the agent)."""
 
 
 @dataclass(frozen=True)
@@ -46,19 +48,29 @@ class GatewayScrape:
     error: str | None = None
 
 
-def gateway_targets(replicas: Sequence[ReplicaView]) -> tuple[GatewayTarget, ...]:
-    """The gateways to scrape among the replicas the nodes run (where the gateway shards plug in).
+def gateway_targets(
+    listings: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> tuple[GatewayTarget, ...]:
+    """The running gateways among the nodes' shard listings: where the gateway shards plug in.
 
-    A replica whose spec records `prometheus_port` (the router's metrics port,
-    written by whoever starts the gateway shard) is scraped on its head's node
-    while it is ready. This is the one place that reads that contract.
+    A gateway is a shard whose spec is of kind `llmgw-gateway` and records its
+    router's metrics port (`spec.gateway.prometheus_port`), as the gateway's
+    launcher writes it. This is the one place that reads that contract.
+
+    Args:
+        listings: per node, its agent's `shard.list` records.
     """
     found = []
-    for view in replicas:
-        port = view.spec.get("prometheus_port")
-        head = view.spec.get("head") or (view.head.node if view.head else None)
-        if isinstance(port, int) and head and view.phase == "ready":
-            found.append(GatewayTarget(name=view.name, node=str(head), port=port))
+    for node, records in listings.items():
+        for record in records:
+            spec = record.get("spec") or {}
+            gateway = spec.get("gateway") or {}
+            port = gateway.get("prometheus_port")
+            if spec.get("kind") != GATEWAY_SPEC_KIND or record.get("phase") != "running":
+                continue
+            if isinstance(port, int) and 0 < port < 65536:
+                name = str(gateway.get("name") or record.get("replica") or "gateway")
+                found.append(GatewayTarget(name=name, node=node, port=port))
     return tuple(found)
 
 

@@ -19,8 +19,8 @@ from llmgw_core.metrics.gateway import (
     scrape_gateway,
 )
 from llmgw_core.serve.http import EngineReach
-from llmgw_core.serve.replicas import replicas_now
-from llmgw_core.serve.view import ReplicaView
+from llmgw_core.serve.replicas import shard_listings
+from llmgw_core.serve.view import ReplicaView, assemble
 
 
 def last_fabric_result(keeper: object) -> Mapping[str, Any] | None:
@@ -59,9 +59,10 @@ async def gather_snapshot(
     Args:
         fleet: the live fleet (`snapshot()`, `request()`).
         reach: tunnels to the nodes' ports (the gateways').
-        gateways: gateways named by the operator, scraped beside those found among the replicas.
+        gateways: gateways to scrape beside those found in the nodes' shard listings.
         fabric_result: the last fabric test (`last_fabric_result`).
-        replicas: the replicas when the caller already has them (the console); else read now.
+        replicas: the replicas when the caller already has them (the console: it
+            then lists nothing itself, and scrapes only `gateways`); else read now.
         refresh_facts: ask every ready node for its facts first (card memory and
             utilisation move; the fleet's snapshot holds them as last read).
 
@@ -70,8 +71,14 @@ async def gather_snapshot(
     """
     if refresh_facts:
         await fleet.refresh()
-    views = tuple(replicas) if replicas is not None else await replicas_now(fleet)
-    targets = list(dict.fromkeys([*gateways, *gateway_targets(views)]))
+    found: tuple[GatewayTarget, ...] = ()
+    if replicas is None:
+        listings = await shard_listings(fleet)
+        views = assemble(listings, fleet.snapshot())
+        found = gateway_targets(listings)
+    else:
+        views = tuple(replicas)
+    targets = list(dict.fromkeys([*gateways, *found]))
     families, up, failed = await scrape_all(reach, targets)
     snapshot = MetricsSnapshot(
         fleet=fleet.snapshot(),

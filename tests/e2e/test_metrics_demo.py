@@ -1,15 +1,17 @@
 """The `metrics` step on the demo fleet: a real scrape, parsed with prometheus_client's parser.
 
 One demo fleet for the module. A replica is served and a fabric test run
-first, a local HTTP server plays a gateway's Prometheus port (reached through
-a real SSH tunnel to a demo node), then the step serves while this test
-scrapes it over HTTP.
+first; a local HTTP server plays a gateway named in the step, and a process
+the CPU node's agent supervises as a gateway shard plays one the step must
+find by itself (both reached through real SSH tunnels). Then the step
+serves while this test scrapes it over HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -87,6 +89,22 @@ EXPECTED_LABELS = {
 }
 
 
+# A router's metrics port as a process the agent supervises: a shard of the gateway kind.
+ROUTER_PROGRAM = """
+import http.server, sys
+text = sys.argv[2].encode()
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        self.wfile.write(text)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
 class _Router(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         body = ROUTER_TEXT.encode()
@@ -128,6 +146,34 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _start_gateway_shard(demo: Demo, node: str, name: str, port: int) -> str:
+    """A gateway's router (serving `ROUTER_TEXT`) started by the node's agent; its shard id."""
+    spec = {"kind": "llmgw-gateway", "gateway": {"name": name, "prometheus_port": port}}
+    args = {
+        "replica": f"gateway-{name}",
+        "rank": 0,
+        "commands": [
+            {
+                "name": "router",
+                "argv": [sys.executable, "-c", ROUTER_PROGRAM, str(port), ROUTER_TEXT],
+                "wait_for_port": port,
+            }
+        ],
+        "spec": spec,
+    }
+    started = demo.loop.run(demo.fleet.request(node, "shard.start", args))
+    shard_id = started["shard_id"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        listed = demo.loop.run(demo.fleet.request(node, "shard.list"))
+        (record,) = [r for r in listed["shards"] if r["shard_id"] == shard_id]
+        if record["phase"] == "running":
+            return shard_id
+        assert record["phase"] == "starting", record
+        time.sleep(0.3)
+    raise AssertionError("the gateway shard never ran")
+
+
 def _scrape_while_serving(demo: Demo, **args: Any) -> tuple[str, Any]:
     """Run the step on the demo's loop; scrape once its first snapshot is in; its outcome."""
     port = args["port"]
@@ -164,6 +210,7 @@ def test_every_family_is_exported_with_its_labels_and_the_facts_of_the_demo_flee
     tested = demo.step("fabric-test", nodes=["h100-a-01", "h100-a-02"], duration_s=0.5)
     assert tested.result["rails"], tested.error
     closed = _free_port()
+    shard_id = _start_gateway_shard(demo, "cpu-01", "gw-found", _free_port())
     text, outcome = _scrape_while_serving(
         demo,
         port=_free_port(),
@@ -223,6 +270,9 @@ def test_every_family_is_exported_with_its_labels_and_the_facts_of_the_demo_flee
     assert len([s for s in verdicts if s.value == 1]) == len(rails)
 
     assert _value(families["llmgw_gateway_up"], gateway="gw-a") == 1
+    assert _value(families["llmgw_gateway_up"], gateway="gw-found", node="cpu-01") == 1
+    found = {"gateway": "gw-found", "node": "cpu-01", "route": "/v1/chat/completions"}
+    assert _value(families["vllm_router_requests"], "_total", **found) == 12
     assert _value(families["llmgw_gateway_up"], gateway="gw-gone") == 0
     chat = {"gateway": "gw-a", "node": "h100-a-01", "route": "/v1/chat/completions"}
     assert _value(families["vllm_router_requests"], "_total", **chat) == 12
@@ -230,3 +280,6 @@ def test_every_family_is_exported_with_its_labels_and_the_facts_of_the_demo_flee
 
     stopped = demo.step("stop", replica="llama")
     assert stopped.ok, stopped.error
+    demo.loop.run(
+        demo.fleet.request("cpu-01", "shard.stop", {"shard_id": shard_id, "timeout_s": 10})
+    )

@@ -12,7 +12,6 @@ from prometheus_client.registry import CollectorRegistry
 from llmgw_core.errors import BadInput
 from llmgw_core.metrics.gateway import GatewayScrape, GatewayTarget, gateway_targets, relabel
 from llmgw_core.script.runner import parse_script
-from llmgw_core.serve.view import ReplicaView, ShardView
 
 ROUTER_A = """\
 # TYPE vllm_router_requests_total counter
@@ -95,15 +94,22 @@ def test_a_gateway_that_sends_something_else_than_prometheus_text_is_named_and_l
     assert failed["gw-b"] == "gw-b on node-2 did not answer"
 
 
-def _replica(name: str, phase: str, spec: dict) -> ReplicaView:
-    shard = ShardView(node="node-1", rank=0, shard_id=f"{name}-r0", gpus=(), phase="running")
-    return ReplicaView(name=name, spec={"head": "node-1", **spec}, shards=(shard,), phase=phase)
+def _gateway_record(name: str, phase: str, port: object) -> dict:
+    spec = {"kind": "llmgw-gateway", "gateway": {"name": name, "prometheus_port": port}}
+    return {"replica": f"gateway-{name}", "rank": 0, "phase": phase, "spec": spec}
 
 
-def test_a_ready_replica_that_records_a_prometheus_port_is_scraped_as_a_gateway():
-    views = [
-        _replica("router", "ready", {"prometheus_port": 29001}),
-        _replica("router-loading", "loading", {"prometheus_port": 29002}),
-        _replica("llama", "ready", {"http_port": 8000}),
-    ]
-    assert gateway_targets(views) == (GatewayTarget("router", "node-1", 29001),)
+def test_a_running_gateway_shard_that_records_its_metrics_port_is_scraped():
+    listings = {
+        "cpu-01": [
+            _gateway_record("main", "running", 29001),
+            _gateway_record("old", "stopped", 29002),
+            _gateway_record("odd", "running", "29003"),
+            {"replica": "llama", "rank": 0, "phase": "running", "spec": {"kind": "llmgw-replica"}},
+        ],
+        "cpu-02": [_gateway_record("second", "running", 29004)],
+    }
+    assert gateway_targets(listings) == (
+        GatewayTarget("main", "cpu-01", 29001),
+        GatewayTarget("second", "cpu-02", 29004),
+    )
