@@ -52,7 +52,7 @@ class MetricsArgs(StepArgs):
 
     port: int = Field(ge=0, le=65535)
     host: str = Field(default=DEFAULT_HOST, min_length=1)
-    interval_s: float = Field(default=5.0, gt=0, le=3600)
+    interval_s: float = Field(default=15.0, gt=0, le=3600)
     for_s: float | None = Field(default=None, gt=0)
     gateways: list[GatewayArg] = Field(default_factory=list)
     refresh_facts: bool = True
