@@ -3,6 +3,8 @@
 The app owns one thing: the latest fleet snapshot, polled from a feed in a
 worker that never overlaps itself, and published to every screen through the
 `fleet_changed` signal. Screens draw it; nothing here computes a figure.
+With `--metrics-port` a second worker hands the feed's latest metrics
+snapshot to a Prometheus endpoint (`llmgw_core.metrics`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from llmgw_tui.screens.replicas import ReplicasScreen
 from llmgw_tui.screens.serve import ServeScreen
 from llmgw_tui.theme import LLMGW_THEME, AnimationLevel, animation_level_from_env
 
+METRICS_IDLE_S = 2.0
+"""How often a fixed feed (no polling) hands the metrics a snapshot again."""
+
 
 class LlmgwApp(App[int]):
     """llmgw's console over one fleet feed."""
@@ -63,10 +68,22 @@ class LlmgwApp(App[int]):
         Binding("q", "quit", "Quit", id="quit"),
     ]
 
-    def __init__(self, feed: FleetFeed, *, animation: AnimationLevel | None = None) -> None:
+    def __init__(
+        self,
+        feed: FleetFeed,
+        *,
+        animation: AnimationLevel | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str | None = None,
+    ) -> None:
         super().__init__()
         self.feed = feed
         """Where fleet snapshots come from."""
+        self.metrics_port = metrics_port
+        """Where Prometheus scrapes the console (None: no endpoint)."""
+        self.metrics_host = metrics_host
+        self.metrics_url: str | None = None
+        """The endpoint's URL once it answers."""
         self.fleet: FleetSummary | None = None
         """The latest snapshot, None until the first arrives."""
         self.fleet_changed: Signal[FleetSummary] = Signal(self, "fleet-changed")
@@ -78,8 +95,10 @@ class LlmgwApp(App[int]):
         self.theme = LLMGW_THEME.name
 
     def on_mount(self) -> None:
-        """Start polling the fleet."""
+        """Start polling the fleet (and exporting metrics, when asked)."""
         self.poll_fleet()
+        if self.metrics_port is not None:
+            self.export_metrics()
 
     async def on_unmount(self) -> None:
         """Close the fleet (and the demo fleet's servers) before the loop ends."""
@@ -109,6 +128,39 @@ class LlmgwApp(App[int]):
             if self.feed.refresh_s is None:
                 return
             await asyncio.sleep(self.feed.refresh_s * (5 if last_error else 1))
+
+    @work(group="metrics", exclusive=True, exit_on_error=False, description="Exporting metrics")
+    async def export_metrics(self) -> None:
+        """Serve the feed's latest metrics snapshot until the app ends (the poller's pace).
+
+        A port that cannot be bound is a red notification; the console goes on without it.
+        """
+        from llmgw_core.metrics import DEFAULT_HOST
+        from llmgw_core.metrics.exporter import SnapshotCollector, serve_metrics
+
+        collector = SnapshotCollector()
+        try:
+            server = serve_metrics(
+                collector, self.metrics_port or 0, self.metrics_host or DEFAULT_HOST
+            )
+        except LlmgwError as error:
+            self.notify(error.sentence(), title="Metrics", severity="error", timeout=15)
+            return
+        self.metrics_url = server.url
+        last_error: str | None = None
+        try:
+            while True:
+                try:
+                    if self.fleet is not None:  # nothing to export before the first poll
+                        collector.update(await self.feed.metrics_snapshot())
+                    last_error = None
+                except LlmgwError as error:
+                    if error.sentence() != last_error:
+                        last_error = error.sentence()
+                        self.notify(last_error, title="Metrics", severity="error", timeout=10)
+                await asyncio.sleep(self.feed.refresh_s or METRICS_IDLE_S)
+        finally:
+            server.stop()
 
     @work(group="fleet-refresh", exclusive=True, exit_on_error=False, description="Refreshing")
     async def action_refresh_fleet(self) -> None:
@@ -241,8 +293,18 @@ def logs_target(argument: str) -> tuple[str, int | None]:
     return name.strip(), int(rank) if rank.isdigit() else None
 
 
-def run_app(*, inventory: str | None, demo: bool) -> int:
+def run_app(
+    *,
+    inventory: str | None,
+    demo: bool,
+    metrics_port: int | None = None,
+    metrics_host: str | None = None,
+) -> int:
     """Run the console over an inventory's fleet, or the demo fleet; the exit code."""
-    app = LlmgwApp(LiveFeed(inventory=inventory, demo=demo))
+    app = LlmgwApp(
+        LiveFeed(inventory=inventory, demo=demo),
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+    )
     result = app.run()
     return result if isinstance(result, int) else (app.return_code or 0)

@@ -28,7 +28,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--accept-host", metavar="NODE", help="trust the host key a node presents now, then exit"
     )
+    parser.add_argument(
+        "--metrics-port",
+        metavar="PORT",
+        type=_port,
+        help="serve Prometheus metrics of the fleet on this port while the console runs",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        metavar="ADDRESS",
+        help="the address --metrics-port binds (default 127.0.0.1: this machine only)",
+    )
     return parser
+
+
+def _port(text: str) -> int:
+    """A TCP port from the command line (argparse turns the error into one line and exit 2)."""
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.json and not args.run:
         parser.error("--json needs --run SCRIPT")
+    if args.metrics_host and args.metrics_port is None:
+        parser.error("--metrics-host needs --metrics-port PORT")
+    if args.metrics_port is not None and (args.run or args.accept_host):
+        parser.error("--metrics-port is for the console; a script serves with a `metrics:` step")
     if args.run:
         from llmgw_core.script.runner import run_script
 
@@ -47,7 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         return accept_host_main(args.accept_host, inventory=args.inventory)
     from llmgw_tui.app import run_app
 
-    return run_app(inventory=args.inventory, demo=args.demo)
+    return run_app(
+        inventory=args.inventory,
+        demo=args.demo,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+    )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from llmgw_core.script.registry import StepContext
 from llmgw_core.views.fleet import FleetSummary, fleet_summary
 
 if TYPE_CHECKING:
+    from llmgw_core.metrics.families import MetricsSnapshot
     from llmgw_core.serve.serve import ServeOutcome, ServeRequest
     from llmgw_core.serve.view import ReplicaView
 
@@ -73,6 +74,10 @@ class FleetFeed(Protocol):
         """Tokens a second of a ready replica (`replica_http.bench`'s figures)."""
         ...
 
+    async def metrics_snapshot(self) -> MetricsSnapshot:
+        """What `--metrics-port` exports now: the fleet and replicas as last polled."""
+        ...
+
 
 def shard_prefix(rank: int, node: str) -> str:
     """`[r1 gpu-a-02] `: what each merged log line starts with."""
@@ -96,6 +101,8 @@ class StaticFeed:
         self._summary = with_shards(fleet_summary(fleet_state, fabrics), running_shards(replicas))
         self._replicas = tuple(replicas)
         self._logs = dict(logs or {})
+        self.last_fabric_test: dict[str, Any] | None = None
+        """The last fabric test shown (the metrics export it)."""
 
     async def replicas(self, *, transports: bool = False) -> tuple[ReplicaView, ...]:
         """The replicas the fixed fleet was given (as given: their transports included)."""
@@ -129,7 +136,20 @@ class StaticFeed:
         recorded = self._fabric_results.get((node_a, node_b))
         if recorded is None:
             raise BadInput("a fixed fleet runs no traffic", "test the fabric on a live fleet")
+        self.last_fabric_test = recorded[0]
         return recorded
+
+    async def metrics_snapshot(self) -> MetricsSnapshot:
+        """The fixed fleet, its replicas and the last fabric test shown."""
+        from llmgw_core.metrics.families import MetricsSnapshot
+        from llmgw_core.metrics.sources import last_fabric_result
+
+        state = self._summary.fleet_state
+        if state is None:
+            raise BadInput("a fixed fleet without a snapshot has nothing to export")
+        return MetricsSnapshot(
+            fleet=state, replicas=self._replicas, fabric_result=last_fabric_result(self)
+        )
 
     async def snapshot(self) -> FleetSummary:
         """The one fixed snapshot."""
@@ -173,6 +193,9 @@ class LiveFeed:
         self._healed_at = 0.0
         self.heal_notes: list[dict[str, Any]] = []
         """What each heal attempt did (`replica_heal.heal`'s lines), oldest first."""
+        self._views: tuple[ReplicaView, ...] = ()
+        self.last_fabric_test: dict[str, Any] | None = None
+        """The last fabric test run from the console (the metrics export it)."""
 
     async def snapshot(self) -> FleetSummary:
         """Open the fleet on first use, then read its current state (with running shards)."""
@@ -208,6 +231,7 @@ class LiveFeed:
         if self._fleet is None:
             return ()
         views = await reconcile(self._fleet)
+        self._views = views
         self._shards_by_node = running_shards(views)
         self._heal_in_background()
         return await with_transports(self._fleet, views) if transports else views
@@ -355,7 +379,20 @@ class LiveFeed:
         outcome = await run_fabric_test(
             FabricTestArgs(nodes=[node_a, node_b]), ConsoleContext(self._live(), self._demo)
         )
+        self.last_fabric_test = outcome.result
         return outcome.result, outcome.error
+
+    async def metrics_snapshot(self) -> MetricsSnapshot:
+        """The fleet and replicas as the poller last read them, and the gateways scraped now."""
+        from llmgw_core.metrics.sources import gather_snapshot, last_fabric_result
+
+        snapshot, _unread = await gather_snapshot(
+            self._live(),
+            self._engines(),
+            replicas=self._views,
+            fabric_result=last_fabric_result(self),
+        )
+        return snapshot
 
     async def ask(self, view: ReplicaView, prompt: str) -> str:
         """Rank 0's chat answer to `prompt`."""

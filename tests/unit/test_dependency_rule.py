@@ -75,6 +75,7 @@ NEVER_IMPORTS = {
     "fabric": {"planner", "placement", "serve", "script", "views"},
     "catalog": {"planner", "placement", "serve", "script", "views"},
     "views": {"script"},
+    "metrics": {"script"},
 }
 CORE_ROOT = Path(llmgw_core.__file__).parent
 

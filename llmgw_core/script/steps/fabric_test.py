@@ -202,6 +202,7 @@ async def run_fabric_test(args: FabricTestArgs, ctx: StepContext) -> StepOutcome
         "rails": rails,
         "counts": counts,
     }
+    ctx.last_fabric_test = result
     failing = [row for row in results if row.verdict == "fail"]
     if failing:
         first = failing[0]

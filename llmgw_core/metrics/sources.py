@@ -1,0 +1,90 @@
+"""Gathering one metrics snapshot from a live fleet (the I/O edge of `families`).
+
+The fleet's snapshot is already in memory; replicas are reassembled from the
+nodes' shard listings and gateways are scraped through SSH tunnels. A node
+or gateway that does not answer is shown as such, never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from llmgw_core.metrics.families import MetricsSnapshot
+from llmgw_core.metrics.gateway import (
+    GatewayTarget,
+    gateway_targets,
+    relabel,
+    scrape_gateway,
+)
+from llmgw_core.serve.http import EngineReach
+from llmgw_core.serve.replicas import shard_listings
+from llmgw_core.serve.view import ReplicaView, assemble
+
+
+def last_fabric_result(keeper: object) -> Mapping[str, Any] | None:
+    """The last `fabric-test` result (its `rails` rows), or None when none ran.
+
+    Today the result is kept where it was run: the step context of a script
+    (`StepContext.last_fabric_test`, set by the `fabric-test` step) or the
+    console's feed (`LiveFeed.last_fabric_test`). This is the one reader: when
+    verdicts persist in the agents' state, read them here instead.
+    """
+    found = getattr(keeper, "last_fabric_test", None)
+    return found if isinstance(found, Mapping) else None
+
+
+async def scrape_all(
+    reach: EngineReach, targets: Sequence[GatewayTarget]
+) -> tuple[tuple[Any, ...], dict[tuple[str, str], bool], dict[str, str]]:
+    """Every gateway's families relabelled, whether each answered, and why the others did not."""
+    scrapes = await asyncio.gather(*(scrape_gateway(reach, target) for target in targets))
+    families, failed = relabel(scrapes)
+    up = {(s.target.name, s.target.node): s.target.name not in failed for s in scrapes}
+    return families, up, failed
+
+
+async def gather_snapshot(
+    fleet: Any,
+    reach: EngineReach,
+    *,
+    gateways: Sequence[GatewayTarget] = (),
+    fabric_result: Mapping[str, Any] | None = None,
+    replicas: Sequence[ReplicaView] | None = None,
+    refresh_facts: bool = False,
+) -> tuple[MetricsSnapshot, dict[str, str]]:
+    """The fleet now, its replicas, the given and discovered gateways' samples.
+
+    Args:
+        fleet: the live fleet (`snapshot()`, `request()`).
+        reach: tunnels to the nodes' ports (the gateways').
+        gateways: gateways to scrape beside those found in the nodes' shard listings.
+        fabric_result: the last fabric test (`last_fabric_result`).
+        replicas: the replicas when the caller already has them (the console: it
+            then lists nothing itself, and scrapes only `gateways`); else read now.
+        refresh_facts: ask every ready node for its facts first (card memory and
+            utilisation move; the fleet's snapshot holds them as last read).
+
+    Returns:
+        The snapshot, and per gateway that could not be read, why.
+    """
+    if refresh_facts:
+        await fleet.refresh()
+    found: tuple[GatewayTarget, ...] = ()
+    if replicas is None:
+        listings = await shard_listings(fleet)
+        views = assemble(listings, fleet.snapshot())
+        found = gateway_targets(listings)
+    else:
+        views = tuple(replicas)
+    targets = list(dict.fromkeys([*gateways, *found]))
+    families, up, failed = await scrape_all(reach, targets)
+    snapshot = MetricsSnapshot(
+        fleet=fleet.snapshot(),
+        replicas=views,
+        fabric_result=fabric_result,
+        gateways=families,
+        gateway_up=up,
+    )
+    return snapshot, failed

@@ -1,0 +1,160 @@
+"""`llmgw-tui --metrics-port`: the console serves what it shows to Prometheus while it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmgw_tui.app import LlmgwApp
+from llmgw_tui.cli import main
+from llmgw_tui.feed import StaticFeed
+from llmgw_tui.offline_demo import demo_replica
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+async def _until(pilot, condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s:g} s for {what}")
+        await pilot.pause(0.1)
+
+
+async def _families(url: str) -> dict[str, list]:
+    async with httpx.AsyncClient(timeout=5) as client:
+        text = (await client.get(url)).text
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}
+
+
+def test_the_console_exports_its_fleet_replicas_and_the_fabric_test_it_ran(
+    demo_state, h100_fabric_run
+):
+    state, fabrics = demo_state
+    view = demo_replica(state)
+    recorded = {("h100-a-01", "h100-a-02"): h100_fabric_run}
+    feed = StaticFeed(state, fabrics, replicas=[view], fabric_results=recorded)
+    port = _free_port()
+
+    async def run() -> None:
+        app = LlmgwApp(feed, animation="none", metrics_port=port)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _until(pilot, lambda: app.metrics_url is not None, "the metrics endpoint")
+            assert app.metrics_url == f"http://127.0.0.1:{port}/metrics"
+            families = await _families(app.metrics_url)
+            assert {s.labels["node"] for s in families["llmgw_node_up"]} == set(state.nodes)
+            joined = {
+                s.value
+                for s in families["llmgw_gpu_nvlink_joined"]
+                if s.labels["node"] == "gb200-r1-t13"
+            }
+            assert joined == {0.0}
+            (ready,) = families["llmgw_replica_ready_shards"]
+            assert ready.labels == {"replica": view.name} and ready.value == len(view.shards)
+            assert not families.get("llmgw_fabric_rail_verdict")
+
+            app.action_open_fabric("h100-a-01 h100-a-02")
+            await _until(pilot, lambda: feed.last_fabric_test is not None, "the fabric test")
+            deadline = time.monotonic() + 30
+            while not families.get("llmgw_fabric_rail_verdict") and time.monotonic() < deadline:
+                await pilot.pause(0.5)
+                families = await _families(app.metrics_url)
+            shown = [s for s in families["llmgw_fabric_rail_verdict"] if s.value == 1]
+            rails = h100_fabric_run[0]["rails"]
+            assert sorted((s.labels["adapter_a"], s.labels["verdict"]) for s in shown) == sorted(
+                (row["adapter_a"], row["verdict"]) for row in rails
+            )
+        with pytest.raises(httpx.ConnectError):
+            await _families(f"http://127.0.0.1:{port}/metrics")
+
+    asyncio.run(run())
+
+
+def test_a_metrics_port_already_taken_is_a_red_notification_and_the_console_stays_up(demo_state):
+    state, fabrics = demo_state
+
+    async def run() -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            app = LlmgwApp(StaticFeed(state, fabrics), animation="none", metrics_port=port)
+            async with app.run_test(size=(120, 40), notifications=True) as pilot:
+                await _until(pilot, lambda: bool(app._notifications), "a notification")
+                [notification] = list(app._notifications)
+                assert notification.severity == "error"
+                assert notification.message.startswith(f"cannot serve metrics on 127.0.0.1:{port}")
+                await pilot.press("2")
+                await pilot.pause()
+                assert app.is_running and app.metrics_url is None
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("argv", "sentence"),
+    [
+        (
+            ["--metrics-port", "70000"],
+            "argument --metrics-port: '70000' is not a port (0 to 65535)",
+        ),
+        (["--metrics-port", "http"], "argument --metrics-port: 'http' is not a port (0 to 65535)"),
+        (["--metrics-host", "0.0.0.0"], "--metrics-host needs --metrics-port PORT"),
+        (
+            ["--metrics-port", "9464", "--run", "x.yaml"],
+            "--metrics-port is for the console; a script serves with a `metrics:` step",
+        ),
+    ],
+)
+def test_a_bad_metrics_flag_is_one_sentence_and_exit_2(argv, sentence, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == f"llmgw-tui: error: {sentence}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_console_on_the_live_demo_fleet_exports_every_node_as_it_polls_them():
+    from llmgw_core.fleet.demo import NOT_JOINED_TRAY, demo_nodes
+    from llmgw_tui.feed import LiveFeed
+
+    port = _free_port()
+    names = {node.name for node in demo_nodes()}
+
+    async def run() -> None:
+        feed = LiveFeed(inventory=None, demo=True, refresh_s=1.0)
+        app = LlmgwApp(feed, animation="none", metrics_port=port)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _until(pilot, lambda: app.metrics_url is not None, "the metrics endpoint")
+            families: dict[str, list] = {}
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:
+                families = await _families(app.metrics_url)
+                up = {s.labels["node"] for s in families.get("llmgw_node_up", []) if s.value == 1}
+                if up == names:
+                    break
+                await pilot.pause(1.0)
+            up = {s.labels["node"] for s in families["llmgw_node_up"] if s.value == 1}
+            assert up == names
+            tray = f"gb200-r1-t{NOT_JOINED_TRAY:02d}"
+            joined = {
+                s.value for s in families["llmgw_gpu_nvlink_joined"] if s.labels["node"] == tray
+            }
+            assert joined == {0.0}
+            trays = {s.labels["node"] for s in families["llmgw_imex_up"]}
+            assert trays == {name for name in names if name.startswith("gb200")}
+            assert {s.labels["phase"] for s in families["llmgw_replicas"]} >= {"ready", "failed"}
+
+    asyncio.run(run())

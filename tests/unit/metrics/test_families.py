@@ -1,0 +1,106 @@
+"""The families built from one snapshot of plain values: what a scrape would show."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from llmgw_core.facts import NodeFacts
+from llmgw_core.fleet.state import FleetState, NodeState
+from llmgw_core.metrics.families import (
+    MetricsSnapshot,
+    all_families,
+    fabric_families,
+    replica_families,
+)
+from llmgw_core.serve.view import ReplicaView, ShardView
+
+AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def _values(families, name: str) -> dict[tuple, float]:
+    (family,) = [f for f in families if f.name == name]
+    return {tuple(sorted(s.labels.items())): s.value for s in family.samples}
+
+
+def _shard(node: str, rank: int, phase: str, healthy: bool | None) -> ShardView:
+    return ShardView(
+        node=node, rank=rank, shard_id=f"s{rank}", gpus=("0",), phase=phase, healthy=healthy
+    )
+
+
+def _replica(name: str, phase: str, *shards: ShardView) -> ReplicaView:
+    placement = {"nodes": [{"node": s.node, "rank": s.rank} for s in shards]}
+    spec = {"model": "m", "engine": "vllm", "placement": placement}
+    return ReplicaView(name=name, spec=spec, shards=shards, phase=phase)
+
+
+def test_a_loading_replica_counts_its_head_as_not_ready_until_its_health_answers():
+    loading = _replica(
+        "a", "loading", _shard("n1", 0, "running", False), _shard("n2", 1, "running", None)
+    )
+    ready = _replica("b", "ready", _shard("n3", 0, "running", True))
+    families = replica_families([loading, ready])
+    assert _values(families, "llmgw_replica_ready_shards") == {
+        (("replica", "a"),): 1.0,
+        (("replica", "b"),): 1.0,
+    }
+    assert _values(families, "llmgw_replica_shards")[(("replica", "a"),)] == 2.0
+    phases = _values(families, "llmgw_replicas")
+    assert phases[(("phase", "loading"),)] == 1 and phases[(("phase", "ready"),)] == 1
+    assert phases[(("phase", "failed"),)] == 0
+
+
+def test_a_rail_measured_over_tcp_has_a_verdict_but_no_ratio_or_speed():
+    result = {
+        "fabric": None,
+        "rails": [
+            {
+                "node_a": "a",
+                "node_b": "b",
+                "adapter_a": None,
+                "adapter_b": None,
+                "rail": None,
+                "rated_gbps": None,
+                "measured_gbps": 9.4,
+                "ratio": None,
+                "verdict": "untested",
+                "method": "tcp",
+                "reason": "perftest is missing",
+            }
+        ],
+    }
+    families = fabric_families(result)
+    ends = (("adapter_a", ""), ("adapter_b", ""), ("fabric", ""), ("node_a", "a"), ("node_b", "b"))
+    verdicts = _values(families, "llmgw_fabric_rail_verdict")
+    assert verdicts[(*ends, ("verdict", "untested"))] == 1
+    assert verdicts[(*ends, ("verdict", "fail"))] == 0
+    assert _values(families, "llmgw_fabric_rail_ratio") == {}
+    assert _values(families, "llmgw_fabric_rail_measured_bits_per_second") == {ends: 9.4e9}
+
+
+def test_a_refused_node_is_down_and_a_card_without_a_load_figure_has_no_utilisation_sample():
+    facts = NodeFacts.model_validate(
+        {
+            "agent_version": "1",
+            "source": "nvml",
+            "host": {"hostname": "n1"},
+            "cards": [
+                {"index": 0, "name": "NVIDIA H100", "class": "h100-80g", "memory_mib": 81559},
+            ],
+        }
+    )
+    fleet = FleetState(
+        taken_at=AT,
+        nodes={
+            "n1": NodeState(name="n1", state="ready", last_seen=AT, facts=facts),
+            "n2": NodeState(name="n2", state="refused", reason="its host key changed"),
+        },
+    )
+    families = all_families(MetricsSnapshot(fleet=fleet))
+    assert _values(families, "llmgw_node_up") == {(("node", "n1"),): 1.0, (("node", "n2"),): 0.0}
+    assert _values(families, "llmgw_node_state")[(("node", "n2"), ("state", "refused"))] == 1
+    card = (("gpu", "0"), ("node", "n1"))
+    assert _values(families, "llmgw_gpu_memory_total_bytes") == {card: 81559 * 2**20}
+    assert _values(families, "llmgw_gpu_utilization_ratio") == {}
+    assert _values(families, "llmgw_gpu_nvlink_joined") == {}  # no multi-node domain
+    assert _values(families, "llmgw_snapshot_timestamp_seconds") == {(): AT.timestamp()}
