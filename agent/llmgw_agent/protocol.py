@@ -333,7 +333,7 @@ def _op_shard_logs(args: dict, stream: Stream) -> dict:
     shard_id = arg(args, "shard_id", (str,))
     tail = int(number_arg(args, "tail", 200, maximum=1_000_000))
     follow = arg(args, "follow", (bool,), False)
-    from llmgw_agent.logcap import stream_shard_log
+    from llmgw_agent.shard_logs import stream_shard_log
 
     return stream_shard_log(shard_id, tail, follow, stream.emit, stream.cancelled)
 
