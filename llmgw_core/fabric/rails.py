@@ -150,6 +150,23 @@ def failed_rails(
     return failed
 
 
+def failed_adapters(verdicts: Sequence[Any]) -> dict[str, str]:
+    """Each adapter whose newest verdict against some node is a failure, with what was found.
+
+    For the node page: `{"mlx5_5": "60% of its rate with h100-a-02 at 2026-12-01 18:40 UTC"}`.
+    `verdicts` are a node's kept verdicts (models or the raw dicts; unreadable ones are skipped).
+    """
+    readable: list[RailVerdict] = []
+    for raw in verdicts:
+        try:
+            readable.append(RailVerdict.model_validate(raw))
+        except ValueError:
+            continue
+    peers = sorted({verdict.peer for verdict in readable})
+    failed = failed_rails("", peers, readable)
+    return {adapter: rail.finding() for adapter, rail in sorted(failed.items())}
+
+
 def choose_rails(
     nodes: Sequence[str],
     hcas: Mapping[str, Sequence[str]],

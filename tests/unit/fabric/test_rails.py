@@ -115,3 +115,22 @@ def test_a_test_leaves_each_rails_verdict_on_both_of_its_nodes():
     }
     kept = {n: [RailVerdict.model_validate(r) for r in found] for n, found in rows.items()}
     assert choose_rails([A, B], {A: HCAS, B: HCAS}, kept).adapters_left_out(B) == {"mlx5_5"}
+
+
+def test_the_node_page_marks_an_adapter_whose_last_test_failed_and_not_one_that_passed():
+    from llmgw_core.views.fleet import adapter_rows
+
+    facts = {
+        "adapters": [{"name": "mlx5_4"}, {"name": "mlx5_5"}],
+        "rail_verdicts": [
+            verdict(B, "mlx5_5", "fail", 0.6).model_dump(),
+            verdict(B, "mlx5_4", "fail", 0.5).model_dump(),
+            verdict(B, "mlx5_4", "pass", 0.97, at=AT + 60).model_dump(),
+            {"peer": B, "adapter": "mlx5_4", "verdict": "unreadable"},
+        ],
+    }
+    marks = {row.name: row.rail_failed for row in adapter_rows(facts)}
+    assert marks == {
+        "mlx5_4": None,
+        "mlx5_5": "60% of its rate with h100-a-02 at 2026-12-01 18:40 UTC",
+    }
