@@ -147,6 +147,9 @@ class RacksSummary:
 
     racks: tuple[RackSummary, ...]
     islands: tuple[str, ...]
+    failed_rails: tuple[str, ...] = ()
+    """One line per adapter whose last fabric test failed (`h100-a-01 mlx5_5: 60% of its rate
+    with h100-a-02 at …`): replicas across those nodes leave it out of `NCCL_IB_HCA`."""
 
 
 def facts_mapping(facts: Any) -> Mapping[str, Any]:
@@ -458,8 +461,11 @@ def racks_summary(nodes: Iterable[tuple[str, Any]]) -> RacksSummary:
     groups: dict[str, list[tuple[str, Mapping[str, Any], int | None]]] = {}
     clusters: dict[str, tuple[str, str | None]] = {}
     loose: list[str] = []
+    failed_rails: list[str] = []
     for name, facts in nodes:
         mapping = facts_mapping(facts)
+        failed = failed_adapters(mapping.get("rail_verdicts") or ())
+        failed_rails += [f"{name} {adapter}: {found}" for adapter, found in failed.items()]
         chassis, tray_index = _chassis_of(mapping)
         cluster = _cluster_of(mapping)
         key = f"chassis:{chassis}" if chassis else f"cluster:{cluster[0]}" if cluster else None
@@ -493,7 +499,9 @@ def racks_summary(nodes: Iterable[tuple[str, Any]]) -> RacksSummary:
             )
         )
     racks.sort(key=lambda r: r.domain)
-    return RacksSummary(racks=tuple(racks), islands=tuple(sorted(islands)))
+    return RacksSummary(
+        racks=tuple(racks), islands=tuple(sorted(islands)), failed_rails=tuple(sorted(failed_rails))
+    )
 
 
 @dataclass(frozen=True)

@@ -134,3 +134,15 @@ def test_the_node_page_marks_an_adapter_whose_last_test_failed_and_not_one_that_
         "mlx5_4": None,
         "mlx5_5": "60% of its rate with h100-a-02 at 2026-12-01 18:40 UTC",
     }
+
+
+def test_the_racks_view_lists_each_failed_rail_beside_the_islands():
+    from llmgw_core.views.fleet import racks_summary
+
+    failed = {"rail_verdicts": [verdict(B, "mlx5_5", "fail", 0.6).model_dump()]}
+    passed = {"rail_verdicts": [verdict(A, "mlx5_5", "pass", 0.97).model_dump()]}
+    racks = racks_summary([(A, failed), (B, passed)])
+    assert racks.islands == (A, B)
+    assert racks.failed_rails == (
+        "h100-a-01 mlx5_5: 60% of its rate with h100-a-02 at 2026-12-01 18:40 UTC",
+    )
