@@ -128,8 +128,9 @@ def failed_rails(
 ) -> dict[str, RailLeftOut]:
     """`node`'s adapters whose newest verdict against any of `peers` is a failure, by adapter."""
     newest: dict[tuple[str, str], RailVerdict] = {}
+    wanted = set(peers) - {node}
     for verdict in verdicts:
-        if verdict.peer == node or verdict.peer not in peers:
+        if verdict.peer not in wanted:
             continue
         key = (verdict.peer, _adapter_name(verdict.adapter))
         if key not in newest or verdict.measured_at >= newest[key].measured_at:
