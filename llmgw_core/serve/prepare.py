@@ -22,7 +22,7 @@ import asyncio
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from llmgw_core.engines import LaunchPlan, build_launch, redact_env
 from llmgw_core.errors import BadInput, LlmgwError
@@ -87,7 +87,7 @@ class ServeRequest:
     hub_repo: str | None = None
     revision: str | None = None
     all_reduce: bool = False
-    rails: str = "tested"
+    rails: Literal["tested", "all"] = "tested"
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ steps:
 Each node gets one reason: class, free cards, NVLink, fabric, domain joined,
 IMEX, MIG, memory, or unreachable. A replica across nodes also names the
 rails it would leave out of `NCCL_IB_HCA` (`rails_left_out`: a rail whose
-last fabric test between those nodes failed) and says why in `warnings`. When the model fits nowhere the step
-fails with exit code 3, each node saying how much it could hold, and the
-plan's advice on what would change that.
+last fabric test between those nodes failed) and says why in `warnings`.
+When the model fits nowhere the step fails with exit code 3, each node
+saying how much it could hold, and the plan's advice on what would change
+that.
 """
 
 from __future__ import annotations
