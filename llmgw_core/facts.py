@@ -247,6 +247,28 @@ class Keepalive(_Snapshot):
     reason: str = ""
 
 
+class RailVerdict(_Snapshot):
+    """The last fabric-test verdict of one of this node's adapters against one peer node.
+
+    Attributes:
+        peer: the node at the other end of the rail.
+        adapter: this node's adapter (`mlx5_5`).
+        rail: its position in the fabric's adapter list.
+        verdict: pass / warn / fail.
+        ratio: measured ÷ rated, when both were known.
+        measured_at: when the test ran (seconds since the epoch).
+    """
+
+    peer: str
+    adapter: str
+    rail: int | None = None
+    verdict: Literal["pass", "warn", "fail"]
+    ratio: float | None = None
+    measured_gbps: float | None = None
+    rated_gbps: float | None = None
+    measured_at: float
+
+
 class NodeFacts(_Snapshot):
     """Everything one node reports (see `llmgw_agent.discover` for how it is found)."""
 
@@ -264,6 +286,7 @@ class NodeFacts(_Snapshot):
     engines: dict[str, Engine] = {}
     model_dirs: dict[str, ModelDir] = {}
     keepalive: Keepalive | None = None
+    rail_verdicts: tuple[RailVerdict, ...] = ()
     errors: tuple[str, ...] = ()
 
 

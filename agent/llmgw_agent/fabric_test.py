@@ -37,25 +37,24 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from llmgw_agent.op_args import OpError, arg, number_arg
+from llmgw_agent import fabric_replay
+from llmgw_agent.fabric_half import (
+    LISTEN_WAIT_S,
+    OUTPUT_LIMIT_BYTES,
+    PERFTEST,
+    TCP_BUFFER_BYTES,
+    Emit,
+    HalfOptions,
+    accept_one,
+    half_result,
+    ib_write_bw_argv,
+    listening_event,
+    stop_reason,
+)
+from llmgw_agent.op_args import OpError
 from llmgw_agent.ports import listening_ports
-
-Emit = Callable[[Dict[str, Any]], None]
-
-PERFTEST = "ib_write_bw"
-DEFAULT_OOB_PORT = 18515
-"""perftest's default out-of-band TCP port; the console gives each concurrent rail its own."""
-DEFAULT_SIZE_BYTES = 8 * 1024 * 1024
-"""Large messages: small ones under-report (perftest issues #252, #318)."""
-DEFAULT_DURATION_S = 5.0
-DEFAULT_QPS = 2
-DEFAULT_ACCEPT_TIMEOUT_S = 60.0
-LISTEN_WAIT_S = 15.0
-"""How long the server half waits for ib_write_bw to open its port before giving up."""
-OUTPUT_LIMIT_BYTES = 512 * 1024
-TCP_BUFFER_BYTES = 1024 * 1024
 
 _SYSFS_IB = Path("/sys/class/infiniband")
 
@@ -69,10 +68,8 @@ def fabric_probe(args: Dict[str, Any], replay: Optional[str] = None) -> Dict[str
     A simulated node "has" perftest when its profile has RDMA adapters.
     """
     if replay is not None:
-        from llmgw_agent.fabric_replay import replay_adapters
-
         return {
-            "ib_write_bw": bool(replay_adapters(replay)),
+            "ib_write_bw": bool(fabric_replay.replay_adapters(replay)),
             "numactl": False,
             "replay": True,
         }
@@ -84,74 +81,6 @@ def fabric_probe(args: Dict[str, Any], replay: Optional[str] = None) -> Dict[str
 
 
 # --- arguments ----------------------------------------------------------------
-
-
-class HalfOptions:
-    """The options of one half, checked; the same for both halves except the address."""
-
-    def __init__(self, args: Dict[str, Any], side: str) -> None:
-        self.side = side
-        self.method = arg(args, "method", (str,), PERFTEST)
-        if self.method not in (PERFTEST, "tcp"):
-            raise OpError("bad_args", "method must be 'ib_write_bw' or 'tcp'")
-        default_port = DEFAULT_OOB_PORT if self.method == PERFTEST else 0
-        self.port = int(number_arg(args, "port", default_port, maximum=65535))
-        self.duration_s = float(number_arg(args, "duration_s", DEFAULT_DURATION_S, 0.1, 600.0))
-        iterations = number_arg(args, "iterations", None, 1, 10_000_000)
-        self.iterations = int(iterations) if iterations is not None else None
-        self.size_bytes = int(number_arg(args, "size_bytes", DEFAULT_SIZE_BYTES, 2, 2**31))
-        self.qps = int(number_arg(args, "qps", DEFAULT_QPS, 1, 64))
-        self.accept_timeout_s = float(
-            number_arg(args, "accept_timeout_s", DEFAULT_ACCEPT_TIMEOUT_S, 0.1, 3600.0)
-        )
-        self.device = arg(args, "device", (str,), None)
-        if self.method == PERFTEST and not self.device:
-            raise OpError("bad_args", "argument 'device' is required for ib_write_bw")
-        if self.device is not None and not _safe_token(self.device):
-            raise OpError("bad_args", "device {!r} is not an adapter name".format(self.device))
-        self.ib_port = int(number_arg(args, "ib_port", 1, 1, 16))
-        gid = number_arg(args, "gid_index", None, 0, 1024)
-        self.gid_index = int(gid) if gid is not None else None
-        numa = number_arg(args, "numa_node", None, 0, 1024)
-        self.numa_node = int(numa) if numa is not None else None
-        self.server_address = arg(args, "server_address", (str,), None)
-        if side == "client" and not self.server_address:
-            raise OpError("bad_args", "argument 'server_address' is required for a client")
-        if self.server_address is not None and not _safe_token(self.server_address):
-            raise OpError(
-                "bad_args", "server_address {!r} is not an address".format(self.server_address)
-            )
-        self.bind_address = arg(args, "bind_address", (str,), None)
-
-    @property
-    def expected_run_s(self) -> float:
-        """How long the tool should take once connected (iterations: a generous guess)."""
-        return self.duration_s if self.iterations is None else 60.0
-
-
-def _safe_token(text: str) -> bool:
-    """An adapter name or an address: letters, digits and `._:-%` only (it reaches argv)."""
-    return bool(text) and all(ch.isalnum() or ch in "._:-%" for ch in text)
-
-
-def ib_write_bw_argv(options: HalfOptions, numactl: bool) -> List[str]:
-    """The command line of one half (the client's ends with the server's address)."""
-    argv: List[str] = []
-    if numactl and options.numa_node is not None:
-        node = str(options.numa_node)
-        argv += ["numactl", "--cpunodebind=" + node, "--membind=" + node]
-    argv += [PERFTEST, "-d", str(options.device), "-i", str(options.ib_port)]
-    if options.gid_index is not None:
-        argv += ["-x", str(options.gid_index)]
-    argv += ["-p", str(options.port), "--report_gbits", "-s", str(options.size_bytes)]
-    if options.iterations is not None:
-        argv += ["-n", str(options.iterations)]
-    else:
-        argv += ["-D", str(max(1, round(options.duration_s)))]
-    argv += ["-q", str(options.qps), "-F"]
-    if options.side == "client":
-        argv.append(str(options.server_address))
-    return argv
 
 
 # --- the halves -----------------------------------------------------------------
@@ -169,9 +98,7 @@ def fabric_server(
     if options.method == "tcp":
         return tcp_server(options, emit, cancelled, replay)
     if replay is not None:
-        from llmgw_agent.fabric_replay import sim_server
-
-        return sim_server(options, emit, cancelled, replay)
+        return fabric_replay.sim_server(options, emit, cancelled, replay)
     return _perftest_half(options, emit, cancelled)
 
 
@@ -187,22 +114,8 @@ def fabric_client(
     if options.method == "tcp":
         return tcp_client(options, emit, cancelled)
     if replay is not None:
-        from llmgw_agent.fabric_replay import sim_client
-
-        return sim_client(options, cancelled, replay)
+        return fabric_replay.sim_client(options, cancelled, replay)
     return _perftest_half(options, emit, cancelled)
-
-
-def half_result(options: HalfOptions, **values: Any) -> Dict[str, Any]:
-    """The answer of one half: method, side, device and port, plus `values`."""
-    result = {
-        "method": options.method,
-        "side": options.side,
-        "device": options.device,
-        "port": options.port,
-    }
-    result.update(values)
-    return result
 
 
 # --- ib_write_bw for real ---------------------------------------------------------
@@ -333,11 +246,6 @@ def _wait_until_listening(
     return False
 
 
-def listening_event(options: HalfOptions, address: Optional[str]) -> Dict[str, Any]:
-    """The event a server half sends once a client may connect."""
-    return {"listening": True, "method": options.method, "port": options.port, "address": address}
-
-
 # --- TCP over the management network ---------------------------------------------------
 
 
@@ -416,22 +324,6 @@ def tcp_client(options: HalfOptions, emit: Emit, cancelled: threading.Event) -> 
     )
 
 
-def accept_one(
-    listener: socket.socket, cancelled: threading.Event, timeout_s: float
-) -> Optional[socket.socket]:
-    """The first connection within `timeout_s`, or None when none came or the test was cancelled."""
-    listener.settimeout(0.2)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not cancelled.is_set():
-        try:
-            connection, _peer = listener.accept()
-        except socket.timeout:
-            continue
-        connection.settimeout(0.5)
-        return connection
-    return None
-
-
 def _count_bytes(
     connection: socket.socket, cancelled: threading.Event, limit_s: float
 ) -> Tuple[int, float, Optional[str]]:
@@ -465,11 +357,6 @@ def _span(first: Optional[float], last: Optional[float]) -> float:
 
 def _gbps(byte_count: int, seconds: float) -> float:
     return byte_count * 8 / seconds / 1e9 if seconds > 0 else 0.0
-
-
-def stop_reason(cancelled: threading.Event) -> Optional[str]:
-    """`cancelled` when the console cancelled the request, else None."""
-    return "cancelled" if cancelled.is_set() else None
 
 
 def _mgmt_address() -> Optional[str]:

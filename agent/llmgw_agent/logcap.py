@@ -21,10 +21,6 @@ _LONGEST_LINE_BYTES = 64 * 1024
 """A run of bytes with no line end is cut into lines of at most this size."""
 
 _LINE_END = re.compile(rb"[\r\n]")
-_EVENT_LINES = 500
-"""At most this many lines travel in one `{"lines": [...]}` event."""
-
-_FOLLOW_POLL_S = 0.2
 
 
 class CappedLog:
@@ -109,12 +105,7 @@ def tail_lines(directory: Path, count: int, current_bytes: Optional[int] = None)
     return [_decode(line) for line in lines[-count:]]
 
 
-def _emit_batched(lines: List[str], emit: Callable[[dict], None]) -> None:
-    for start in range(0, len(lines), _EVENT_LINES):
-        emit({"lines": lines[start : start + _EVENT_LINES]})
-
-
-class _Follower:
+class LogFollower:
     """Reads what is appended to `engine.log`, across rotations, in whole lines."""
 
     def __init__(self, path: Path) -> None:
@@ -154,52 +145,6 @@ class _Follower:
         return [_decode(line) for line in complete.split(b"\n")] if complete else []
 
     def close(self) -> None:
+        """Let go of the log file."""
         if self._handle is not None:
             self._handle.close()
-
-
-def stream_shard_log(
-    shard_id: str,
-    tail: int,
-    follow: bool,
-    emit: Callable[[dict], None],
-    cancelled: threading.Event,
-) -> dict:
-    """Send the last `tail` lines of a shard's log, then (with `follow`) what it writes next.
-
-    Lines travel in `{"lines": [...]}` events of at most 500. A follow ends
-    when cancelled, or once the shard is over and its log read to the end.
-
-    Returns:
-        `{"lines_sent", "cancelled", "phase"}`.
-
-    Raises:
-        OpError: `not_found` for an unknown shard.
-    """
-    from llmgw_agent.shards import shard_directory, shard_phase
-
-    directory = shard_directory(shard_id)
-    follower = _Follower(directory / LOG_NAME) if follow else None
-    # The tail ends where the follow begins: no line is sent twice or missed.
-    lines = tail_lines(directory, tail, follower.start_offset if follower else None)
-    _emit_batched(lines, emit)
-    sent = len(lines)
-    phase = shard_phase(shard_id)
-    if follower is None:
-        return {"lines_sent": sent, "cancelled": False, "phase": phase}
-    try:
-        polls = 0
-        while not cancelled.wait(_FOLLOW_POLL_S):
-            fresh = follower.read_new()
-            _emit_batched(fresh, emit)
-            sent += len(fresh)
-            polls += 1
-            if polls % 5 == 0 or phase not in ("starting", "running"):
-                phase = shard_phase(shard_id)
-                if phase not in ("starting", "running"):
-                    fresh = follower.read_new()
-                    _emit_batched(fresh, emit)
-                    return {"lines_sent": sent + len(fresh), "cancelled": False, "phase": phase}
-        return {"lines_sent": sent, "cancelled": True, "phase": shard_phase(shard_id)}
-    finally:
-        follower.close()

@@ -30,7 +30,11 @@ Operations (args → result):
   ports from `start` nothing listens on here and a bind takes (`ports.py`);
 * `download.watch` `{path, interval_s?=2}` → events `{bytes, files, exists,
   last_moved_at}` until cancelled, then the last one with `cancelled`;
-* `fabric.probe`, `fabric.server` (stream), `fabric.client` — `fabric_test.py`.
+* `fabric.probe`, `fabric.server` (stream), `fabric.client` — `fabric_test.py`;
+* `fabric.record` `{rails: [{peer, adapter, verdict, rail?, ratio?, measured_gbps?,
+  rated_gbps?, measured_at?}]}` → `{recorded, rails}`; `fabric.verdicts` →
+  `{rails}`: the fabric verdicts this node keeps (`rail_verdicts.py`; the
+  facts carry them too, as `rail_verdicts`).
 
 Requests run on their own threads, so many are in flight at once; one lock
 guards stdout and every line is flushed. A bad line (not JSON, not an object,
@@ -127,6 +131,8 @@ class Server:
             "fabric.server": self._op_fabric_server,
             "fabric.client": self._op_fabric_client,
             "fabric.all_reduce": self._op_fabric_all_reduce,
+            "fabric.record": _op_fabric_record,
+            "fabric.verdicts": _op_fabric_verdicts,
         }
 
     def hello(self) -> dict:
@@ -333,7 +339,7 @@ def _op_shard_logs(args: dict, stream: Stream) -> dict:
     shard_id = arg(args, "shard_id", (str,))
     tail = int(number_arg(args, "tail", 200, maximum=1_000_000))
     follow = arg(args, "follow", (bool,), False)
-    from llmgw_agent.logcap import stream_shard_log
+    from llmgw_agent.shard_logs import stream_shard_log
 
     return stream_shard_log(shard_id, tail, follow, stream.emit, stream.cancelled)
 
@@ -344,6 +350,18 @@ def _op_shard_nccl(args: dict, _stream: Stream) -> dict:
     from llmgw_agent.nccl_lines import nccl_lines
 
     return nccl_lines(shard_id, limit)
+
+
+def _op_fabric_record(args: dict, _stream: Stream) -> dict:
+    from llmgw_agent.rail_verdicts import record_verdicts
+
+    return record_verdicts(args)
+
+
+def _op_fabric_verdicts(_args: dict, _stream: Stream) -> dict:
+    from llmgw_agent.rail_verdicts import read_verdicts
+
+    return {"rails": read_verdicts()}
 
 
 def _op_port_free(args: dict, _stream: Stream) -> dict:

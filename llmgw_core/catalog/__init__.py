@@ -27,9 +27,9 @@ from llmgw_core.catalog.entries import CATALOG
 from llmgw_core.catalog.facts import CatalogModel
 from llmgw_core.errors import BadInput
 from llmgw_core.model.artifacts import RepoFile, artifacts_from_listing
+from llmgw_core.model.assemble import ModelInfo, counted_artifact
 from llmgw_core.model.params import count_parameters
 from llmgw_core.model.shape import shape_from_config
-from llmgw_core.model.source import ModelInfo, counted_artifact
 
 PREFIX = "catalog:"
 SHIPPED_NOTE = "from the shipped catalog"

@@ -56,6 +56,7 @@ def launch_node(
     http_port: int,
     fabric: str | None = None,
     nvlink_domain: str | None = None,
+    left_out: frozenset[str] = frozenset(),
 ) -> LaunchNode:
     """The node as a launch needs it.
 
@@ -68,6 +69,8 @@ def launch_node(
         http_port: the port its engine listens on.
         fabric: the replica's fabric, by its inventory name; None for none.
         nvlink_domain: the multi-node NVLink domain the replica is placed inside.
+        left_out: the fabric's adapters this node does not use (a rail whose
+            last fabric test failed: `fabric.rails.choose_rails`).
 
     Raises:
         BadInput: a card the node does not have, or a fabric it is not on.
@@ -86,7 +89,11 @@ def launch_node(
         if wired is None:
             on = ", ".join(f.name for f in spec.fabrics) or "no fabric"
             raise BadInput(f"{spec.name} is not on fabric {fabric} (the inventory puts it on {on})")
-        adapters = tuple(_adapter(hca, facts.adapters) for hca in wired.hcas)
+        adapters = tuple(
+            _adapter(hca, facts.adapters)
+            for hca in wired.hcas
+            if hca.partition(":")[0] not in left_out
+        )
     return LaunchNode(
         name=spec.name,
         rank=rank,

@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmgw_core.errors import BadInput
-from llmgw_core.memory import CardNeed, Layout
 from llmgw_core.memory.kv_vllm import kv_token_bytes
+from llmgw_core.memory.need import CardNeed, Layout
 from llmgw_core.model.artifacts import GIB, Artifact
 from llmgw_core.model.params import count_parameters
 from llmgw_core.model.shape import SLIDING, ModelShape

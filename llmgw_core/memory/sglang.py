@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmgw_core.memory import CardNeed, Layout
 from llmgw_core.memory.kv_vllm import kv_dtype_bytes, kv_token_bytes
+from llmgw_core.memory.need import CardNeed, Layout
 from llmgw_core.memory.weights import serve_dtype_for, stage_weights
 from llmgw_core.model.artifacts import GIB, Artifact
 from llmgw_core.model.shape import SLIDING, ModelShape

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmgw_core.errors import BadInput
-from llmgw_core.memory import DEFAULT_USABLE_FRACTION, CardNeed, Layout
 from llmgw_core.memory.kv_vllm import (
     BLOCK_SIZE,
     KvPool,
@@ -33,6 +32,7 @@ from llmgw_core.memory.kv_vllm import (
     kv_pool,
     page_bytes,
 )
+from llmgw_core.memory.need import DEFAULT_USABLE_FRACTION, CardNeed, Layout
 from llmgw_core.memory.vllm_overheads import (
     NEWEST_KNOWN,
     activation_bytes,

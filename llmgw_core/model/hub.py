@@ -31,8 +31,7 @@ from huggingface_hub.utils import httpx as hub_httpx
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.model.artifacts import Artifact, RepoFile
-from llmgw_core.model.gguf_header import GgufHeader, read_gguf_header
-from llmgw_core.model.source import (
+from llmgw_core.model.assemble import (
     EXTRA_CONFIG_FILES,
     ModelInfo,
     counted_artifact,
@@ -41,6 +40,7 @@ from llmgw_core.model.source import (
     shape_or_none,
     with_gguf_headers,
 )
+from llmgw_core.model.gguf_header import GgufHeader, read_gguf_header
 
 INDEX_FILE = "model.safetensors.index.json"
 HTTP_TIMEOUT_S = 30.0

@@ -8,15 +8,16 @@ from typing import Any
 
 from llmgw_core.errors import BadInput
 from llmgw_core.model.artifacts import Artifact, RepoFile
-from llmgw_core.model.gguf_header import GgufHeader, read_gguf_header
-from llmgw_core.model.source import (
+from llmgw_core.model.assemble import (
     EXTRA_CONFIG_FILES,
     ModelInfo,
+    counted_artifact,
     listing_artifacts,
     parse_config_text,
     shape_or_none,
     with_gguf_headers,
 )
+from llmgw_core.model.gguf_header import GgufHeader, read_gguf_header
 
 _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 _SKIP_DIRS = {".git", ".cache", "__pycache__"}
@@ -113,8 +114,6 @@ def load_local(ref: str, path: Path, *, read_gguf_headers: bool) -> ModelInfo:
 
 def _config_only(shape: Any) -> tuple[Artifact, ...]:
     """A config with no weight files beside it: the weights' size counted from the architecture."""
-    from llmgw_core.model.source import counted_artifact
-
     return (counted_artifact(shape),)
 
 

@@ -10,7 +10,9 @@ A script is a YAML mapping:
 
 Every step is validated before anything runs; a bad one is reported with its
 line and the script exits 2. Steps then run in order and the first failure
-stops the script. Exit codes: 0 done, 1 a step failed, 2 bad input, 3 the
+stops the script, unless that step says `on_fail: continue` (any step
+takes it beside its own arguments): then the next step runs and the
+script still ends with the failed step's exit code. Exit codes: 0 done, 1 a step failed, 2 bad input, 3 the
 model does not fit.
 """
 
@@ -40,6 +42,8 @@ from llmgw_core.script.registry import (
 )
 
 TOP_LEVEL_KEYS = {"steps", "fleet", "inventory"}
+ON_FAIL = ("stop", "continue")
+"""What a step's failure does to the script: end it (the default) or go on to the next step."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class PlannedStep:
     line: int
     step: Step
     args: StepArgs
+    on_fail: str = "stop"
 
 
 @dataclass(frozen=True)
@@ -135,13 +140,14 @@ def parse_script(text: str, *, folder: Path, source: str = "script") -> Script:
                 f"known steps are {', '.join(sorted(known))}",
             )
         definition = known[name]
+        on_fail, raw_args = _on_fail(raw_args, f"{source}: line {line}: step {name!r}")
         try:
             args = definition.args_model.model_validate(raw_args or {})
         except ValidationError as exc:
             raise BadInput(
                 f"{source}: line {line}: step {name!r}: {_validation_sentence(exc)}"
             ) from None
-        planned.append(PlannedStep(line=line, step=definition, args=args))
+        planned.append(PlannedStep(line=line, step=definition, args=args, on_fail=on_fail))
     fleet = data.get("fleet")
     if fleet is not None and not isinstance(fleet, list):
         raise BadInput(f"{source}: line {key_lines['fleet']}: `fleet:` must be a list of nodes")
@@ -151,6 +157,21 @@ def parse_script(text: str, *, folder: Path, source: str = "script") -> Script:
     if inventory is not None and not isinstance(inventory, str):
         raise BadInput(f"{source}: line {key_lines['inventory']}: `inventory:` must be a file path")
     return Script(steps=planned, described_fleet=fleet, inventory=inventory, folder=folder)
+
+
+def _on_fail(raw_args: Any, where: str) -> tuple[str, Any]:
+    """A step's `on_fail` (default `stop`) and its own arguments without it.
+
+    Raises:
+        BadInput: `on_fail` is neither `stop` nor `continue`.
+    """
+    if not isinstance(raw_args, dict) or "on_fail" not in raw_args:
+        return "stop", raw_args
+    rest = {key: value for key, value in raw_args.items() if key != "on_fail"}
+    on_fail = raw_args["on_fail"]
+    if on_fail not in ON_FAIL:
+        raise BadInput(f"{where}: on_fail must be `stop` or `continue`, not {on_fail!r}")
+    return on_fail, rest
 
 
 def _check_described_fleet(
@@ -236,9 +257,10 @@ async def _run(script: Script, printer: _Printer, *, inventory: str | None, demo
             except LlmgwError as exc:
                 outcome = StepOutcome(ok=False, exit_code=exc.exit_code, error=exc.sentence())
             printer.outcome(planned.step, outcome)
-            worst = max(worst, outcome.exit_code)
-            if not outcome.ok:
-                return outcome.exit_code or EXIT_STEP_FAILED
+            code = outcome.exit_code or (EXIT_OK if outcome.ok else EXIT_STEP_FAILED)
+            worst = max(worst, code)
+            if not outcome.ok and planned.on_fail == "stop":
+                return code
     finally:
         try:
             await ctx.close()

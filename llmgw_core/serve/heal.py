@@ -72,6 +72,7 @@ async def heal(fleet: Any, reach: EngineReach, *, grace_s: float) -> list[dict[s
             source=asked.get("source"),
             hub_repo=asked.get("hub_repo"),
             revision=asked.get("revision"),
+            rails="all" if asked.get("rails") == "all" else "tested",
         )
         outcome = ServeOutcome(name=view.name, phase="failed")
         record = await serve_way(

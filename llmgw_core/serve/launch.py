@@ -15,6 +15,7 @@ from typing import Any
 
 from llmgw_core.engines import LaunchPlan, LaunchRequest, launch_node, redact_env
 from llmgw_core.engines.spec import ShardLaunch
+from llmgw_core.fabric.rails import RailChoice
 from llmgw_core.facts import NodeFacts
 from llmgw_core.inventory import NodeSpec
 from llmgw_core.placement import Placement
@@ -58,8 +59,11 @@ def launch_request(
     extra_env: Mapping[str, str],
     secret_env: Mapping[str, str] | None = None,
     source: str | None = None,
+    rails: RailChoice | None = None,
 ) -> LaunchRequest:
     """The request the engine builders turn into each node's shard.
+
+    `rails` names the adapters each node leaves out of `NCCL_IB_HCA`.
 
     Raises:
         BadInput: a node lacks a card or the fabric (see `engines.launch_node`).
@@ -74,6 +78,7 @@ def launch_request(
             http_port=http_ports[placed.node],
             fabric=placement.fabric,
             nvlink_domain=placement.nvlink_domain,
+            left_out=rails.adapters_left_out(placed.node) if rails else frozenset(),
         )
         for placed in placement.nodes
     )

@@ -6,6 +6,8 @@ operator (or the console's Serve wizard) confirms is the launch that runs:
 * `resolve` — the replica's name, its context, and the ways to try in
   order (the plan's, narrowed or forced by the operator, with fallbacks);
 * `choose_ports` — each node's HTTP port and rank 0's rendezvous port;
+* `rail_choice` — the adapters a multi-node replica leaves out, after the
+  fabric tests the nodes keep (`fabric.rails.choose_rails`);
 * `launch_for` — the engines' `LaunchPlan` for one placed way.
 
 `preview_serve(fleet, request, model) -> ServePreview` is the dry run:
@@ -20,10 +22,11 @@ import asyncio
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from llmgw_core.engines import LaunchPlan, build_launch, redact_env
 from llmgw_core.errors import BadInput, LlmgwError
+from llmgw_core.fabric.rails import RailChoice, choose_rails
 from llmgw_core.fleet.client import AgentError
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Placement, explain, place, want_summary
@@ -65,6 +68,8 @@ class ServeRequest:
         revision: the Hub revision fetched (None: the default branch).
         all_reduce: run nccl-tests' all_reduce_perf across a multi-node replica's
             nodes before starting it, and fail the serve when it fails.
+        rails: "tested" leaves out a rail whose last fabric test between the
+            replica's nodes failed; "all" uses every rail anyway (with a warning).
     """
 
     model: str
@@ -82,6 +87,7 @@ class ServeRequest:
     hub_repo: str | None = None
     revision: str | None = None
     all_reduce: bool = False
+    rails: Literal["tested", "all"] = "tested"
 
 
 @dataclass(frozen=True)
@@ -208,6 +214,24 @@ async def choose_ports(
 # --- the launch ---------------------------------------------------------------------------
 
 
+def rail_choice(fleet: Any, placement: Placement, *, all_rails: bool = False) -> RailChoice:
+    """The adapters each node of `placement` leaves out, from the verdicts the nodes keep."""
+    if placement.fabric is None or len(placement.nodes) < 2:
+        return RailChoice()
+    nodes = [p.node for p in placement.nodes]
+    specs = {s.name: s for s in fleet.inventory.node_specs()}
+    snapshot = fleet.snapshot()
+    hcas = {
+        node: next((f.hcas for f in specs[node].fabrics if f.name == placement.fabric), ())
+        for node in nodes
+    }
+    verdicts = {
+        node: snapshot.nodes[node].facts.rail_verdicts if snapshot.nodes[node].facts else ()
+        for node in nodes
+    }
+    return choose_rails(nodes, hcas, verdicts, all_rails=all_rails)
+
+
 async def launch_for(
     fleet: Any,
     request: ServeRequest,
@@ -215,8 +239,11 @@ async def launch_for(
     placement: Placement,
     served_name: str,
     context: int,
+    rails: RailChoice | None = None,
 ) -> tuple[LaunchPlan, int | None]:
     """The engines' launch for one placed way, and its rendezvous port (None on one node).
+
+    `rails` (default: `rail_choice` now) names the adapters left out of `NCCL_IB_HCA`.
 
     Raises:
         BadInput: the launch cannot work (see `engines.validate_launch`).
@@ -242,6 +269,9 @@ async def launch_for(
             extra_env=request.env,
             secret_env=request.secret_env,
             source=request.source,
+            rails=rails
+            if rails is not None
+            else rail_choice(fleet, placement, all_rails=request.rails == "all"),
         )
     )
     return launch, rendezvous_port
@@ -268,6 +298,8 @@ class ServePreview:
         fallbacks: the ways tried next when this one fails, in order (labels).
         passed_over: the ways before the chosen one that have no room now, with why.
         reason: why nothing would start (no way has room), None when one would.
+        rails_left_out: the adapters left out of `NCCL_IB_HCA` (`RailLeftOut.as_dict`).
+        warnings: sentences to show beside it (a rail left out, or used anyway).
     """
 
     name: str
@@ -281,6 +313,8 @@ class ServePreview:
     fallbacks: tuple[str, ...]
     passed_over: tuple[dict[str, str], ...] = ()
     reason: str | None = None
+    rails_left_out: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The preview as the `serve` step's `dry_run: true` gives it."""
@@ -297,6 +331,8 @@ class ServePreview:
             "fallbacks": list(self.fallbacks),
             "passed_over": list(self.passed_over),
             "reason": self.reason,
+            "rails_left_out": list(self.rails_left_out),
+            "warnings": list(self.warnings),
         }
 
 
@@ -346,8 +382,9 @@ async def preview_serve(fleet: Any, request: ServeRequest, model: ModelInfo) -> 
         if placement is None:
             passed_over.append({"way": choice.label, "reason": want_summary(explain(want, views))})
             continue
+        rails = rail_choice(fleet, placement, all_rails=request.rails == "all")
         launch, _rendezvous = await launch_for(
-            fleet, request, choice, placement, resolved.served_name, resolved.context
+            fleet, request, choice, placement, resolved.served_name, resolved.context, rails
         )
         return ServePreview(
             name=resolved.name,
@@ -360,6 +397,8 @@ async def preview_serve(fleet: Any, request: ServeRequest, model: ModelInfo) -> 
             shards=shard_preview(launch),
             fallbacks=tuple(c.label for c in resolved.ways[index + 1 :]),
             passed_over=tuple(passed_over),
+            rails_left_out=tuple(rail.as_dict() for rail in rails.left_out),
+            warnings=rails.warnings,
         )
     return ServePreview(
         name=resolved.name,

@@ -45,6 +45,7 @@ from llmgw_core.serve.prepare import (
     ServeRequest,
     launch_for,
     preview_serve,
+    rail_choice,
     resolve,
 )
 from llmgw_core.serve.progress import StartProgress, Trace, hub_cache_dir, watch_download
@@ -89,6 +90,7 @@ class ServeOutcome:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     trace: Trace = field(default_factory=Trace)
     exit_code: int = 0
+    warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """The outcome as the `serve` step gives it."""
@@ -100,6 +102,7 @@ class ServeOutcome:
             "placement": self.placement,
             "attempts": self.attempts,
             "trace": self.trace.steps,
+            "warnings": self.warnings,
         }
 
 
@@ -407,8 +410,13 @@ async def serve_way(
             for node in nodes:
                 done = await copy_to_node(reach, node, request.source)
                 trace.add(f"weights {done}", node, request.source)
+        rails = rail_choice(fleet, placement, all_rails=request.rails == "all")
+        for warning in rails.warnings:
+            trace.add("rails", None, warning)
+            if warning not in outcome.warnings:
+                outcome.warnings.append(warning)
         launch, rendezvous = await launch_for(
-            fleet, request, choice, placement, served_name, context
+            fleet, request, choice, placement, served_name, context, rails
         )
         replica = replica_spec(
             name=name,
@@ -434,6 +442,7 @@ async def serve_way(
             "timeout_s": request.startup_timeout_s,
             "models": list(models),
             "env": dict(request.env),
+            "rails": request.rails,
         }
         try:
             started = await _start(fleet, name, launch, replica, trace)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from llmgw_core.fabric.rails import failed_adapters
 from llmgw_core.facts import device_in_use, is_zero_uuid
 from llmgw_core.planner.gpu_classes import MIB_PER_GIB
 
@@ -76,6 +77,9 @@ class AdapterRow:
     rated_gbps: float | None
     link_layer: str | None
     gid_index: int | None
+    rail_failed: str | None = None
+    """What its last failed fabric test found (`60% of its rate with h100-a-02 at …`): a
+    multi-node replica across those nodes leaves it out of `NCCL_IB_HCA`. None: not failed."""
 
     @property
     def below_rated(self) -> bool:
@@ -143,6 +147,9 @@ class RacksSummary:
 
     racks: tuple[RackSummary, ...]
     islands: tuple[str, ...]
+    failed_rails: tuple[str, ...] = ()
+    """One line per adapter whose last fabric test failed (`h100-a-01 mlx5_5: 60% of its rate
+    with h100-a-02 at …`): replicas across those nodes leave it out of `NCCL_IB_HCA`."""
 
 
 def facts_mapping(facts: Any) -> Mapping[str, Any]:
@@ -301,6 +308,7 @@ def nvlink_matrix(facts: Any) -> NvlinkMatrix:
 def adapter_rows(facts: Any) -> tuple[AdapterRow, ...]:
     """The node's adapter ports, in name order."""
     mapping = facts_mapping(facts)
+    failed = failed_adapters(mapping.get("rail_verdicts") or ())
     rows = [
         AdapterRow(
             name=str(a.get("name")),
@@ -310,6 +318,7 @@ def adapter_rows(facts: Any) -> tuple[AdapterRow, ...]:
             rated_gbps=_as_float(a.get("rated_gbps")),
             link_layer=a.get("link_layer"),
             gid_index=_as_int(a.get("gid_index")),
+            rail_failed=failed.get(str(a.get("name"))),
         )
         for a in mapping.get("adapters") or ()
     ]
@@ -452,8 +461,11 @@ def racks_summary(nodes: Iterable[tuple[str, Any]]) -> RacksSummary:
     groups: dict[str, list[tuple[str, Mapping[str, Any], int | None]]] = {}
     clusters: dict[str, tuple[str, str | None]] = {}
     loose: list[str] = []
+    failed_rails: list[str] = []
     for name, facts in nodes:
         mapping = facts_mapping(facts)
+        failed = failed_adapters(mapping.get("rail_verdicts") or ())
+        failed_rails += [f"{name} {adapter}: {found}" for adapter, found in failed.items()]
         chassis, tray_index = _chassis_of(mapping)
         cluster = _cluster_of(mapping)
         key = f"chassis:{chassis}" if chassis else f"cluster:{cluster[0]}" if cluster else None
@@ -487,7 +499,9 @@ def racks_summary(nodes: Iterable[tuple[str, Any]]) -> RacksSummary:
             )
         )
     racks.sort(key=lambda r: r.domain)
-    return RacksSummary(racks=tuple(racks), islands=tuple(sorted(islands)))
+    return RacksSummary(
+        racks=tuple(racks), islands=tuple(sorted(islands)), failed_rails=tuple(sorted(failed_rails))
+    )
 
 
 @dataclass(frozen=True)

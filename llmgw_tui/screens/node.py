@@ -221,6 +221,11 @@ class NodeScreen(Screen[None]):
             if adapter.below_rated:
                 rate.append(f" of {adapter.rated_gbps:g}")
                 rate.stylize(theme_style(self.app, "warning"))
+            if adapter.rail_failed:
+                # Left out of NCCL_IB_HCA for replicas across the node it failed with.
+                rate.append(
+                    f"  ✗ rail failed: {adapter.rail_failed}", theme_style(self.app, "error")
+                )
             rows[key] = {
                 "name": plain(key),
                 "state": state_cell(self.app, adapter.state) if adapter.state else plain("-"),

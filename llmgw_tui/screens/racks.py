@@ -59,4 +59,14 @@ class RacksScreen(Screen[None]):
                 markup=False,
             )
         )
+        if fleet.racks.failed_rails:
+            widgets.append(
+                Static(
+                    "Rails left out of NCCL_IB_HCA (their last fabric test failed): "
+                    + "; ".join(fleet.racks.failed_rails),
+                    id="failed-rails",
+                    classes="islands",
+                    markup=False,
+                )
+            )
         await body.mount_all(widgets)

@@ -455,6 +455,8 @@ def confirm_text(request: ServeRequest, preview: dict[str, Any]) -> str:
         lines.append(f"  fallbacks: {', '.join(preview['fallbacks'])}")
     for passed in preview.get("passed_over") or ():
         lines.append(f"  passed over {passed['way']}: {passed['reason']}")
+    for warning in preview.get("warnings") or ():
+        lines.append(f"  ! {warning}")
     for shard in preview.get("shards") or ():
         gpus = ", ".join(str(g) for g in shard.get("gpus") or ()) or "RAM"
         lines.append("")

@@ -8,7 +8,7 @@ from textual.widgets import Button, Static
 
 from llmgw_tui.screens.logs import LogsScreen
 from llmgw_tui.screens.replicas import ConfirmStop, ReplicasScreen
-from llmgw_tui.screens.serve import ServeScreen, env_lines, name_refusal
+from llmgw_tui.screens.serve import ServeScreen, confirm_text, env_lines, name_refusal
 
 
 def test_the_fleet_counts_each_nodes_running_shards_from_the_replicas(replica_app):
@@ -113,3 +113,23 @@ def test_the_wizard_greys_out_next_with_the_reason_until_the_input_is_valid(make
             assert not next_button.disabled
 
     asyncio.run(run())
+
+
+def test_the_wizards_confirmation_names_a_rail_left_out_and_why():
+    from llmgw_core.serve.prepare import ServeRequest
+
+    warning = (
+        "mlx5_5 on h100-a-01 is left out of NCCL_IB_HCA: its fabric test measured "
+        "60% of its rate with h100-a-02 at 2026-12-01 18:40 UTC"
+    )
+    preview = {
+        "name": "llama-2x8",
+        "model": "catalog:meta-llama/Llama-3.3-70B-Instruct",
+        "context": 32768,
+        "way": {"label": "2 nodes × 8 × h100-80g", "engine": "vllm"},
+        "executor": "mp",
+        "shards": [],
+        "warnings": [warning],
+    }
+    text = confirm_text(ServeRequest(model=preview["model"]), preview)
+    assert f"  ! {warning}" in text.splitlines()

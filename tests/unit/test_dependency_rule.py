@@ -125,3 +125,83 @@ def test_the_core_layers_import_only_downwards():
 def test_nothing_in_the_core_imports_the_console():
     for path in CORE_ROOT.rglob("*.py"):
         assert not {n for n in _imports(path) if n.split(".")[0] in ("llmgw_tui", "textual")}, path
+
+
+AGENT_ROOT = REPO_ROOT / "agent" / "llmgw_agent"
+
+
+def _module_name(path: Path, root: Path, package: str) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join([package, *parts])
+
+
+def _import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Each module of a package → the package's modules it imports (function level too).
+
+    `from P import X` counts as importing `P.X` where X is a module, else `P`.
+    """
+    import ast
+
+    paths = {_module_name(p, root, package): p for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    found.add(sub if sub in paths else node.module)
+        graph[name] = {m for m in found if m in paths and m != name}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every group of modules that import one another, directly or round a loop (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in sorted(graph[module]):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return groups
+
+
+def test_a_circle_of_imports_is_found_even_inside_functions():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _circles(graph) == [["a", "b", "c"]]
+
+
+def test_no_two_agent_modules_import_each_other():
+    assert _circles(_import_graph(AGENT_ROOT, "llmgw_agent")) == []
+
+
+def test_no_two_core_modules_import_each_other():
+    assert _circles(_import_graph(CORE_ROOT, "llmgw_core")) == []

@@ -142,3 +142,42 @@ def test_a_bad_fleet_entry_is_refused_with_its_line_before_any_step_runs(tmp_pat
     assert code == 2
     assert lines[0]["step"] is None
     assert "line 3: fleet entry 2 (x): unknown GPU class 'h900-1t'" in lines[0]["error"]
+
+
+_SMALL_FLEET = "fleet:\n  - {name: l4, gpu: l40s-48g, gpus: 1}\n"
+_TOO_BIG = "catalog:meta-llama/Llama-3.3-70B-Instruct"
+_FITS = "catalog:meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_a_failed_step_marked_on_fail_continue_lets_the_next_step_run(tmp_path, capsys):
+    code, lines, _ = _run(
+        tmp_path,
+        capsys,
+        _SMALL_FLEET + "steps:\n"
+        f"  - plan: {{model: {_TOO_BIG}, context: 8192, on_fail: continue}}\n"
+        f"  - plan: {{model: {_FITS}, context: 8192}}\n",
+    )
+    assert [(line["step"], line["ok"]) for line in lines] == [("plan", False), ("plan", True)]
+    assert code == 3
+
+
+def test_without_on_fail_the_first_failed_step_ends_the_script(tmp_path, capsys):
+    code, lines, _ = _run(
+        tmp_path,
+        capsys,
+        _SMALL_FLEET + "steps:\n"
+        f"  - plan: {{model: {_TOO_BIG}, context: 8192}}\n"
+        f"  - plan: {{model: {_FITS}, context: 8192}}\n",
+    )
+    assert [(line["step"], line["ok"]) for line in lines] == [("plan", False)]
+    assert code == 3
+
+
+def test_an_on_fail_other_than_stop_or_continue_is_refused_with_its_line(tmp_path, capsys):
+    code, lines, _ = _run(
+        tmp_path, capsys, _SMALL_FLEET + f"steps:\n  - plan: {{model: {_FITS}, on_fail: retry}}\n"
+    )
+    assert code == 2
+    assert lines[0]["error"].endswith(
+        "line 4: step 'plan': on_fail must be `stop` or `continue`, not 'retry'"
+    )

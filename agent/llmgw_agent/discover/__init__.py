@@ -19,7 +19,9 @@
 - `nvlink` ({"0": {"1": "NV18"}}), `nic_affinity`, `adapters`, `nvlink_domain`,
   `imex`, `imex_channels`, `engines` ({name: {version, path}}), `model_dirs`
   ({path: {state, shared, fs_type, models}}), `keepalive` ({method, reason}:
-  how shards outlive the SSH session; method None when nothing can).
+  how shards outlive the SSH session; method None when nothing can),
+  `rail_verdicts` (the fabric verdicts kept here, per peer node and adapter:
+  `rail_verdicts.read_verdicts`).
 
 Simulated memory (replay mode only): each running sim engine writes
 `paths.sim_usage_dir()/<pid>.json` =
@@ -260,5 +262,16 @@ def collect_facts(replay: Optional[str] = None, model_dirs: Iterable[str] = ()) 
     """
     directory = paths.replay_dir(replay)
     if directory is not None:
-        return _replay_facts(directory, model_dirs)
-    return _live_facts(model_dirs)
+        facts = _replay_facts(directory, model_dirs)
+    else:
+        facts = _live_facts(model_dirs)
+    facts["rail_verdicts"] = _rail_verdicts()
+    return facts
+
+
+def _rail_verdicts() -> List[Dict[str, Any]]:
+    try:
+        from llmgw_agent.rail_verdicts import read_verdicts
+    except ImportError:
+        return []  # an agent built without fabric verdicts
+    return read_verdicts()

@@ -7,9 +7,12 @@ steps:
 ```
 
 Each node gets one reason: class, free cards, NVLink, fabric, domain joined,
-IMEX, MIG, memory, or unreachable. When the model fits nowhere the step
-fails with exit code 3, each node saying how much it could hold, and the
-plan's advice on what would change that.
+IMEX, MIG, memory, or unreachable. A replica across nodes also names the
+rails it would leave out of `NCCL_IB_HCA` (`rails_left_out`: a rail whose
+last fabric test between those nodes failed) and says why in `warnings`.
+When the model fits nowhere the step fails with exit code 3, each node
+saying how much it could hold, and the plan's advice on what would change
+that.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
     from llmgw_core.script.steps.plan import step_model
     from llmgw_core.serve.choice import Overrides, choices
     from llmgw_core.serve.explain import capacity_verdicts
+    from llmgw_core.serve.prepare import rail_choice
     from llmgw_core.serve.replicas import fleet_views
 
     fleet = await ctx.live_fleet()
@@ -82,6 +86,9 @@ async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
         "nodes": [v.as_dict() for v in explain(want, views, placement)],
         "advice": list(the_plan.advice),
     }
+    rails = rail_choice(fleet, placement) if placement else None
+    result["rails_left_out"] = [rail.as_dict() for rail in rails.left_out] if rails else []
+    result["warnings"] = list(rails.warnings) if rails else []
     if placement is None:
         return StepOutcome(
             result=result,
@@ -104,7 +111,8 @@ def render_explain(result: dict[str, Any]) -> Any:
     for node in result.get("nodes", []):
         table.add_row(node["node"], "✓" if node["chosen"] else "✗", node["reason"])
     advice = [Text(f"• {line}") for line in result.get("advice", [])]
-    return Group(head, table, *advice)
+    warnings = [Text(line, style="yellow") for line in result.get("warnings") or []]
+    return Group(head, table, *warnings, *advice)
 
 
 step("explain", args=ExplainArgs, render=render_explain)(run_explain)

@@ -8,15 +8,25 @@ rated_gbps, measured_gbps, ratio, verdict, method, reason` (and, in
 `--json`, what each side printed). A pair where perftest is missing is
 measured over TCP and says so (`method: tcp`, verdict `untested`). The step
 fails (exit 1) when any rail fails.
+
+Each rail's verdict is then kept on both of its nodes (`fabric.record`), so
+a replica placed across them later — by this script or any console — leaves
+a failed rail out of `NCCL_IB_HCA` (`fabric.rails`); `recorded` in the
+result lists the nodes that keep them, `not_recorded` the ones that could
+not (an older agent), with why. To serve on what passed in the same
+script, give the step `on_fail: continue`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from pydantic import Field, model_validator
 
-from llmgw_core.errors import BadInput
+from llmgw_core.errors import BadInput, LlmgwError
+from llmgw_core.fabric.rails import verdicts_to_record
 from llmgw_core.fabric.run import FabricNode, RailSettings, adapter_ends, run_matrix
 from llmgw_core.script.registry import (
     EXIT_STEP_FAILED,
@@ -169,6 +179,28 @@ def render_fabric_test(result: dict[str, Any]) -> Any:
     return table
 
 
+async def keep_verdicts(fleet: Any, rows: dict[str, list[dict]]) -> tuple[list[str], dict]:
+    """Record each node's verdicts on it, then re-read its facts so the next step sees them.
+
+    Returns:
+        The nodes that keep them, and `{node: why}` for those that could not.
+    """
+
+    async def record(node: str, rails: list[dict]) -> str | None:
+        try:
+            await fleet.request(node, "fabric.record", {"rails": rails})
+        except LlmgwError as exc:
+            return exc.sentence()
+        return None
+
+    names = sorted(rows)
+    answers = await asyncio.gather(*(record(node, rows[node]) for node in names))
+    kept = [node for node, why in zip(names, answers, strict=True) if why is None]
+    for node in kept:
+        await fleet.refresh(node)
+    return kept, {node: why for node, why in zip(names, answers, strict=True) if why}
+
+
 def _figure(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
@@ -188,6 +220,7 @@ async def run_fabric_test(args: FabricTestArgs, ctx: StepContext) -> StepOutcome
         concurrent_rails=args.concurrent_rails,
     )
     results = await run_matrix(nodes, fleet.client, settings, max_pairs=args.max_pairs)
+    recorded, not_recorded = await keep_verdicts(fleet, verdicts_to_record(results, time.time()))
     rails = [
         {**row.row(), "raw": {"server": row.raw_server, "client": row.raw_client}}
         for row in results
@@ -201,6 +234,8 @@ async def run_fabric_test(args: FabricTestArgs, ctx: StepContext) -> StepOutcome
         "nodes": [spec.name for spec in specs],
         "rails": rails,
         "counts": counts,
+        "recorded": recorded,
+        "not_recorded": not_recorded,
     }
     ctx.last_fabric_test = result
     failing = [row for row in results if row.verdict == "fail"]

@@ -13,6 +13,7 @@ steps:
       timeout: 1200              # seconds without progress before it is failed
       dry_run: false             # true: plan, place and build the commands; start nothing
       all_reduce: false          # true: all_reduce_perf across the nodes first (multi-node)
+      rails: tested              # `all`: use a rail even when its last fabric test failed
 ```
 
 The result is the replica's name and phase, the way and placement, every
@@ -63,6 +64,7 @@ class ServeArgs(StepArgs):
     timeout: float = Field(default=1200.0, gt=0, le=86_400)
     dry_run: bool = False
     all_reduce: bool = False
+    rails: Literal["tested", "all"] = "tested"
 
 
 def local_source(ref: str, script_dir: Path) -> str | None:
@@ -126,6 +128,7 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
         hub_repo=hub_repo,
         revision=model.revision if hub_repo else None,
         all_reduce=args.all_reduce,
+        rails=args.rails,
     )
     if args.dry_run:
         try:
@@ -184,6 +187,7 @@ def render_preview(result: dict[str, Any]) -> Any:
         parts.append(Text(f"then, if it fails: {', '.join(result['fallbacks'])}"))
     for passed in result.get("passed_over") or []:
         parts.append(Text(f"no room for {passed['way']}: {passed['reason']}", style="yellow"))
+    parts += [Text(warning, style="yellow") for warning in result.get("warnings") or []]
     table = Table("rank", "node", "gpus", "command", "environment", box=None)
     for shard in result.get("shards", []):
         for index, command in enumerate(shard["commands"]):
@@ -214,6 +218,7 @@ def render_serve(result: dict[str, Any]) -> Any:
     way = result.get("way")
     if way:
         parts.append(Text(f"way: {way['label']} ({way['engine']})"))
+    parts += [Text(warning, style="yellow") for warning in result.get("warnings") or []]
     table = Table("time", "node", "step", "detail", box=None)
     for entry in result.get("trace", []):
         table.add_row(

@@ -158,3 +158,26 @@ def test_a_fabric_the_node_is_not_on_is_refused(node_facts):
     assert refused.value.message == (
         "h100-a-01 is not on fabric ib-b (the inventory puts it on ib-a)"
     )
+
+
+def test_an_adapter_left_out_is_missing_from_nccl_ib_hca_and_the_rest_keep_their_order(node_facts):
+    (spec, _), (facts, _) = _h100_pair(node_facts)
+    node = launch_node(
+        spec,
+        facts,
+        engine="vllm",
+        rank=0,
+        gpu_ids=["0"],
+        http_port=8000,
+        fabric="ib-a",
+        left_out=frozenset({"mlx5_5"}),
+    )
+    assert [adapter.name for adapter in node.adapters] == [
+        "mlx5_0",
+        "mlx5_3",
+        "mlx5_4",
+        "mlx5_6",
+        "mlx5_9",
+        "mlx5_10",
+        "mlx5_11",
+    ]
