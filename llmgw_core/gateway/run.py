@@ -90,9 +90,15 @@ async def router_workers(reach: EngineReach, gateway: GatewayView) -> dict[str, 
     }
 
 
-async def _change(
+async def change_workers(
     reach: EngineReach, gateway: GatewayView, add: tuple[Worker, ...], remove: tuple[str, ...]
 ) -> None:
+    """Remove then add workers through the router's `/workers` API (no restart, no dropped request).
+
+    Raises:
+        LlmgwError: the router refused a change.
+        httpx.HTTPError: the router did not answer.
+    """
     base = await _router(reach, gateway)
     async with httpx.AsyncClient(timeout=ROUTER_TIMEOUT_S) as client:
         for url in remove:
@@ -122,7 +128,7 @@ async def follow(fleet: Any, reach: EngineReach, gateway: GatewayView) -> dict[s
     try:
         present = await router_workers(reach, gateway)
         add, remove = worker_changes(wanted, {u: w["model"] for u, w in present.items()})
-        await _change(reach, gateway, add, remove)
+        await change_workers(reach, gateway, add, remove)
     except httpx.HTTPError as exc:
         raise LlmgwError(f"the router of gateway {gateway.name} did not answer: {exc}") from None
     return {
