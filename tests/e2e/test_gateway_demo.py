@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +29,7 @@ pytestmark = [
     pytest.mark.skipif(demo_router() is None, reason="vllm-router is not installed (test extra)"),
 ]
 
+REPO = Path(__file__).resolve().parents[2]
 LLAMA_8B = "catalog:meta-llama/Llama-3.1-8B-Instruct"
 QWEN_7B = "catalog:Qwen/Qwen2.5-7B-Instruct"
 
@@ -229,3 +232,32 @@ def test_stopping_the_gateway_leaves_nothing_running(demo: Demo):
     for name in ("llama-a", "llama-b"):
         demo.step("stop", replica=name)
     assert demo.claims() == {}
+
+
+def test_the_demo_script_serves_two_replicas_fronts_them_and_survives_one_stopping(
+    tmp_path: Path,
+):
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmgw_tui.cli",
+            "--demo",
+            "--run",
+            str(REPO / "examples" / "demo-gateway.yaml"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    by_step = [(line.get("step"), line) for line in lines]
+    bench = next(line for name, line in by_step if name == "bench")
+    assert len(bench["result"]["split"]) == 2
+    asks = [line for name, line in by_step if name == "ask"]
+    assert len(asks) == 2 and all(a["result"]["text"] for a in asks)
