@@ -26,6 +26,7 @@ from llmgw_core.gateway.spec import (
     Worker,
     gateway_views,
     live_gateway,
+    plain_line,
     processed_requests,
     router_argv,
     router_program,
@@ -150,6 +151,19 @@ async def follow_all(fleet: Any, reach: EngineReach) -> list[dict[str, Any]]:
     return results
 
 
+async def gateway_summaries(fleet: Any, reach: EngineReach) -> list[dict[str, Any]]:
+    """Every running gateway with its router's workers now (what the console lists)."""
+    summaries = []
+    for gateway in [g for g in await gateways_now(fleet) if g.live]:
+        summary: dict[str, Any] = {**gateway.as_dict(), "workers": {}}
+        try:
+            summary["workers"] = await router_workers(reach, gateway)
+        except LlmgwError as exc:
+            summary["error"] = exc.sentence()
+        summaries.append(summary)
+    return summaries
+
+
 def _default_node(fleet: Any) -> str:
     """The first ready node without GPUs, else the inventory's first node."""
     for node in fleet.snapshot().ready():
@@ -271,6 +285,22 @@ async def stop_gateway(fleet: Any, name: str) -> dict[str, Any]:
     except (AgentError, AgentLost) as exc:
         raise LlmgwError(f"gateway {name} on {gateway.node} did not stop: {exc}") from None
     return {"gateway": name, "node": gateway.node, "shard_id": gateway.shard_id, "stopped": True}
+
+
+async def gateway_logs(fleet: Any, name: str, *, lines: int = 200) -> list[str]:
+    """The last lines of the gateway's router, each prefixed `[gateway node]`.
+
+    Raises:
+        BadInput: no gateway by that name ran here (a stopped one is forgotten with its log).
+    """
+    views = await gateways_now(fleet)
+    named = [view for view in views if view.name == name]
+    if not named:
+        names = ", ".join(sorted({v.name for v in views})) or "none"
+        raise BadInput(f"no gateway is named {name!r}", f"the gateways are: {names}")
+    view = named[0]
+    found = await shard_lines(fleet, view.node, view.shard_id, lines)
+    return [f"[gateway {view.node}] {plain_line(line)}" for line in found]
 
 
 async def processed_by_worker(reach: EngineReach, gateway: GatewayView) -> dict[str, float]:

@@ -335,6 +335,37 @@ def processed_requests(metrics_text: str) -> dict[str, float]:
     return found
 
 
+def gateway_line(gateway: Mapping[str, Any]) -> str:
+    """One line for a gateway as the console lists it: address, policy, phase, workers by model.
+
+    Args:
+        gateway: `GatewayView.as_dict()` with `workers` (the router's: url → `{model, healthy}`).
+    """
+    workers = gateway.get("workers") or {}
+    by_model: dict[str, int] = {}
+    for worker in workers.values():
+        by_model[str(worker.get("model"))] = by_model.get(str(worker.get("model")), 0) + 1
+    models = ", ".join(f"{model} ×{count}" for model, count in sorted(by_model.items()))
+    healthy = sum(1 for worker in workers.values() if worker.get("healthy"))
+    line = (
+        f"gateway {gateway.get('name')} at {gateway.get('address')} ({gateway.get('policy')}, "
+        f"{gateway.get('phase')}): {healthy}/{len(workers)} workers healthy"
+    )
+    if models:
+        line += f" — {models}"
+    if gateway.get("error"):
+        line += f" — {gateway['error']}"
+    return line
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def plain_line(line: str) -> str:
+    """A router log line without its colours (it colours them even into a file)."""
+    return _ANSI.sub("", line)
+
+
 def choose_model(models: Sequence[str], asked: str | None, gateway: str) -> str:
     """The model a question through a gateway names: the one asked, or the only one served.
 

@@ -118,6 +118,12 @@ def test_two_replicas_behind_the_gateway_both_get_traffic(demo: Demo):
     print(f"through the gateway: {figures['requests_per_s']} requests/s, split {split}")
 
 
+def test_the_routers_log_is_read_like_an_engines(demo: Demo):
+    logs = demo.step("logs", gateway="front", lines=50).result["lines"]
+    assert logs and all(line.startswith("[gateway cpu-01] ") for line in logs)
+    assert any("Starting server on 0.0.0.0:30400" in line for line in logs)
+
+
 def test_a_port_in_use_is_refused(demo: Demo):
     with pytest.raises(BadInput) as refused:
         demo.step("gateway", name="second", port=30400)

@@ -14,8 +14,10 @@ from llmgw_core.gateway.spec import (
     GatewayArgs,
     Worker,
     choose_model,
+    gateway_line,
     gateway_views,
     load_split,
+    plain_line,
     processed_requests,
     router_argv,
     router_program,
@@ -137,3 +139,26 @@ def test_a_gateway_is_read_back_from_a_nodes_shard_listing():
 def test_a_malformed_gateway_is_refused(bad: dict[str, Any]):
     with pytest.raises(ValidationError):
         GatewayArgs.model_validate(bad)
+
+
+def test_a_router_log_line_loses_its_colours():
+    line = "\x1b[2m2026-12-01 18:55:06\x1b[0m \x1b[32m INFO\x1b[0m Router ready"
+    assert plain_line(line) == "2026-12-01 18:55:06  INFO Router ready"
+
+
+def test_the_console_line_of_a_gateway_counts_healthy_workers_by_model():
+    gateway = {
+        "name": "front",
+        "address": "cpu-01:30000",
+        "policy": "round_robin",
+        "phase": "running",
+        "workers": {
+            "http://a:1": {"model": "llama", "healthy": True},
+            "http://b:2": {"model": "llama", "healthy": False},
+            "http://c:3": {"model": "qwen", "healthy": True},
+        },
+    }
+    assert gateway_line(gateway) == (
+        "gateway front at cpu-01:30000 (round_robin, running): 2/3 workers healthy"
+        " — llama ×2, qwen ×1"
+    )
