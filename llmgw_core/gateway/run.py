@@ -198,9 +198,11 @@ async def start_gateway(
         BadInput: one of those checks failed (nothing was started).
         LlmgwError: the router was started and did not come up (it is stopped again).
     """
-    running = live_gateway(await gateways_now(fleet), args.name)
+    views = await gateways_now(fleet)
+    running = live_gateway(views, args.name)
     if running is not None:
         return {**await follow(fleet, reach, running), "adopted": True}
+    ended = [view for view in views if view.name == args.name]
     environ = dict(os.environ) if environ is None else environ
     node = args.node or _default_node(fleet)
     spec = fleet.inventory.node_spec(node)  # BadInput naming the nodes there are
@@ -234,6 +236,8 @@ async def start_gateway(
     )
     if key is not None:
         request["secret_env"] = {API_KEY_VARIABLE: key}
+    for old in ended:  # the record of its last run (crashed or killed), once all checks passed
+        await stop_shard(fleet, old.node, old.shard_id, forget=True)
     started = await fleet.request(node, "shard.start", request, timeout_s=30.0)
     shard_id = str(started["shard_id"])
     try:
@@ -273,18 +277,24 @@ async def _last_lines(fleet: Any, node: str, shard_id: str) -> str:
 async def stop_gateway(fleet: Any, name: str) -> dict[str, Any]:
     """Stop and forget the gateway's router (nothing of it keeps running).
 
+    A router that already ended (crashed, killed) is forgotten all the same.
+
     Raises:
-        BadInput: no gateway runs by that name.
+        BadInput: no gateway by that name is on any node that answers.
     """
-    gateway = await find_gateway(fleet, name)
-    try:
-        await fleet.request(
-            gateway.node, "shard.stop", {"shard_id": gateway.shard_id, "timeout_s": 10}
-        )
-        await fleet.request(gateway.node, "shard.forget", {"shard_id": gateway.shard_id})
-    except (AgentError, AgentLost) as exc:
-        raise LlmgwError(f"gateway {name} on {gateway.node} did not stop: {exc}") from None
-    return {"gateway": name, "node": gateway.node, "shard_id": gateway.shard_id, "stopped": True}
+    views = [view for view in await gateways_now(fleet) if view.name == name]
+    if not views:
+        await find_gateway(fleet, name)  # raises, naming the running ones
+    for view in views:
+        try:
+            await fleet.request(
+                view.node, "shard.stop", {"shard_id": view.shard_id, "timeout_s": 10}
+            )
+            await fleet.request(view.node, "shard.forget", {"shard_id": view.shard_id})
+        except (AgentError, AgentLost) as exc:
+            raise LlmgwError(f"gateway {name} on {view.node} did not stop: {exc}") from None
+    first = views[0]
+    return {"gateway": name, "node": first.node, "shard_id": first.shard_id, "stopped": True}
 
 
 async def gateway_logs(fleet: Any, name: str, *, lines: int = 200) -> list[str]:
