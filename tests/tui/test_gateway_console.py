@@ -39,6 +39,10 @@ async def until(pilot, condition: Callable[[], bool], what: str, timeout_s: floa
         await pilot.pause(0.1)
 
 
+def _ready_nodes(app: LlmgwApp) -> int:
+    return sum(n.state == "ready" for n in app.fleet.nodes) if app.fleet else 0
+
+
 def test_the_wizard_puts_the_replica_behind_a_gateway_listed_on_the_replicas_screen():
     asyncio.run(_walk())
 
@@ -47,13 +51,7 @@ async def _walk() -> None:
     feed = LiveFeed(inventory=None, demo=True, refresh_s=1.0)
     app = LlmgwApp(feed, animation="none")
     async with app.run_test(size=(120, 40)) as pilot:
-        ready = lambda: (
-            app.fleet is not None
-            and sum(  # noqa: E731
-                n.state == "ready" for n in app.fleet.nodes
-            )
-        )
-        await until(pilot, lambda: ready() >= 20, "the demo fleet", 180)
+        await until(pilot, lambda: _ready_nodes(app) >= 20, "the demo fleet", 180)
         await pilot.press("colon", *"serve", "enter")
         await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
         wizard = app.screen
