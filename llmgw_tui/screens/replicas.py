@@ -37,6 +37,8 @@ REPLICA_COLUMNS = (
 )
 SHARD_COLUMNS = ("RANK", "NODE", "PHASE", "NCCL", "DOWNLOAD", "GPUS", "WHY")
 POLL_S = 1.0
+GATEWAY_POLLS = 3
+"""Gateways are read every third poll: each read asks every node and every router."""
 
 PHASE_COLOURS = {
     "ready": "ready",
@@ -138,6 +140,7 @@ class ReplicasScreen(Screen[None]):
     async def poll_replicas(self) -> None:
         """Read the replicas every second; a failed read is a red line, and reading goes on."""
         feed: Any = self.app.feed  # type: ignore[attr-defined]
+        polls = 0
         while True:
             try:
                 views = await feed.replicas(transports=True)
@@ -146,7 +149,9 @@ class ReplicasScreen(Screen[None]):
                 self._status(exc.sentence(), error=True)
             else:
                 self.show(views, downloads)
-            await self._read_gateways(feed)
+            if polls % GATEWAY_POLLS == 0:
+                await self._read_gateways(feed)
+            polls += 1
             if feed.refresh_s is None:
                 return
             await asyncio.sleep(POLL_S)
