@@ -62,6 +62,8 @@ class EngineLocations(_Strict):
     vllm: BinaryEngine | None = None
     sglang: PythonEngine | None = None
     llama_cpp: BinaryEngine | PythonEngine | None = Field(default=None, alias="llama.cpp")
+    router: BinaryEngine | None = None
+    """The gateway's router (`vllm-router`), not an engine: found the same way."""
 
 
 class Defaults(_Strict):

@@ -70,6 +70,14 @@ class FleetFeed(Protocol):
         """One chat answer of a ready replica."""
         ...
 
+    async def gateways(self) -> list[dict[str, Any]]:
+        """Every running gateway: `GatewayView.as_dict()` with its router's `workers`."""
+        ...
+
+    async def put_behind_gateway(self, name: str) -> dict[str, Any]:
+        """Start (or adopt) the gateway `name` in front of every ready replica."""
+        ...
+
     async def bench(self, view: ReplicaView) -> dict[str, Any]:
         """Tokens a second of a ready replica (`replica_http.bench`'s figures)."""
         ...
@@ -118,6 +126,14 @@ class StaticFeed:
             if rank is None or shard.rank == rank:
                 prefix = shard_prefix(shard.rank, shard.node) if rank is None else ""
                 yield [prefix + line for line in self._logs.get(shard.shard_id, ())]
+
+    async def gateways(self) -> list[dict[str, Any]]:
+        """A fixed fleet runs no gateway."""
+        return []
+
+    async def put_behind_gateway(self, name: str) -> dict[str, Any]:
+        """A fixed fleet starts nothing."""
+        raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
 
     async def serve(self, request: ServeRequest) -> ServeOutcome:
         """A fixed fleet starts nothing."""
@@ -268,9 +284,25 @@ class LiveFeed:
 
     async def stop_replica(self, name: str) -> dict[str, Any]:
         """Stop every shard of `name` on the nodes that answer (`replicas.stop_replica`)."""
+        from llmgw_core.gateway.run import follow_all
         from llmgw_core.serve.replicas import stop_replica
 
-        return await stop_replica(self._live(), name)
+        stopped = await stop_replica(self._live(), name)
+        await follow_all(self._live(), self._engines())  # gateways drop its engine
+        return stopped
+
+    async def gateways(self) -> list[dict[str, Any]]:
+        """Every running gateway with its router's workers (`gateway.run.gateway_summaries`)."""
+        from llmgw_core.gateway.run import gateway_summaries
+
+        return await gateway_summaries(self._live(), self._engines())
+
+    async def put_behind_gateway(self, name: str) -> dict[str, Any]:
+        """Start the gateway `name` on its default node, or make the running one follow."""
+        from llmgw_core.gateway.run import start_gateway
+        from llmgw_core.gateway.spec import GatewayArgs
+
+        return await start_gateway(self._live(), self._engines(), GatewayArgs(name=name))
 
     async def follow_logs(self, view: ReplicaView, rank: int | None) -> AsyncIterator[list[str]]:
         """The last lines of each wanted shard, then what they write next, merged as they come.
@@ -330,7 +362,12 @@ class LiveFeed:
         model = await asyncio.to_thread(
             model_for, request.model, Path.cwd(), offline=self._offline()
         )
-        return await serve(self._live(), self._engines(), request, model)
+        outcome = await serve(self._live(), self._engines(), request, model)
+        if outcome.phase == "ready":
+            from llmgw_core.gateway.run import follow_all
+
+            await follow_all(self._live(), self._engines())  # running gateways take it
+        return outcome
 
     def _offline(self) -> bool | None:
         return True if self._demo else None

@@ -404,8 +404,31 @@ def _model_dir_checks(facts: Dict[str, Any]) -> List[Check]:
     return checks
 
 
+def _router_checks(facts: Dict[str, Any]) -> List[Check]:
+    """The gateway's router (vllm-router) and its version, where this node has one.
+
+    Most nodes need none (a gateway runs on one node), so its absence is not a
+    warning here; the `gateway` step names the install command when the node
+    it was given lacks one.
+    """
+    router = (facts.get("engines") or {}).get("vllm-router")
+    if not router:
+        return []
+    return [
+        _check(
+            "router",
+            "pass",
+            "vllm-router {} at {}".format(
+                router.get("version") or "(version unknown)", router.get("path") or "?"
+            ),
+        )
+    ]
+
+
 def _engine_checks(facts: Dict[str, Any]) -> List[Check]:
-    engines = facts.get("engines") or {}
+    engines = {
+        name: entry for name, entry in (facts.get("engines") or {}).items() if name != "vllm-router"
+    }
     if not engines:
         return [
             _check(
@@ -475,6 +498,7 @@ def run_checks(facts: Dict[str, Any], state_dir: Optional[Path] = None) -> List[
     checks += _adapter_checks(facts)
     checks += _model_dir_checks(facts)
     checks += _engine_checks(facts)
+    checks += _router_checks(facts)
     checks += _keepalive_checks(facts)
     checks += _state_checks(Path(state_dir) if state_dir is not None else None)
     return checks

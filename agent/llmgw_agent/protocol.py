@@ -18,7 +18,8 @@ Operations (args → result):
 * `ping` → `{pong, time}`;
 * `facts` `{model_dirs?}` → the node's facts; `doctor` `{model_dirs?}` → `{checks}`;
 * `claims` → `{claims: [{gpu, shard_id, replica, rank, claimed_at}]}`;
-* `shard.start` (a resolved spec, see `shard_spec.py`) → `{shard_id, pid, phase}`;
+* `shard.start` (a resolved spec, see `shard_spec.py`; `secret_env` goes only into
+  the shard's environment, never its records) → `{shard_id, pid, phase}`;
 * `shard.stop` `{shard_id, timeout_s?}` → `{shard_id, phase, exit_code, killed}`;
 * `shard.list` → `{shards: [...]}` (see `shards.judge_shard`);
 * `shard.forget` `{shard_id}` → `{shard_id, forgotten}` (a finished shard only);

@@ -35,6 +35,7 @@ from llmgw_agent.op_args import OpError
 from llmgw_agent.shard_spec import SHARD_ID, normalise_spec
 
 TERMINAL_PHASES = ("exited", "failed", "stopped")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _STARTUP_GRACE_S = 15.0
 """A shard without a recorded supervisor younger than this is still being started."""
 _SUPERVISOR_APPEAR_S = 10.0
@@ -129,6 +130,7 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
         OpError: `bad_args`, `exists`, `busy` (naming the GPU and its holder), `failed`.
     """
     spec = normalise_spec(args)
+    secret_env = secret_environment(args)
     shard_id = spec["shard_id"] or _new_shard_id(spec["replica"], spec["rank"])
     directory = shards_dir() / shard_id
     try:
@@ -166,7 +168,7 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
         shutil.rmtree(str(directory), ignore_errors=True)
         raise
     try:
-        pid = _spawn_supervisor(directory, shard_id, token, replay, method)
+        pid = _spawn_supervisor(directory, shard_id, token, replay, method, secret_env)
     except OSError as exc:
         _finish(directory, record, "failed", "could not start the supervisor: {}".format(exc))
         raise OpError("failed", "could not start shard {}: {}".format(shard_id, exc)) from exc
@@ -176,10 +178,36 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
     return {"shard_id": shard_id, "pid": pid, "phase": "starting"}
 
 
+def secret_environment(args: dict) -> dict:
+    """`shard.start`'s `secret_env`: variables for the shard's processes, kept off the disk.
+
+    They arrived on the SSH channel's stdin; they go into the supervisor's
+    environment (and so its commands'), never into the shard's records.
+
+    Raises:
+        OpError: `bad_args` when it is not a map of variable names to strings.
+    """
+    secret_env = args.get("secret_env") or {}
+    if not isinstance(secret_env, dict) or not all(
+        isinstance(k, str) and _ENV_NAME.match(k) and isinstance(v, str)
+        for k, v in secret_env.items()
+    ):
+        raise OpError("bad_args", "secret_env must map variable names to string values")
+    return dict(secret_env)
+
+
 def _spawn_supervisor(
-    directory: Path, shard_id: str, token: str, replay: Optional[str], method: Optional[str]
+    directory: Path,
+    shard_id: str,
+    token: str,
+    replay: Optional[str],
+    method: Optional[str],
+    secret_env: Optional[dict] = None,
 ) -> int:
     env = dict(os.environ)
+    # Secrets reach the shard through the supervisor's environment only: never
+    # its argv, shard.json or a log.
+    env.update(secret_env or {})
     env[paths.STATE_ENV] = str(paths.state_dir())
     if replay:
         env[paths.REPLAY_ENV] = replay

@@ -24,6 +24,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -196,7 +197,19 @@ def _inventory_entry(node: DemoNode, port: int, capture: Path, key_file: Path) -
         entry["fabrics"] = [{"name": node.fabric, "hcas": hcas, "rate_gbps": RAIL_RATE_GBPS}]
     if node.labels:
         entry["labels"] = dict(node.labels)
+    router = demo_router()
+    if node.profile == "cpu" and router is not None:
+        # The gateway's default node; its router is the real one installed beside llmgw.
+        entry["engines"] = {"router": {"bin": router}}
     return entry
+
+
+def demo_router() -> str | None:
+    """The `vllm-router` installed beside this Python (the demo's gateway runs it), if any."""
+    beside = Path(sys.executable).parent / "vllm-router"
+    if beside.is_file():
+        return str(beside)
+    return shutil.which("vllm-router")
 
 
 def _capture_adapters(capture: Path) -> list[str]:

@@ -37,6 +37,8 @@ REPLICA_COLUMNS = (
 )
 SHARD_COLUMNS = ("RANK", "NODE", "PHASE", "NCCL", "DOWNLOAD", "GPUS", "WHY")
 POLL_S = 1.0
+GATEWAY_POLLS = 3
+"""Gateways are read every third poll: each read asks every node and every router."""
 
 PHASE_COLOURS = {
     "ready": "ready",
@@ -94,6 +96,8 @@ class ReplicasScreen(Screen[None]):
     def __init__(self) -> None:
         super().__init__()
         self.views: tuple[ReplicaView, ...] = ()
+        self.gateways: list[dict[str, Any]] = []
+        """The running gateways as the feed last gave them (`gateway_line` draws each)."""
         self.focus_name: str | None = None
         """The replica to put the cursor on when it appears (the wizard's)."""
         self._shown: list[str] = []
@@ -103,6 +107,7 @@ class ReplicasScreen(Screen[None]):
         """Status line, the replicas, the shards of the one selected, the ask field, the answer."""
         yield Header(icon="▦")
         yield Static("reading the replicas…", id="replicas-status", markup=False)
+        yield Static("", id="gateways", markup=False)
         table = ReplicaTable(id="replicas", cursor_type="row", zebra_stripes=True)
         for key, label in REPLICA_COLUMNS:
             table.add_column(label, key=key)
@@ -121,6 +126,7 @@ class ReplicasScreen(Screen[None]):
         self.sub_title = "replicas"
         self.query_one("#ask", Input).cursor_blink = False
         self.query_one("#replica-answer", Static).display = False
+        self.query_one("#gateways", Static).display = False
         self.query_one("#replicas", DataTable).focus()
         self.poll_replicas()
 
@@ -134,6 +140,7 @@ class ReplicasScreen(Screen[None]):
     async def poll_replicas(self) -> None:
         """Read the replicas every second; a failed read is a red line, and reading goes on."""
         feed: Any = self.app.feed  # type: ignore[attr-defined]
+        polls = 0
         while True:
             try:
                 views = await feed.replicas(transports=True)
@@ -142,9 +149,25 @@ class ReplicasScreen(Screen[None]):
                 self._status(exc.sentence(), error=True)
             else:
                 self.show(views, downloads)
+            if polls % GATEWAY_POLLS == 0:
+                await self._read_gateways(feed)
+            polls += 1
             if feed.refresh_s is None:
                 return
             await asyncio.sleep(POLL_S)
+
+    async def _read_gateways(self, feed: Any) -> None:
+        """One line per running gateway (`gateway_line`); hidden while there is none."""
+        from llmgw_core.gateway.spec import gateway_line
+
+        reader = getattr(feed, "gateways", None)
+        try:
+            self.gateways = await reader() if reader is not None else []
+        except LlmgwError as exc:
+            self.gateways = [{"name": "?", "error": exc.sentence()}]
+        line = self.query_one("#gateways", Static)
+        line.update("\n".join(gateway_line(gateway) for gateway in self.gateways))
+        line.display = bool(self.gateways)
 
     async def _read_downloads(
         self, feed: Any, views: tuple[ReplicaView, ...]

@@ -18,7 +18,16 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.suggester import SuggestFromList
-from textual.widgets import Button, ContentSwitcher, DataTable, Footer, Header, Input, Static
+from textual.widgets import (
+    Button,
+    Checkbox,
+    ContentSwitcher,
+    DataTable,
+    Footer,
+    Header,
+    Input,
+    Static,
+)
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_tui.cells import plain
@@ -129,6 +138,10 @@ class ServeScreen(Screen[None]):
                 yield Static("Replica name.")
                 yield Input(id="serve-name")
             with VerticalScroll(id="confirm"):
+                yield Checkbox(
+                    f"put behind a gateway ({GATEWAY_NAME}: one address for every model served)",
+                    id="serve-gateway",
+                )
                 yield Static("", id="serve-preview", markup=False)
         with Horizontal(id="serve-buttons"):
             yield Static("", id="serve-reason", markup=False)
@@ -416,6 +429,7 @@ class ServeScreen(Screen[None]):
 
         feed: Any = self.app.feed  # type: ignore[attr-defined]
         name = request.name or replica_name(self.model_ref.removeprefix("catalog:"))
+        behind_gateway = self.query_one("#serve-gateway", Checkbox).value
         self.notify(f"Serving {name}…", title="Serve")
         await self.app.run_action(f"open_replica({name!r})")
         try:
@@ -425,6 +439,8 @@ class ServeScreen(Screen[None]):
             return
         if outcome.phase == "ready":
             self.notify(f"{outcome.name} is ready.", title="Serve")
+            if behind_gateway:
+                await self._put_behind_gateway(feed)
         else:
             self.notify(
                 f"{outcome.name} did not come up: {outcome.reason}",
@@ -432,6 +448,23 @@ class ServeScreen(Screen[None]):
                 severity="error",
                 timeout=15,
             )
+
+    async def _put_behind_gateway(self, feed: Any) -> None:
+        """Start the wizard's gateway (or make the running one take the new replica)."""
+        try:
+            gateway = await feed.put_behind_gateway(GATEWAY_NAME)
+        except LlmgwError as exc:
+            self.notify(exc.sentence(), title="Gateway", severity="error", timeout=15)
+            return
+        self.notify(
+            f"gateway {gateway['name']} at {gateway['address']}: "
+            f"{len(gateway['workers'])} worker(s) behind it",
+            title="Gateway",
+        )
+
+
+GATEWAY_NAME = "front"
+"""The gateway the wizard puts a replica behind (started on first use, adopted after)."""
 
 
 def _same_way(a: dict[str, Any], b: dict[str, Any]) -> bool:

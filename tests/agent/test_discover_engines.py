@@ -77,3 +77,13 @@ def test_this_machine_reports_cpus_memory_and_python(monkeypatch, tmp_path):
     assert host["memory_mib"] > 256
     assert host["python"].count(".") == 2
     json.dumps(host)
+
+
+def test_the_gateways_router_is_found_like_an_engine_by_its_console_script(tmp_path, monkeypatch):
+    venv = tmp_path / "router-venv"
+    _dist(venv, "vllm_router", "0.1.17")
+    script = _script(venv / "bin", "vllm-router", "exit 0")
+    monkeypatch.setenv("PATH", str(venv / "bin"))
+    for name in ("VIRTUAL_ENV", "CONDA_PREFIX", "LLMGW_ENGINE_PREFIXES"):
+        monkeypatch.delenv(name, raising=False)
+    assert live_engines()["vllm-router"] == {"version": "0.1.17", "path": str(script)}

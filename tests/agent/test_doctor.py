@@ -251,3 +251,19 @@ def test_a_mig_mode_change_waiting_for_a_reset_is_a_warning(tmp_path):
     assert [c["message"] for c in warnings] == [
         "card 3: MIG mode is disabled but enabled is pending until the card is reset"
     ]
+
+
+def test_the_router_is_reported_with_its_version_and_is_no_engine(tmp_path):
+    facts, _ = _checks(tmp_path, "cpu")
+    facts = copy.deepcopy(facts)
+    facts["engines"] = {"vllm-router": {"version": "0.1.17", "path": "/opt/r/bin/vllm-router"}}
+    checks = run_checks(facts)
+    (router,) = _by(checks, "router", "pass")
+    assert router["message"] == "vllm-router 0.1.17 at /opt/r/bin/vllm-router"
+    (engines,) = _by(checks, "engines", "fail")
+    assert engines["message"] == "no inference engine found (vLLM, SGLang, llama.cpp)"
+
+
+def test_a_node_without_a_router_has_no_router_line(tmp_path):
+    _, checks = _checks(tmp_path, "cpu")
+    assert [c for c in checks if c["check"] == "router"] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -302,3 +303,28 @@ def test_a_malformed_spec_is_refused_before_anything_starts(agent: AgentClient) 
         assert reply["error"]["code"] == "bad_args", (spec, reply)
     assert agent.call("shard.list") == {"shards": []}
     assert agent.call("claims") == {"claims": []}
+
+
+def test_a_secret_reaches_the_engines_environment_and_none_of_the_shards_files(
+    agent: AgentClient, state_dir: Path
+) -> None:
+    secret = "sk-secret-env-7f3a"
+    # The engine checks the value reversed, so its own argv does not hold the secret.
+    code = (
+        f"import os, time; print('key', os.environ['MY_KEY'][::-1] == {secret[::-1]!r}, "
+        "flush=True); time.sleep(60)"
+    )
+    started = agent.call("shard.start", shard_spec(code, [], secret_env={"MY_KEY": secret}))
+    shard_id = started["shard_id"]
+    wait_until(lambda: "key True" in log_lines(agent, shard_id))
+    directory = state_dir / "shards" / shard_id
+    assert not any(secret.encode() in p.read_bytes() for p in directory.iterdir() if p.is_file())
+    assert secret not in json.dumps(listed(agent, shard_id))
+    agent.call("shard.stop", {"shard_id": shard_id})
+
+
+def test_a_secret_env_that_is_not_names_to_strings_is_refused(agent: AgentClient) -> None:
+    for bad in ({"1X": "v"}, {"K": 3}, ["K=v"]):
+        reply = agent.request("shard.start", shard_spec("pass", [], secret_env=bad))
+        assert reply["error"]["code"] == "bad_args", (bad, reply)
+    assert agent.call("shard.list") == {"shards": []}

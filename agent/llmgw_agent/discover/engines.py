@@ -17,11 +17,16 @@ from typing import Any, Dict, List, Optional
 EXTRA_PREFIXES_ENV = "LLMGW_ENGINE_PREFIXES"
 """Colon-separated extra environment prefixes (virtualenvs, conda envs) to look in."""
 
+ROUTER = "vllm-router"
+"""The gateway's router, reported beside the engines under this name."""
+
 # engine name -> (console script, distribution name)
 _PYTHON_ENGINES = (
     ("vllm", "vllm", "vllm"),
     ("sglang", "sglang", "sglang"),
     ("llama-cpp-python", None, "llama_cpp_python"),
+    # Not an engine: the gateway's router, found the same way (doctor checks it apart).
+    (ROUTER, "vllm-router", "vllm_router"),
 )
 
 

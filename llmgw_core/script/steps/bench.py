@@ -1,16 +1,20 @@
-"""The `bench` step: tokens a second of a running replica, and its latency percentiles.
+"""The `bench` step: tokens a second of a running replica or gateway, and its latency percentiles.
 
 ```yaml
 steps:
   - bench: {replica: llama-70b, requests: 32, concurrency: 8}
+  - bench: {gateway: front, model: llama-70b, requests: 32, concurrency: 8}
 ```
+
+Through a gateway it also says how the load split: the requests each
+engine took, from the router's own counters.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from llmgw_core.script.registry import StepArgs, StepContext, StepOutcome, step
 
@@ -18,20 +22,32 @@ from llmgw_core.script.registry import StepArgs, StepContext, StepOutcome, step
 class BenchArgs(StepArgs):
     """Arguments of `bench`."""
 
-    replica: str = Field(min_length=1)
+    replica: str | None = Field(default=None, min_length=1)
+    gateway: str | None = Field(default=None, min_length=1)
+    model: str | None = Field(default=None, min_length=1)
     requests: int = Field(default=16, ge=1, le=100_000)
     concurrency: int = Field(default=4, ge=1, le=4096)
     max_tokens: int = Field(default=64, ge=1, le=32_768)
 
+    @model_validator(mode="after")
+    def _one_target(self) -> BenchArgs:
+        if (self.replica is None) == (self.gateway is None):
+            raise ValueError("give either replica or gateway")
+        if self.model is not None and self.gateway is None:
+            raise ValueError("model is for a gateway; a replica serves one model")
+        return self
+
 
 async def run_bench(args: BenchArgs, ctx: StepContext) -> StepOutcome:
-    """Send `requests` completions, `concurrency` at a time, through the tunnel to rank 0."""
+    """Send `requests` completions, `concurrency` at a time, through the tunnel to rank 0 or the router."""
+    from llmgw_core.script.steps.ask import engine_target
     from llmgw_core.serve.http import bench
-    from llmgw_core.serve.replicas import find_replica
-    from llmgw_core.serve.session import fleet_and_reach
 
-    fleet, reach = await fleet_and_reach(ctx)
-    head, port, served_name = (await find_replica(fleet, args.replica)).ready_engine()
+    _fleet, reach, head, port, served_name, gateway = await engine_target(args, ctx)
+    if gateway is not None:
+        from llmgw_core.gateway.run import processed_by_worker
+
+        before = await processed_by_worker(reach, gateway)
     figures = await bench(
         reach,
         head,
@@ -41,7 +57,17 @@ async def run_bench(args: BenchArgs, ctx: StepContext) -> StepOutcome:
         concurrency=args.concurrency,
         max_tokens=args.max_tokens,
     )
-    return StepOutcome(result={"replica": args.replica, **figures})
+    figures["requests_per_s"] = (
+        round(figures["requests"] / figures["wall_s"], 1) if figures["wall_s"] else None
+    )
+    if gateway is None:
+        return StepOutcome(result={"replica": args.replica, **figures})
+    from llmgw_core.gateway.spec import load_split
+
+    split = load_split(before, await processed_by_worker(reach, gateway))
+    return StepOutcome(
+        result={"gateway": args.gateway, "model": served_name, **figures, "split": split}
+    )
 
 
 def render_bench(result: dict[str, Any]) -> Any:
@@ -49,11 +75,14 @@ def render_bench(result: dict[str, Any]) -> Any:
     from rich.text import Text
 
     latency = result.get("latency_s", {})
-    return Text(
-        f"{result.get('tokens_per_s')} tokens/s over {result.get('requests')} requests, "
-        f"{result.get('concurrency')} at a time\n"
+    text = Text(
+        f"{result.get('tokens_per_s')} tokens/s, {result.get('requests_per_s')} requests/s "
+        f"over {result.get('requests')} requests, {result.get('concurrency')} at a time\n"
         f"latency p50 {latency.get('p50')} s, p90 {latency.get('p90')} s, p99 {latency.get('p99')} s"
     )
+    for url, taken in (result.get("split") or {}).items():
+        text.append(f"\n  {url}: {taken} request(s)")
+    return text
 
 
 step("bench", args=BenchArgs, render=render_bench)(run_bench)

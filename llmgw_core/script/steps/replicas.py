@@ -49,6 +49,9 @@ async def run_replicas(args: ReplicasArgs, ctx: StepContext) -> StepOutcome:
         healed = await heal(fleet, reach, grace_s=args.grace)
         if healed:
             views = await reconcile(fleet, grace_s=args.grace)
+            from llmgw_core.gateway.run import follow_all
+
+            await follow_all(fleet, reach)  # a replica healed elsewhere: gateways follow it
     shown = [v for v in views if args.name is None or v.name == args.name]
     shown = list(await with_transports(fleet, shown))
     rows = []

@@ -161,6 +161,11 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     if outcome.phase in ("ready", "starting"):
         view = await with_transport(fleet, await find_replica(fleet, outcome.name))
         result["replica"] = view.as_dict()
+        from llmgw_core.gateway.run import follow_all
+
+        gateways = await follow_all(fleet, reach)  # running gateways take the new engine
+        if gateways:
+            result["gateways"] = gateways
         return StepOutcome(result=result)
     code = EXIT_DOES_NOT_FIT if outcome.exit_code == EXIT_DOES_NOT_FIT else EXIT_STEP_FAILED
     return StepOutcome(

@@ -1,0 +1,388 @@
+"""What a gateway is and what it should be doing (pure: values in, values out).
+
+The router is `vllm-router` in its multi-model mode (`--enable-igw`): one
+process, one port, a pool of workers per `model_id`, so a request is routed by
+its `model`. Workers are added and removed through the router's own `/workers`
+API while it runs (docs/gateway.md says why, with the figures), so following
+the replicas never drops a connection.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from llmgw_core.errors import BadInput
+from llmgw_core.facts import Engine
+from llmgw_core.inventory import EngineLocations
+
+GATEWAY_KIND = "llmgw-gateway"
+"""The `kind` of a gateway shard's spec (a replica's is `llmgw-replica`)."""
+ROUTER = "vllm-router"
+ROUTER_INSTALL = "pip install vllm-router==0.1.17"
+API_KEY_VARIABLE = "LLMGW_ROUTER_API_KEY"
+"""Where the key waits in the router's environment (it arrives on the SSH channel's stdin)."""
+DEFAULT_PORT = 30000
+HEALTH_INTERVAL_S = 2
+"""How often the router checks its workers' health (its own default is 60 s)."""
+Policy = Literal["round_robin", "cache_aware", "power_of_two"]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# vllm-router takes its key only as `--api-key`; this runs its console script
+# with the key appended to sys.argv inside the process, so no argv (ps,
+# /proc/*/cmdline), record or log ever holds it.
+_KEY_SHIM = (
+    "import os, runpy, sys; "
+    f"key = os.environ.pop({API_KEY_VARIABLE!r}, ''); "
+    "sys.argv = sys.argv[1:] + (['--api-key', key] if key else []); "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+class GatewayArgs(BaseModel):
+    """A gateway as the operator asks for it (`gateway:` step, console screen)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    node: str | None = None
+    """Where the router runs; None: the first node without GPUs, else the first node."""
+    port: int = Field(default=DEFAULT_PORT, ge=1, le=65535)
+    policy: Policy = "round_robin"
+    api_key_env: str | None = None
+    """The operator's environment variable holding the key the router presents to engines."""
+    health_path: str = "/health"
+    """The engines' health route the router checks (llama-cpp-python's server has none)."""
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_token(cls, name: str) -> str:
+        if not _NAME.match(name):
+            raise ValueError("must start with a letter or digit and hold letters, digits, . _ -")
+        return name
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, name: str | None) -> str | None:
+        if name is not None and not _ENV_NAME.match(name):
+            raise ValueError("must be an environment variable's name")
+        return name
+
+    @field_validator("health_path")
+    @classmethod
+    def _path(cls, path: str) -> str:
+        if not path.startswith("/") or any(c.isspace() for c in path):
+            raise ValueError("must be a URL path starting with /")
+        return path
+
+
+def router_program(
+    locations: EngineLocations | None, installed: Mapping[str, Engine]
+) -> str | None:
+    """The router's executable on a node: the inventory's, else the one the agent found.
+
+    Returns None when neither names one (the step then says how to install it).
+    """
+    if locations is not None and locations.router is not None:
+        return locations.router.bin
+    found = installed.get(ROUTER)
+    return found.path if found is not None and found.path else None
+
+
+def python_of(program: str) -> str:
+    """The interpreter beside a console script (`…/bin/vllm-router` → `…/bin/python3`)."""
+    head, _, _ = program.rpartition("/")
+    return f"{head}/python3" if head else "python3"
+
+
+def router_argv(
+    program: str,
+    args: GatewayArgs,
+    *,
+    prometheus_port: int,
+    with_key: bool,
+) -> list[str]:
+    """The router's command line: every model behind one port, workers added later.
+
+    Args:
+        program: the router's console script on the node.
+        prometheus_port: where its own metrics are served (recorded in the spec).
+        with_key: whether the key arrives in the environment (then a shim passes it on).
+    """
+    prefix = [python_of(program), "-c", _KEY_SHIM, program] if with_key else [program]
+    return [
+        *prefix,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(args.port),
+        "--enable-igw",
+        "--policy",
+        args.policy,
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        str(prometheus_port),
+        "--health-check-interval-secs",
+        str(HEALTH_INTERVAL_S),
+        "--health-check-endpoint",
+        args.health_path,
+        "--log-level",
+        "info",
+    ]
+
+
+def shard_args(
+    args: GatewayArgs, argv: Sequence[str], *, node: str, prometheus_port: int, created_at: float
+) -> dict[str, Any]:
+    """The agent's `shard.start` arguments for a gateway (no GPUs; the key goes apart)."""
+    spec = {
+        "kind": GATEWAY_KIND,
+        "gateway": {
+            "name": args.name,
+            "node": node,
+            "port": args.port,
+            "prometheus_port": prometheus_port,
+            "policy": args.policy,
+            "api_key_env": args.api_key_env,
+            "health_path": args.health_path,
+            "created_at": created_at,
+        },
+    }
+    return {
+        "replica": f"gateway-{args.name}",
+        "rank": 0,
+        "gpus": [],
+        "commands": [
+            {"name": "router", "argv": list(argv), "wait_for_port": args.port, "role": "main"}
+        ],
+        "health_url": f"http://127.0.0.1:{args.port}/liveness",
+        "stop_timeout_s": 10,
+        "spec": spec,
+    }
+
+
+@dataclass(frozen=True)
+class GatewayView:
+    """A gateway as its node reports it.
+
+    Attributes:
+        name: the gateway's name.
+        node: where its router runs.
+        port: the router's port (every model, one address).
+        prometheus_port: the router's own metrics port, for a scraper.
+        phase: the shard's phase (starting, running, exited, failed, stopped).
+        healthy: whether the router's liveness answered at the agent's last look.
+    """
+
+    name: str
+    node: str
+    port: int
+    prometheus_port: int
+    policy: str
+    phase: str
+    shard_id: str
+    healthy: bool | None = None
+    reason: str | None = None
+    api_key_env: str | None = None
+    health_path: str = "/health"
+    created_at: float = 0.0
+
+    @property
+    def live(self) -> bool:
+        """True while its router process runs (or is starting)."""
+        return self.phase in ("starting", "running")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The gateway as the steps and the console give it."""
+        return {
+            "name": self.name,
+            "node": self.node,
+            "address": f"{self.node}:{self.port}",
+            "port": self.port,
+            "prometheus_port": self.prometheus_port,
+            "policy": self.policy,
+            "phase": self.phase,
+            "healthy": self.healthy,
+            "reason": self.reason,
+            "api_key_env": self.api_key_env,
+            "shard_id": self.shard_id,
+        }
+
+
+def gateway_views(listings: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[GatewayView, ...]:
+    """Every gateway the nodes' `shard.list` records hold, newest start of a name first."""
+    found: list[GatewayView] = []
+    for node, records in listings.items():
+        for record in records:
+            spec = record.get("spec") or {}
+            if spec.get("kind") != GATEWAY_KIND:
+                continue
+            gateway = spec.get("gateway") or {}
+            found.append(
+                GatewayView(
+                    name=str(gateway.get("name")),
+                    node=node,
+                    port=int(gateway.get("port") or 0),
+                    prometheus_port=int(gateway.get("prometheus_port") or 0),
+                    policy=str(gateway.get("policy")),
+                    phase=str(record.get("phase") or "starting"),
+                    shard_id=str(record.get("shard_id")),
+                    healthy=record.get("healthy"),
+                    reason=record.get("reason"),
+                    api_key_env=gateway.get("api_key_env"),
+                    health_path=str(gateway.get("health_path") or "/health"),
+                    created_at=float(gateway.get("created_at") or 0),
+                )
+            )
+    found.sort(key=lambda view: (not view.live, -view.created_at))
+    return tuple(found)
+
+
+def live_gateway(views: Sequence[GatewayView], name: str) -> GatewayView | None:
+    """The running gateway called `name`, if one runs."""
+    return next((view for view in views if view.name == name and view.live), None)
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One engine behind a gateway: the URL the router reaches and the model it serves."""
+
+    url: str
+    model: str
+    replica: str = ""
+
+
+def wanted_workers(
+    replicas: Sequence[Any], router_node: str, hosts: Mapping[str, str]
+) -> tuple[Worker, ...]:
+    """Every ready replica's rank-0 engine, as the router on `router_node` reaches it.
+
+    Args:
+        replicas: `ReplicaView`s (only the ready ones count).
+        hosts: each node's address in the inventory (an engine on the router's
+            own node is reached on its loopback).
+    """
+    workers = []
+    for replica in replicas:
+        if replica.phase != "ready":
+            continue
+        head, port = replica.spec.get("head"), replica.spec.get("http_port")
+        if not head or not isinstance(port, int):
+            continue
+        host = "127.0.0.1" if head == router_node else hosts.get(str(head), str(head))
+        model = str(replica.spec.get("served_name") or replica.name)
+        workers.append(Worker(url=f"http://{host}:{port}", model=model, replica=replica.name))
+    return tuple(sorted(workers, key=lambda w: (w.model, w.url)))
+
+
+def worker_changes(
+    wanted: Sequence[Worker], present: Mapping[str, str]
+) -> tuple[tuple[Worker, ...], tuple[str, ...]]:
+    """What to add and what to remove so the router holds exactly `wanted`.
+
+    Args:
+        present: the router's workers now, URL → model id.
+
+    Returns:
+        (workers to add, URLs to remove); a URL serving another model now is both.
+    """
+    wanted_by_url = {worker.url: worker for worker in wanted}
+    remove = tuple(
+        sorted(
+            url
+            for url, model in present.items()
+            if url not in wanted_by_url or wanted_by_url[url].model != model
+        )
+    )
+    add = tuple(
+        worker
+        for worker in wanted
+        if worker.url not in present or present[worker.url] != worker.model
+    )
+    return add, remove
+
+
+def load_split(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, int]:
+    """Requests each worker took between two reads of the router's processed-requests counter."""
+    return {
+        url: int(after[url] - before.get(url, 0.0))
+        for url in sorted(after)
+        if after[url] - before.get(url, 0.0) > 0
+    }
+
+
+_PROCESSED = re.compile(
+    r'^vllm_router_processed_requests_total\{[^}]*worker="([^"]+)"[^}]*\}\s+(\S+)'
+)
+
+
+def processed_requests(metrics_text: str) -> dict[str, float]:
+    """Per worker URL, the requests the router has sent it (its Prometheus text)."""
+    found: dict[str, float] = {}
+    for line in metrics_text.splitlines():
+        match = _PROCESSED.match(line)
+        if match:
+            try:
+                found[match.group(1)] = found.get(match.group(1), 0.0) + float(match.group(2))
+            except ValueError:
+                continue
+    return found
+
+
+def gateway_line(gateway: Mapping[str, Any]) -> str:
+    """One line for a gateway as the console lists it: address, policy, phase, workers by model.
+
+    Args:
+        gateway: `GatewayView.as_dict()` with `workers` (the router's: url → `{model, healthy}`).
+    """
+    workers = gateway.get("workers") or {}
+    by_model: dict[str, int] = {}
+    for worker in workers.values():
+        by_model[str(worker.get("model"))] = by_model.get(str(worker.get("model")), 0) + 1
+    models = ", ".join(f"{model} ×{count}" for model, count in sorted(by_model.items()))
+    healthy = sum(1 for worker in workers.values() if worker.get("healthy"))
+    line = (
+        f"gateway {gateway.get('name')} at {gateway.get('address')} ({gateway.get('policy')}, "
+        f"{gateway.get('phase')}): {healthy}/{len(workers)} workers healthy"
+    )
+    if models:
+        line += f" — {models}"
+    if gateway.get("error"):
+        line += f" — {gateway['error']}"
+    return line
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def plain_line(line: str) -> str:
+    """A router log line without its colours (it colours them even into a file)."""
+    return _ANSI.sub("", line)
+
+
+def choose_model(models: Sequence[str], asked: str | None, gateway: str) -> str:
+    """The model a question through a gateway names: the one asked, or the only one served.
+
+    Raises:
+        BadInput: the model is not behind the gateway, or several are and none was named.
+    """
+    served = sorted(set(models))
+    if not served:
+        raise BadInput(f"gateway {gateway} has no ready worker", "serve a replica first")
+    if asked is None:
+        if len(served) > 1:
+            raise BadInput(
+                f"gateway {gateway} serves {len(served)} models", f"name one: {', '.join(served)}"
+            )
+        return served[0]
+    if asked not in served:
+        raise BadInput(
+            f"gateway {gateway} serves no model {asked!r}", f"it serves {', '.join(served)}"
+        )
+    return asked

@@ -1,0 +1,269 @@
+"""The gateway on the demo fleet: the real vllm-router, supervised as a shard, over real SSH.
+
+Two replicas of one model (and one of another) are sim engines started by
+the real agents; the router runs on the CPU node and is reached, like the
+engines, through an SSH tunnel. One demo fleet for the module; the tests run
+in order and share what they started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from serve_demo_harness import Demo, open_console
+
+from llmgw_core.errors import BadInput, LlmgwError
+from llmgw_core.fleet.demo import demo_router
+from llmgw_core.gateway.run import router_workers, start_gateway
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(demo_router() is None, reason="vllm-router is not installed (test extra)"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+LLAMA_8B = "catalog:meta-llama/Llama-3.1-8B-Instruct"
+QWEN_7B = "catalog:Qwen/Qwen2.5-7B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    running = Demo(tmp_path_factory.mktemp("gateway-demo"))
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def _serve(demo: Demo, name: str, model: str = LLAMA_8B) -> dict:
+    outcome = demo.step("serve", model=model, context=8192, gpu_class="h100-80g", name=name)
+    assert outcome.ok, outcome.error
+    return outcome.result
+
+
+def _gateway_shards(demo: Demo) -> list[dict]:
+    async def read() -> list[dict]:
+        answer = await demo.fleet.request("cpu-01", "shard.list")
+        return [s for s in answer["shards"] if (s.get("spec") or {}).get("kind") == "llmgw-gateway"]
+
+    return demo.loop.run(read())
+
+
+def _router_pids(demo: Demo) -> list[int]:
+    return [int(s["main_pid"]) for s in _gateway_shards(demo) if s["phase"] == "running"]
+
+
+def test_a_gateway_with_no_ready_replica_is_refused_and_nothing_starts(demo: Demo):
+    with pytest.raises(BadInput) as refused:
+        demo.step("gateway", name="front")
+    assert refused.value.exit_code == 2
+    assert (
+        refused.value.sentence()
+        == "no replica is ready for gateway front to front: serve one first"
+    )
+    assert _gateway_shards(demo) == []
+
+
+def test_a_gateway_on_a_node_that_does_not_exist_is_refused(demo: Demo):
+    _serve(demo, "llama-a")
+    with pytest.raises(BadInput) as refused:
+        demo.step("gateway", name="front", node="nowhere-01")
+    assert refused.value.sentence().startswith("no node is named 'nowhere-01' in the inventory")
+    assert _gateway_shards(demo) == []
+
+
+def test_a_key_variable_that_is_unset_is_refused_before_anything_starts(demo: Demo):
+    os.environ.pop("LLMGW_TEST_UNSET_KEY", None)
+    with pytest.raises(BadInput) as refused:
+        demo.step("gateway", name="front", api_key_env="LLMGW_TEST_UNSET_KEY")
+    assert refused.value.message == (
+        "the variable LLMGW_TEST_UNSET_KEY holding the gateway's key is not set"
+    )
+    assert _gateway_shards(demo) == []
+
+
+def test_a_node_without_vllm_router_says_how_to_install_it(demo: Demo):
+    with pytest.raises(BadInput) as refused:
+        demo.step("gateway", name="front", node="h100-a-02")
+    assert refused.value.message == "h100-a-02 has no vllm-router for gateway front"
+    assert "pip install vllm-router==0.1.17" in refused.value.fix
+    assert _gateway_shards(demo) == []
+
+
+def test_two_replicas_behind_the_gateway_both_get_traffic(demo: Demo):
+    _serve(demo, "llama-b")
+    started = demo.step("gateway", name="front", port=30400)
+    assert started.ok
+    gateway = started.result
+    assert gateway["node"] == "cpu-01" and gateway["address"] == "cpu-01:30400"
+    assert gateway["adopted"] is False and gateway["prometheus_port"] > 30400
+    assert sorted(w["replica"] for w in gateway["workers"]) == ["llama-a", "llama-b"]
+    assert {w["model"] for w in gateway["workers"]} == {"meta-llama/Llama-3.1-8B-Instruct"}
+
+    answer = demo.step("ask", gateway="front", prompt="Say hello.")
+    assert "meta-llama/Llama-3.1-8B-Instruct" in answer.result["text"]
+    figures = demo.step("bench", gateway="front", requests=40, concurrency=4).result
+    assert figures["requests"] == 40 and figures["requests_per_s"] > 0
+    split = figures["split"]
+    assert len(split) == 2 and sum(split.values()) == 40
+    assert all(taken >= 10 for taken in split.values()), split
+    print(f"through the gateway: {figures['requests_per_s']} requests/s, split {split}")
+
+
+def test_the_routers_log_is_read_like_an_engines(demo: Demo):
+    logs = demo.step("logs", gateway="front", lines=50).result["lines"]
+    assert logs and all(line.startswith("[gateway cpu-01] ") for line in logs)
+    assert any("Starting server on 0.0.0.0:30400" in line for line in logs)
+
+
+def test_a_port_in_use_is_refused(demo: Demo):
+    with pytest.raises(BadInput) as refused:
+        demo.step("gateway", name="second", port=30400)
+    assert (
+        refused.value.sentence() == "port 30400 on cpu-01 is in use: give the gateway another port"
+    )
+
+
+def test_the_key_reaches_the_router_through_its_environment_and_nowhere_else(demo: Demo):
+    secret = "sk-gateway-test-4c1d9e"
+    os.environ["LLMGW_TEST_GATEWAY_KEY"] = secret
+    try:
+        started = demo.step(
+            "gateway", name="keyed", port=30500, api_key_env="LLMGW_TEST_GATEWAY_KEY"
+        )
+    finally:
+        del os.environ["LLMGW_TEST_GATEWAY_KEY"]
+    assert secret not in json.dumps(started.result)
+    assert started.result["api_key_env"] == "LLMGW_TEST_GATEWAY_KEY"
+    assert demo.step("ask", gateway="keyed", prompt="Hi.").result["text"]
+    (shard,) = [s for s in _gateway_shards(demo) if s["spec"]["gateway"]["name"] == "keyed"]
+    pid = int(shard["main_pid"])
+    assert secret.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    assert f"LLMGW_ROUTER_API_KEY={secret}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    assert secret not in json.dumps(shard)
+    written = [
+        path
+        for path in demo.demo.root.rglob("*")
+        if path.is_file() and secret.encode() in path.read_bytes()
+    ]
+    assert written == []
+    demo.step("stop", gateway="keyed")
+
+
+def test_a_second_model_is_routed_by_its_name_and_the_worker_list_follows_a_serve(demo: Demo):
+    served = _serve(demo, "qwen", model=QWEN_7B)
+    (follow,) = served["gateways"]
+    assert follow["name"] == "front" and len(follow["added"]) == 1
+    qwen = demo.step("ask", gateway="front", model="Qwen/Qwen2.5-7B-Instruct", prompt="Hi.")
+    assert "Qwen/Qwen2.5-7B-Instruct" in qwen.result["text"]
+    llama = demo.step(
+        "ask", gateway="front", model="meta-llama/Llama-3.1-8B-Instruct", prompt="Hi."
+    )
+    assert "Llama-3.1-8B" in llama.result["text"]
+    with pytest.raises(BadInput) as unnamed:
+        demo.step("ask", gateway="front", prompt="Hi.")
+    assert unnamed.value.message == "gateway front serves 2 models"
+
+
+def test_the_worker_list_follows_a_stop(demo: Demo):
+    stopped = demo.step("stop", replica="qwen")
+    (follow,) = stopped.result["gateways"]
+    assert len(follow["removed"]) == 1
+    assert {w["replica"] for w in follow["workers"]} == {"llama-a", "llama-b"}
+
+
+def test_killing_one_engine_leaves_requests_succeeding_through_the_other(demo: Demo):
+    async def head_pid() -> int:
+        answer = await demo.fleet.request("h100-a-01", "shard.list")
+        (shard,) = [
+            s for s in answer["shards"] if s["replica"] == "llama-a" and s["phase"] == "running"
+        ]
+        return int(shard["main_pid"])
+
+    os.kill(demo.loop.run(head_pid()), signal.SIGKILL)
+    answers = [demo.step("ask", gateway="front", prompt=f"question {i}") for i in range(12)]
+    assert all(a.ok and a.result["text"] for a in answers)
+
+
+def test_a_later_console_adopts_the_running_gateway(demo: Demo):
+    pids = _router_pids(demo)
+    assert len(pids) == 1
+
+    async def adopt() -> dict:
+        from llmgw_core.gateway.spec import GatewayArgs
+        from llmgw_core.serve.http import EngineReach, close_quietly
+
+        fleet = await open_console(demo.demo)
+        reach = EngineReach(fleet)
+        try:
+            adopted = await start_gateway(fleet, reach, GatewayArgs(name="front"))
+            workers = await router_workers(reach, (await _find(fleet)))
+        finally:
+            await close_quietly(reach)
+            await fleet.close()
+        return {"adopted": adopted, "workers": workers}
+
+    async def _find(fleet):
+        from llmgw_core.gateway.run import find_gateway
+
+        return await find_gateway(fleet, "front")
+
+    found = demo.loop.run(adopt())
+    assert found["adopted"]["adopted"] is True
+    # llama-a's engine was killed: the replica failed, so the gateway dropped it.
+    assert [w["replica"] for w in found["adopted"]["workers"]] == ["llama-b"]
+    assert len(found["workers"]) == 1
+    assert _router_pids(demo) == pids
+
+
+def test_stopping_the_gateway_leaves_nothing_running(demo: Demo):
+    (pid,) = _router_pids(demo)
+    stopped = demo.step("stop", gateway="front")
+    assert stopped.result["stopped"] is True
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists()
+    assert _gateway_shards(demo) == []
+    with pytest.raises(LlmgwError):
+        demo.step("ask", gateway="front", prompt="Hi.")
+    for name in ("llama-a", "llama-b"):
+        demo.step("stop", replica=name)
+    assert demo.claims() == {}
+
+
+def test_the_demo_script_serves_two_replicas_fronts_them_and_survives_one_stopping(
+    tmp_path: Path,
+):
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmgw_tui.cli",
+            "--demo",
+            "--run",
+            str(REPO / "examples" / "demo-gateway.yaml"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    by_step = [(line.get("step"), line) for line in lines]
+    bench = next(line for name, line in by_step if name == "bench")
+    assert len(bench["result"]["split"]) == 2
+    asks = [line for name, line in by_step if name == "ask"]
+    assert len(asks) == 2 and all(a["result"]["text"] for a in asks)

@@ -1,0 +1,97 @@
+"""The wizard's last page puts a replica behind a gateway; the replicas screen lists it.
+
+One console over the real demo fleet (agents over SSH, a sim engine, the real
+vllm-router on cpu-01): serve with "put behind a gateway" ticked, see the
+gateway's line on the replicas screen, then stop the replica and the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from textual.widgets import Checkbox, Static
+
+from llmgw_core.fleet.demo import demo_router
+from llmgw_core.gateway.run import gateways_now, stop_gateway
+from llmgw_tui.app import LlmgwApp
+from llmgw_tui.feed import LiveFeed
+from llmgw_tui.screens.replicas import ReplicasScreen
+from llmgw_tui.screens.serve import GATEWAY_NAME, ServeScreen
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(420),
+    pytest.mark.skipif(demo_router() is None, reason="vllm-router is not installed (test extra)"),
+]
+
+MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"
+
+
+async def until(pilot, condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
+    """Pause the pilot until `condition` holds, or fail naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s:g} s for {what}")
+        await pilot.pause(0.1)
+
+
+def _ready_nodes(app: LlmgwApp) -> int:
+    return sum(n.state == "ready" for n in app.fleet.nodes) if app.fleet else 0
+
+
+def test_the_wizard_puts_the_replica_behind_a_gateway_listed_on_the_replicas_screen():
+    asyncio.run(_walk())
+
+
+async def _walk() -> None:
+    feed = LiveFeed(inventory=None, demo=True, refresh_s=1.0)
+    app = LlmgwApp(feed, animation="none")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: _ready_nodes(app) >= 20, "the demo fleet", 180)
+        await pilot.press("colon", *"serve", "enter")
+        await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
+        wizard = app.screen
+        assert isinstance(wizard, ServeScreen)
+        await pilot.press(*MODEL, "enter")
+        await until(pilot, lambda: wizard.step == "way", "the ways of the plan")
+        await pilot.press("enter")
+        await until(pilot, lambda: wizard.step == "size" and wizard.blocked is None, "a fit")
+        wizard.query_one("#serve-context").value = "8192"
+        await pilot.pause()
+        await until(pilot, lambda: wizard.blocked is None, "8192 tokens checked")
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: wizard.step == "extras", "the extras page")
+        wizard.query_one("#serve-name").value = "gw-8b"
+        await until(pilot, lambda: wizard.blocked is None, "valid extras")
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: wizard.step == "confirm" and wizard.blocked is None, "preview")
+        box = wizard.query_one("#serve-gateway", Checkbox)
+        assert "put behind a gateway" in str(box.label) and box.value is False
+        await pilot.click("#serve-gateway")
+        assert box.value is True
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas page")
+        replicas = app.screen
+        assert isinstance(replicas, ReplicasScreen)
+
+        def fronted() -> bool:
+            return any(
+                g["name"] == GATEWAY_NAME and len(g.get("workers") or {}) == 1
+                for g in replicas.gateways
+            )
+
+        await until(pilot, fronted, "the gateway with gw-8b behind it", 240)
+        line = str(replicas.query_one("#gateways", Static).content)
+        assert line.startswith(f"gateway {GATEWAY_NAME} at cpu-01:30000 (round_robin, running)")
+        assert "meta-llama/Llama-3.1-8B-Instruct ×1" in line
+
+        stopped = await stop_gateway(feed._live(), GATEWAY_NAME)
+        assert stopped["stopped"] is True
+        assert [g for g in await gateways_now(feed._live()) if g.live] == []
+        await until(pilot, lambda: not replicas.gateways, "the gateway line gone", 30)
+        assert replicas.query_one("#gateways", Static).display is False
+        await feed.stop_replica("gw-8b")
