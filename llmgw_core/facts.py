@@ -40,7 +40,7 @@ def is_zero_uuid(uuid: str | None) -> bool:
 
 
 class _Snapshot(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True, defer_build=True)
 
 
 class FabricHealth(_Snapshot):

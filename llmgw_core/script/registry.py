@@ -3,7 +3,9 @@
 A step is a function registered under a name with a pydantic model of its
 arguments. The runner validates every step's arguments before anything runs,
 then calls the steps in order. Steps live in `llmgw_core/script/steps/`, one
-module per step or family; each module registers itself with `@step(...)`.
+module per step or family; each module registers itself with `@step(...)`
+and is named in `steps.STEP_MODULES`, so a script loads the modules of the
+steps it names and nothing else (`load_step`): a plan never pays for SSH.
 
 A step returns a `StepOutcome`: a JSON-serialisable `result` (what `--json`
 prints) and, for people, an optional renderer that turns that same result
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,10 +147,46 @@ def step(
     return register
 
 
+def load_step(name: str) -> Step | None:
+    """The step registered under `name`, importing its module first; None when no module has it.
+
+    The module comes from `steps.STEP_MODULES`; a step missing from that table
+    is still found, by importing every module of `steps/` (slower, and
+    `tests/unit/test_step_registry.py` says which line to add).
+    """
+    from llmgw_core.script.steps import STEP_MODULES
+
+    if name not in _STEPS and name in STEP_MODULES:
+        importlib.import_module(STEP_MODULES[name])
+    if name not in _STEPS:
+        _import_every_step_module()
+    return _STEPS.get(name)
+
+
+def known_step_names() -> list[str]:
+    """Every step name a script may use, sorted, without importing the steps."""
+    from llmgw_core.script.steps import STEP_MODULES
+
+    return sorted(set(STEP_MODULES) | set(_STEPS))
+
+
+def module_of(step: Step) -> str:
+    """The module that registered `step` (what `STEP_MODULES` should name)."""
+    return step.run.__module__
+
+
 def all_steps() -> dict[str, Step]:
-    """Every registered step, after importing every module of `steps/`."""
+    """Every registered step, after importing every module of `steps/` (tests, listings)."""
+    _import_every_step_module()
+    return dict(_STEPS)
+
+
+def _import_every_step_module() -> None:
+    import pkgutil
+
     from llmgw_core.script import steps as steps_package
 
     for info in pkgutil.iter_modules(steps_package.__path__):
-        importlib.import_module(f"{steps_package.__name__}.{info.name}")
-    return dict(_STEPS)
+        module = f"{steps_package.__name__}.{info.name}"
+        if module not in sys.modules:
+            importlib.import_module(module)

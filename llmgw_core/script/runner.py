@@ -36,7 +36,8 @@ from llmgw_core.script.registry import (
     StepArgs,
     StepContext,
     StepOutcome,
-    all_steps,
+    known_step_names,
+    load_step,
 )
 
 TOP_LEVEL_KEYS = {"steps", "fleet", "inventory"}
@@ -120,7 +121,6 @@ def parse_script(text: str, *, folder: Path, source: str = "script") -> Script:
     if steps_node is None or not isinstance(steps_node, yaml.SequenceNode):
         line = _line(steps_node) if steps_node is not None else 1
         raise BadInput(f"{source}: line {line}: `steps:` must be a list of steps")
-    known = all_steps()
     planned: list[PlannedStep] = []
     for item_node, item in zip(steps_node.value, data["steps"], strict=True):
         line = _line(item_node)
@@ -129,12 +129,12 @@ def parse_script(text: str, *, folder: Path, source: str = "script") -> Script:
                 f"{source}: line {line}: a step is a one-key mapping such as `- plan: {{...}}`"
             )
         ((name, raw_args),) = item.items()
-        if name not in known:
+        definition = load_step(name) if isinstance(name, str) else None
+        if definition is None:
             raise BadInput(
                 f"{source}: line {line}: unknown step {name!r}",
-                f"known steps are {', '.join(sorted(known))}",
+                f"known steps are {', '.join(known_step_names())}",
             )
-        definition = known[name]
         try:
             args = definition.args_model.model_validate(raw_args or {})
         except ValidationError as exc:
@@ -182,15 +182,19 @@ def _read_script(path: str) -> tuple[str, Path, str]:
 
 
 class _Printer:
-    """Prints each step as JSON lines or as tables for people."""
+    """Prints each step as JSON lines or as tables for people (Rich loads with the first table)."""
 
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
-        self._console = None
-        if not as_json:
+        self._rich_console: Any = None
+
+    @property
+    def _console(self) -> Any:
+        if self._rich_console is None:
             from rich.console import Console
 
-            self._console = Console(highlight=False)
+            self._rich_console = Console(highlight=False)
+        return self._rich_console
 
     def outcome(self, step: Step, outcome: StepOutcome) -> None:
         if self.as_json:
@@ -203,7 +207,6 @@ class _Printer:
                     line["result"] = outcome.result
             print(json.dumps(line, default=str), flush=True)
             return
-        assert self._console is not None
         if outcome.ok or outcome.result:
             if step.render is not None:
                 self._console.print(step.render(outcome.result))
