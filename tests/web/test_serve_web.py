@@ -57,7 +57,7 @@ class Tab:
 def test_the_page_loads_and_points_its_websocket_at_the_loopback_console(web_console: WebConsole):
     page = httpx.get(web_console.url + "/", timeout=30)
     assert page.status_code == 200
-    assert "<title>llmgw</title>" in page.text or ">llmgw<" in page.text
+    assert "<div>llmgw</div>" in page.text  # the name on the page's intro
     assert f"ws://127.0.0.1:{web_console.port}/ws" in page.text
 
 
@@ -111,4 +111,14 @@ def test_a_bad_web_option_is_one_sentence_and_exit_code_2(args, sentence):
     done = _cli(*args)
     assert done.returncode == 2
     assert sentence in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_allowing_remote_browsers_prints_the_ssh_warning_before_listening():
+    # 192.0.2.1 (TEST-NET-1) is no address of this machine: the warning, then a sentence, exit 2.
+    done = _cli("--serve-web", "--host", "192.0.2.1", "--allow-remote", "--port", "8765")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2
+    assert lines[0].startswith("warning: the console served on 192.0.2.1:8765 holds SSH access")
+    assert lines[-1].startswith("llmgw-tui: cannot listen on 192.0.2.1:8765")
     assert "Traceback" not in done.stderr
