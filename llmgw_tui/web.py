@@ -10,6 +10,7 @@ unless the person starting it says otherwise, and is warned when they do.
 from __future__ import annotations
 
 import ipaddress
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -99,8 +100,9 @@ def serve_web(settings: WebSettings) -> int:
     try:
         server.serve()
     except OSError as exc:  # the port is taken, or the address is not this machine's
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
         raise BadInput(
-            f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}",
+            f"cannot listen on {settings.host}:{settings.port}: {reason}",
             "choose another --port or --host",
         ) from None
     return 0

@@ -74,3 +74,15 @@ def test_a_misspelt_step_still_lists_every_known_step(tmp_path):
     assert "line 2: unknown step 'nodse'" in error
     for name in ("nodes", "plan", "serve", "fabric-test", "estimate"):
         assert name in error
+
+
+def test_the_console_loads_only_its_first_screen_and_no_pydantic_or_ssh_before_drawing():
+    code = "import json, sys; import llmgw_tui.app; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    modules = json.loads(done.stdout)
+    for package in ("pydantic", "asyncssh", "huggingface_hub", "httpx", "llmgw_core.fleet"):
+        assert not _loaded(modules, package), f"the console's start loaded {package}"
+    screens = {m.rsplit(".", 1)[1] for m in modules if m.startswith("llmgw_tui.screens.")}
+    assert screens == {"fleet"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import subprocess
 import sys
 
@@ -122,3 +123,16 @@ def test_allowing_remote_browsers_prints_the_ssh_warning_before_listening():
     assert lines[0].startswith("warning: the console served on 192.0.2.1:8765 holds SSH access")
     assert lines[-1].startswith("llmgw-tui: cannot listen on 192.0.2.1:8765")
     assert "Traceback" not in done.stderr
+
+
+def test_a_port_already_taken_is_one_sentence_naming_it():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = _cli("--serve-web", "--port", str(port))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"llmgw-tui: cannot listen on 127.0.0.1:{port}: address already in use: "
+        "choose another --port or --host"
+    ]
