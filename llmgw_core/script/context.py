@@ -51,6 +51,11 @@ class StepContext:
             self._closers.append(closer)
         return self._live
 
+    @property
+    def has_closers(self) -> bool:
+        """True when a step opened something the runner must close."""
+        return bool(self._closers)
+
     def add_closer(self, closer: Callable[[], Awaitable[None]]) -> None:
         """Run `closer` when the script ends (successful or not)."""
         self._closers.append(closer)

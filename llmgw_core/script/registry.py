@@ -15,7 +15,6 @@ into Rich tables — so the two outputs can never disagree.
 from __future__ import annotations
 
 import importlib
-import inspect
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -71,7 +70,7 @@ class Step:
     async def call(self, args: StepArgs, ctx: StepContext) -> StepOutcome:
         """Run the step, awaiting it when it is a coroutine function."""
         outcome = self.run(args, ctx)
-        if inspect.isawaitable(outcome):
+        if isinstance(outcome, Awaitable):
             outcome = await outcome
         return outcome
 

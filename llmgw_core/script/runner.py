@@ -16,13 +16,13 @@ model does not fit.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
@@ -41,6 +41,8 @@ from llmgw_core.script.registry import (
 )
 
 TOP_LEVEL_KEYS = {"steps", "fleet", "inventory"}
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -222,7 +224,46 @@ class _Printer:
             print(f"llmgw-tui: {sentence}", file=sys.stderr)
 
 
-async def _run(script: Script, printer: _Printer, *, inventory: str | None, demo: bool) -> int:
+class _EventLoop:
+    """The event loop the async steps share, started by the first one that needs it.
+
+    A plan against a described fleet runs without one, so the runner does
+    not import asyncio (a fifth of its start-up) before its first step.
+    """
+
+    def __init__(self) -> None:
+        self._loop: Any = None
+
+    def run(self, awaitable: Awaitable[T]) -> T:
+        """Run `awaitable` to its end on the shared loop."""
+        if self._loop is None:
+            import asyncio
+
+            self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
+        return self._loop.run_until_complete(awaitable)
+
+    def close(self) -> None:
+        """Cancel what is left and close the loop, as `asyncio.run` does."""
+        if self._loop is None:
+            return
+        import asyncio
+
+        loop = self._loop
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+def _run(script: Script, printer: _Printer, *, inventory: str | None, demo: bool) -> int:
     if script.inventory and not inventory:
         inventory = str((script.folder / script.inventory).resolve())
     ctx = StepContext(
@@ -231,11 +272,14 @@ async def _run(script: Script, printer: _Printer, *, inventory: str | None, demo
         inventory=inventory,
         demo=demo,
     )
+    loop = _EventLoop()
     worst = EXIT_OK
     try:
         for planned in script.steps:
             try:
-                outcome = await planned.step.call(planned.args, ctx)
+                outcome = planned.step.run(planned.args, ctx)
+                if isinstance(outcome, Awaitable):
+                    outcome = loop.run(outcome)
             except LlmgwError as exc:
                 outcome = StepOutcome(ok=False, exit_code=exc.exit_code, error=exc.sentence())
             printer.outcome(planned.step, outcome)
@@ -244,9 +288,12 @@ async def _run(script: Script, printer: _Printer, *, inventory: str | None, demo
                 return outcome.exit_code or EXIT_STEP_FAILED
     finally:
         try:
-            await ctx.close()
+            if ctx.has_closers:
+                loop.run(ctx.close())
         except LlmgwError as exc:
             printer.bad_input(exc.sentence())
+        finally:
+            loop.close()
     return worst
 
 
@@ -260,7 +307,7 @@ def run_script(path: str, *, as_json: bool, inventory: str | None, demo: bool) -
         printer.bad_input(exc.sentence())
         return EXIT_BAD_INPUT
     try:
-        return asyncio.run(_run(script, printer, inventory=inventory, demo=demo))
+        return _run(script, printer, inventory=inventory, demo=demo)
     except KeyboardInterrupt:
         printer.bad_input("interrupted")
         return 130
