@@ -14,33 +14,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+# Device rules the console's first frame needs without pydantic; re-exported for existing callers.
+from llmgw_core.devices import BUSY_MEMORY_MIB as BUSY_MEMORY_MIB
+from llmgw_core.devices import device_in_use as device_in_use
+from llmgw_core.devices import is_zero_uuid as is_zero_uuid
 from llmgw_core.errors import BadInput
-
-BUSY_MEMORY_MIB = 1024
-"""A device holding more than this much memory with no process listed is still in use:
-a process of another container is invisible to NVML."""
-
-
-def device_in_use(has_processes: bool, memory_used_mib: float | None) -> bool:
-    """Whether a device is taken by work we may not see: a process on it, or its memory held.
-
-    Args:
-        has_processes: the device lists at least one process.
-        memory_used_mib: memory in use on it, None when unknown.
-    """
-    return has_processes or (memory_used_mib is not None and memory_used_mib > BUSY_MEMORY_MIB)
-
-
-def is_zero_uuid(uuid: str | None) -> bool:
-    """True for a missing or all-zero cluster UUID: a single machine's NVSwitch, not a domain.
-
-    The agent reads its cards by the same rule (`llmgw_agent.discover.fields.is_zero_uuid`).
-    """
-    return not (uuid or "").strip().strip("0-")
 
 
 class _Snapshot(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True, defer_build=True)
 
 
 class FabricHealth(_Snapshot):

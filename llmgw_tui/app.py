@@ -25,21 +25,37 @@ from llmgw_core.errors import LlmgwError
 from llmgw_core.views.fleet import FleetSummary
 from llmgw_tui.commands import ConsoleCommands, ParsedCommand
 from llmgw_tui.feed import FleetFeed, LiveFeed
-from llmgw_tui.screens.command_line import CommandLine
-from llmgw_tui.screens.doctor import DoctorScreen
-from llmgw_tui.screens.fabric import FabricScreen
 from llmgw_tui.screens.fleet import FleetScreen
-from llmgw_tui.screens.help import HelpScreen
-from llmgw_tui.screens.logs import LogsScreen
-from llmgw_tui.screens.node import NodeScreen
-from llmgw_tui.screens.plan import PlanScreen
-from llmgw_tui.screens.racks import RacksScreen
-from llmgw_tui.screens.replicas import ReplicasScreen
-from llmgw_tui.screens.serve import ServeScreen
 from llmgw_tui.theme import LLMGW_THEME, AnimationLevel, animation_level_from_env
 
 METRICS_IDLE_S = 2.0
 """How often a fixed feed (no polling) hands the metrics a snapshot again."""
+
+
+# The first frame is the fleet's: every other screen's module (and the widgets
+# and core modules it needs) is imported the first time it is shown.
+def _racks_screen() -> Screen[Any]:
+    from llmgw_tui.screens.racks import RacksScreen
+
+    return RacksScreen()
+
+
+def _plan_screen() -> Screen[Any]:
+    from llmgw_tui.screens.plan import PlanScreen
+
+    return PlanScreen()
+
+
+def _replicas_screen() -> Screen[Any]:
+    from llmgw_tui.screens.replicas import ReplicasScreen
+
+    return ReplicasScreen()
+
+
+def _serve_screen() -> Screen[Any]:
+    from llmgw_tui.screens.serve import ServeScreen
+
+    return ServeScreen()
 
 
 class LlmgwApp(App[int]):
@@ -49,10 +65,10 @@ class LlmgwApp(App[int]):
     TITLE = "llmgw"
     MODES: ClassVar[dict[str, str | Callable[[], Screen[Any]]]] = {
         "fleet": FleetScreen,
-        "racks": RacksScreen,
-        "plan": PlanScreen,
-        "replicas": ReplicasScreen,
-        "serve": ServeScreen,
+        "racks": _racks_screen,
+        "plan": _plan_screen,
+        "replicas": _replicas_screen,
+        "serve": _serve_screen,
     }
     DEFAULT_MODE = "fleet"
     COMMANDS = App.COMMANDS | {ConsoleCommands}
@@ -183,6 +199,8 @@ class LlmgwApp(App[int]):
 
     def action_help(self) -> None:
         """Show every key of the current screen."""
+        from llmgw_tui.screens.help import HelpScreen
+
         if isinstance(self.screen, HelpScreen):
             return
         keys: list[tuple[str, str]] = []
@@ -206,6 +224,8 @@ class LlmgwApp(App[int]):
 
     def action_command_mode(self) -> None:
         """Open the `:` command line."""
+        from llmgw_tui.screens.command_line import CommandLine
+
         if isinstance(self.screen, CommandLine):
             return
         self.push_screen(CommandLine(), self._run_command)
@@ -228,6 +248,8 @@ class LlmgwApp(App[int]):
 
     async def action_open_plan(self, model_ref: str) -> None:
         """Plan `model_ref` on this fleet."""
+        from llmgw_tui.screens.plan import PlanScreen
+
         await self._to_mode("plan")
         screen = self.screen
         if isinstance(screen, PlanScreen):
@@ -243,6 +265,8 @@ class LlmgwApp(App[int]):
 
     async def action_open_replica(self, name: str) -> None:
         """The replicas screen with the cursor on `name` (now, or once it appears)."""
+        from llmgw_tui.screens.replicas import ReplicasScreen
+
         await self._to_mode("replicas")
         screen = self.screen
         if isinstance(screen, ReplicasScreen):
@@ -250,11 +274,15 @@ class LlmgwApp(App[int]):
 
     async def action_open_logs(self, name: str) -> None:
         """The merged log of replica `name` (`NAME rN` or `NAME@N`: one rank's)."""
+        from llmgw_tui.screens.logs import LogsScreen
+
         replica, rank = logs_target(name)
         self.push_screen(LogsScreen(replica, rank))
 
     def action_open_doctor(self, node: str | None = None) -> None:
         """The doctor's checks of every ready node, or of `node`, worst first."""
+        from llmgw_tui.screens.doctor import DoctorScreen
+
         self.push_screen(DoctorScreen(node or None))
 
     def action_open_fabric(self, nodes: str) -> None:
@@ -268,6 +296,8 @@ class LlmgwApp(App[int]):
         if unknown:
             self.notify(f"No node called {unknown[0]!r}.", severity="error")
             return
+        from llmgw_tui.screens.fabric import FabricScreen
+
         self.push_screen(FabricScreen(names[0], names[1]))
 
     async def _to_mode(self, mode: str) -> None:
@@ -283,6 +313,8 @@ class LlmgwApp(App[int]):
             known = ", ".join(n.name for n in self.fleet.nodes)
             self.notify(f"No node called {name!r}. Nodes: {known}.", severity="error")
             return
+        from llmgw_tui.screens.node import NodeScreen
+
         self.push_screen(NodeScreen(name))
 
 

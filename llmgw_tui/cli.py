@@ -1,7 +1,8 @@
-"""`llmgw-tui`: the console, or with `--run` the headless runner.
+"""`llmgw-tui`: the console, with `--run` the headless runner, with `--serve-web` the console in a browser.
 
-The headless path never imports Textual, so scripts start fast and run where
-no terminal is attached.
+Nothing is imported before the chosen path needs it: the headless path never
+imports Textual (nor SSH, for a script that plans against a described fleet),
+so scripts start fast and run where no terminal is attached.
 """
 
 from __future__ import annotations
@@ -39,6 +40,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ADDRESS",
         help="the address --metrics-port binds (default 127.0.0.1: this machine only)",
     )
+    web = parser.add_argument_group("the console in a browser")
+    web.add_argument(
+        "--serve-web", action="store_true", help="serve the console to browsers (textual-serve)"
+    )
+    web.add_argument("--host", default=None, help="with --serve-web: the address (127.0.0.1)")
+    web.add_argument("--port", type=int, default=None, help="with --serve-web: the port (8000)")
+    web.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="with --serve-web: allow a --host other machines can reach (no password is asked)",
+    )
+    web.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="with --serve-web: the address browsers use, if not --host",
+    )
     return parser
 
 
@@ -59,6 +76,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--metrics-host needs --metrics-port PORT")
     if args.metrics_port is not None and (args.run or args.accept_host):
         parser.error("--metrics-port is for the console; a script serves with a `metrics:` step")
+    web_only = [
+        flag
+        for flag, given in (
+            ("--host", args.host is not None),
+            ("--port", args.port is not None),
+            ("--allow-remote", args.allow_remote),
+            ("--public-url", args.public_url is not None),
+        )
+        if given
+    ]
+    if web_only and not args.serve_web:
+        parser.error(f"{web_only[0]} needs --serve-web")
+    if args.serve_web and (args.run or args.accept_host):
+        parser.error("--serve-web serves the console; it does not go with --run or --accept-host")
+    if args.serve_web:
+        return _serve_web(args)
     if args.run:
         from llmgw_core.script.runner import run_script
 
@@ -75,6 +108,25 @@ def main(argv: list[str] | None = None) -> int:
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
     )
+
+
+def _serve_web(args: argparse.Namespace) -> int:
+    from llmgw_core.errors import BadInput
+    from llmgw_tui.web import DEFAULT_HOST, DEFAULT_PORT, serve_web, web_settings
+
+    try:
+        settings = web_settings(
+            host=args.host if args.host is not None else DEFAULT_HOST,
+            port=args.port if args.port is not None else DEFAULT_PORT,
+            allow_remote=args.allow_remote,
+            inventory=args.inventory,
+            demo=args.demo,
+            public_url=args.public_url,
+        )
+        return serve_web(settings)
+    except BadInput as exc:
+        print(f"llmgw-tui: {exc.sentence()}", file=sys.stderr)
+        return exc.exit_code
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from llmgw_core.errors import BadInput, LlmgwError
-from llmgw_core.script.registry import StepContext
+from llmgw_core.script.context import StepContext
 from llmgw_core.views.fleet import FleetSummary, fleet_summary
 
 if TYPE_CHECKING:

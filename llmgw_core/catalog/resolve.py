@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
-
 from llmgw_core.catalog import catalog_entry, catalog_model, is_catalog_ref
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.model.source import ModelInfo, load_model, split_ref
@@ -28,6 +26,7 @@ _PATH_PREFIXES = ("/", "./", "../", "~")
 
 def _transport_errors() -> tuple[type[Exception], ...]:
     """Errors that mean no answer came back, from httpx and from the client `huggingface_hub` uses."""
+    import httpx
     from huggingface_hub.utils import httpx as hub_http
 
     return tuple({httpx.TransportError, hub_http.TransportError})
@@ -35,6 +34,8 @@ def _transport_errors() -> tuple[type[Exception], ...]:
 
 def hub_answers(endpoint: str) -> bool:
     """True when something answers HTTP at the Hub's address (any status); False when nothing does."""
+    import httpx
+
     try:
         httpx.head(endpoint, timeout=PROBE_TIMEOUT_S, follow_redirects=False)
     except httpx.TransportError:
@@ -76,14 +77,14 @@ def resolve_model(
         BadInput: an unknown catalog model, a missing path, a Hub answer that says no.
         LlmgwError: the Hub unreachable and the model not in the catalog.
     """
-    from llmgw_core.model.hub import hub_endpoint, hub_offline
-
     ref = ref.strip()
     if is_catalog_ref(ref):
         return catalog_model(ref)
     path = _local_path(ref, script_dir)
     if path is not None:
         return load_model(str(path))
+    from llmgw_core.model.hub import hub_endpoint, hub_offline  # the Hub's client, only for the Hub
+
     repo_id, revision = split_ref(ref)
     shipped = catalog_entry(repo_id) is not None and revision is None
     if shipped and offline:

@@ -3,7 +3,9 @@
 A step is a function registered under a name with a pydantic model of its
 arguments. The runner validates every step's arguments before anything runs,
 then calls the steps in order. Steps live in `llmgw_core/script/steps/`, one
-module per step or family; each module registers itself with `@step(...)`.
+module per step or family; each module registers itself with `@step(...)`
+and is named in `steps.STEP_MODULES`, so a script loads the modules of the
+steps it names and nothing else (`load_step`): a plan never pays for SSH.
 
 A step returns a `StepOutcome`: a JSON-serialisable `result` (what `--json`
 prints) and, for people, an optional renderer that turns that same result
@@ -13,16 +15,14 @@ into Rich tables — so the two outputs can never disagree.
 from __future__ import annotations
 
 import importlib
-import inspect
-import pkgutil
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from llmgw_core.errors import BadInput
+from llmgw_core.script.context import StepContext
 
 EXIT_OK = 0
 EXIT_STEP_FAILED = 1
@@ -54,61 +54,6 @@ class StepOutcome:
     error: str | None = None
 
 
-class StepContext:
-    """What a step may reach: the script's folder, the described fleet, the live fleet.
-
-    The live fleet (inventory or demo) is started on first use and closed by
-    the runner when the script ends, so a script that only plans against a
-    described fleet never opens a connection.
-    """
-
-    def __init__(
-        self,
-        *,
-        script_dir: Path,
-        described_fleet: list[dict[str, Any]] | None,
-        inventory: str | None,
-        demo: bool,
-    ) -> None:
-        self.script_dir = script_dir
-        self.described_fleet = described_fleet
-        self.inventory = inventory
-        self.demo = demo
-        self._live: Any = None
-        self._closers: list[Callable[[], Awaitable[None]]] = []
-        self.last_fabric_test: dict[str, Any] | None = None
-        """The last `fabric-test` result of this script (the `metrics` step exports it)."""
-
-    @property
-    def has_live_fleet(self) -> bool:
-        """True when the script runs against real (or demo) nodes."""
-        return bool(self.inventory or self.demo)
-
-    async def live_fleet(self) -> Any:
-        """The connected fleet, started on first call (inventory or demo)."""
-        if self._live is None:
-            if not self.has_live_fleet:
-                raise BadInput(
-                    "this step needs a fleet to connect to",
-                    "pass --inventory FILE or --demo, or give the script an `inventory:` file",
-                )
-            from llmgw_core.fleet.session import open_fleet  # the fleet issue provides it
-
-            self._live, closer = await open_fleet(inventory=self.inventory, demo=self.demo)
-            self._closers.append(closer)
-        return self._live
-
-    def add_closer(self, closer: Callable[[], Awaitable[None]]) -> None:
-        """Run `closer` when the script ends (successful or not)."""
-        self._closers.append(closer)
-
-    async def close(self) -> None:
-        """Close everything the steps opened, newest first."""
-        while self._closers:
-            closer = self._closers.pop()
-            await closer()
-
-
 StepFunction = Callable[[Any, StepContext], "StepOutcome | Awaitable[StepOutcome]"]
 Renderer = Callable[[dict[str, Any]], Any]
 
@@ -125,7 +70,7 @@ class Step:
     async def call(self, args: StepArgs, ctx: StepContext) -> StepOutcome:
         """Run the step, awaiting it when it is a coroutine function."""
         outcome = self.run(args, ctx)
-        if inspect.isawaitable(outcome):
+        if isinstance(outcome, Awaitable):
             outcome = await outcome
         return outcome
 
@@ -147,10 +92,46 @@ def step(
     return register
 
 
+def load_step(name: str) -> Step | None:
+    """The step registered under `name`, importing its module first; None when no module has it.
+
+    The module comes from `steps.STEP_MODULES`; a step missing from that table
+    is still found, by importing every module of `steps/` (slower, and
+    `tests/unit/test_step_registry.py` says which line to add).
+    """
+    from llmgw_core.script.steps import STEP_MODULES
+
+    if name not in _STEPS and name in STEP_MODULES:
+        importlib.import_module(STEP_MODULES[name])
+    if name not in _STEPS:
+        _import_every_step_module()
+    return _STEPS.get(name)
+
+
+def known_step_names() -> list[str]:
+    """Every step name a script may use, sorted, without importing the steps."""
+    from llmgw_core.script.steps import STEP_MODULES
+
+    return sorted(set(STEP_MODULES) | set(_STEPS))
+
+
+def module_of(step: Step) -> str:
+    """The module that registered `step` (what `STEP_MODULES` should name)."""
+    return step.run.__module__
+
+
 def all_steps() -> dict[str, Step]:
-    """Every registered step, after importing every module of `steps/`."""
+    """Every registered step, after importing every module of `steps/` (tests, listings)."""
+    _import_every_step_module()
+    return dict(_STEPS)
+
+
+def _import_every_step_module() -> None:
+    import pkgutil
+
     from llmgw_core.script import steps as steps_package
 
     for info in pkgutil.iter_modules(steps_package.__path__):
-        importlib.import_module(f"{steps_package.__name__}.{info.name}")
-    return dict(_STEPS)
+        module = f"{steps_package.__name__}.{info.name}"
+        if module not in sys.modules:
+            importlib.import_module(module)

@@ -18,13 +18,13 @@ model does not fit.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
@@ -38,12 +38,15 @@ from llmgw_core.script.registry import (
     StepArgs,
     StepContext,
     StepOutcome,
-    all_steps,
+    known_step_names,
+    load_step,
 )
 
 TOP_LEVEL_KEYS = {"steps", "fleet", "inventory"}
 ON_FAIL = ("stop", "continue")
 """What a step's failure does to the script: end it (the default) or go on to the next step."""
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,6 @@ def parse_script(text: str, *, folder: Path, source: str = "script") -> Script:
     if steps_node is None or not isinstance(steps_node, yaml.SequenceNode):
         line = _line(steps_node) if steps_node is not None else 1
         raise BadInput(f"{source}: line {line}: `steps:` must be a list of steps")
-    known = all_steps()
     planned: list[PlannedStep] = []
     for item_node, item in zip(steps_node.value, data["steps"], strict=True):
         line = _line(item_node)
@@ -134,12 +136,12 @@ def parse_script(text: str, *, folder: Path, source: str = "script") -> Script:
                 f"{source}: line {line}: a step is a one-key mapping such as `- plan: {{...}}`"
             )
         ((name, raw_args),) = item.items()
-        if name not in known:
+        definition = load_step(name) if isinstance(name, str) else None
+        if definition is None:
             raise BadInput(
                 f"{source}: line {line}: unknown step {name!r}",
-                f"known steps are {', '.join(sorted(known))}",
+                f"known steps are {', '.join(known_step_names())}",
             )
-        definition = known[name]
         on_fail, raw_args = _on_fail(raw_args, f"{source}: line {line}: step {name!r}")
         try:
             args = definition.args_model.model_validate(raw_args or {})
@@ -203,15 +205,19 @@ def _read_script(path: str) -> tuple[str, Path, str]:
 
 
 class _Printer:
-    """Prints each step as JSON lines or as tables for people."""
+    """Prints each step as JSON lines or as tables for people (Rich loads with the first table)."""
 
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
-        self._console = None
-        if not as_json:
+        self._rich_console: Any = None
+
+    @property
+    def _console(self) -> Any:
+        if self._rich_console is None:
             from rich.console import Console
 
-            self._console = Console(highlight=False)
+            self._rich_console = Console(highlight=False)
+        return self._rich_console
 
     def outcome(self, step: Step, outcome: StepOutcome) -> None:
         if self.as_json:
@@ -224,7 +230,6 @@ class _Printer:
                     line["result"] = outcome.result
             print(json.dumps(line, default=str), flush=True)
             return
-        assert self._console is not None
         if outcome.ok or outcome.result:
             if step.render is not None:
                 self._console.print(step.render(outcome.result))
@@ -240,7 +245,46 @@ class _Printer:
             print(f"llmgw-tui: {sentence}", file=sys.stderr)
 
 
-async def _run(script: Script, printer: _Printer, *, inventory: str | None, demo: bool) -> int:
+class _EventLoop:
+    """The event loop the async steps share, started by the first one that needs it.
+
+    A plan against a described fleet runs without one, so the runner does
+    not import asyncio (a fifth of its start-up) before its first step.
+    """
+
+    def __init__(self) -> None:
+        self._loop: Any = None
+
+    def run(self, awaitable: Awaitable[T]) -> T:
+        """Run `awaitable` to its end on the shared loop."""
+        if self._loop is None:
+            import asyncio
+
+            self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
+        return self._loop.run_until_complete(awaitable)
+
+    def close(self) -> None:
+        """Cancel what is left and close the loop, as `asyncio.run` does."""
+        if self._loop is None:
+            return
+        import asyncio
+
+        loop = self._loop
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+def _run(script: Script, printer: _Printer, *, inventory: str | None, demo: bool) -> int:
     if script.inventory and not inventory:
         inventory = str((script.folder / script.inventory).resolve())
     ctx = StepContext(
@@ -249,11 +293,14 @@ async def _run(script: Script, printer: _Printer, *, inventory: str | None, demo
         inventory=inventory,
         demo=demo,
     )
+    loop = _EventLoop()
     worst = EXIT_OK
     try:
         for planned in script.steps:
             try:
-                outcome = await planned.step.call(planned.args, ctx)
+                outcome = planned.step.run(planned.args, ctx)
+                if isinstance(outcome, Awaitable):
+                    outcome = loop.run(outcome)
             except LlmgwError as exc:
                 outcome = StepOutcome(ok=False, exit_code=exc.exit_code, error=exc.sentence())
             printer.outcome(planned.step, outcome)
@@ -263,9 +310,12 @@ async def _run(script: Script, printer: _Printer, *, inventory: str | None, demo
                 return code
     finally:
         try:
-            await ctx.close()
+            if ctx.has_closers:
+                loop.run(ctx.close())
         except LlmgwError as exc:
             printer.bad_input(exc.sentence())
+        finally:
+            loop.close()
     return worst
 
 
@@ -279,7 +329,7 @@ def run_script(path: str, *, as_json: bool, inventory: str | None, demo: bool) -
         printer.bad_input(exc.sentence())
         return EXIT_BAD_INPUT
     try:
-        return asyncio.run(_run(script, printer, inventory=inventory, demo=demo))
+        return _run(script, printer, inventory=inventory, demo=demo)
     except KeyboardInterrupt:
         printer.bad_input("interrupted")
         return 130

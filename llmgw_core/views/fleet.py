@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from llmgw_core.devices import device_in_use, is_zero_uuid
 from llmgw_core.fabric.rails import failed_adapters
-from llmgw_core.facts import device_in_use, is_zero_uuid
 from llmgw_core.planner.gpu_classes import MIB_PER_GIB
 
 TrayState = Literal["joined", "degraded", "not-joined"]

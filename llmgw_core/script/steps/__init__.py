@@ -1,1 +1,24 @@
-"""One module per step (or family of steps); each registers itself with `@step`."""
+"""One module per step (or family of steps); each registers itself with `@step`.
+
+`STEP_MODULES` names the module of every step, so the runner imports only the
+steps a script names: a new step is a module with `@step("name", ...)` and a
+line here. Keep this file free of imports; it is read before any step loads.
+"""
+
+STEP_MODULES: dict[str, str] = {
+    "ask": "llmgw_core.script.steps.ask",
+    "bench": "llmgw_core.script.steps.bench",
+    "doctor": "llmgw_core.script.steps.doctor",
+    "estimate": "llmgw_core.script.steps.estimate",
+    "explain": "llmgw_core.script.steps.explain",
+    "fabric-test": "llmgw_core.script.steps.fabric_test",
+    "gateway": "llmgw_core.script.steps.gateway",
+    "logs": "llmgw_core.script.steps.logs",
+    "metrics": "llmgw_core.script.steps.metrics",
+    "nodes": "llmgw_core.script.steps.nodes",
+    "plan": "llmgw_core.script.steps.plan",
+    "replicas": "llmgw_core.script.steps.replicas",
+    "serve": "llmgw_core.script.steps.serve",
+    "stop": "llmgw_core.script.steps.stop",
+}
+"""Step name → the module that registers it (imported when a script names the step)."""

@@ -18,6 +18,7 @@ what would change that.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -113,12 +114,28 @@ def _shape_summary(model: Any) -> dict[str, Any] | None:
     }
 
 
-async def run_plan(args: PlanArgs, ctx: StepContext) -> StepOutcome:
-    """Plan the model against the fleet; exit 3 with what would help when nothing fits."""
+def run_plan(args: PlanArgs, ctx: StepContext) -> StepOutcome | Awaitable[StepOutcome]:
+    """Plan the model against the fleet; exit 3 with what would help when nothing fits.
+
+    A described fleet is planned at once, with no event loop (the runner starts
+    one only for a step that returns an awaitable); a live one once it answers.
+    """
+    if ctx.described_fleet:
+        from llmgw_core.planner.pools import described_fleet
+
+        return plan_outcome(args, ctx, described_fleet(ctx.described_fleet))
+    return _plan_live(args, ctx)
+
+
+async def _plan_live(args: PlanArgs, ctx: StepContext) -> StepOutcome:
+    return plan_outcome(args, ctx, await fleet_for(ctx))
+
+
+def plan_outcome(args: PlanArgs, ctx: StepContext, fleet: Fleet) -> StepOutcome:
+    """The plan of `args.model` on `fleet`, as the step's outcome."""
     from llmgw_core.catalog.resolve import origin_note
     from llmgw_core.planner.plan import plan
 
-    fleet = await fleet_for(ctx)
     model = step_model(args.model, ctx)
     summary = _shape_summary(model)
     context = args.context or (summary["max_context"] if summary else None)
