@@ -23,10 +23,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmgw_core.fabric.verdicts import RailResult
-from llmgw_core.facts import RailVerdict
+
+if TYPE_CHECKING:  # the console's first frame draws through here before pydantic is needed
+    from llmgw_core.facts import RailVerdict
 
 
 def verdicts_to_record(results: Sequence[RailResult], measured_at: float) -> dict[str, list[dict]]:
@@ -157,6 +159,8 @@ def failed_adapters(verdicts: Sequence[Any]) -> dict[str, str]:
     For the node page: `{"mlx5_5": "60% of its rate with h100-a-02 at 2026-12-01 18:40 UTC"}`.
     `verdicts` are a node's kept verdicts (models or the raw dicts; unreadable ones are skipped).
     """
+    from llmgw_core.facts import RailVerdict
+
     readable: list[RailVerdict] = []
     for raw in verdicts:
         try:

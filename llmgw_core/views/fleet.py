@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from llmgw_core.devices import device_in_use, is_zero_uuid
-from llmgw_core.fabric.rails import failed_adapters
 from llmgw_core.planner.gpu_classes import MIB_PER_GIB
 
 TrayState = Literal["joined", "degraded", "not-joined"]
@@ -308,7 +307,7 @@ def nvlink_matrix(facts: Any) -> NvlinkMatrix:
 def adapter_rows(facts: Any) -> tuple[AdapterRow, ...]:
     """The node's adapter ports, in name order."""
     mapping = facts_mapping(facts)
-    failed = failed_adapters(mapping.get("rail_verdicts") or ())
+    failed = _failed_adapters(mapping.get("rail_verdicts") or ())
     rows = [
         AdapterRow(
             name=str(a.get("name")),
@@ -464,7 +463,7 @@ def racks_summary(nodes: Iterable[tuple[str, Any]]) -> RacksSummary:
     failed_rails: list[str] = []
     for name, facts in nodes:
         mapping = facts_mapping(facts)
-        failed = failed_adapters(mapping.get("rail_verdicts") or ())
+        failed = _failed_adapters(mapping.get("rail_verdicts") or ())
         failed_rails += [f"{name} {adapter}: {found}" for adapter, found in failed.items()]
         chassis, tray_index = _chassis_of(mapping)
         cluster = _cluster_of(mapping)
@@ -584,3 +583,11 @@ def fleet_summary(
         fleet_state=fleet_state,
         fabrics={name: tuple(names) for name, names in (fabrics or {}).items()},
     )
+
+
+def _failed_adapters(verdicts: Any) -> dict[str, str]:
+    """`fabric.rails.failed_adapters`, imported on first use: the fleet screen's first frame
+    draws through this module before the fabric parsers (and pydantic) are needed."""
+    from llmgw_core.fabric.rails import failed_adapters
+
+    return failed_adapters(verdicts)
