@@ -214,6 +214,28 @@ def _phase(
     return "loading", "rank 0's health does not answer yet"
 
 
+def superseded(listings: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[tuple[str, str]]:
+    """`(node, shard_id)` of every live shard of an attempt a newer one of its name replaced.
+
+    A node lost under a replica keeps running its shard; once the replica was
+    placed again elsewhere, that shard holds cards for nothing when the node
+    comes back.
+    """
+    newest: dict[str, float] = {}
+    found: list[tuple[str, str, str, float]] = []
+    for node, records in listings.items():
+        for record in records:
+            spec = record.get("spec") or {}
+            if spec.get("kind") != SPEC_KIND:
+                continue
+            name = str(record.get("replica"))
+            created = float((spec.get("replica") or {}).get("created_at") or 0)
+            newest[name] = max(newest.get(name, 0.0), created)
+            if record.get("phase") not in TERMINAL:
+                found.append((node, str(record.get("shard_id")), name, created))
+    return [(node, shard_id) for node, shard_id, name, created in found if created < newest[name]]
+
+
 def assemble(
     listings: Mapping[str, Sequence[Mapping[str, Any]]],
     snapshot: FleetState,
