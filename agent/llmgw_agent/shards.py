@@ -151,8 +151,12 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
         keepalive_reason=method_reason,
     )
     # The record exists before the claims, so a racing start judges our claims live.
-    write_record(directory / "shard.json", record)
-    write_record(directory / "state.json", {"phase": "starting", "commands": []})
+    try:
+        write_record(directory / "shard.json", record)
+        write_record(directory / "state.json", {"phase": "starting", "commands": []})
+    except OSError as exc:
+        shutil.rmtree(str(directory), ignore_errors=True)
+        raise OpError("failed", _unwritable(exc)) from None
     holder = {
         "shard_id": shard_id,
         "replica": spec["replica"],
@@ -165,6 +169,9 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
     except OpError:
         shutil.rmtree(str(directory), ignore_errors=True)
         raise
+    except OSError as exc:
+        shutil.rmtree(str(directory), ignore_errors=True)
+        raise OpError("failed", _unwritable(exc)) from None
     try:
         pid = _spawn_supervisor(directory, shard_id, token, replay, method)
     except OSError as exc:
@@ -174,6 +181,13 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
         _finish(directory, record, "failed", exc.message)
         raise
     return {"shard_id": shard_id, "pid": pid, "phase": "starting"}
+
+
+def _unwritable(exc: OSError) -> str:
+    """The sentence for a state directory that cannot be written (a full disk, mostly)."""
+    return "the agent cannot write its state directory {}: {}".format(
+        paths.state_dir(), exc.strerror or exc
+    )
 
 
 def _spawn_supervisor(
@@ -232,9 +246,13 @@ def _finish(directory: Path, shard: dict, phase: str, reason: str) -> dict:
     state = read_record(directory / "state.json")
     if state.get("phase") in TERMINAL_PHASES:
         return state
-    state.update(phase=phase, reason=reason, ended_at=time.time())
-    write_record(directory / "state.json", state)
+    # The claims go first: freeing them needs no space, recording the end does.
     claims.release(shard.get("gpus", []), shard.get("shard_id", ""))
+    state.update(phase=phase, reason=reason, ended_at=time.time())
+    try:
+        write_record(directory / "state.json", state)
+    except OSError as exc:
+        state["reason"] = "{} (not recorded: {})".format(reason, _unwritable(exc))
     return state
 
 
@@ -372,7 +390,8 @@ def stop_shard(shard_id: str, timeout_s: Optional[float]) -> dict:
     if judged["phase"] in TERMINAL_PHASES:
         return _stop_result(judged)
     timeout = shard.get("stop_timeout_s", 30.0) if timeout_s is None else timeout_s
-    write_record(directory / "stop.json", {"timeout_s": timeout, "requested_at": time.time()})
+    with contextlib.suppress(OSError):  # a full disk: the supervisor uses the shard's timeout
+        write_record(directory / "stop.json", {"timeout_s": timeout, "requested_at": time.time()})
     supervisor = read_record(directory / "supervisor.json")
     if judged["supervisor_alive"] and supervisor.get("pid"):
         with contextlib.suppress(ProcessLookupError):
@@ -398,7 +417,8 @@ def stop_shard(shard_id: str, timeout_s: Optional[float]) -> dict:
         _signal_group(int(supervisor["pid"]), signal.SIGKILL)
     state = read_record(directory / "state.json")
     state["killed"] = killed or state.get("killed", False)
-    write_record(directory / "state.json", state)
+    with contextlib.suppress(OSError):  # a full disk: _finish still frees the claims
+        write_record(directory / "state.json", state)
     _finish(directory, shard, "stopped", "stopped on request (by the agent)")
     return _stop_result(judge_shard(directory))
 

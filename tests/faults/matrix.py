@@ -11,8 +11,11 @@ starts on an empty fleet.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +39,8 @@ class FaultOutcome:
     """How the replica ended: `ready on …` or `failed: <reason>`."""
     invariants: Invariants | None = None
     seconds: float = 0.0
+    cleanup: Callable[[], None] | None = None
+    """Run after the check and the clearing (to undo the fault itself, e.g. unmount)."""
 
     def row(self) -> str:
         held = self.invariants.summary() if self.invariants else "not checked"
@@ -230,14 +235,6 @@ def ssh_cut_mid_serve(bench: Bench, ctx: FleetContext) -> FaultOutcome:
     )
 
 
-FAULTS: list[Callable[[Bench, FleetContext], FaultOutcome]] = [
-    ssh_cut_mid_serve,
-    agent_killed,
-    engine_killed,
-    node_lost,
-]
-
-
 def run_fault(bench: Bench, fault: Callable[[Bench, FleetContext], FaultOutcome]) -> FaultOutcome:
     """Run one fault on a fresh console, check the invariants, then clear its replicas."""
     began = time.monotonic()
@@ -252,6 +249,8 @@ def run_fault(bench: Bench, fault: Callable[[Bench, FleetContext], FaultOutcome]
         bench.run(clear(checker))
     finally:
         bench.close_console(checker)
+        if outcome.cleanup is not None:
+            outcome.cleanup()
     outcome.seconds = time.monotonic() - began
     return outcome
 
@@ -270,3 +269,132 @@ async def clear(ctx: FleetContext) -> None:
     names = {r["replica"] for records in (await shard_listings(fleet)).values() for r in records}
     for name in sorted(names):
         await stop_replica(fleet, name)
+
+
+def console_killed(bench: Bench, ctx: FleetContext) -> FaultOutcome:
+    """SIGKILL the headless runner while its two-node replica loads; a later console adopts it."""
+    script = bench.root / "serve-f-kill.yaml"
+    script.write_text(
+        "steps:\n  - serve:\n"
+        f"      model: {LLAMA}\n      context: 32768\n      gpu_class: h100-80g\n"
+        "      gpus: 8\n      nodes: 2\n      name: f-kill\n"
+    )
+    inventory = bench.demo.root / "inventory.yaml"
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llmgw_tui.cli",
+            "--inventory",
+            str(inventory),
+            "--run",
+            str(script),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "HOME": str(bench.root / "operator-home")},
+    )
+    started = 0
+    deadline = time.monotonic() + 120
+    while started < 2 and runner.poll() is None and time.monotonic() < deadline:
+        started = sum(
+            1
+            for node in NODES
+            for path in (bench.state_dir(node) / "shards").glob("f-kill-r*")
+            if (path / "supervisor.json").exists()
+        )
+        time.sleep(0.01)
+    killed_while = "running" if runner.poll() is None else f"already exited {runner.returncode}"
+    runner.kill()
+    runner.wait(10)
+    assert runner.stdout is not None
+    runner.stdout.close()
+    deadline = time.monotonic() + 60
+    row = replica(bench, ctx, "f-kill")["row"]
+    while (row is None or row["phase"] not in ("ready", "failed")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        row = replica(bench, ctx, "f-kill")["row"]
+    return FaultOutcome(
+        "console killed mid-serve (SIGKILL, both shards loading)",
+        f"runner {killed_while} when killed; a new console listed f-kill as "
+        f"{row['phase'] if row else 'nothing'}",
+        ended(row),
+    )
+
+
+def fill(folder: Path) -> Path:
+    """Fill the filesystem of `folder` to ENOSPC with one file (to the last byte); that file."""
+    filler = folder / "filler"
+    fd = os.open(str(filler), os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+    try:
+        chunk_bytes = 65536
+        while chunk_bytes:
+            try:
+                os.write(fd, b"\0" * chunk_bytes)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                chunk_bytes //= 2
+    finally:
+        os.close(fd)
+    return filler
+
+
+def tmpfs(folder: Path, size: str) -> Callable[[], None]:
+    """Mount a tmpfs of `size` on `folder` (needs root); the function that unmounts it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=True)
+    return lambda: subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def disk_full(bench: Bench, ctx: FleetContext) -> FaultOutcome:
+    """h100-a-01's state directory on a 2 MiB tmpfs, filled: at a start, then under a running engine."""
+    state = bench.state_dir("h100-a-01")
+    unmount = tmpfs(state, "2m")
+    try:
+        filler = fill(state)
+        refused = bench.step(
+            ctx,
+            "serve",
+            model=LLAMA,
+            context=32768,
+            gpu_class="h100-80g",
+            gpus=8,
+            nodes=1,
+            name="f-disk",
+        )
+        filler.unlink()
+        served = serve(bench, ctx, "f-disk")
+        node = served["placement"]["nodes"][0]["node"]
+        shard = wait_served(bench, ctx, node, "f-disk")
+        filler = fill(state)
+        asked = bench.step(ctx, "ask", replica="f-disk", prompt="full?")
+        os.kill(int(shard["main_pid"]), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        row = replica(bench, ctx, "f-disk", heal=False)["row"]
+        while row and row["phase"] != "failed" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            row = replica(bench, ctx, "f-disk", heal=False)["row"]
+        full_row = row
+        filler.unlink()
+        after = replica(bench, ctx, "f-disk")
+    except BaseException:
+        unmount()
+        raise
+    return FaultOutcome(
+        "disk full in the agent's state directory (tmpfs, 2 MiB, filled to ENOSPC)",
+        f"serve on the full node: {refused.error if not refused.ok else 'ready'}; "
+        f"ask while full: {'answered' if asked.ok else asked.error}; engine killed while full: "
+        f"{ended(full_row)}",
+        ended(after["row"]),
+        cleanup=unmount,
+    )
+
+
+FAULTS: list[Callable[[Bench, FleetContext], FaultOutcome]] = [
+    ssh_cut_mid_serve,
+    console_killed,
+    agent_killed,
+    engine_killed,
+    node_lost,
+    disk_full,
+]
