@@ -107,9 +107,25 @@ def _run_argv(argv: List[str], replay: Optional[str]) -> List[str]:
     return agent_command("sim-engine", "--as", kind, "--", *argv)
 
 
+def age_s(record: dict, monotonic_key: str, wall_key: str) -> float:
+    """How long ago `record` was written, on the monotonic clock where it can be.
+
+    CLOCK_MONOTONIC is one clock for every process of a boot and never jumps
+    when the wall clock is stepped (NTP, `date -s`), so a record stamped with it
+    in this boot ages truly. A record of another boot is infinitely old; one
+    without the stamp (an older agent's) falls back on the wall clock.
+    """
+    stamped = record.get(monotonic_key)
+    if stamped is not None and record.get("boot_id"):
+        if record["boot_id"] != proc_identity.boot_id():
+            return float("inf")
+        return time.monotonic() - float(stamped)
+    return time.time() - float(record.get(wall_key) or 0)
+
+
 def _claim_is_stale(holder: dict) -> bool:
     shard_id = holder.get("shard_id") or ""
-    young = time.time() - float(holder.get("claimed_at") or 0) < _STARTUP_GRACE_S
+    young = age_s(holder, "claimed_mono", "claimed_at") < _STARTUP_GRACE_S
     try:
         directory = shard_directory(shard_id)
     except OpError:
@@ -147,6 +163,8 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
         token=token,
         replay=replay,
         created_at=time.time(),
+        created_mono=time.monotonic(),
+        boot_id=proc_identity.boot_id(),
         keepalive=method,
         keepalive_reason=method_reason,
     )
@@ -163,6 +181,8 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
         "rank": spec["rank"],
         "token": token,
         "claimed_at": time.time(),
+        "claimed_mono": time.monotonic(),
+        "boot_id": proc_identity.boot_id(),
     }
     try:
         claims.acquire(spec["gpus"], holder, _claim_is_stale)
@@ -278,7 +298,7 @@ def judge_shard(directory: Path) -> dict:
     supervisor_alive = False
     reason = state.get("reason")
     if phase not in TERMINAL_PHASES:
-        young = time.time() - shard.get("created_at", 0) < _STARTUP_GRACE_S
+        young = age_s(shard, "created_mono", "created_at") < _STARTUP_GRACE_S
         why = proc_identity.judge(supervisor, token)
         if why is None or (supervisor is None and young):
             supervisor_alive = True
