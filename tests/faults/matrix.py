@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import LLAMA, NODES, Bench, FleetContext, step
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
+
+from agent_process import AgentClient, agent_env
 from invariants import Invariants, check
 
 from llmgw_core.serve.replicas import stop_replica
@@ -390,6 +395,60 @@ def disk_full(bench: Bench, ctx: FleetContext) -> FaultOutcome:
     )
 
 
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+JUMPED = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": "+2h", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
+def clock_jump(bench: Bench, ctx: FleetContext) -> FaultOutcome:
+    """An agent on h100-a-02 whose wall clock is two hours ahead judges a two-node serve's starts.
+
+    A second agent process runs on h100-a-02's state directory under
+    libfaketime (`FAKETIME=+2h`, monotonic untouched: what a stepped clock
+    is) and lists the shards in a loop while the console serves across
+    h100-a-01 and h100-a-02, as a second console's agent would. (The agents
+    the console itself uses stay on the true clock: libfaketime 0.9.10 makes
+    Python's `time.sleep` fail with EINVAL when it leaves CLOCK_MONOTONIC
+    alone.)
+    """
+    env = agent_env(bench.state_dir("h100-a-02"), **JUMPED)
+    lister = AgentClient(env, stderr_path=bench.root / "jumped-agent.stderr")
+    try:
+        skew_s = lister.call("ping")["time"] - time.time()
+        done = threading.Event()
+        judged = [0]
+
+        def keep_listing() -> None:
+            while not done.is_set():
+                lister.call("shard.list")
+                judged[0] += 1
+
+        listing = threading.Thread(target=keep_listing)
+        listing.start()
+        try:
+            served = bench.step(
+                ctx,
+                "serve",
+                model=LLAMA,
+                context=32768,
+                gpu_class="h100-80g",
+                gpus=8,
+                nodes=2,
+                name="f-clock",
+            )
+        finally:
+            done.set()
+            listing.join(30)
+    finally:
+        lister.close()
+    after = replica(bench, ctx, "f-clock")
+    return FaultOutcome(
+        "clock jump: an agent on h100-a-02 two hours ahead (libfaketime, monotonic untouched)",
+        f"its clock {skew_s:+.0f} s off; it judged the shards {judged[0]} times during the serve; "
+        f"serve: {'ready' if served.ok else served.error}",
+        ended(after["row"]),
+    )
+
+
 FAULTS: list[Callable[[Bench, FleetContext], FaultOutcome]] = [
     ssh_cut_mid_serve,
     console_killed,
@@ -397,4 +456,5 @@ FAULTS: list[Callable[[Bench, FleetContext], FaultOutcome]] = [
     engine_killed,
     node_lost,
     disk_full,
+    clock_jump,
 ]
