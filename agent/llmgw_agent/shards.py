@@ -331,6 +331,7 @@ def judge_shard(directory: Path) -> dict:
         "supervisor_alive": supervisor_alive,
         "main_pid": main.get("pid"),
         "started_at": shard.get("created_at"),
+        "age_s": round(age_s(shard, "created_mono", "created_at"), 3),
         "running_at": state.get("running_at"),
         "ended_at": state.get("ended_at"),
         "exit_code": state.get("exit_code"),

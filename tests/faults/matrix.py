@@ -127,6 +127,15 @@ def agent_pid(bench: Bench, node: str) -> int:
     raise LookupError(f"no agent runs for {node}")
 
 
+async def _answers(fleet: Any, node: str) -> bool:
+    """Whether `node`'s agent answers this console now (its channel is to the new agent)."""
+    try:
+        await fleet.request(node, "ping", timeout_s=5)
+    except Exception:  # a lost channel: the console is still reconnecting
+        return False
+    return True
+
+
 def _agent_pid_or_none(bench: Bench, node: str) -> int | None:
     try:
         return agent_pid(bench, node)
@@ -166,7 +175,7 @@ def agent_killed(bench: Bench, ctx: FleetContext) -> FaultOutcome:
     deadline = time.monotonic() + 30
     while _agent_pid_or_none(bench, node) in (killed, None) and time.monotonic() < deadline:
         time.sleep(0.05)
-    bench.wait_state(ctx, node, "ready")
+    bench.wait_until(ctx, lambda fleet: _answers(fleet, node))
     after = replica(bench, ctx, "f-agent")
     asked = bench.step(ctx, "ask", replica="f-agent", prompt="still there?")
     return FaultOutcome(
