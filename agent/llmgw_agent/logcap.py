@@ -31,21 +31,42 @@ class CappedLog:
         self.older_path = directory / (LOG_NAME + ".1")
         self.file_max_bytes = max(4096, max_bytes // 2)
         self._lock = threading.Lock()
-        self._handle = open(self.path, "ab")  # noqa: SIM115 a long-lived log, closed in close()
+        # Unbuffered: a write the disk refuses fails now, and leaves nothing to flush later.
+        self._handle = open(self.path, "ab", buffering=0)  # noqa: SIM115 closed in close()
         self._size = self._handle.tell()
+        self.dropped_lines = 0
 
     def write_line(self, line: bytes) -> None:
-        """Append one line (its end added here), rotating first when it would not fit."""
+        """Append one line (its end added here), rotating first when it would not fit.
+
+        A line the disk has no room for is dropped, never waited on: the
+        engine must not block on a full pipe. How many were dropped is the
+        first line written once there is room again.
+        """
         line = line[: self.file_max_bytes - 1] + b"\n"
         with self._lock:
+            if self.dropped_lines:
+                note = "[llmgw] {} lines dropped: no room to write the log\n".format(
+                    self.dropped_lines
+                ).encode()
+                if self._append(note):
+                    self.dropped_lines = 0
+            if self.dropped_lines or not self._append(line):
+                self.dropped_lines += 1
+
+    def _append(self, line: bytes) -> bool:
+        """Write one line; False when the disk refused it."""
+        try:
             if self._size + len(line) > self.file_max_bytes:
                 self._handle.close()
                 os.replace(str(self.path), str(self.older_path))
-                self._handle = open(self.path, "ab")  # noqa: SIM115
+                self._handle = open(self.path, "ab", buffering=0)  # noqa: SIM115
                 self._size = 0
-            self._handle.write(line)
-            self._handle.flush()
-            self._size += len(line)
+            written = self._handle.write(line) or 0
+        except (OSError, ValueError):  # ValueError: the rotation could not reopen the file
+            return False
+        self._size += written
+        return written == len(line)
 
     def close(self) -> None:
         """Close the current file."""

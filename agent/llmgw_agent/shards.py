@@ -108,9 +108,25 @@ def _run_argv(argv: List[str], replay: Optional[str]) -> List[str]:
     return agent_command("sim-engine", "--as", kind, "--", *argv)
 
 
+def age_s(record: dict, monotonic_key: str, wall_key: str) -> float:
+    """How long ago `record` was written, on the monotonic clock where it can be.
+
+    CLOCK_MONOTONIC is one clock for every process of a boot and never jumps
+    when the wall clock is stepped (NTP, `date -s`), so a record stamped with it
+    in this boot ages truly. A record of another boot is infinitely old; one
+    without the stamp (an older agent's) falls back on the wall clock.
+    """
+    stamped = record.get(monotonic_key)
+    if stamped is not None and record.get("boot_id"):
+        if record["boot_id"] != proc_identity.boot_id():
+            return float("inf")
+        return time.monotonic() - float(stamped)
+    return time.time() - float(record.get(wall_key) or 0)
+
+
 def _claim_is_stale(holder: dict) -> bool:
     shard_id = holder.get("shard_id") or ""
-    young = time.time() - float(holder.get("claimed_at") or 0) < _STARTUP_GRACE_S
+    young = age_s(holder, "claimed_mono", "claimed_at") < _STARTUP_GRACE_S
     try:
         directory = shard_directory(shard_id)
     except OpError:
@@ -149,24 +165,35 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
         token=token,
         replay=replay,
         created_at=time.time(),
+        created_mono=time.monotonic(),
+        boot_id=proc_identity.boot_id(),
         keepalive=method,
         keepalive_reason=method_reason,
     )
     # The record exists before the claims, so a racing start judges our claims live.
-    write_record(directory / "shard.json", record)
-    write_record(directory / "state.json", {"phase": "starting", "commands": []})
+    try:
+        write_record(directory / "shard.json", record)
+        write_record(directory / "state.json", {"phase": "starting", "commands": []})
+    except OSError as exc:
+        shutil.rmtree(str(directory), ignore_errors=True)
+        raise OpError("failed", _unwritable(exc)) from None
     holder = {
         "shard_id": shard_id,
         "replica": spec["replica"],
         "rank": spec["rank"],
         "token": token,
         "claimed_at": time.time(),
+        "claimed_mono": time.monotonic(),
+        "boot_id": proc_identity.boot_id(),
     }
     try:
         claims.acquire(spec["gpus"], holder, _claim_is_stale)
     except OpError:
         shutil.rmtree(str(directory), ignore_errors=True)
         raise
+    except OSError as exc:
+        shutil.rmtree(str(directory), ignore_errors=True)
+        raise OpError("failed", _unwritable(exc)) from None
     try:
         pid = _spawn_supervisor(directory, shard_id, token, replay, method, secret_env)
     except OSError as exc:
@@ -194,6 +221,13 @@ def secret_environment(args: dict) -> dict:
     ):
         raise OpError("bad_args", "secret_env must map variable names to string values")
     return dict(secret_env)
+
+
+def _unwritable(exc: OSError) -> str:
+    """The sentence for a state directory that cannot be written (a full disk, mostly)."""
+    return "the agent cannot write its state directory {}: {}".format(
+        paths.state_dir(), exc.strerror or exc
+    )
 
 
 def _spawn_supervisor(
@@ -260,9 +294,13 @@ def _finish(directory: Path, shard: dict, phase: str, reason: str) -> dict:
     state = read_record(directory / "state.json")
     if state.get("phase") in TERMINAL_PHASES:
         return state
-    state.update(phase=phase, reason=reason, ended_at=time.time())
-    write_record(directory / "state.json", state)
+    # The claims go first: freeing them needs no space, recording the end does.
     claims.release(shard.get("gpus", []), shard.get("shard_id", ""))
+    state.update(phase=phase, reason=reason, ended_at=time.time())
+    try:
+        write_record(directory / "state.json", state)
+    except OSError as exc:
+        state["reason"] = "{} (not recorded: {})".format(reason, _unwritable(exc))
     return state
 
 
@@ -288,7 +326,7 @@ def judge_shard(directory: Path) -> dict:
     supervisor_alive = False
     reason = state.get("reason")
     if phase not in TERMINAL_PHASES:
-        young = time.time() - shard.get("created_at", 0) < _STARTUP_GRACE_S
+        young = age_s(shard, "created_mono", "created_at") < _STARTUP_GRACE_S
         why = proc_identity.judge(supervisor, token)
         if why is None or (supervisor is None and young):
             supervisor_alive = True
@@ -321,6 +359,7 @@ def judge_shard(directory: Path) -> dict:
         "supervisor_alive": supervisor_alive,
         "main_pid": main.get("pid"),
         "started_at": shard.get("created_at"),
+        "age_s": round(age_s(shard, "created_mono", "created_at"), 3),
         "running_at": state.get("running_at"),
         "ended_at": state.get("ended_at"),
         "exit_code": state.get("exit_code"),
@@ -400,7 +439,8 @@ def stop_shard(shard_id: str, timeout_s: Optional[float]) -> dict:
     if judged["phase"] in TERMINAL_PHASES:
         return _stop_result(judged)
     timeout = shard.get("stop_timeout_s", 30.0) if timeout_s is None else timeout_s
-    write_record(directory / "stop.json", {"timeout_s": timeout, "requested_at": time.time()})
+    with contextlib.suppress(OSError):  # a full disk: the supervisor uses the shard's timeout
+        write_record(directory / "stop.json", {"timeout_s": timeout, "requested_at": time.time()})
     supervisor = read_record(directory / "supervisor.json")
     if judged["supervisor_alive"] and supervisor.get("pid"):
         with contextlib.suppress(ProcessLookupError):
@@ -426,7 +466,8 @@ def stop_shard(shard_id: str, timeout_s: Optional[float]) -> dict:
         _signal_group(int(supervisor["pid"]), signal.SIGKILL)
     state = read_record(directory / "state.json")
     state["killed"] = killed or state.get("killed", False)
-    write_record(directory / "state.json", state)
+    with contextlib.suppress(OSError):  # a full disk: _finish still frees the claims
+        write_record(directory / "state.json", state)
     _finish(directory, shard, "stopped", "stopped on request (by the agent)")
     return _stop_result(judge_shard(directory))
 

@@ -52,6 +52,8 @@ class Supervisor:
         self.pumps: List[threading.Thread] = []
         self._state_lock = threading.Lock()
         self._done = threading.Event()
+        self.unwritten: Optional[str] = None
+        """Why the last `state.json` write failed (None: it is on disk)."""
 
     # --- recording --------------------------------------------------------
 
@@ -60,10 +62,22 @@ class Supervisor:
         self.log.write_line(("[llmgw] " + text).encode())
 
     def update(self, **changes) -> None:
-        """Change `state.json` (atomically, one writer thread at a time)."""
+        """Change `state.json` (atomically, one writer thread at a time).
+
+        A full disk does not stop the shard: the change is kept and written
+        with the next one that fits.
+        """
         with self._state_lock:
             self.state.update(changes)
+            self._write_state()
+
+    def _write_state(self) -> None:
+        try:
             write_record(self.directory / "state.json", self.state)
+        except OSError as exc:
+            self.unwritten = str(exc.strerror or exc)
+        else:
+            self.unwritten = None
 
     # --- starting ---------------------------------------------------------
 
@@ -172,7 +186,7 @@ class Supervisor:
             for record in self.state["commands"]:
                 if record["pid"] == process.pid:
                     record["exit_code"] = code
-            write_record(self.directory / "state.json", self.state)
+            self._write_state()
 
     def probe_health(self) -> None:
         """Poll the health URL while running; record `healthy` when it changes."""

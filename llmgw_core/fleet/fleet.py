@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -297,6 +298,7 @@ class Fleet:
                 reason=problem,
                 facts=facts,
                 last_seen=datetime.now(UTC),
+                last_seen_monotonic=time.monotonic(),
             )
 
     async def _disconnect(self, node: _Node) -> None:

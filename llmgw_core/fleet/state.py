@@ -26,6 +26,9 @@ class NodeState(BaseModel):
             facts or fabrics contradict what we were told; `reason` says why).
         reason: one sentence when not ready (or a warning when ready), else None.
         last_seen: when its agent last answered.
+        last_seen_monotonic: the same moment on this process's monotonic clock
+            (how long a node has been silent is measured on it: a stepped wall
+            clock must not fail a replica).
         facts: the agent's facts, validated; kept across an outage so a
             lost node still shows what it had.
     """
@@ -37,6 +40,7 @@ class NodeState(BaseModel):
     state: NodeStatus = "connecting"
     reason: str | None = None
     last_seen: datetime | None = None
+    last_seen_monotonic: float | None = None
     facts: NodeFacts | None = None
     agent_version: str | None = None
     python_version: str | None = None

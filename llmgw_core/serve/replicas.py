@@ -15,7 +15,7 @@ from typing import Any
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.client import AgentLost
 from llmgw_core.planner.pools_live import LiveNode, live_nodes
-from llmgw_core.serve.view import ReplicaView, assemble
+from llmgw_core.serve.view import ReplicaView, assemble, superseded
 
 NODE_GRACE_S = 60.0
 """How long a node may not answer before its replica is failed."""
@@ -136,18 +136,23 @@ async def reconcile(fleet: Any, *, grace_s: float = NODE_GRACE_S) -> tuple[Repli
     """Stop what still runs of every failed replica, then read the replicas again.
 
     A node lost fails its replica; the other ranks would wait forever on
-    their next collective, holding their cards. Their records are kept so
-    their last lines can still be read.
+    their next collective, holding their cards. A node back after its replica
+    was placed again elsewhere still runs the old attempt's shard: it is
+    stopped too. Their records are kept so their last lines can still be read.
     """
-    views = await replicas_now(fleet, grace_s=grace_s)
+    listings = await shard_listings(fleet)
+    views = assemble(listings, fleet.snapshot(), grace_s=grace_s)
     ready = set(_ready_names(fleet))
-    stops = [
-        stop_shard(fleet, shard.node, shard.shard_id, forget=False)
+    targets = [
+        (shard.node, shard.shard_id)
         for view in views
         if view.phase == "failed"
         for shard in view.live_shards()
         if shard.node in ready
     ]
+    # A node back after its replica was placed again elsewhere: its old shard goes.
+    targets += [(node, sid) for node, sid in superseded(listings) if node in ready]
+    stops = [stop_shard(fleet, node, sid, forget=False) for node, sid in targets]
     if not stops:
         return views
     await asyncio.gather(*stops)

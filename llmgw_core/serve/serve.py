@@ -234,6 +234,33 @@ async def _poll_ready(
         await asyncio.sleep(POLL_S)
 
 
+UNANSWERED_WAIT_S = 15.0
+"""How long a serve waits for a node that lost a `shard.start`'s answer, to stop what it began."""
+
+
+async def _stop_unanswered(fleet: Any, node: str, name: str, created_at: float) -> None:
+    """Stop this attempt's shard on `node` if its start happened though its answer was lost.
+
+    The SSH connection cut while `shard.start` ran: the agent may have claimed
+    the cards and started the shard all the same. The node is asked again once
+    it answers (for a while); a node that stays away is left to `reconcile`,
+    which fails the replica once its startup grace is over.
+    """
+    deadline = time.monotonic() + UNANSWERED_WAIT_S
+    while time.monotonic() < deadline:
+        fleet.reconnect_now(node)
+        try:
+            answer = await fleet.request(node, "shard.list", timeout_s=REQUEST_TIMEOUT_S)
+        except (LlmgwError, AgentLost):
+            await asyncio.sleep(0.2)
+            continue
+        for record in answer.get("shards") or []:
+            spec = (record.get("spec") or {}).get("replica") or {}
+            if record.get("replica") == name and spec.get("created_at") == created_at:
+                await stop_shard(fleet, node, str(record.get("shard_id")), forget=True)
+        return
+
+
 async def _start(
     fleet: Any, name: str, launch: Any, replica: dict[str, Any], trace: Trace
 ) -> list[tuple[str, str, int]]:
@@ -245,8 +272,10 @@ async def _start(
             answer = await fleet.request(
                 shard.node, "shard.start", args, timeout_s=REQUEST_TIMEOUT_S
             )
-        except (AgentError, AgentLost, LlmgwError):
+        except (AgentError, AgentLost, LlmgwError) as exc:
             await asyncio.gather(*(stop_shard(fleet, n, s, forget=True) for n, s, _ in started))
+            if not isinstance(exc, AgentError):  # no answer: it may have started all the same
+                await _stop_unanswered(fleet, shard.node, name, replica["created_at"])
             raise
         started.append((shard.node, str(answer["shard_id"]), shard.rank))
         trace.add(

@@ -16,6 +16,7 @@ replicas — and decides the same phase from the same rules:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,6 +46,8 @@ class ShardView:
     reason: str | None = None
     exit_code: int | None = None
     started_at: float | None = None
+    age_s: float | None = None
+    """How long ago it was started, on its node's monotonic clock (None: an older agent)."""
     running_at: float | None = None
     ended_at: float | None = None
     argv: tuple[str, ...] = ()
@@ -160,11 +163,21 @@ def shard_view(node: str, record: Mapping[str, Any]) -> ShardView:
         reason=record.get("reason"),
         exit_code=record.get("exit_code"),
         started_at=record.get("started_at"),
+        age_s=record.get("age_s"),
         running_at=record.get("running_at"),
         ended_at=record.get("ended_at"),
         argv=tuple(launch.get("argv") or ()),
         env=dict(launch.get("env") or {}),
     )
+
+
+def _silent_s(state: Any, now_s: float, now_monotonic: float) -> float:
+    """How long a node has not answered: on the monotonic clock when it was stamped so."""
+    if state is None:
+        return float("inf")
+    if state.last_seen_monotonic is not None:
+        return now_monotonic - state.last_seen_monotonic
+    return now_s - (state.last_seen.timestamp() if state.last_seen else 0.0)
 
 
 def _phase(
@@ -173,6 +186,7 @@ def _phase(
     snapshot: FleetState,
     now_s: float,
     grace_s: float,
+    now_monotonic: float,
 ) -> tuple[str, str | None]:
     expected = {int(n["rank"]): n["node"] for n in spec.get("placement", {}).get("nodes", [])}
     by_rank = {s.rank: s for s in shards}
@@ -183,18 +197,20 @@ def _phase(
         if shard.phase in ("failed", "exited"):
             why = shard.reason or f"exit code {shard.exit_code}"
             return "failed", f"rank {shard.rank} on {shard.node} {shard.phase}: {why}"
-    young = now_s - float(spec.get("created_at") or 0) < STARTUP_GRACE_S
+    ages = [s.age_s for s in shards if s.age_s is not None]
+    # Ages come from the nodes' monotonic clocks; the wall clock only for older agents.
+    age = min(ages) if ages else now_s - float(spec.get("created_at") or 0)
+    young = age < STARTUP_GRACE_S
     waiting = None
     for rank, node in sorted(expected.items()):
         state = snapshot.nodes.get(node)
         if rank in by_rank and state is not None and state.state == "ready":
             continue
         if state is None or state.state != "ready":
-            seen = state.last_seen.timestamp() if state and state.last_seen else 0.0
             why = f"{node} is {state.state if state else 'gone from the inventory'}"
             if state is not None and state.reason:
                 why += f" ({state.reason})"
-            if now_s - seen > grace_s:
+            if _silent_s(state, now_s, now_monotonic) > grace_s:
                 return "failed", f"rank {rank}'s node was lost: {why}"
             waiting = f"rank {rank}'s node does not answer: {why}"
             continue
@@ -214,12 +230,35 @@ def _phase(
     return "loading", "rank 0's health does not answer yet"
 
 
+def superseded(listings: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[tuple[str, str]]:
+    """`(node, shard_id)` of every live shard of an attempt a newer one of its name replaced.
+
+    A node lost under a replica keeps running its shard; once the replica was
+    placed again elsewhere, that shard holds cards for nothing when the node
+    comes back.
+    """
+    newest: dict[str, float] = {}
+    found: list[tuple[str, str, str, float]] = []
+    for node, records in listings.items():
+        for record in records:
+            spec = record.get("spec") or {}
+            if spec.get("kind") != SPEC_KIND:
+                continue
+            name = str(record.get("replica"))
+            created = float((spec.get("replica") or {}).get("created_at") or 0)
+            newest[name] = max(newest.get(name, 0.0), created)
+            if record.get("phase") not in TERMINAL:
+                found.append((node, str(record.get("shard_id")), name, created))
+    return [(node, shard_id) for node, shard_id, name, created in found if created < newest[name]]
+
+
 def assemble(
     listings: Mapping[str, Sequence[Mapping[str, Any]]],
     snapshot: FleetState,
     *,
     now: datetime | None = None,
     grace_s: float = 60.0,
+    now_monotonic: float | None = None,
 ) -> tuple[ReplicaView, ...]:
     """Every replica the nodes' shard listings hold, oldest first.
 
@@ -228,8 +267,10 @@ def assemble(
         snapshot: the fleet now (which nodes answer, since when they do not).
         now: the moment judged (default: now).
         grace_s: how long a node may not answer before its replica is failed.
+        now_monotonic: the moment judged on the monotonic clock (default: now).
     """
     now_s = (now or datetime.now(UTC)).timestamp()
+    now_monotonic = time.monotonic() if now_monotonic is None else now_monotonic
     found_by: dict[str, list[tuple[float, ShardView]]] = {}
     specs: dict[str, Mapping[str, Any]] = {}
     for node, records in listings.items():
@@ -260,7 +301,7 @@ def assemble(
             latest.setdefault(shard.rank, shard)
         ranked = tuple(latest[rank] for rank in sorted(latest))
         spec = specs[name]
-        phase, reason = _phase(spec, ranked, snapshot, now_s, grace_s)
+        phase, reason = _phase(spec, ranked, snapshot, now_s, grace_s, now_monotonic)
         views.append(ReplicaView(name=name, spec=spec, shards=ranked, phase=phase, reason=reason))
     views.sort(key=lambda v: (float(v.spec.get("created_at") or 0), v.name))
     return tuple(views)
