@@ -24,7 +24,7 @@ import httpx
 from llmgw_core.facts import RailVerdict
 from llmgw_core.fleet.state import FleetState
 from llmgw_core.metrics.exporter import SnapshotCollector, serve_metrics
-from llmgw_core.metrics.families import MetricsSnapshot, all_families
+from llmgw_core.metrics.families import MetricsSnapshot, all_families, fabric_families
 from llmgw_core.serve.view import ReplicaView, ShardView
 from llmgw_tui.offline_demo import offline_demo_state
 
@@ -101,6 +101,12 @@ def main() -> None:
         families = all_families(snapshot)
         build_s.append(time.perf_counter() - started)
     samples = sum(len(f.samples) for f in families)
+    fabric_s = []
+    for _ in range(ROUNDS):
+        started = time.perf_counter()
+        rails = fabric_families(fleet)
+        fabric_s.append(time.perf_counter() - started)
+    rail_samples = sum(len(f.samples) for f in rails)
 
     collector = SnapshotCollector()
     collector.update(snapshot)
@@ -120,6 +126,10 @@ def main() -> None:
     print(f"fleet: {NODES} nodes, {cards} cards, {REPLICAS} replicas, {rails} rail verdicts kept")
     print(f"families: {len(families)}, samples: {samples}")
     print(f"build families: median {statistics.median(build_s) * 1000:.1f} ms (wall)")
+    print(
+        f"of which fabric rails: {rail_samples} samples, "
+        f"median {statistics.median(fabric_s) * 1000:.1f} ms"
+    )
     print(f"scrape of a new snapshot: median {statistics.median(first_s) * 1000:.1f} ms")
     print(f"scrape of the same snapshot again: median {statistics.median(again_s) * 1000:.1f} ms")
     print(f"answer: {len(body) / 1024:.0f} KiB")
