@@ -109,8 +109,6 @@ class StaticFeed:
         self._summary = with_shards(fleet_summary(fleet_state, fabrics), running_shards(replicas))
         self._replicas = tuple(replicas)
         self._logs = dict(logs or {})
-        self.last_fabric_test: dict[str, Any] | None = None
-        """The last fabric test shown (the metrics export it)."""
 
     async def replicas(self, *, transports: bool = False) -> tuple[ReplicaView, ...]:
         """The replicas the fixed fleet was given (as given: their transports included)."""
@@ -152,20 +150,16 @@ class StaticFeed:
         recorded = self._fabric_results.get((node_a, node_b))
         if recorded is None:
             raise BadInput("a fixed fleet runs no traffic", "test the fabric on a live fleet")
-        self.last_fabric_test = recorded[0]
         return recorded
 
     async def metrics_snapshot(self) -> MetricsSnapshot:
-        """The fixed fleet, its replicas and the last fabric test shown."""
+        """The fixed fleet (its facts carry the fabric verdicts its nodes keep) and its replicas."""
         from llmgw_core.metrics.families import MetricsSnapshot
-        from llmgw_core.metrics.sources import last_fabric_result
 
         state = self._summary.fleet_state
         if state is None:
             raise BadInput("a fixed fleet without a snapshot has nothing to export")
-        return MetricsSnapshot(
-            fleet=state, replicas=self._replicas, fabric_result=last_fabric_result(self)
-        )
+        return MetricsSnapshot(fleet=state, replicas=self._replicas)
 
     async def snapshot(self) -> FleetSummary:
         """The one fixed snapshot."""
@@ -210,8 +204,6 @@ class LiveFeed:
         self.heal_notes: list[dict[str, Any]] = []
         """What each heal attempt did (`replica_heal.heal`'s lines), oldest first."""
         self._views: tuple[ReplicaView, ...] = ()
-        self.last_fabric_test: dict[str, Any] | None = None
-        """The last fabric test run from the console (the metrics export it)."""
 
     async def snapshot(self) -> FleetSummary:
         """Open the fleet on first use, then read its current state (with running shards)."""
@@ -416,18 +408,16 @@ class LiveFeed:
         outcome = await run_fabric_test(
             FabricTestArgs(nodes=[node_a, node_b]), ConsoleContext(self._live(), self._demo)
         )
-        self.last_fabric_test = outcome.result
         return outcome.result, outcome.error
 
     async def metrics_snapshot(self) -> MetricsSnapshot:
         """The fleet and replicas as the poller last read them, and the gateways scraped now."""
-        from llmgw_core.metrics.sources import gather_snapshot, last_fabric_result
+        from llmgw_core.metrics.sources import gather_snapshot
 
         snapshot, _unread = await gather_snapshot(
             self._live(),
             self._engines(),
             replicas=self._views,
-            fabric_result=last_fabric_result(self),
         )
         return snapshot
 

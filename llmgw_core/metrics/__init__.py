@@ -1,8 +1,9 @@
 """Prometheus metrics: what the fleet, its replicas, its fabric and its gateways look like now.
 
-`families` turns one `MetricsSnapshot` (a fleet snapshot, the replicas
-reassembled from it, the last fabric test, the gateways' scraped samples)
-into Prometheus metric families — pure, tested with plain values.
+`families` turns one `MetricsSnapshot` (a fleet snapshot, whose facts carry
+the fabric verdicts the nodes keep, the replicas reassembled from it, the
+gateways' scraped samples) into Prometheus metric families — pure, tested
+with plain values.
 `exporter` serves the latest snapshot over HTTP with prometheus_client's own
 server, so a scrape never waits on SSH; `gateway` reads routers' Prometheus
 text through SSH tunnels and re-exports it with a `gateway` label;

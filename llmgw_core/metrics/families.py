@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from llmgw_core.facts import Card, NodeFacts
+from llmgw_core.facts import Card, NodeFacts, RailVerdict
 from llmgw_core.fleet.state import FleetState
 from llmgw_core.serve.view import ReplicaView, ShardView
 
@@ -22,7 +21,8 @@ MIB_BYTES = 1024 * 1024
 GBPS_BITS_PER_S = 1e9
 NODE_STATES = ("connecting", "ready", "unreachable", "refused")
 REPLICA_PHASES = ("starting", "loading", "ready", "unreachable", "failed", "stopped")
-RAIL_VERDICTS = ("pass", "warn", "fail", "untested")
+RAIL_VERDICTS = ("pass", "warn", "fail")
+"""The verdicts a node keeps (a TCP-only `untested` rail is not kept)."""
 NVLINK_OUTSIDE = ("not-joined",)
 """Card fabric verdicts of a card that takes no part in its NVLink domain."""
 NVLINK_DEGRADED = ("degraded", "unhealthy")
@@ -33,16 +33,14 @@ class MetricsSnapshot:
     """Everything one scrape shows, gathered beforehand (a scrape never waits on SSH).
 
     Attributes:
-        fleet: the fleet at one moment.
+        fleet: the fleet at one moment (its facts carry the fabric verdicts the nodes keep).
         replicas: the replicas reassembled from the nodes' shards at about that moment.
-        fabric_result: the last `fabric-test` result (`rails` rows), None when none ran.
         gateways: families already scraped from the gateways and relabelled.
         gateway_up: per (gateway, node), whether its metrics port answered the last scrape.
     """
 
     fleet: FleetState
     replicas: tuple[ReplicaView, ...] = ()
-    fabric_result: Mapping[str, Any] | None = None
     gateways: tuple[Metric, ...] = ()
     gateway_up: Mapping[tuple[str, str], bool] = field(default_factory=dict)
 
@@ -159,12 +157,25 @@ def replica_families(replicas: Sequence[ReplicaView]) -> list[Metric]:
     return [by_phase, phase, shards, ready]
 
 
-def fabric_families(result: Mapping[str, Any] | None) -> list[Metric]:
-    """The last fabric test, rail by rail: its verdict one-hot, measured and rated speed, ratio."""
-    labels = ["fabric", "node_a", "node_b", "adapter_a", "adapter_b"]
+def _rail_verdicts(fleet: FleetState) -> Iterable[tuple[str, RailVerdict]]:
+    """Each node's kept verdicts, by peer and adapter (the agent keeps one per pair)."""
+    for node in fleet.nodes.values():
+        if node.facts is not None:
+            for kept in sorted(node.facts.rail_verdicts, key=lambda v: (v.peer, v.adapter)):
+                yield node.name, kept
+
+
+def fabric_families(fleet: FleetState) -> list[Metric]:
+    """The fabric verdicts every node keeps, per peer and adapter: verdict one-hot, speeds, when.
+
+    Read from the nodes' facts (`rail_verdicts`), so a test run by any console
+    or script shows here; each rail shows on both of its ends. `rail` is the
+    adapter's position in its fabric, empty when the test did not know it.
+    """
+    labels = ["node", "peer", "adapter", "rail"]
     verdict = _gauge(
         "llmgw_fabric_rail_verdict",
-        "1 for the verdict of each rail in the last fabric test (pass, warn, fail, untested).",
+        "1 for the last verdict of each rail end the node keeps (pass, warn, fail).",
         [*labels, "verdict"],
     )
     ratio = _gauge(
@@ -174,25 +185,23 @@ def fabric_families(result: Mapping[str, Any] | None) -> list[Metric]:
         "llmgw_fabric_rail_measured_bits_per_second", "Each rail's measured speed.", labels
     )
     rated = _gauge("llmgw_fabric_rail_rated_bits_per_second", "Each rail's rated speed.", labels)
-    rows = (result or {}).get("rails") or []
-    fabric = str((result or {}).get("fabric") or "")
-    for row in rows:
-        key = [
-            fabric,
-            str(row.get("node_a") or ""),
-            str(row.get("node_b") or ""),
-            str(row.get("adapter_a") or ""),
-            str(row.get("adapter_b") or ""),
-        ]
+    when = _gauge(
+        "llmgw_fabric_rail_measured_timestamp_seconds",
+        "When each rail's last verdict was measured (Unix time).",
+        labels,
+    )
+    for node, kept in _rail_verdicts(fleet):
+        key = [node, kept.peer, kept.adapter, "" if kept.rail is None else str(kept.rail)]
         for name in RAIL_VERDICTS:
-            verdict.add_metric([*key, name], 1.0 if row.get("verdict") == name else 0.0)
-        if row.get("ratio") is not None:
-            ratio.add_metric(key, float(row["ratio"]))
-        if row.get("measured_gbps") is not None:
-            measured.add_metric(key, float(row["measured_gbps"]) * GBPS_BITS_PER_S)
-        if row.get("rated_gbps") is not None:
-            rated.add_metric(key, float(row["rated_gbps"]) * GBPS_BITS_PER_S)
-    return [verdict, ratio, measured, rated]
+            verdict.add_metric([*key, name], 1.0 if kept.verdict == name else 0.0)
+        if kept.ratio is not None:
+            ratio.add_metric(key, kept.ratio)
+        if kept.measured_gbps is not None:
+            measured.add_metric(key, kept.measured_gbps * GBPS_BITS_PER_S)
+        if kept.rated_gbps is not None:
+            rated.add_metric(key, kept.rated_gbps * GBPS_BITS_PER_S)
+        when.add_metric(key, kept.measured_at)
+    return [verdict, ratio, measured, rated, when]
 
 
 def gateway_families(snapshot: MetricsSnapshot) -> list[Metric]:
@@ -213,6 +222,6 @@ def all_families(snapshot: MetricsSnapshot) -> list[Metric]:
         *node_families(snapshot.fleet),
         *card_families(snapshot.fleet),
         *replica_families(snapshot.replicas),
-        *fabric_families(snapshot.fabric_result),
+        *fabric_families(snapshot.fleet),
         *gateway_families(snapshot),
     ]

@@ -8,7 +8,7 @@ or gateway that does not answer is shown as such, never an exception.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from llmgw_core.metrics.families import MetricsSnapshot
@@ -21,18 +21,6 @@ from llmgw_core.metrics.gateway import (
 from llmgw_core.serve.http import EngineReach
 from llmgw_core.serve.replicas import shard_listings
 from llmgw_core.serve.view import ReplicaView, assemble
-
-
-def last_fabric_result(keeper: object) -> Mapping[str, Any] | None:
-    """The last `fabric-test` result (its `rails` rows), or None when none ran.
-
-    Today the result is kept where it was run: the step context of a script
-    (`StepContext.last_fabric_test`, set by the `fabric-test` step) or the
-    console's feed (`LiveFeed.last_fabric_test`). This is the one reader: when
-    verdicts persist in the agents' state, read them here instead.
-    """
-    found = getattr(keeper, "last_fabric_test", None)
-    return found if isinstance(found, Mapping) else None
 
 
 async def scrape_all(
@@ -50,7 +38,6 @@ async def gather_snapshot(
     reach: EngineReach,
     *,
     gateways: Sequence[GatewayTarget] = (),
-    fabric_result: Mapping[str, Any] | None = None,
     replicas: Sequence[ReplicaView] | None = None,
     refresh_facts: bool = False,
 ) -> tuple[MetricsSnapshot, dict[str, str]]:
@@ -60,7 +47,6 @@ async def gather_snapshot(
         fleet: the live fleet (`snapshot()`, `request()`).
         reach: tunnels to the nodes' ports (the gateways').
         gateways: gateways to scrape beside those found in the nodes' shard listings.
-        fabric_result: the last fabric test (`last_fabric_result`).
         replicas: the replicas when the caller already has them (the console: it
             then lists nothing itself, and scrapes only `gateways`); else read now.
         refresh_facts: ask every ready node for its facts first (card memory and
@@ -83,7 +69,6 @@ async def gather_snapshot(
     snapshot = MetricsSnapshot(
         fleet=fleet.snapshot(),
         replicas=views,
-        fabric_result=fabric_result,
         gateways=families,
         gateway_up=up,
     )

@@ -31,8 +31,6 @@ class StepContext:
         self.demo = demo
         self._live: Any = None
         self._closers: list[Callable[[], Awaitable[None]]] = []
-        self.last_fabric_test: dict[str, Any] | None = None
-        """The last `fabric-test` result of this script (the `metrics` step exports it)."""
 
     @property
     def has_live_fleet(self) -> bool:

@@ -1,7 +1,7 @@
 """The `metrics` step on the demo fleet: a real scrape, parsed with prometheus_client's parser.
 
 One demo fleet for the module. A replica is served and a fabric test run
-first; a local HTTP server plays a gateway named in the step, and a process
+first (its verdicts are kept by the nodes and exported from their facts); a local HTTP server plays a gateway named in the step, and a process
 the CPU node's agent supervises as a gateway shard plays one the step must
 find by itself (both reached through real SSH tunnels). Then the step
 serves while this test scrapes it over HTTP.
@@ -59,29 +59,11 @@ EXPECTED_LABELS = {
     "llmgw_replica_phase": {"replica", "model", "engine", "phase"},
     "llmgw_replica_shards": {"replica"},
     "llmgw_replica_ready_shards": {"replica"},
-    "llmgw_fabric_rail_verdict": {
-        "fabric",
-        "node_a",
-        "node_b",
-        "adapter_a",
-        "adapter_b",
-        "verdict",
-    },
-    "llmgw_fabric_rail_ratio": {"fabric", "node_a", "node_b", "adapter_a", "adapter_b"},
-    "llmgw_fabric_rail_measured_bits_per_second": {
-        "fabric",
-        "node_a",
-        "node_b",
-        "adapter_a",
-        "adapter_b",
-    },
-    "llmgw_fabric_rail_rated_bits_per_second": {
-        "fabric",
-        "node_a",
-        "node_b",
-        "adapter_a",
-        "adapter_b",
-    },
+    "llmgw_fabric_rail_verdict": {"node", "peer", "adapter", "rail", "verdict"},
+    "llmgw_fabric_rail_ratio": {"node", "peer", "adapter", "rail"},
+    "llmgw_fabric_rail_measured_bits_per_second": {"node", "peer", "adapter", "rail"},
+    "llmgw_fabric_rail_rated_bits_per_second": {"node", "peer", "adapter", "rail"},
+    "llmgw_fabric_rail_measured_timestamp_seconds": {"node", "peer", "adapter", "rail"},
     "llmgw_gateway_up": {"gateway", "node"},
     "vllm_router_requests": {"route", "gateway", "node"},
     "vllm_router_request_errors": {"route", "error_type", "gateway", "node"},
@@ -207,7 +189,9 @@ def test_every_family_is_exported_with_its_labels_and_the_facts_of_the_demo_flee
 ):
     served = demo.step("serve", model=LLAMA, context=32768, gpu_class="h100-80g", name="llama")
     assert served.ok, served.error
+    tested_from = time.time()
     tested = demo.step("fabric-test", nodes=["h100-a-01", "h100-a-02"], duration_s=0.5)
+    tested_until = time.time()
     assert tested.result["rails"], tested.error
     closed = _free_port()
     shard_id = _start_gateway_shard(demo, "cpu-01", "gw-found", _free_port())
@@ -260,14 +244,21 @@ def test_every_family_is_exported_with_its_labels_and_the_facts_of_the_demo_flee
     assert _value(families["llmgw_replica_ready_shards"], replica="llama") == 1
     assert _value(families["llmgw_replica_phase"], replica="llama", phase="ready") == 1
 
-    rails = tested.result["rails"]
+    judged = [row for row in tested.result["rails"] if row["method"] == "ib_write_bw"]
+    assert judged and tested.result["recorded"] == ["h100-a-01", "h100-a-02"]
     verdicts = families["llmgw_fabric_rail_verdict"]
-    for row in rails:
-        ends = {"adapter_a": row["adapter_a"] or "", "adapter_b": row["adapter_b"] or ""}
-        assert _value(verdicts, verdict=row["verdict"], **ends) == 1
-        if row["ratio"] is not None:
-            assert _value(families["llmgw_fabric_rail_ratio"], **ends) == row["ratio"]
-    assert len([s for s in verdicts if s.value == 1]) == len(rails)
+    for row in judged:
+        for node, adapter, peer in (
+            (row["node_a"], row["adapter_a"], row["node_b"]),
+            (row["node_b"], row["adapter_b"], row["node_a"]),
+        ):
+            end = {"node": node, "peer": peer, "adapter": adapter, "rail": str(row["rail"])}
+            assert _value(verdicts, verdict=row["verdict"], **end) == 1
+            ratio = _value(families["llmgw_fabric_rail_ratio"], **end)
+            assert ratio == pytest.approx(row["ratio"], abs=1e-3)
+            when = _value(families["llmgw_fabric_rail_measured_timestamp_seconds"], **end)
+            assert tested_from <= when <= tested_until
+    assert len([s for s in verdicts if s.value == 1]) == 2 * len(judged)
 
     assert _value(families["llmgw_gateway_up"], gateway="gw-a") == 1
     assert _value(families["llmgw_gateway_up"], gateway="gw-found", node="cpu-01") == 1

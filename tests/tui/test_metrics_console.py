@@ -11,6 +11,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmgw_core.fabric.rails import verdicts_to_record
+from llmgw_core.fabric.verdicts import RailResult
+from llmgw_core.facts import RailVerdict
+from llmgw_core.fleet.state import FleetState
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.cli import main
 from llmgw_tui.feed import StaticFeed
@@ -37,13 +41,35 @@ async def _families(url: str) -> dict[str, list]:
     return {family.name: family.samples for family in text_string_to_metric_families(text)}
 
 
-def test_the_console_exports_its_fleet_replicas_and_the_fabric_test_it_ran(
+def _keeping(state: FleetState, run: dict, measured_at: float) -> FleetState:
+    """The fleet as it reads after another console ran `run`: each node keeps its rails' verdicts."""
+    results = [RailResult.model_validate(row) for row in run["rails"]]
+    kept = verdicts_to_record(results, measured_at)
+    nodes = {
+        name: node.model_copy(
+            update={
+                "facts": node.facts.model_copy(
+                    update={
+                        "rail_verdicts": tuple(RailVerdict.model_validate(v) for v in kept[name])
+                    }
+                )
+            }
+        )
+        if name in kept
+        else node
+        for name, node in state.nodes.items()
+    }
+    return state.model_copy(update={"nodes": nodes})
+
+
+def test_the_console_exports_its_fleet_replicas_and_the_fabric_verdicts_its_nodes_keep(
     demo_state, h100_fabric_run
 ):
     state, fabrics = demo_state
+    measured_at = state.taken_at.timestamp() - 600
+    state = _keeping(state, h100_fabric_run[0], measured_at)
     view = demo_replica(state)
-    recorded = {("h100-a-01", "h100-a-02"): h100_fabric_run}
-    feed = StaticFeed(state, fabrics, replicas=[view], fabric_results=recorded)
+    feed = StaticFeed(state, fabrics, replicas=[view])
     port = _free_port()
 
     async def run() -> None:
@@ -61,19 +87,19 @@ def test_the_console_exports_its_fleet_replicas_and_the_fabric_test_it_ran(
             assert joined == {0.0}
             (ready,) = families["llmgw_replica_ready_shards"]
             assert ready.labels == {"replica": view.name} and ready.value == len(view.shards)
-            assert not families.get("llmgw_fabric_rail_verdict")
 
-            app.action_open_fabric("h100-a-01 h100-a-02")
-            await _until(pilot, lambda: feed.last_fabric_test is not None, "the fabric test")
-            deadline = time.monotonic() + 30
-            while not families.get("llmgw_fabric_rail_verdict") and time.monotonic() < deadline:
-                await pilot.pause(0.5)
-                families = await _families(app.metrics_url)
             shown = [s for s in families["llmgw_fabric_rail_verdict"] if s.value == 1]
-            rails = h100_fabric_run[0]["rails"]
-            assert sorted((s.labels["adapter_a"], s.labels["verdict"]) for s in shown) == sorted(
-                (row["adapter_a"], row["verdict"]) for row in rails
+            rails = [r for r in h100_fabric_run[0]["rails"] if r["method"] == "ib_write_bw"]
+            assert rails
+            assert sorted((s.labels["adapter"], s.labels["verdict"]) for s in shown) == sorted(
+                (r[f"adapter_{end}"], r["verdict"]) for r in rails for end in "ab"
             )
+            assert {(s.labels["node"], s.labels["peer"]) for s in shown} == {
+                ("h100-a-01", "h100-a-02"),
+                ("h100-a-02", "h100-a-01"),
+            }
+            when = families["llmgw_fabric_rail_measured_timestamp_seconds"]
+            assert {s.value for s in when} == {measured_at}
         with pytest.raises(httpx.ConnectError):
             await _families(f"http://127.0.0.1:{port}/metrics")
 
@@ -126,7 +152,7 @@ def test_a_bad_metrics_flag_is_one_sentence_and_exit_2(argv, sentence, capsys):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_console_on_the_live_demo_fleet_exports_every_node_as_it_polls_them():
+def test_the_console_on_the_live_demo_fleet_exports_every_node_and_the_rails_it_tested():
     from llmgw_core.fleet.demo import NOT_JOINED_TRAY, demo_nodes
     from llmgw_tui.feed import LiveFeed
 
@@ -156,5 +182,20 @@ def test_the_console_on_the_live_demo_fleet_exports_every_node_as_it_polls_them(
             trays = {s.labels["node"] for s in families["llmgw_imex_up"]}
             assert trays == {name for name in names if name.startswith("gb200")}
             assert {s.labels["phase"] for s in families["llmgw_replicas"]} >= {"ready", "failed"}
+
+            tested, _error = await feed.fabric_test("h100-a-01", "h100-a-02")
+            assert tested["recorded"] == ["h100-a-01", "h100-a-02"]
+            judged = {r["adapter_a"] for r in tested["rails"] if r["method"] == "ib_write_bw"}
+            kept: set[str] = set()
+            deadline = time.monotonic() + 30
+            while kept != judged and time.monotonic() < deadline:
+                await pilot.pause(0.5)
+                families = await _families(app.metrics_url)
+                kept = {
+                    s.labels["adapter"]
+                    for s in families.get("llmgw_fabric_rail_verdict", [])
+                    if s.labels["node"] == "h100-a-01" and s.value == 1
+                }
+            assert judged and kept == judged
 
     asyncio.run(run())

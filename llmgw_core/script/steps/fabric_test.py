@@ -237,7 +237,6 @@ async def run_fabric_test(args: FabricTestArgs, ctx: StepContext) -> StepOutcome
         "recorded": recorded,
         "not_recorded": not_recorded,
     }
-    ctx.last_fabric_test = result
     failing = [row for row in results if row.verdict == "fail"]
     if failing:
         first = failing[0]

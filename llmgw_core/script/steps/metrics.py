@@ -120,7 +120,7 @@ def render_metrics(result: dict[str, Any]) -> Any:
 async def run_metrics(args: MetricsArgs, ctx: StepContext) -> StepOutcome:
     """Serve Prometheus metrics of the fleet until interrupted (or for `for_s`)."""
     from llmgw_core.metrics.exporter import SnapshotCollector, serve_metrics
-    from llmgw_core.metrics.sources import gather_snapshot, last_fabric_result
+    from llmgw_core.metrics.sources import gather_snapshot
     from llmgw_core.serve.http import EngineReach, close_quietly
 
     fleet = await ctx.live_fleet()
@@ -146,7 +146,6 @@ async def run_metrics(args: MetricsArgs, ctx: StepContext) -> StepOutcome:
                     fleet,
                     reach,
                     gateways=targets,
-                    fabric_result=last_fabric_result(ctx),
                     refresh_facts=args.refresh_facts,
                 ),
                 left,

@@ -50,32 +50,64 @@ def test_a_loading_replica_counts_its_head_as_not_ready_until_its_health_answers
     assert phases[(("phase", "failed"),)] == 0
 
 
-def test_a_rail_measured_over_tcp_has_a_verdict_but_no_ratio_or_speed():
-    result = {
-        "fabric": None,
-        "rails": [
-            {
-                "node_a": "a",
-                "node_b": "b",
-                "adapter_a": None,
-                "adapter_b": None,
-                "rail": None,
-                "rated_gbps": None,
-                "measured_gbps": 9.4,
-                "ratio": None,
-                "verdict": "untested",
-                "method": "tcp",
-                "reason": "perftest is missing",
-            }
-        ],
+def _node(name: str, *verdicts: dict) -> NodeState:
+    facts = NodeFacts.model_validate(
+        {
+            "agent_version": "1",
+            "source": "nvml",
+            "host": {"hostname": name},
+            "rail_verdicts": list(verdicts),
+        }
+    )
+    return NodeState(name=name, state="ready", last_seen=AT, facts=facts)
+
+
+def test_each_node_exports_the_verdicts_it_keeps_per_peer_and_adapter_with_when_they_were_measured():
+    measured_at = AT.timestamp() - 3600
+    slow = {
+        "peer": "b",
+        "adapter": "mlx5_5",
+        "rail": 5,
+        "verdict": "fail",
+        "ratio": 0.6,
+        "measured_gbps": 240.0,
+        "rated_gbps": 400.0,
+        "measured_at": measured_at,
     }
-    families = fabric_families(result)
-    ends = (("adapter_a", ""), ("adapter_b", ""), ("fabric", ""), ("node_a", "a"), ("node_b", "b"))
+    fleet = FleetState(
+        taken_at=AT,
+        nodes={
+            "a": _node("a", slow),
+            "b": _node("b", {**slow, "peer": "a", "adapter": "mlx5_4", "rail": 4}),
+        },
+    )
+    families = fabric_families(fleet)
+    on_a = (("adapter", "mlx5_5"), ("node", "a"), ("peer", "b"), ("rail", "5"))
+    on_b = (("adapter", "mlx5_4"), ("node", "b"), ("peer", "a"), ("rail", "4"))
     verdicts = _values(families, "llmgw_fabric_rail_verdict")
-    assert verdicts[(*ends, ("verdict", "untested"))] == 1
-    assert verdicts[(*ends, ("verdict", "fail"))] == 0
+    assert {labels for labels, value in verdicts.items() if value == 1} == {
+        (*on_a, ("verdict", "fail")),
+        (*on_b, ("verdict", "fail")),
+    }
+    assert verdicts[(*on_a, ("verdict", "pass"))] == 0
+    assert _values(families, "llmgw_fabric_rail_ratio") == {on_a: 0.6, on_b: 0.6}
+    assert _values(families, "llmgw_fabric_rail_measured_bits_per_second")[on_a] == 240e9
+    assert _values(families, "llmgw_fabric_rail_rated_bits_per_second")[on_b] == 400e9
+    assert _values(families, "llmgw_fabric_rail_measured_timestamp_seconds") == {
+        on_a: measured_at,
+        on_b: measured_at,
+    }
+
+
+def test_a_verdict_kept_without_its_rail_position_or_speeds_has_an_empty_rail_and_no_speed():
+    kept = {"peer": "b", "adapter": "mlx5_0", "verdict": "pass", "measured_at": 1.7e9}
+    fleet = FleetState(taken_at=AT, nodes={"a": _node("a", kept), "b": _node("b")})
+    families = fabric_families(fleet)
+    end = (("adapter", "mlx5_0"), ("node", "a"), ("peer", "b"), ("rail", ""))
+    assert _values(families, "llmgw_fabric_rail_verdict")[(*end, ("verdict", "pass"))] == 1
     assert _values(families, "llmgw_fabric_rail_ratio") == {}
-    assert _values(families, "llmgw_fabric_rail_measured_bits_per_second") == {ends: 9.4e9}
+    assert _values(families, "llmgw_fabric_rail_measured_bits_per_second") == {}
+    assert _values(families, "llmgw_fabric_rail_measured_timestamp_seconds") == {end: 1.7e9}
 
 
 def test_a_refused_node_is_down_and_a_card_without_a_load_figure_has_no_utilisation_sample():
@@ -104,3 +136,4 @@ def test_a_refused_node_is_down_and_a_card_without_a_load_figure_has_no_utilisat
     assert _values(families, "llmgw_gpu_utilization_ratio") == {}
     assert _values(families, "llmgw_gpu_nvlink_joined") == {}  # no multi-node domain
     assert _values(families, "llmgw_snapshot_timestamp_seconds") == {(): AT.timestamp()}
+    assert _values(families, "llmgw_fabric_rail_verdict") == {}  # no node keeps a verdict
