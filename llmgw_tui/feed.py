@@ -412,11 +412,14 @@ class LiveFeed:
 
     async def metrics_snapshot(self) -> MetricsSnapshot:
         """The fleet and replicas as the poller last read them, and the gateways scraped now."""
+        from llmgw_core.gateway.run import gateways_now
+        from llmgw_core.metrics.gateway import targets_of
         from llmgw_core.metrics.sources import gather_snapshot
 
         snapshot, _unread = await gather_snapshot(
             self._live(),
             self._engines(),
+            gateways=targets_of(await gateways_now(self._live())),
             replicas=self._views,
         )
         return snapshot

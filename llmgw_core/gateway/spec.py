@@ -228,8 +228,8 @@ def gateway_views(listings: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[
                 GatewayView(
                     name=str(gateway.get("name")),
                     node=node,
-                    port=int(gateway.get("port") or 0),
-                    prometheus_port=int(gateway.get("prometheus_port") or 0),
+                    port=_recorded_port(gateway.get("port")),
+                    prometheus_port=_recorded_port(gateway.get("prometheus_port")),
                     policy=str(gateway.get("policy")),
                     phase=str(record.get("phase") or "starting"),
                     shard_id=str(record.get("shard_id")),
@@ -237,11 +237,21 @@ def gateway_views(listings: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[
                     reason=record.get("reason"),
                     api_key_env=gateway.get("api_key_env"),
                     health_path=str(gateway.get("health_path") or "/health"),
-                    created_at=float(gateway.get("created_at") or 0),
+                    created_at=_recorded_time(gateway.get("created_at")),
                 )
             )
     found.sort(key=lambda view: (not view.live, -view.created_at))
     return tuple(found)
+
+
+def _recorded_port(value: Any) -> int:
+    """A port as a shard recorded it; 0 for anything that is not one (an agent's word is data)."""
+    return value if isinstance(value, int) and 0 < value < 65536 else 0
+
+
+def _recorded_time(value: Any) -> float:
+    """A time as a shard recorded it; 0 for anything that is not a number."""
+    return float(value) if isinstance(value, int | float) else 0.0
 
 
 def live_gateway(views: Sequence[GatewayView], name: str) -> GatewayView | None:

@@ -25,8 +25,6 @@ SCRAPE_TIMEOUT_S = 5.0
 OWN_PREFIX = "llmgw_"
 """Families of ours; a gateway's family with this prefix is not re-exported (it would clash)."""
 ADDED_LABELS = ("gateway", "node")
-GATEWAY_SPEC_KIND = "llmgw-gateway"
-"""The spec kind of a gateway's shard (a router started by the agent)."""
 
 
 @dataclass(frozen=True)
@@ -51,27 +49,23 @@ class GatewayScrape:
 def gateway_targets(
     listings: Mapping[str, Sequence[Mapping[str, Any]]],
 ) -> tuple[GatewayTarget, ...]:
-    """The running gateways among the nodes' shard listings: where the gateway shards plug in.
-
-    A gateway is a shard whose spec is of kind `llmgw-gateway` and records its
-    router's metrics port (`spec.gateway.prometheus_port`), as the gateway's
-    launcher writes it. This is the one place that reads that contract.
+    """The running gateways among the nodes' shard listings (read by `gateway.spec.gateway_views`).
 
     Args:
         listings: per node, its agent's `shard.list` records.
     """
-    found = []
-    for node, records in listings.items():
-        for record in records:
-            spec = record.get("spec") or {}
-            gateway = spec.get("gateway") or {}
-            port = gateway.get("prometheus_port")
-            if spec.get("kind") != GATEWAY_SPEC_KIND or record.get("phase") != "running":
-                continue
-            if isinstance(port, int) and 0 < port < 65536:
-                name = str(gateway.get("name") or record.get("replica") or "gateway")
-                found.append(GatewayTarget(name=name, node=node, port=port))
-    return tuple(found)
+    from llmgw_core.gateway.spec import gateway_views
+
+    return targets_of(gateway_views(listings))
+
+
+def targets_of(views: Iterable[Any]) -> tuple[GatewayTarget, ...]:
+    """Where to scrape each running gateway: its router's metrics port on its node."""
+    return tuple(
+        GatewayTarget(name=view.name, node=view.node, port=view.prometheus_port)
+        for view in views
+        if view.phase == "running" and 0 < view.prometheus_port < 65536
+    )
 
 
 async def scrape_gateway(reach: EngineReach, target: GatewayTarget) -> GatewayScrape:

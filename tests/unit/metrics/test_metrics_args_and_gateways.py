@@ -104,7 +104,7 @@ def test_a_running_gateway_shard_that_records_its_metrics_port_is_scraped():
         "cpu-01": [
             _gateway_record("main", "running", 29001),
             _gateway_record("old", "stopped", 29002),
-            _gateway_record("odd", "running", "29003"),
+            _gateway_record("odd", "running", None),
             {"replica": "llama", "rank": 0, "phase": "running", "spec": {"kind": "llmgw-replica"}},
         ],
         "cpu-02": [_gateway_record("second", "running", 29004)],
