@@ -28,13 +28,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    Strict,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from llmgw_core.errors import BadInput
-from llmgw_core.yaml_text import MAX_TEXT_BYTES, decode_text, line_of, load_checked
+from llmgw_core.yaml_text import line_of, load_checked, read_text_file
 
 DEFAULT_INVENTORY = "~/.config/llmgw/inventory.yaml"
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -109,7 +110,7 @@ class Defaults(_Strict):
     """Values every node takes unless it says otherwise."""
 
     user: UserText | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
+    port: Annotated[int, Strict()] | None = Field(default=None, ge=1, le=65535)
     identity_file: PathText | None = None
     mgmt_interface: WordText | None = None
     model_dirs: tuple[PathText, ...] = ()
@@ -123,7 +124,7 @@ class InventoryNode(_Strict):
 
     name: str
     host: HostText = Field(min_length=1)
-    port: int | None = Field(default=None, ge=1, le=65535)
+    port: Annotated[int, Strict()] | None = Field(default=None, ge=1, le=65535)
     user: UserText | None = None
     identity_file: PathText | None = None
     mgmt_interface: WordText | None = None
@@ -235,10 +236,7 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
     """
     file = Path(path).expanduser() if path is not None else default_inventory_path()
     try:
-        if file.is_dir():
-            raise BadInput(f"the inventory {file} is a directory", "give its YAML file")
-        with file.open("rb") as handle:
-            text = decode_text(handle.read(MAX_TEXT_BYTES + 1), f"the inventory {file}")
+        text = read_text_file(file, f"the inventory {file}")
     except FileNotFoundError:
         fix = "write one (see docs/inventory.md), pass --inventory FILE, or try --demo"
         raise BadInput(f"the inventory {file} does not exist", fix) from None

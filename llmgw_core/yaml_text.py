@@ -9,6 +9,10 @@ keeps the last silently, so the operator's first value vanishes).
 
 from __future__ import annotations
 
+import re
+import stat
+from pathlib import Path
+
 import yaml
 
 from llmgw_core.errors import BadInput
@@ -18,6 +22,24 @@ MAX_TEXT_BYTES = 1024 * 1024
 
 MAX_EXPANDED_VALUES = 100_000
 """The most values a document may hold once its aliases are expanded."""
+
+
+MAX_BRACKET_DEPTH = 64
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def read_text_file(path: Path, source: str) -> str:
+    """A script's or inventory's text, read at most `MAX_TEXT_BYTES` (a pipe is refused, not waited on).
+
+    Raises:
+        BadInput: not a regular file, too large, not UTF-8; OSError as it comes.
+    """
+    if path.is_dir():
+        raise BadInput(f"{source} is a directory", "give a YAML file")
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        raise BadInput(f"{source} is not a regular file (a pipe or a device)", "give a YAML file")
+    with path.open("rb") as handle:
+        return decode_text(handle.read(MAX_TEXT_BYTES + 1), source)
 
 
 def decode_text(raw: bytes, source: str) -> str:
@@ -32,6 +54,8 @@ def decode_text(raw: bytes, source: str) -> str:
             "a script or inventory may be",
             "give the YAML file you wrote, not data",
         )
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise BadInput(f"{source} is UTF-16 text", "save it as UTF-8")
     if b"\x00" in raw:
         raise BadInput(f"{source} holds NUL bytes: it is binary, not YAML")
     try:
@@ -67,6 +91,7 @@ def compose_checked(text: str, source: str) -> yaml.Node | None:
             f"{source} is over the {MAX_TEXT_BYTES // 1024**2} MB a script or inventory may be",
             "give the YAML file you wrote, not data",
         )
+    _refuse_deep_brackets(text, source)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -94,6 +119,19 @@ def load_checked(text: str, source: str) -> tuple[yaml.Node | None, object]:
         raise BadInput(f"{source}: {yaml_problem(exc)}") from None
     except RecursionError:
         raise BadInput(f"{source}: nested too deeply to be a script or inventory") from None
+
+
+def _refuse_deep_brackets(text: str, source: str) -> None:
+    """Refuse `[[[[…` before PyYAML sees it: its scanner takes seconds per thousand levels.
+
+    Brackets inside quoted strings count too; no hand-written file nests 64 deep.
+    """
+    depth = 0
+    for match in _BRACKET.finditer(text):
+        depth += 1 if match.group() in "[{" else -1
+        if depth > MAX_BRACKET_DEPTH:
+            line = text.count("\n", 0, match.start()) + 1
+            raise BadInput(f"{source}: line {line}: nested too deeply to be a script or inventory")
 
 
 def _refuse_explosion(root: yaml.Node, source: str) -> None:

@@ -38,7 +38,7 @@ from llmgw_core.script.registry import (
     StepOutcome,
     all_steps,
 )
-from llmgw_core.yaml_text import MAX_TEXT_BYTES, decode_text, line_of, load_checked
+from llmgw_core.yaml_text import MAX_TEXT_BYTES, decode_text, line_of, load_checked, read_text_file
 
 TOP_LEVEL_KEYS = {"steps", "fleet", "inventory"}
 
@@ -69,13 +69,13 @@ def _line(node: yaml.Node) -> int:
 def _validation_sentence(error: ValidationError) -> str:
     parts = []
     for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"]) or "arguments"
-        message = item["msg"]
+        where = ".".join(str(p) for p in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "is not a known argument"
         elif item["type"] == "missing":
             message = "is required"
-        parts.append(f"{where} {message}")
+        parts.append(f"{where} {message}" if where else message)
     return "; ".join(parts)
 
 
@@ -166,11 +166,7 @@ def _read_script(path: str) -> tuple[str, Path, str]:
         return decode_text(raw, "stdin"), Path.cwd(), "stdin"
     file = Path(path)
     try:
-        if file.is_dir():
-            raise BadInput(f"the script {path} is a directory", "give a YAML file")
-        with file.open("rb") as handle:
-            raw = handle.read(MAX_TEXT_BYTES + 1)
-        return decode_text(raw, str(path)), file.resolve().parent, str(path)
+        return read_text_file(file, f"the script {path}"), file.resolve().parent, str(path)
     except OSError as exc:
         raise BadInput(f"cannot read script {path}: {exc.strerror or exc}") from None
 
