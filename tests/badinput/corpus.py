@@ -4,7 +4,8 @@
 
 Script, inventory, model and injection cases run `llmgw-tui --run` in this
 process (its `main`, stdout and stderr captured, a timer against hangs), and
-every `SUBPROCESS_EVERY`-th one again as a real `llmgw-tui` process. Protocol
+the first of each category and every `SUBPROCESS_EVERY`-th one again as a real
+`llmgw-tui` process (each costs a second or more of start-up). Protocol
 lines go to one real agent process over its stdin. Captures are replayed by
 the real `llmgw doctor --replay DIR --facts --json`. Shell cases run the
 command line the core builds under a real `/bin/sh`.
@@ -33,7 +34,7 @@ from generate import SECRET, Case, cases, materialise
 
 CASE_TIMEOUT_S = 20.0
 TIMES: dict[str, float] = {}
-SUBPROCESS_EVERY = 40
+SUBPROCESS_EVERY = 100
 REPO = Path(__file__).resolve().parents[2]
 
 ENV = {
@@ -424,7 +425,9 @@ def run_all(root: Path) -> list[Result]:
             started = time.monotonic()
             results.append(run_case(case, root / case.id))
             TIMES[case.category] = TIMES.get(case.category, 0.0) + time.monotonic() - started
-    sampled = [case for case in every if case.kind == "run"][::SUBPROCESS_EVERY]
+    runs = [case for case in every if case.kind == "run"]
+    firsts = {case.category: case for case in reversed(runs)}  # the first of each category
+    sampled = [*firsts.values(), *(c for c in runs[::SUBPROCESS_EVERY] if c not in firsts.values())]
     sampled += [case for case in every if case.kind == "capture"][:: SUBPROCESS_EVERY // 4]
     results += [run_case(case, root / f"{case.id}-process", in_subprocess=True) for case in sampled]
     started = time.monotonic()
