@@ -71,6 +71,8 @@ class Result:
             return False
         if self.got != self.case.expect:
             return False
+        if self.case.kind == "run" and self.case.as_json:
+            return len(self.lines) == 1 and _json_refusal(self.lines[0], self.case.fragment)
         if self.case.kind == "run":
             return len(self.lines) == 1 and self.case.fragment in self.lines[0]
         return self.case.fragment in self.output
@@ -86,6 +88,19 @@ class Result:
             parts.append(self.note)
         parts.append(repr(self.output[-300:]))
         return "; ".join(parts)
+
+
+def _json_refusal(line: str, fragment: str) -> bool:
+    """True for `--json`'s one object saying the input was refused, with the fragment."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return False
+    return (
+        isinstance(message, dict)
+        and message.get("ok") is False
+        and fragment in str(message.get("error"))
+    )
 
 
 class _Hung(BaseException):
@@ -104,6 +119,8 @@ def _run_argv(case: Case, folder: Path) -> list[str]:
     argv = ["--run", str(folder / "script.yaml")]
     if case.inventory:
         argv += ["--inventory", str(folder / "inventory.yaml")]
+    if case.as_json:
+        argv.append("--json")
     return argv
 
 

@@ -65,6 +65,7 @@ class Case:
         links: relative path → symlink target.
         fifos: relative paths made named pipes (a read would block).
         inventory: pass `--inventory inventory.yaml`.
+        as_json: pass `--json` (the sentence then comes as `{"ok": false, "error": …}`).
         line: the protocol line (agent kind), or its builder.
         shell: for the shell kind, the value put through the command builder.
     """
@@ -78,6 +79,7 @@ class Case:
     links: dict[str, str] = field(default_factory=dict)
     fifos: tuple[str, ...] = ()
     inventory: bool = False
+    as_json: bool = False
     line: bytes | Callable[[], bytes] | None = None
     shell: dict[str, str] | None = None
 
@@ -99,6 +101,21 @@ def _alias_bomb(levels: int = 9) -> str:
         refs = ", ".join([f"*a{level - 1}"] * 9)
         lines.append(f"a{level}: &a{level} [{refs}]")
     return "\n".join(lines) + "\n"
+
+
+JSON_TOO = (
+    "empty",
+    "binary",
+    "not-yaml-tab",
+    "alias-bomb",
+    "deep-nesting",
+    "duplicate-steps",
+    "unknown-step",
+    "unknown-step-arg",
+    "missing-model",
+    "inventory-missing-file",
+)
+"""Script cases also run with `--json`, where automation reads the sentence."""
 
 
 def script_cases() -> Iterator[Case]:
@@ -159,6 +176,16 @@ def script_cases() -> Iterator[Case]:
     }
     for name, (text, fragment) in texts.items():
         yield Case(f"script-{name}", "script", "run", 2, fragment, files={"script.yaml": text})
+        if name in JSON_TOO:
+            yield Case(
+                f"script-json-{name}",
+                "script",
+                "run",
+                2,
+                fragment,
+                files={"script.yaml": text},
+                as_json=True,
+            )
     numbers = {
         "nan": ".nan",
         "inf": ".inf",
@@ -379,6 +406,25 @@ def _first_key_end(data: bytes) -> int:
     return 24 + 8 + length
 
 
+def _patch_field(data: bytes, kind: str, value: int) -> bytes:
+    """Overwrite the length of the first key's value of `kind` (an array's count, a string's size)."""
+    import tempfile
+
+    import gguf
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "read.gguf"
+        path.write_bytes(data)
+        fields = list(gguf.GGUFReader(str(path)).fields.values())
+        spots = [(f.offset, f.name, f.types[0].name) for f in fields if f.types]
+    for offset, name, kind_read in spots:
+        if kind_read == kind and offset >= 24:
+            # key length (8) + key + value type (4), then an array's item type (4)
+            at = offset + 8 + len(name.encode()) + 4 + (4 if kind == "ARRAY" else 0)
+            return data[:at] + struct.pack("<Q", value) + data[at + 8 :]
+    raise AssertionError(f"the tiny GGUF has no {kind} value")
+
+
 def model_cases() -> Iterator[Case]:
     plan = "plan: {model: ./model, context: 4096}"
     script = _script(plan)
@@ -573,6 +619,8 @@ def model_cases() -> Iterator[Case]:
     yield gguf_case(
         "key-length-absurd", lambda b: b[:24] + struct.pack("<Q", 2**60) + b[32:], "m.gguf"
     )
+    yield gguf_case("array-count-absurd", lambda b: _patch_field(b, "ARRAY", 2**61), "m.gguf")
+    yield gguf_case("string-length-absurd", lambda b: _patch_field(b, "STRING", 2**61), "m.gguf")
     yield gguf_case(
         "value-type-unknown",
         lambda b: b[: _first_key_end(b)] + struct.pack("<I", 77) + b[_first_key_end(b) + 4 :],
@@ -731,6 +779,25 @@ def protocol_cases() -> Iterator[Case]:
             "health_url",
         ),
     }
+    for index, (name, value) in enumerate(sorted(INJECTIONS.items())):
+        typed[f"fabric-client-address-{name}"] = (
+            "fabric.client",
+            {"method": "tcp", "server_address": value, "port": 18515},
+            "bad_args",
+            "server_address",
+        )
+        typed[f"fabric-server-device-{name}"] = (
+            "fabric.server",
+            {"device": value, "port": 18516 + index},
+            "bad_args",
+            "device",
+        )
+        typed[f"fabric-all-reduce-host-{name}"] = (
+            "fabric.all_reduce",
+            {"hosts": [value]},
+            "bad_args",
+            "hosts",
+        )
     for name, (op, args, code, fragment) in typed.items():
         lines[name] = (_request(op, args), code, fragment)
     traversals = ("../../etc", "/etc/passwd", "..", "a/../../b", "x\n", "x\x00y", "~root/.ssh")
