@@ -34,7 +34,7 @@ from generate import SECRET, Case, cases, materialise
 
 CASE_TIMEOUT_S = 20.0
 TIMES: dict[str, float] = {}
-SUBPROCESS_EVERY = 100
+SUBPROCESS_EVERY = 250
 REPO = Path(__file__).resolve().parents[2]
 
 ENV = {
@@ -445,7 +445,7 @@ def run_all(root: Path) -> list[Result]:
     runs = [case for case in every if case.kind == "run"]
     firsts = {case.category: case for case in reversed(runs)}  # the first of each category
     sampled = [*firsts.values(), *(c for c in runs[::SUBPROCESS_EVERY] if c not in firsts.values())]
-    sampled += [case for case in every if case.kind == "capture"][:: SUBPROCESS_EVERY // 4]
+    sampled += [case for case in every if case.kind == "capture"][:: SUBPROCESS_EVERY // 5]
     results += [run_case(case, root / f"{case.id}-process", in_subprocess=True) for case in sampled]
     started = time.monotonic()
     results += run_agent_cases([case for case in every if case.kind == "agent"], root / "agent")
