@@ -798,6 +798,25 @@ def protocol_cases() -> Iterator[Case]:
             "bad_args",
             "hosts",
         )
+    # A bare option: no space or `=` for a character check to catch, only the leading '-'.
+    typed["fabric-client-address-bare-option"] = (
+        "fabric.client",
+        {"method": "tcp", "server_address": "-h", "port": 18530},
+        "bad_args",
+        "server_address",
+    )
+    typed["fabric-server-device-bare-option"] = (
+        "fabric.server",
+        {"device": "--help", "port": 18531},
+        "bad_args",
+        "device",
+    )
+    typed["fabric-all-reduce-host-bare-option"] = (
+        "fabric.all_reduce",
+        {"hosts": ["-h"]},
+        "bad_args",
+        "hosts",
+    )
     for name, (op, args, code, fragment) in typed.items():
         lines[name] = (_request(op, args), code, fragment)
     traversals = ("../../etc", "/etc/passwd", "..", "a/../../b", "x\n", "x\x00y", "~root/.ssh")
