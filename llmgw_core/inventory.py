@@ -58,6 +58,12 @@ def _checked_path(path: str) -> str:
     return path
 
 
+def _checked_label(text: str) -> str:
+    if _CONTROL.search(text):
+        raise ValueError("must not hold a newline or another control character")
+    return text
+
+
 def _checked(pattern: re.Pattern[str], what: str) -> Any:
     def check(value: str) -> str:
         if not pattern.match(value):
@@ -71,7 +77,7 @@ HostText = Annotated[str, _checked(HOST, "a host name, an address or an ssh alia
 UserText = Annotated[str, _checked(USER, "a user name")]
 WordText = Annotated[str, _checked(WORD, "a name of letters, digits, '.', '_', ':' or '-'")]
 PathText = Annotated[str, AfterValidator(_checked_path)]
-LabelText = Annotated[str, AfterValidator(_checked_path)]
+LabelText = Annotated[str, AfterValidator(_checked_label)]
 
 
 class _Strict(BaseModel):
