@@ -302,6 +302,7 @@ def inventory_cases() -> Iterator[Case]:
             "nodes:\n  - {name: a, host: h, model_dirs: [1, [2]]}\n",
             "model_dirs",
         ),
+        "label-newline": ('nodes:\n  - {name: a, host: h, labels: {rack: "r1\\nr2"}}\n', "labels"),
         "labels-list": ("nodes:\n  - {name: a, host: h, labels: [a]}\n", "labels"),
         "engines-unknown": ("nodes:\n  - {name: a, host: h, engines: {tgi: {bin: x}}}\n", "tgi"),
         "mgmt-interface-shell": (
