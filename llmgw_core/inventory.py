@@ -20,16 +20,64 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from llmgw_core.errors import BadInput
+from llmgw_core.yaml_text import line_of, load_checked, read_text_file
 
 DEFAULT_INVENTORY = "~/.config/llmgw/inventory.yaml"
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+HOST = re.compile(r"^[A-Za-z0-9_:\[][A-Za-z0-9_.:%\[\]-]*$")
+"""A host name, an IPv4/IPv6 address or an ~/.ssh/config alias; never an option or a shell word."""
+USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*[$]?$")
+WORD = re.compile(r"^[=^]?[A-Za-z0-9_][A-Za-z0-9_.:@,+-]*$")
+"""Adapter, interface and fabric names (NCCL_SOCKET_IFNAME takes `^` and `=` prefixes)."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _checked_path(path: str) -> str:
+    if not path:
+        raise ValueError("must not be empty")
+    if _CONTROL.search(path):
+        raise ValueError("must not hold a newline or another control character")
+    if path.startswith("-"):
+        raise ValueError("must not start with '-'")
+    return path
+
+
+def _checked_label(text: str) -> str:
+    if _CONTROL.search(text):
+        raise ValueError("must not hold a newline or another control character")
+    return text
+
+
+def _checked(pattern: re.Pattern[str], what: str) -> Any:
+    def check(value: str) -> str:
+        if not pattern.match(value):
+            raise ValueError(f"must be {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+HostText = Annotated[str, _checked(HOST, "a host name, an address or an ssh alias")]
+UserText = Annotated[str, _checked(USER, "a user name")]
+WordText = Annotated[str, _checked(WORD, "a name of letters, digits, '.', '_', ':' or '-'")]
+PathText = Annotated[str, AfterValidator(_checked_path)]
+LabelText = Annotated[str, AfterValidator(_checked_label)]
 
 
 class _Strict(BaseModel):
@@ -39,21 +87,21 @@ class _Strict(BaseModel):
 class Fabric(_Strict):
     """A fabric the node is wired into: its name and the adapters on it."""
 
-    name: str = Field(min_length=1)
-    hcas: tuple[str, ...] = Field(min_length=1)
+    name: WordText = Field(min_length=1)
+    hcas: tuple[WordText, ...] = Field(min_length=1)
     rate_gbps: float | None = Field(default=None, gt=0)
 
 
 class BinaryEngine(_Strict):
     """An engine found as its own executable (`vllm`, `llama-server`)."""
 
-    bin: str = Field(min_length=1)
+    bin: PathText = Field(min_length=1)
 
 
 class PythonEngine(_Strict):
     """An engine run as a module of an interpreter that has it installed."""
 
-    python: str = Field(min_length=1)
+    python: PathText = Field(min_length=1)
 
 
 class EngineLocations(_Strict):
@@ -69,31 +117,31 @@ class EngineLocations(_Strict):
 class Defaults(_Strict):
     """Values every node takes unless it says otherwise."""
 
-    user: str | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
-    identity_file: str | None = None
-    mgmt_interface: str | None = None
-    model_dirs: tuple[str, ...] = ()
+    user: UserText | None = None
+    port: Annotated[int, Strict()] | None = Field(default=None, ge=1, le=65535)
+    identity_file: PathText | None = None
+    mgmt_interface: WordText | None = None
+    model_dirs: tuple[PathText, ...] = ()
     engines: EngineLocations | None = None
-    work_dir: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    work_dir: PathText | None = None
+    labels: dict[LabelText, LabelText] = Field(default_factory=dict)
 
 
 class InventoryNode(_Strict):
     """One node as written in the inventory (before defaults are applied)."""
 
     name: str
-    host: str = Field(min_length=1)
-    port: int | None = Field(default=None, ge=1, le=65535)
-    user: str | None = None
-    identity_file: str | None = None
-    mgmt_interface: str | None = None
+    host: HostText = Field(min_length=1)
+    port: Annotated[int, Strict()] | None = Field(default=None, ge=1, le=65535)
+    user: UserText | None = None
+    identity_file: PathText | None = None
+    mgmt_interface: WordText | None = None
     fabrics: tuple[Fabric, ...] = ()
-    labels: dict[str, str] = Field(default_factory=dict)
-    model_dirs: tuple[str, ...] | None = None
-    replay: str | None = None
+    labels: dict[LabelText, LabelText] = Field(default_factory=dict)
+    model_dirs: tuple[PathText, ...] | None = None
+    replay: PathText | None = None
     engines: EngineLocations | None = None
-    work_dir: str | None = None
+    work_dir: PathText | None = None
 
     @field_validator("name")
     @classmethod
@@ -139,7 +187,7 @@ class Inventory(_Strict):
 
     defaults: Defaults = Field(default_factory=Defaults)
     nodes: tuple[InventoryNode, ...] = Field(min_length=1)
-    known_hosts: str = DEFAULT_KNOWN_HOSTS
+    known_hosts: PathText = DEFAULT_KNOWN_HOSTS
 
     def node_specs(self) -> list[NodeSpec]:
         """Every node with the defaults applied, in inventory order."""
@@ -196,7 +244,7 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
     """
     file = Path(path).expanduser() if path is not None else default_inventory_path()
     try:
-        text = file.read_text(encoding="utf-8")
+        text = read_text_file(file, f"the inventory {file}")
     except FileNotFoundError:
         fix = "write one (see docs/inventory.md), pass --inventory FILE, or try --demo"
         raise BadInput(f"the inventory {file} does not exist", fix) from None
@@ -214,9 +262,7 @@ def parse_inventory(
     Raises:
         BadInput: naming the line and what is wrong with it.
     """
-    root = _compose(text, source)
-    _refuse_duplicate_keys(root, source)
-    raw = yaml.safe_load(text)
+    root, raw = _compose(text, source)
     try:
         inventory = Inventory.model_validate(raw)
     except ValidationError as exc:
@@ -227,41 +273,20 @@ def parse_inventory(
     return inventory
 
 
-def _compose(text: str, source: str) -> yaml.MappingNode:
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise BadInput(f"{source}: {where}not valid YAML ({problem})") from None
+def _compose(text: str, source: str) -> tuple[yaml.MappingNode, Any]:
+    root, raw = load_checked(text, source)
     if root is None:
         raise BadInput(f"{source} is empty", "give it a `nodes:` list")
-    if not isinstance(root, yaml.MappingNode):
+    if not isinstance(root, yaml.MappingNode) or not isinstance(raw, dict):
         raise BadInput(
             f"{source}: line {_line(root)}: an inventory is a mapping with `nodes:`",
             "see docs/inventory.md",
         )
-    return root
+    return root, raw
 
 
 def _line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
-
-
-def _refuse_duplicate_keys(node: yaml.Node, source: str) -> None:
-    """YAML keeps the last of two equal keys silently; an inventory refuses them."""
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key, value in node.value:
-            if isinstance(key, yaml.ScalarNode):
-                if key.value in seen:
-                    raise BadInput(f"{source}: line {_line(key)}: {key.value!r} is given twice")
-                seen.add(key.value)
-            _refuse_duplicate_keys(value, source)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            _refuse_duplicate_keys(item, source)
+    return line_of(node)
 
 
 def _node_at(root: yaml.Node, loc: tuple[Any, ...]) -> yaml.Node:

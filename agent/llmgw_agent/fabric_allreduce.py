@@ -39,7 +39,12 @@ HALF_SPEED_BYTES = 16 * 1024**2
 
 
 def _token(text: str) -> bool:
-    return bool(text) and all(ch.isalnum() or ch in "._:-=,^%/" for ch in text)
+    """A plain word for argv or an environment value; never an option (a leading `-`)."""
+    return (
+        bool(text)
+        and not text.startswith("-")
+        and all(ch.isascii() and (ch.isalnum() or ch in "._:-=,^%/") for ch in text)
+    )
 
 
 def _options(args: Dict[str, Any]) -> Dict[str, Any]:

@@ -75,8 +75,15 @@ class HalfOptions:
 
 
 def _safe_token(text: str) -> bool:
-    """An adapter name or an address: letters, digits and `._:-%` only (it reaches argv)."""
-    return bool(text) and all(ch.isalnum() or ch in "._:-%" for ch in text)
+    """An adapter name or an address: letters, digits and `._:-%` only (it reaches argv).
+
+    Never a leading `-`: `-h` would be read as an option of ib_write_bw, not a host.
+    """
+    return (
+        bool(text)
+        and not text.startswith("-")
+        and all(ch.isascii() and (ch.isalnum() or ch in "._:-%") for ch in text)
+    )
 
 
 def ib_write_bw_argv(options: HalfOptions, numactl: bool) -> List[str]:

@@ -46,7 +46,8 @@ stdin ends the agent cleanly.
 Error codes: `bad_json`, `bad_request` (no id/op, or an id already in flight),
 `too_large`, `unknown_op`, `bad_args`, `unavailable` (a part this agent lacks),
 `not_found` (no such shard), `busy` (a GPU held; a running shard forgotten),
-`exists` (that shard id is taken), `failed`, `internal`.
+`exists` (that shard id is taken), `refused` (a path outside the agent's own
+folders and the model directories, see `allowed_paths.py`), `failed`, `internal`.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
-from llmgw_agent import PROTOCOL_VERSION, __version__, paths
+from llmgw_agent import PROTOCOL_VERSION, __version__, allowed_paths, paths
 from llmgw_agent.op_args import OpError, arg, number_arg
 
 MAX_LINE_BYTES = 1024 * 1024
@@ -164,6 +165,9 @@ class Server:
         except (UnicodeDecodeError, ValueError) as exc:
             self.error(None, "bad_json", "the line is not JSON: {}".format(exc))
             return
+        except RecursionError:
+            self.error(None, "bad_json", "the line is nested too deeply to be a request")
+            return
         if not isinstance(request, dict):
             self.error(None, "bad_request", "a request is a JSON object with id, op and args")
             return
@@ -259,6 +263,11 @@ class Server:
         model_dirs = arg(args, "model_dirs", (list,), [])
         if not all(isinstance(item, str) for item in model_dirs):
             raise OpError("bad_args", "model_dirs must be a list of paths")
+        for item in model_dirs:
+            refusal = allowed_paths.model_dir_refusal(item)
+            if refusal:
+                raise OpError("bad_args", "model_dirs: {}".format(refusal))
+        allowed_paths.add_model_dirs(model_dirs)
         try:
             from llmgw_agent.discover import DiscoveryError, collect_facts
         except ImportError as exc:
@@ -379,6 +388,9 @@ def _op_port_free(args: dict, _stream: Stream) -> dict:
 def _op_download_watch(args: dict, stream: Stream) -> dict:
     path = arg(args, "path", (str,))
     interval_s = number_arg(args, "interval_s", 2.0, minimum=0.05, maximum=3600.0)
+    refusal = allowed_paths.refusal(path)
+    if refusal:
+        raise OpError("refused", "path {}".format(refusal))
     from llmgw_agent.downloads import watch_download
 
     return watch_download(path, interval_s, stream.emit, stream.cancelled)
@@ -453,7 +465,13 @@ def serve_main(argv) -> int:
             None, "too_large", "a request line is limited to {} bytes".format(MAX_LINE_BYTES)
         )
 
+    def handle(raw: bytes) -> None:
+        try:
+            server.handle_line(raw)
+        except Exception as exc:  # the edge: one bad line never ends the agent
+            server.error(None, "internal", "{}: {}".format(type(exc).__name__, exc))
+
     with contextlib.suppress(KeyboardInterrupt):
-        read_lines(requests_in, server.handle_line, too_large)
+        read_lines(requests_in, handle, too_large)
     server.shutdown()
     return 0

@@ -9,11 +9,13 @@ from __future__ import annotations
 import re
 from typing import Any, List, Optional
 
+from llmgw_agent import allowed_paths
 from llmgw_agent.claims import valid_gpu_id
 from llmgw_agent.logcap import DEFAULT_LOG_MAX_BYTES
 from llmgw_agent.op_args import OpError, arg, number_arg
 
-SHARD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SHARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+"""Used with `match`: `\\Z`, not `$`, so a trailing newline is refused too."""
 DEFAULT_STOP_TIMEOUT_S = 30.0
 DEFAULT_PORT_TIMEOUT_S = 600.0
 ROLES = ("sidecar", "main")
@@ -41,6 +43,10 @@ def _command(index: int, raw: Any, last: bool) -> dict:
     cwd = raw.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
         raise _bad("{}.cwd must be a path".format(where))
+    if cwd is not None:
+        refusal = allowed_paths.refusal(cwd)
+        if refusal:
+            raise _bad("{}.cwd {}".format(where, refusal))
     port = raw.get("wait_for_port")
     if port is not None and (isinstance(port, bool) or not isinstance(port, int)):
         raise _bad("{}.wait_for_port must be a TCP port number".format(where))

@@ -49,8 +49,11 @@ def _local_path(ref: str, script_dir: Path | None) -> Path | None:
     if path.is_absolute():
         return path
     anchored = (script_dir / path) if script_dir is not None else path
-    if ref.startswith(_PATH_PREFIXES) or anchored.exists():
-        return anchored.resolve()
+    try:
+        if ref.startswith(_PATH_PREFIXES) or anchored.is_symlink() or anchored.exists():
+            return anchored.resolve()
+    except (OSError, RuntimeError):  # Python raises RuntimeError on a symlink loop
+        raise BadInput(f"model path {ref} is a symlink loop", "point at the real folder") from None
     return None
 
 

@@ -113,11 +113,13 @@ def checked_env(env: Mapping[str, object]) -> dict[str, str]:
     for key, raw in env.items():
         value = _as_text(raw)
         if not isinstance(key, str) or value is None:
-            refused.append(f"{key} (its value is {type(raw).__name__}, not text: quote it)")
+            shown = repr(key) if not isinstance(key, str) or _CONTROL.search(key) else key
+            refused.append(f"{shown} (its value is {type(raw).__name__}, not text: quote it)")
             continue
         why = key_refusal(key) or value_refusal(value)
         if why:
-            refused.append(f"{key} ({why})")
+            shown = repr(key) if _CONTROL.search(key) else key  # one line, whatever the key holds
+            refused.append(f"{shown} ({why})")
         checked[key] = value
     if refused:
         many = "s" if len(refused) > 1 else ""

@@ -152,7 +152,11 @@ async def start_demo_fleet(
             home=folder / "home",
             host_key=asyncssh.generate_private_key("ssh-ed25519"),
             authorized_keys=authorized,
-            env={"LLMGW_AGENT_STATE": str(folder / "home" / "state")},
+            env={
+                "LLMGW_AGENT_STATE": str(folder / "home" / "state"),
+                # A simulated node keeps weights in ~/models: its agent may watch them there.
+                "LLMGW_AGENT_MODEL_DIRS": str(folder / "home" / "models"),
+            },
             allow_forwarding=True,  # the console reaches engines' ports through SSH tunnels
         )
     await asyncio.gather(*(server.start() for server in servers.values()))

@@ -56,6 +56,10 @@ def parse_config_text(text: str, where: str) -> dict[str, Any]:
             f"{where} is not valid JSON (line {exc.lineno}: {exc.msg})",
             "the file is malformed; check the repository",
         ) from None
+    except RecursionError:
+        raise BadInput(f"{where} is nested too deeply to be a model's configuration") from None
+    except ValueError as exc:  # a number past Python's digit limit, and the like
+        raise BadInput(f"{where} holds a value JSON cannot carry ({exc})") from None
     if not isinstance(value, dict):
         raise BadInput(f"{where} is not a JSON object")
     return value

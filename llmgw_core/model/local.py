@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,25 @@ _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 _SKIP_DIRS = {".git", ".cache", "__pycache__"}
 
 
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+"""The largest JSON file read beside the weights: configs and indexes are kilobytes."""
+
+
+def _regular_file(path: Path) -> bool:
+    """True for a regular file (following links); False for a pipe, a device, a folder, a loop.
+
+    A named pipe would block the read forever, so it is refused before opening.
+    """
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except (OSError, RuntimeError):
+        return False
+
+
 def read_local_gguf(path: Path) -> GgufHeader:
     """A local GGUF file's header, read a chunk at a time like a remote one."""
+    if not _regular_file(path):
+        raise BadInput(f"{path} is not a regular file (a pipe, a folder or a symlink loop)")
     try:
         with path.open("rb") as handle:
 
@@ -38,12 +56,24 @@ def read_local_gguf(path: Path) -> GgufHeader:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
+    if not path.is_symlink() and not path.exists():
         return None
+    if not _regular_file(path):
+        raise BadInput(
+            f"{path} is not a regular file (a pipe, a folder, a dangling link or a symlink loop)"
+        )
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read {path}: {exc}") from None
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise BadInput(
+                f"{path} is over {MAX_CONFIG_BYTES // 1024**2} MB; a model's JSON files are kilobytes"
+            )
+        text = raw.decode("utf-8")
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path} is not UTF-8 text (byte {exc.start} cannot be read)") from None
     return parse_config_text(text, str(path))
 
 
@@ -63,8 +93,14 @@ def load_local(ref: str, path: Path, *, read_gguf_headers: bool) -> ModelInfo:
     Raises:
         BadInput: no such path, no config.json and no GGUF, or a malformed file.
     """
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except (OSError, RuntimeError):  # a symlink loop
+        raise BadInput(f"model path {ref} is a symlink loop", "point at the real folder") from None
+    if not exists:
         raise BadInput(f"model path {ref} does not exist", "give a directory or a .gguf file")
+    if not path.is_dir() and not _regular_file(path):
+        raise BadInput(f"model path {ref} is not a regular file or a folder (a pipe?)")
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise BadInput(

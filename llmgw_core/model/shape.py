@@ -342,6 +342,11 @@ def _dtype(body: dict[str, Any], top: dict[str, Any]) -> str:
             value = source.get(key)
             if isinstance(value, str) and value.lower() in _DTYPES:
                 return _DTYPES[value.lower()]
+            if value is not None and value != "auto":
+                raise BadInput(
+                    f"config.json: {key} is {value!r}, not a dtype weights are stored in",
+                    f"known: {', '.join(sorted(_DTYPES))}",
+                )
     # No dtype key (gpt-oss): the unquantised tensors of every such checkpoint
     # we know ship in bfloat16, which is also what vLLM serves a missing dtype in.
     return "bfloat16"
@@ -365,8 +370,26 @@ def _build(
             f"config.json: num_hidden_layers is {num_layers}, more than any model has",
             "the config is damaged",
         )
-    kv_heads = _optional_int(body, "num_key_value_heads", "num_kv_heads") or heads
-    head_dim = _optional_int(body, "head_dim") or hidden // heads
+    kv_heads = _optional_int(body, "num_key_value_heads", "num_kv_heads")
+    if kv_heads is None:
+        kv_heads = heads
+    if kv_heads == 0 or heads % kv_heads:
+        raise BadInput(
+            f"config.json: num_key_value_heads is {kv_heads}, which does not divide "
+            f"num_attention_heads ({heads})",
+            "the config is damaged",
+        )
+    head_dim = _optional_int(body, "head_dim")
+    if head_dim == 0:
+        raise BadInput("config.json: head_dim is 0", "the config is damaged")
+    if head_dim is None:
+        if hidden % heads:
+            raise BadInput(
+                f"config.json: hidden_size ({hidden}) is not a multiple of "
+                f"num_attention_heads ({heads}) and no head_dim is given",
+                "the config is damaged",
+            )
+        head_dim = hidden // heads
     vocab = _int(body, "vocab_size")
     max_context = _optional_int(body, "max_position_embeddings", "max_seq_len", "seq_length")
     intermediate = _optional_int(body, "intermediate_size", "ffn_dim") or 4 * hidden
@@ -406,7 +429,10 @@ def _build(
         head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
 
     layer_attention, sliding_window, chunk = _layer_pattern(body, num_layers, model_type)
-    rope = body.get("rope_scaling") if isinstance(body.get("rope_scaling"), dict) else {}
+    rope = body.get("rope_scaling")
+    if rope is not None and not isinstance(rope, dict):
+        raise BadInput(f"config.json: rope_scaling is {rope!r}, not an object")
+    rope = rope or {}
     rope_type = rope.get("rope_type") or rope.get("type") if rope else None
     rope_factor = _positive_number(rope.get("factor"), "rope_scaling.factor") or 1.0
     rope_original = _positive_number(

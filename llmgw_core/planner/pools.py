@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from llmgw_core.errors import BadInput
 from llmgw_core.planner.gpu_classes import GpuClass, gpu_class
@@ -371,15 +371,15 @@ class FleetEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1)
-    count: int = Field(default=1, ge=1, le=100_000)
+    count: Annotated[int, Strict()] = Field(default=1, ge=1, le=100_000)
     gpu: str | None = None
-    gpus: int = Field(default=0, ge=0, le=1024)
+    gpus: Annotated[int, Strict()] = Field(default=0, ge=0, le=1024)
     memory_gib: float | None = Field(default=None, gt=0)
     fabric: str | None = None
     nvlink: bool | None = None
     nvlink_domain: str | NvlinkDomainEntry | None = None
-    free: int | None = Field(default=None, ge=0)
-    busy: int | None = Field(default=None, ge=0)
+    free: Annotated[int, Strict()] | None = Field(default=None, ge=0)
+    busy: Annotated[int, Strict()] | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> FleetEntry:

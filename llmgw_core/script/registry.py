@@ -18,9 +18,9 @@ import importlib
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from llmgw_core.script.context import StepContext
 
@@ -30,10 +30,34 @@ EXIT_BAD_INPUT = 2
 EXIT_DOES_NOT_FIT = 3
 
 
+def _takes_bool(annotation: Any) -> bool:
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_takes_bool(inner) for inner in get_args(annotation))
+
+
 class StepArgs(BaseModel):
-    """Base of every step's arguments: unknown keys are refused, not ignored."""
+    """Base of every step's arguments: unknown keys are refused, not ignored.
+
+    YAML's `true` is not the number 1: a boolean given where a number or a
+    name is asked for is refused rather than quietly read as 1.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, raw: Any) -> Any:
+        if isinstance(raw, dict):
+            for name, value in raw.items():
+                field_info = cls.model_fields.get(name) if isinstance(name, str) else None
+                if (
+                    isinstance(value, bool)
+                    and field_info is not None
+                    and not _takes_bool(field_info.annotation)
+                ):
+                    raise ValueError(f"{name} is {str(value).lower()}, not a number or a name")
+        return raw
 
 
 @dataclass(frozen=True)

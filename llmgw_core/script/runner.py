@@ -41,6 +41,7 @@ from llmgw_core.script.registry import (
     known_step_names,
     load_step,
 )
+from llmgw_core.yaml_text import MAX_TEXT_BYTES, decode_text, line_of, load_checked, read_text_file
 
 TOP_LEVEL_KEYS = {"steps", "fleet", "inventory"}
 ON_FAIL = ("stop", "continue")
@@ -69,27 +70,20 @@ class Script:
     folder: Path
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    where = f"line {mark.line + 1}: " if mark else ""
-    problem = getattr(exc, "problem", None) or str(exc)
-    return f"{where}not valid YAML ({problem})"
-
-
 def _line(node: yaml.Node) -> int:
-    return node.start_mark.line + 1
+    return line_of(node)
 
 
 def _validation_sentence(error: ValidationError) -> str:
     parts = []
     for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"]) or "arguments"
-        message = item["msg"]
+        where = ".".join(str(p) for p in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "is not a known argument"
         elif item["type"] == "missing":
             message = "is required"
-        parts.append(f"{where} {message}")
+        parts.append(f"{where} {message}" if where else message)
     return "; ".join(parts)
 
 
@@ -99,10 +93,7 @@ def parse_script(text: str, *, folder: Path, source: str = "script") -> Script:
     Raises:
         BadInput: naming the line and what is wrong with it.
     """
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        raise BadInput(f"{source}: {_yaml_problem(exc)}") from None
+    root, data = load_checked(text, source)
     if root is None:
         raise BadInput(f"{source} is empty", "give it a `steps:` list")
     if not isinstance(root, yaml.MappingNode):
@@ -112,10 +103,8 @@ def parse_script(text: str, *, folder: Path, source: str = "script") -> Script:
             raise BadInput(
                 f"{source}: line {_line(key_node)}: a script's keys are names such as `steps:`"
             )
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise BadInput(f"{source}: {_yaml_problem(exc)}") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{source}: line {_line(root)}: a script is a mapping with `steps:`")
     key_lines = {key.value: _line(key) for key, _ in root.value if isinstance(key, yaml.ScalarNode)}
     unknown = sorted(set(data) - TOP_LEVEL_KEYS, key=str)
     if unknown:
@@ -196,10 +185,11 @@ def _check_described_fleet(
 
 def _read_script(path: str) -> tuple[str, Path, str]:
     if path == "-":
-        return sys.stdin.read(), Path.cwd(), "stdin"
+        raw = sys.stdin.buffer.read(MAX_TEXT_BYTES + 1)
+        return decode_text(raw, "stdin"), Path.cwd(), "stdin"
     file = Path(path)
     try:
-        return file.read_text(encoding="utf-8"), file.resolve().parent, str(path)
+        return read_text_file(file, f"the script {path}"), file.resolve().parent, str(path)
     except OSError as exc:
         raise BadInput(f"cannot read script {path}: {exc.strerror or exc}") from None
 
@@ -236,7 +226,11 @@ class _Printer:
             else:
                 self._console.print_json(json.dumps(outcome.result, default=str))
         if not outcome.ok:
-            self._console.print(f"[red]{step.name}: {outcome.error}[/red]")
+            # Text, not markup: an error may quote a model name holding `[/red]`;
+            # one line, never wrapped, so the sentence reads (and greps) whole.
+            from rich.text import Text
+
+            self._console.print(Text(f"{step.name}: {outcome.error}", style="red"), soft_wrap=True)
 
     def bad_input(self, sentence: str) -> None:
         if self.as_json:

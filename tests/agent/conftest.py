@@ -36,7 +36,9 @@ def state_dir(tmp_path: Path) -> Iterator[Path]:
 @pytest.fixture
 def agent(state_dir: Path, tmp_path: Path) -> Iterator[AgentClient]:
     """A running `serve` agent on a private state dir; its shards stopped afterwards."""
-    client = AgentClient(agent_env(state_dir), stderr_path=tmp_path / "agent.stderr")
+    # The test's own folder is a configured model directory: downloads are watched there.
+    env = agent_env(state_dir, LLMGW_AGENT_MODEL_DIRS=str(tmp_path))
+    client = AgentClient(env, stderr_path=tmp_path / "agent.stderr")
     yield client
     if client.proc.poll() is None:
         reply = client.request("shard.list")

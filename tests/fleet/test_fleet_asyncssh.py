@@ -323,8 +323,10 @@ def test_a_stream_yields_events_until_cancelled_then_its_result(
 ):
     async def scenario():
         server, connection, client = await _agent(tmp_path, client_key)
-        watched = tmp_path / "download"
-        watched.mkdir()
+        # Where the console watches a download: the node's Hugging Face cache
+        # (the agent refuses paths outside its folders and the model dirs).
+        watched = tmp_path / "n1" / "home" / ".cache" / "huggingface" / "hub" / "models--o--m"
+        watched.mkdir(parents=True)
         (watched / "part").write_bytes(b"x" * 1000)
         try:
             stream = client.stream("download.watch", {"path": str(watched), "interval_s": 0.05})
@@ -352,8 +354,10 @@ def test_a_lost_connection_fails_every_waiting_request_with_a_sentence(
 ):
     async def scenario():
         server, _connection, client = await _agent(tmp_path, client_key)
-        watched = tmp_path / "watched"
-        watched.mkdir()
+        # Where the console watches a download: the node's Hugging Face cache
+        # (the agent refuses paths outside its folders and the model dirs).
+        watched = tmp_path / "n1" / "home" / ".cache" / "huggingface" / "hub" / "models--o--m"
+        watched.mkdir(parents=True)
         stream = client.stream("download.watch", {"path": str(watched), "interval_s": 0.05})
         await stream.__anext__()
         await server.stop()

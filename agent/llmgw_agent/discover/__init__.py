@@ -142,6 +142,19 @@ def _model_dirs(model_dirs: Iterable[str], mounts: List[Dict[str, str]]) -> Dict
     return {str(path): storage.scan_model_dir(str(path), mounts) for path in model_dirs}
 
 
+def unread(name: str, text: Optional[str], read_something: bool) -> Optional[str]:
+    """The sentence for a capture that holds text but yielded nothing, or None.
+
+    A damaged `topo -m` or `ibstat` must not pass for "no NVLink" or "no
+    adapters": the operator is told which file could not be read.
+    """
+    if not text or not text.strip() or read_something:
+        return None
+    return "{}: nothing could be read from its {} lines; the capture is damaged".format(
+        name, len(text.splitlines())
+    )
+
+
 def _replay_facts(directory: Path, model_dirs: Iterable[str]) -> Dict[str, Any]:
     if not directory.is_dir():
         raise DiscoveryError(
@@ -171,20 +184,31 @@ def _replay_facts(directory: Path, model_dirs: Iterable[str]) -> Dict[str, Any]:
     topo_text = _read(directory / "nvidia-smi-topo-m.txt")
     imex_text = _read(directory / "nvidia-imex-ctl-N.txt")
     sys_ib = directory / "sys" / "class" / "infiniband"
+    ibstat_text = None
     if sys_ib.is_dir():
         adapters = ib.read_sysfs(sys_ib)
     else:
         ibstat_text = _read(directory / "ibstat.txt")
         adapters = ib.parse_ibstat(ibstat_text) if ibstat_text else []
+    topo_parsed = topo.parse_topo(topo_text) if topo_text else None
+    imex_parsed = imex.parse_imex_nodes(imex_text) if imex_text else None
+    for name, text, read in (
+        ("nvidia-smi-topo-m.txt", topo_text, topo.is_whole(topo_parsed)),
+        ("nvidia-imex-ctl-N.txt", imex_text, bool(imex_parsed and imex_parsed.get("nodes"))),
+        ("ibstat.txt", None if sys_ib.is_dir() else ibstat_text, bool(adapters)),
+    ):
+        sentence = unread(str(directory / name), text, read)
+        if sentence:
+            errors.append(sentence)
     host = host_mod.replay_host(recorded)
     host["cpu_only"] = bool(recorded.get("cpu_only"))
     mounts = list(recorded.get("mounts") or []) + storage.live_mounts()
     facts = build_facts(
         smi=smi_log,
         listing=listing,
-        topo=topo.parse_topo(topo_text) if topo_text else None,
+        topo=topo_parsed,
         adapters=adapters,
-        imex=imex.parse_imex_nodes(imex_text) if imex_text else None,
+        imex=imex_parsed,
         imex_channels=imex.imex_channels(directory),
         host=host,
         engines=engines_mod.replay_engines(recorded),

@@ -150,13 +150,34 @@ def _xml_migs(gpu: ET.Element) -> List[Record]:
     return migs
 
 
+MAX_CARD_MIB = 16 * 1024 * 1024
+"""16 TiB: no card holds more; a larger figure is a damaged capture, not a card."""
+
+
+def card_memory_mib(text: Optional[str], index: int) -> Optional[int]:
+    """A card's total memory in MiB, refused when no card could hold it."""
+    value = whole(text)
+    if value is not None and value > MAX_CARD_MIB:
+        raise SmiParseError(
+            "GPU {} reports {} MiB of memory, more than any card has".format(index, value)
+        )
+    return value
+
+
+_ENTITY = re.compile(r"<!ENTITY", re.IGNORECASE)
+_DOCTYPE = re.compile(r"<!DOCTYPE[^>\[]*(\[.*?\])?\s*>", re.DOTALL)
+
+
 def parse_smi_xml(text: str) -> Record:
     """`nvidia-smi -q -x` -> `{driver_version, cuda_version, cards: [card record]}`.
 
-    The DTD is never resolved; the `<gpu>` elements are counted (trimmed
+    The DTD is never resolved and a document declaring entities is refused; the `<gpu>` elements are counted (trimmed
     captures say `attached_gpus` 4 and hold one), and their order is the index.
     """
-    body = re.sub(r"<!DOCTYPE[^>]*>", "", text, count=1)
+    if _ENTITY.search(text):
+        # Entity expansion stays off: no billion laughs, no external file read.
+        raise SmiParseError("nvidia-smi -q -x output declares XML entities, which are refused")
+    body = _DOCTYPE.sub("", text, count=1)
     try:
         root = ET.fromstring(body)
     except ET.ParseError as exc:
@@ -172,7 +193,7 @@ def parse_smi_xml(text: str) -> Record:
                 name,
                 uuid=clean(_text(gpu, "uuid")),
                 pci_bus_id=clean(_text(gpu, "pci/pci_bus_id")) or gpu.get("id"),
-                memory_mib=whole(_text(gpu, "fb_memory_usage/total")),
+                memory_mib=card_memory_mib(_text(gpu, "fb_memory_usage/total"), index),
                 memory_used_mib=whole(_text(gpu, "fb_memory_usage/used")),
                 utilization_pct=whole(_text(gpu, "utilization/gpu_util")),
                 temperature_c=number(_text(gpu, "temperature/gpu_temp")),
@@ -327,7 +348,7 @@ def parse_smi_text(text: str) -> Record:
                 name,
                 uuid=clean(_value(node, "GPU UUID")),
                 pci_bus_id=node["key"].split(" ", 1)[1].strip(),
-                memory_mib=whole(_value(node, "FB Memory Usage", "Total")),
+                memory_mib=card_memory_mib(_value(node, "FB Memory Usage", "Total"), len(cards)),
                 memory_used_mib=whole(_value(node, "FB Memory Usage", "Used")),
                 utilization_pct=whole(_value(node, "Utilization", "GPU")),
                 temperature_c=number(_value(node, "Temperature", "GPU Current Temp")),

@@ -145,3 +145,18 @@ def nearest_nics(topo: Dict[str, Any]) -> Dict[int, Optional[str]]:
         taken[key] = turn + 1
         result[index] = best[turn % len(best)]
     return result
+
+
+def is_whole(parsed: Optional[Dict[str, Any]]) -> bool:
+    """True when every GPU of the header has a row with a cell for every column, and every row a column.
+
+    A cut or garbled capture otherwise reads as "no NVLink" between cards
+    that have it, and the planner would split a model across PCIe.
+    """
+    if not parsed or not parsed.get("gpus"):
+        return False
+    names = set(parsed["gpus"]) | set(parsed.get("nics") or [])
+    matrix = parsed.get("matrix") or {}
+    if not set(matrix) <= names:  # rows the (cut) header does not name
+        return False
+    return all(len(matrix.get(gpu) or {}) == len(names) for gpu in parsed["gpus"])
