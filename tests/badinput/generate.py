@@ -997,6 +997,24 @@ def injection_cases() -> Iterator[Case]:
                 )
             },
         )
+        yield Case(
+            f"injection-gateway-name-{name}",
+            "injection",
+            "run",
+            2,
+            "name must start with a letter or digit",
+            files={"script.yaml": _script(f"gateway: {{name: {quoted}}}", fleet=False)},
+        )
+        yield Case(
+            f"injection-gateway-key-variable-{name}",
+            "injection",
+            "run",
+            2,
+            "api_key_env must be an environment variable's name",
+            files={
+                "script.yaml": _script(f"gateway: {{name: gw, api_key_env: {quoted}}}", fleet=False)
+            },
+        )
         for key in ("replay", "state_dir", "agent_path"):
             yield Case(
                 f"injection-shell-{key}-{name}",
