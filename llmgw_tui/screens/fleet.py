@@ -56,6 +56,8 @@ class FleetScreen(Screen[None]):
         super().__init__()
         self._fleet: FleetSummary | None = None
         self._shown: list[str] = []
+        self._drawn: dict[str, tuple[NodeSummary, dict[str, object]]] = {}
+        """Per node: the summary its row was drawn from, and that row's cells."""
 
     def compose(self) -> ComposeResult:
         """Header, a status line, the hidden filter, the table and the footer."""
@@ -110,6 +112,15 @@ class FleetScreen(Screen[None]):
         status.add_class("-error")
 
     def _cells(self, node: NodeSummary) -> dict[str, object]:
+        """The row's cells, drawn again only when the node's summary changed."""
+        drawn = self._drawn.get(node.name)
+        if drawn is not None and (drawn[0] is node or drawn[0] == node):
+            return drawn[1]
+        cells = self._new_cells(node)
+        self._drawn[node.name] = (node, cells)
+        return cells
+
+    def _new_cells(self, node: NodeSummary) -> dict[str, object]:
         return {
             "node": Text(node.name, style="bold"),
             "state": state_cell(self.app, node.state),
@@ -150,8 +161,12 @@ class FleetScreen(Screen[None]):
                 self.call_after_refresh(redraw_table, table)
                 return
             for node in wanted:
-                for column, value in self._cells(node).items():
-                    if table.get_cell(node.name, column) != value:
+                before = self._drawn.get(node.name)
+                cells = self._cells(node)
+                if before is not None and before[1] is cells:
+                    continue  # unchanged: at 2,048 rows, most of them
+                for column, value in cells.items():
+                    if before is None or before[1].get(column) != value:
                         table.update_cell(node.name, column, value)
 
     def selected_node(self) -> str | None:
