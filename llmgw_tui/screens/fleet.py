@@ -9,10 +9,15 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from llmgw_core.views.fleet import FleetSummary, NodeSummary, fleet_totals
 from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
+
+FILTER_AFTER_TYPING_ROWS = 500
+"""Above this many nodes the filter applies when typing pauses, not at every key."""
+FILTER_PAUSE_S = 0.25
 
 COLUMNS = (
     ("node", "NODE"),
@@ -57,6 +62,7 @@ class FleetScreen(Screen[None]):
         self._fleet: FleetSummary | None = None
         self._shown: list[str] = []
         self._drawn: dict[str, tuple[NodeSummary, dict[str, object]]] = {}
+        self._filter_timer: Timer | None = None
         """Per node: the summary its row was drawn from, and that row's cells."""
 
     def compose(self) -> ComposeResult:
@@ -195,10 +201,21 @@ class FleetScreen(Screen[None]):
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self) -> None:
-        self._sync_rows()
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+            self._filter_timer = None
+        if self._fleet is not None and len(self._fleet.nodes) > FILTER_AFTER_TYPING_ROWS:
+            # Rebuilding thousands of rows per key would make typing lag: wait for a pause.
+            self._filter_timer = self.set_timer(FILTER_PAUSE_S, self._sync_rows)
+        else:
+            self._sync_rows()
 
     @on(Input.Submitted, "#filter")
     def _filter_done(self) -> None:
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+            self._filter_timer = None
+            self._sync_rows()
         self.query_one("#nodes", DataTable).focus()
 
     def action_clear_filter(self) -> None:
