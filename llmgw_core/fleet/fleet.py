@@ -28,7 +28,7 @@ from llmgw_core.fleet.state import FleetState, NodeState, NodeStatus
 from llmgw_core.inventory import Inventory, NodeSpec
 
 FACTS_TIMEOUT_S = 60.0
-PUBLISH_WINDOW_S = 0.05
+PUBLISH_WINDOW_S = 0.1
 """Changes within this moment reach listeners and waiters together."""
 
 Listener = Callable[[FleetState], None]
@@ -108,7 +108,9 @@ class Fleet:
         self._listeners.append(listener)
 
     def _take_snapshot(self) -> FleetState:
-        return FleetState(
+        # Every NodeState was validated when it was made: validating 2,048 of
+        # them again per snapshot was most of the console's CPU during discovery.
+        return FleetState.model_construct(
             taken_at=datetime.now(UTC),
             nodes={name: node.state for name, node in self._nodes.items()},
         )

@@ -28,10 +28,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import resource
 import statistics
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +116,14 @@ async def discovery(sim: SimFleet) -> tuple[Fleet, SshConnector]:
         f" simulated nodes + bastion {cpu_s(pools) - pools_before:.1f} s"
         f" ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})"
     )
-    reason = next((n.reason for n in settled.nodes.values() if n.state != "ready"), None)
-    print(f"  a silent node reads: {reason}")
+    reasons = Counter(
+        re.sub(r"^\S+ \([^)]*\) ", "", n.reason or "")[:90]
+        for n in settled.nodes.values()
+        if n.state != "ready"
+    )
+    print("  why nodes are not ready (count, reason without the node's name):")
+    for reason, count in reasons.most_common(5):
+        print(f"    {count:5d}  {reason}")
     now, peak = rss_mib()
     print(f"console RSS after discovery: {now:.0f} MiB (peak {peak:.0f} MiB)")
     return fleet, connector
