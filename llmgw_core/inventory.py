@@ -182,12 +182,35 @@ class NodeSpec(_Strict):
     work_dir: str | None = None
 
 
+class SshLimits(_Strict):
+    """How hard the console presses on sshd's and bastions (`ssh:`; see docs/scale.md).
+
+    Attributes:
+        max_startups: handshakes in flight per server address, below its
+            sshd's `MaxStartups` (10 by default).
+        max_startups_per_bastion: node handshakes in flight through one bastion.
+        max_handshakes: handshakes in flight in all.
+        banner_grace_s: how long a node that accepted TCP but sent no banner
+            keeps its slot before giving it back (it keeps waiting without).
+        banner_timeout_s: when such a node is given up (retried with backoff).
+        connect_timeout_s: the bound on a whole connect, handshake and login.
+    """
+
+    max_startups: int = Field(default=8, ge=1, le=10_000)
+    max_startups_per_bastion: int = Field(default=10, ge=1, le=10_000)
+    max_handshakes: int = Field(default=32, ge=1, le=10_000)
+    banner_grace_s: float = Field(default=1.0, gt=0, le=600)
+    banner_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    connect_timeout_s: float = Field(default=15.0, gt=0, le=600)
+
+
 class Inventory(_Strict):
     """The whole inventory file."""
 
     defaults: Defaults = Field(default_factory=Defaults)
     nodes: tuple[InventoryNode, ...] = Field(min_length=1)
     known_hosts: PathText = DEFAULT_KNOWN_HOSTS
+    ssh: SshLimits = Field(default_factory=SshLimits)
 
     def node_specs(self) -> list[NodeSpec]:
         """Every node with the defaults applied, in inventory order."""

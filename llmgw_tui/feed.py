@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.script.context import StepContext
-from llmgw_core.views.fleet import FleetSummary, fleet_summary
+from llmgw_core.views.fleet import FleetSummary, SummaryCache, fleet_summary
 
 if TYPE_CHECKING:
     from llmgw_core.metrics.families import MetricsSnapshot
@@ -201,6 +201,7 @@ class LiveFeed:
         self._shards_by_node: dict[str, int] = {}
         self._heal_task: asyncio.Task[None] | None = None
         self._healed_at = 0.0
+        self._rows = SummaryCache()
         self.heal_notes: list[dict[str, Any]] = []
         """What each heal attempt did (`replica_heal.heal`'s lines), oldest first."""
         self._views: tuple[ReplicaView, ...] = ()
@@ -213,7 +214,9 @@ class LiveFeed:
             self._fleet, self._closer = await open_fleet(inventory=self._inventory, demo=self._demo)
         with contextlib.suppress(LlmgwError):
             await self.replicas()  # the shards each node runs, for the SHARDS column
-        summary = fleet_summary(self._fleet.snapshot(), inventory_fabrics(self._fleet.inventory))
+        summary = fleet_summary(
+            self._fleet.snapshot(), inventory_fabrics(self._fleet.inventory), self._rows
+        )
         return with_shards(summary, self._shards_by_node)
 
     def _live(self) -> Any:
@@ -490,7 +493,12 @@ def with_shards(summary: FleetSummary, counts: Mapping[str, int]) -> FleetSummar
     """The summary with each node's running shards as the replicas say."""
     if not counts:
         return summary
-    nodes = tuple(replace(node, running_shards=counts.get(node.name, 0)) for node in summary.nodes)
+    nodes = tuple(
+        node
+        if node.running_shards == counts.get(node.name, 0)
+        else replace(node, running_shards=counts.get(node.name, 0))
+        for node in summary.nodes
+    )
     return replace(summary, nodes=nodes)
 
 

@@ -79,6 +79,7 @@ class LoopbackSshd:
         self.env = dict(env or {})
         self.allow_forwarding = allow_forwarding
         self.port = 0
+        self.address = "127.0.0.1"
         self.connections: set[asyncssh.SSHServerConnection] = set()
         self.process_groups: set[int] = set()
         self._acceptor: asyncssh.SSHAcceptor | None = None
@@ -87,13 +88,14 @@ class LoopbackSshd:
     def known_hosts_line(self) -> str:
         """This server's line for a known_hosts file."""
         public = self.host_key.export_public_key().decode().strip()
-        return f"[127.0.0.1]:{self.port} {public}"
+        return f"[{self.address}]:{self.port} {public}"
 
-    async def start(self, port: int = 0) -> int:
-        """Listen on 127.0.0.1 (`port` 0 = a free one); returns the port."""
+    async def start(self, port: int = 0, address: str = "127.0.0.1") -> int:
+        """Listen on a loopback `address` (`port` 0 = a free one); returns the port."""
         self.home.mkdir(parents=True, exist_ok=True)
+        self.address = address
         self._acceptor = await asyncssh.listen(
-            "127.0.0.1",
+            address,
             port,
             server_host_keys=[self.host_key],
             authorized_client_keys=asyncssh.import_authorized_keys(self.authorized_keys),

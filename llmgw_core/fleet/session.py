@@ -16,7 +16,7 @@ from llmgw_core.fleet.client import AgentLost
 from llmgw_core.fleet.demo import DemoFleet, start_demo_fleet
 from llmgw_core.fleet.fleet import Fleet
 from llmgw_core.fleet.ssh import SshConnector, SshSettings
-from llmgw_core.inventory import load_inventory
+from llmgw_core.inventory import Inventory, load_inventory
 
 SETTLE_TIMEOUT_S = 120.0
 SHARD_STOP_TIMEOUT_S = 10.0
@@ -42,7 +42,7 @@ async def open_fleet(
         described = demo_fleet.inventory
     else:
         described = load_inventory(inventory)
-        settings = SshSettings(known_hosts=described.known_hosts_path())
+        settings = ssh_settings(described)
     fleet = Fleet(described, SshConnector(settings))
 
     async def close() -> None:
@@ -62,6 +62,20 @@ async def open_fleet(
         await close()
         raise
     return fleet, close
+
+
+def ssh_settings(inventory: Inventory) -> SshSettings:
+    """The SSH settings an inventory asks for: its known_hosts and its `ssh:` limits."""
+    limits = inventory.ssh
+    return SshSettings(
+        known_hosts=inventory.known_hosts_path(),
+        connect_timeout_s=limits.connect_timeout_s,
+        max_handshakes=limits.max_handshakes,
+        max_handshakes_per_server=limits.max_startups,
+        max_handshakes_per_bastion=limits.max_startups_per_bastion,
+        banner_grace_s=limits.banner_grace_s,
+        banner_timeout_s=limits.banner_timeout_s,
+    )
 
 
 async def stop_every_shard(fleet: Fleet) -> None:

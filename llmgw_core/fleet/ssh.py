@@ -10,8 +10,12 @@ when it runs. What we decide ourselves, always explicitly:
 * every node behind one bastion shares ONE connection to it, so a hundred
   nodes do not mean a hundred handshakes on the bastion (asyncssh's own
   ProxyJump string would open one per target);
-* handshakes in flight are bounded, in total and per server address, below
-  sshd's `MaxStartups` (10), from which sshd starts dropping connection attempts;
+* handshakes in flight are bounded, in total, per server address (below
+  sshd's `MaxStartups`, 10, from which sshd starts dropping connection
+  attempts) and per bastion;
+* a node that accepts TCP but never speaks SSH gives its slot back after
+  `banner_grace_s` and is given up after `banner_timeout_s`: a few hung
+  nodes never hold the fleet's handshakes (the gates live in `gates.py`);
 * keepalives notice a dead node in well under a minute, and a timeout
   bounds every connect.
 """
@@ -27,6 +31,7 @@ from typing import Any
 import asyncssh
 
 from llmgw_core.errors import LlmgwError
+from llmgw_core.fleet.gates import BannerTimeout, ConnectStats, Gates, open_with_banner
 
 MAX_STARTUPS_PER_SERVER = 8
 """Handshakes in flight per server address.
@@ -35,6 +40,10 @@ sshd's default `MaxStartups 10:30:100` drops 30 % of new attempts once 10
 are unauthenticated, and sshd learns of a finished login a moment after the
 client does: 8 leaves that moment (and another client or two) some room.
 """
+
+MAX_HANDSHAKES_PER_BASTION = 10
+"""Node handshakes in flight through one bastion connection (its sshd's
+`MaxStartups` does not count them, but its CPU and its forwarding do)."""
 
 
 class Unreachable(LlmgwError):
@@ -83,6 +92,9 @@ class SshSettings:
     keepalive_count_max: int = 3
     max_handshakes: int = 32
     max_handshakes_per_server: int = MAX_STARTUPS_PER_SERVER
+    max_handshakes_per_bastion: int = MAX_HANDSHAKES_PER_BASTION
+    banner_grace_s: float = 1.0
+    banner_timeout_s: float = 10.0
     accept_command: str = "llmgw-tui --accept-host"
 
 
@@ -112,10 +124,14 @@ class SshConnector:
 
     def __init__(self, settings: SshSettings) -> None:
         self.settings = settings
+        self.stats = ConnectStats()
+        """Handshakes in flight now and at most, nodes that never sent a banner."""
         self._handshakes = asyncio.Semaphore(settings.max_handshakes)
         self._per_server: dict[tuple[str, str | None], asyncio.Semaphore] = {}
+        self._per_bastion: dict[str, asyncio.Semaphore] = {}
         self._jumps: dict[str, asyncio.Task[asyncssh.SSHClientConnection]] = {}
         self._jump_lock = asyncio.Lock()
+        self._known_hosts_cache: tuple[tuple[int, int], asyncssh.SSHKnownHosts] | None = None
 
     def _config(self) -> Sequence[str] | None:
         paths = self.settings.config_paths
@@ -125,16 +141,27 @@ class SshConnector:
         return [str(path) for path in paths] or None
 
     def _known_hosts(self) -> asyncssh.SSHKnownHosts:
-        """Read fresh on every connect, so a key accepted a moment ago counts."""
+        """Read again whenever the file changed, so a key accepted a moment ago counts.
+
+        Parsed once per change, not once per connect: at 2,048 nodes a
+        2,048-line file parsed per connect is seconds of CPU per node.
+        """
         try:
+            stat = self.settings.known_hosts.stat()
+            version = (stat.st_mtime_ns, stat.st_size)
+            cached = self._known_hosts_cache
+            if cached is not None and cached[0] == version:
+                return cached[1]
             text = self.settings.known_hosts.read_text(encoding="utf-8")
         except FileNotFoundError:
-            text = ""
+            return asyncssh.import_known_hosts("")
         except OSError as exc:
             raise Unreachable(
                 f"cannot read known_hosts {self.settings.known_hosts}: {exc.strerror or exc}"
             ) from None
-        return asyncssh.import_known_hosts(text)
+        parsed = asyncssh.import_known_hosts(text)
+        self._known_hosts_cache = (version, parsed)
+        return parsed
 
     async def _resolve(
         self, host: str, port: int | None, user: str | None, identity_file: str | None
@@ -191,17 +218,39 @@ class SshConnector:
         resolved = await self._resolve(target.host, target.port, target.user, target.identity_file)
         return await self._open(target.node, resolved)
 
+    def _gates(self, resolved: _Resolved) -> Gates:
+        semaphores = [self._handshakes, self._server_gate(resolved)]
+        if resolved.jump:
+            if resolved.jump not in self._per_bastion:
+                limit = self.settings.max_handshakes_per_bastion
+                self._per_bastion[resolved.jump] = asyncio.Semaphore(limit)
+            semaphores.append(self._per_bastion[resolved.jump])
+        return Gates(semaphores, self.stats)
+
     async def _open(self, name: str, resolved: _Resolved) -> asyncssh.SSHClientConnection:
         via = await self._jump(resolved.jump) if resolved.jump else None
         where = resolved.shown + (f" via {resolved.jump}" if resolved.jump else "")
-        async with self._handshakes, self._server_gate(resolved):
+        async with self._gates(resolved) as gates:
             try:
+                tunnel: Any = via if via is not None else ()
+                if not resolved.options.proxy_command:
+                    # Dial first and wait for the banner; a silent node lets its slot go.
+                    tunnel = await open_with_banner(
+                        via,
+                        resolved.host,
+                        resolved.port,
+                        gates,
+                        grace_s=self.settings.banner_grace_s,
+                        timeout_s=self.settings.banner_timeout_s,
+                    )
                 return await asyncssh.connect(
                     resolved.host,
                     resolved.port,
-                    tunnel=via if via is not None else (),
+                    tunnel=tunnel,
                     options=resolved.options,
                 )
+            except BannerTimeout as exc:
+                raise Unreachable(f"{name} ({where}) {exc}", exc.fix) from None
             except asyncssh.HostKeyNotVerifiable:
                 raise await self._host_key_refusal(name, resolved, via) from None
             except asyncssh.PermissionDenied:

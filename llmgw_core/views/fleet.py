@@ -549,33 +549,60 @@ def _node_states(fleet_state: Any) -> list[Any]:
     return list(nodes)
 
 
-def fleet_summary(
-    fleet_state: Any, fabrics: Mapping[str, Iterable[str]] | None = None
-) -> FleetSummary:
-    """Every summary of a fleet snapshot (`FleetState`: node name → `NodeState`), in its order.
+class SummaryCache:
+    """Each node's row, page and facts mapping, kept while its `NodeState` is the same object."""
 
-    Args:
-        fleet_state: The snapshot; each node is read for `name`, `state`,
-            `reason`, `facts` and, when present, `running_shards`.
-        fabrics: The fabric names the inventory gives each node (fabrics are
-            named by the operator, never guessed from facts).
-    """
-    summaries: list[NodeSummary] = []
-    details: dict[str, NodeDetail] = {}
-    pairs: list[tuple[str, Any]] = []
-    for node in _node_states(fleet_state):
-        facts = getattr(node, "facts", None)
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[Any, tuple[str, ...], int, NodeSummary, NodeDetail, Any]] = {}
+
+    def row(
+        self, node: Any, fabrics: tuple[str, ...], running_shards: int
+    ) -> tuple[NodeSummary, NodeDetail, Mapping[str, Any]]:
+        """The node's summary, detail and facts mapping (computed when the node changed)."""
+        kept = self.rows.get(node.name)
+        if kept is not None and kept[0] is node and kept[1:3] == (fabrics, running_shards):
+            return kept[3], kept[4], kept[5]
+        mapping = facts_mapping(getattr(node, "facts", None))
         summary = node_summary(
             node.name,
             str(getattr(node, "state", "ready")),
             getattr(node, "reason", None),
-            facts,
-            fabrics=tuple((fabrics or {}).get(node.name, ())),
-            running_shards=int(getattr(node, "running_shards", 0) or 0),
+            mapping,
+            fabrics=fabrics,
+            running_shards=running_shards,
+        )
+        detail = node_detail(summary, mapping)
+        self.rows[node.name] = (node, fabrics, running_shards, summary, detail, mapping)
+        return summary, detail, mapping
+
+
+def fleet_summary(
+    fleet_state: Any,
+    fabrics: Mapping[str, Iterable[str]] | None = None,
+    cache: SummaryCache | None = None,
+) -> FleetSummary:
+    """Every summary of a fleet snapshot (`FleetState`: node name → `NodeState`), in its order.
+
+    Args:
+        fleet_state: The snapshot (node `name`, `state`, `reason`, `facts`, `running_shards`).
+        fabrics: The fabric names the inventory gives each node (named by the operator).
+        cache: Rows kept from the previous call (a poller passes its own).
+    """
+    cache = cache if cache is not None else SummaryCache()
+    summaries: list[NodeSummary] = []
+    details: dict[str, NodeDetail] = {}
+    pairs: list[tuple[str, Any]] = []
+    for node in _node_states(fleet_state):
+        summary, detail, mapping = cache.row(
+            node,
+            tuple((fabrics or {}).get(node.name, ())),
+            int(getattr(node, "running_shards", 0) or 0),
         )
         summaries.append(summary)
-        details[node.name] = node_detail(summary, facts)
-        pairs.append((node.name, facts))
+        details[node.name] = detail
+        pairs.append((node.name, mapping))
+    for gone in cache.rows.keys() - details.keys():
+        del cache.rows[gone]
     return FleetSummary(
         nodes=tuple(summaries),
         details=details,

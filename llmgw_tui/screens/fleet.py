@@ -9,10 +9,15 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from llmgw_core.views.fleet import FleetSummary, NodeSummary, fleet_totals
 from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
+
+FILTER_AFTER_TYPING_ROWS = 500
+"""Above this many nodes the filter applies when typing pauses, not at every key."""
+FILTER_PAUSE_S = 0.25
 
 COLUMNS = (
     ("node", "NODE"),
@@ -56,6 +61,10 @@ class FleetScreen(Screen[None]):
         super().__init__()
         self._fleet: FleetSummary | None = None
         self._shown: list[str] = []
+        self._drawn: dict[str, tuple[NodeSummary, dict[str, object]]] = {}
+        self._filter_timer: Timer | None = None
+        self._texts: dict[str, str] = {}
+        """Per node: the summary its row was drawn from, and that row's cells."""
 
     def compose(self) -> ComposeResult:
         """Header, a status line, the hidden filter, the table and the footer."""
@@ -88,28 +97,45 @@ class FleetScreen(Screen[None]):
         totals = fleet_totals(fleet)
         status = self.query_one("#fleet-status", Static)
         status.remove_class("-error")
-        status.update(
+        self._update_if_changed(
+            status,
             f"{totals.nodes} nodes · {totals.ready} ready · "
             f"{totals.gpus_free}/{totals.gpus_total} GPUs free · "
-            f"{totals.nvlink_domains} NVLink domain{'' if totals.nvlink_domains == 1 else 's'}"
+            f"{totals.nvlink_domains} NVLink domain{'' if totals.nvlink_domains == 1 else 's'}",
         )
         reasons = self.query_one("#fleet-reasons", Static)
-        reasons.update(
+        self._update_if_changed(
+            reasons,
             "\n".join(
                 f"{name} {state}: {reason or 'no reason given'}"
                 for name, state, reason in totals.not_ready
-            )
+            ),
         )
         reasons.display = bool(totals.not_ready)
         self._sync_rows()
 
+    def _update_if_changed(self, widget: Static, text: str) -> None:
+        """A poll that changes nothing draws nothing (a hundred reasons re-laid out took 0.3 s)."""
+        if self._texts.get(widget.id or "") != text:
+            self._texts[widget.id or ""] = text
+            widget.update(text)
+
     def show_failure(self, sentence: str) -> None:
         """Say in red why the fleet cannot be read; the last rows stay as they were."""
         status = self.query_one("#fleet-status", Static)
-        status.update(sentence)
+        self._update_if_changed(status, sentence)
         status.add_class("-error")
 
     def _cells(self, node: NodeSummary) -> dict[str, object]:
+        """The row's cells, drawn again only when the node's summary changed."""
+        drawn = self._drawn.get(node.name)
+        if drawn is not None and (drawn[0] is node or drawn[0] == node):
+            return drawn[1]
+        cells = self._new_cells(node)
+        self._drawn[node.name] = (node, cells)
+        return cells
+
+    def _new_cells(self, node: NodeSummary) -> dict[str, object]:
         return {
             "node": Text(node.name, style="bold"),
             "state": state_cell(self.app, node.state),
@@ -150,8 +176,12 @@ class FleetScreen(Screen[None]):
                 self.call_after_refresh(redraw_table, table)
                 return
             for node in wanted:
-                for column, value in self._cells(node).items():
-                    if table.get_cell(node.name, column) != value:
+                before = self._drawn.get(node.name)
+                cells = self._cells(node)
+                if before is not None and before[1] is cells:
+                    continue  # unchanged: at 2,048 rows, most of them
+                for column, value in cells.items():
+                    if before is None or before[1].get(column) != value:
                         table.update_cell(node.name, column, value)
 
     def selected_node(self) -> str | None:
@@ -180,10 +210,21 @@ class FleetScreen(Screen[None]):
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self) -> None:
-        self._sync_rows()
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+            self._filter_timer = None
+        if self._fleet is not None and len(self._fleet.nodes) > FILTER_AFTER_TYPING_ROWS:
+            # Rebuilding thousands of rows per key would make typing lag: wait for a pause.
+            self._filter_timer = self.set_timer(FILTER_PAUSE_S, self._sync_rows)
+        else:
+            self._sync_rows()
 
     @on(Input.Submitted, "#filter")
     def _filter_done(self) -> None:
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+            self._filter_timer = None
+            self._sync_rows()
         self.query_one("#nodes", DataTable).focus()
 
     def action_clear_filter(self) -> None:

@@ -156,3 +156,30 @@ def test_the_runner_exits_2_on_a_bad_inventory_naming_its_line(tmp_path: Path):
         "ok": False,
         "error": f"{inventory}: line 5: unknown key 'colour' in `nodes[0]`",
     }
+
+
+def test_the_ssh_limits_of_an_inventory_reach_the_connections():
+    from llmgw_core.fleet.session import ssh_settings
+
+    inventory = parse_inventory(
+        GOOD + "ssh: {max_startups: 4, max_startups_per_bastion: 6, banner_timeout_s: 5}\n"
+    )
+    settings = ssh_settings(inventory)
+    assert settings.max_handshakes_per_server == 4
+    assert settings.max_handshakes_per_bastion == 6
+    assert settings.banner_timeout_s == 5.0
+    assert settings.max_handshakes == 32  # not given: the default
+
+
+def test_without_an_ssh_section_the_limits_stay_below_sshd_max_startups():
+    from llmgw_core.fleet.session import ssh_settings
+
+    settings = ssh_settings(parse_inventory(GOOD))
+    assert settings.max_handshakes_per_server == 8
+    assert settings.max_handshakes_per_bastion == 10
+
+
+def test_a_zero_ssh_limit_is_named_with_its_line():
+    sentence = refusal(GOOD + "ssh:\n  max_startups: 0\n")
+    assert sentence.startswith("inv.yaml: line 18: `ssh.max_startups`:")
+    assert "greater than or equal to 1" in sentence

@@ -1,0 +1,226 @@
+"""Handshake slots, and dialling a node before its handshake so a silent one gives its slot back.
+
+A connection takes one slot of every gate in front of it (all handshakes,
+its server address, its bastion) from the moment it dials until it is logged
+in: that is what sshd's `MaxStartups` counts. A healthy sshd sends its banner
+(`SSH-2.0-…`) the moment it accepts; a node that accepts TCP and then says
+nothing (a hung sshd, a black-holed port, a node in a kernel panic) would hold
+its slots until the connect timeout. Here it holds them `grace_s` at most,
+then waits for its banner outside the gates, up to `timeout_s`, and takes
+its slots again only if the banner comes. So a hundred hung nodes cost the
+fleet a second of slots each, not the whole timeout.
+
+The dialled stream is then handed to asyncssh as its tunnel: asyncssh runs
+the handshake over the very bytes we already read, nothing is dialled twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import asyncssh
+
+from llmgw_core.errors import LlmgwError
+
+
+class BannerTimeout(LlmgwError):
+    """A node accepted TCP (or not even that) and sent no SSH banner in time."""
+
+
+@dataclass
+class ConnectStats:
+    """What the gates saw: slots in use now and at most, silent nodes."""
+
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    waiting_for_banner: int = 0
+    peak_waiting_for_banner: int = 0
+    dialled: int = 0
+    silent: int = 0
+
+
+class Gates:
+    """One slot of each semaphore, taken in a fixed order (no deadlock), counted in `stats`."""
+
+    def __init__(self, semaphores: list[asyncio.Semaphore], stats: ConnectStats) -> None:
+        self._semaphores = semaphores
+        self.stats = stats
+        self._held = False
+
+    async def acquire(self) -> None:
+        """Take a slot of every gate (waits while any is full)."""
+        taken: list[asyncio.Semaphore] = []
+        try:
+            for semaphore in self._semaphores:
+                await semaphore.acquire()
+                taken.append(semaphore)
+        except BaseException:
+            for semaphore in taken:
+                semaphore.release()
+            raise
+        self._held = True
+        self.stats.in_flight += 1
+        self.stats.peak_in_flight = max(self.stats.peak_in_flight, self.stats.in_flight)
+
+    def release(self) -> None:
+        """Give every slot back (nothing when none is held)."""
+        if not self._held:
+            return
+        self._held = False
+        self.stats.in_flight -= 1
+        for semaphore in reversed(self._semaphores):
+            semaphore.release()
+
+    async def __aenter__(self) -> Gates:
+        await self.acquire()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self.release()
+
+
+class DialledStream:
+    """A stream to a node whose banner has arrived; asyncssh's tunnel for that node.
+
+    It is the protocol of the TCP connection (or of the bastion's forwarded
+    channel) until asyncssh asks for the connection; then it passes every
+    event on to asyncssh's session, starting with the bytes already read.
+    """
+
+    def __init__(self) -> None:
+        self.banner: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.transport: Any = None
+        self._buffer = bytearray()
+        self._session: Any = None
+        self._started = False
+
+    # --- the stream's protocol (asyncio.Protocol and asyncssh's SSHTCPSession) ---
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def session_started(self) -> None:
+        if self._session is not None:
+            self._session.session_started()
+        else:
+            self._started = True
+
+    def data_received(self, data: bytes, datatype: Any = None) -> None:
+        if self._session is not None:
+            self._session.data_received(data, datatype)
+            return
+        self._buffer += data
+        if not self.banner.done():
+            self.banner.set_result(None)
+
+    def eof_received(self) -> bool | None:
+        if self._session is not None:
+            return self._session.eof_received()
+        self._fail(ConnectionResetError("it closed the connection before its SSH banner"))
+        return False
+
+    def connection_lost(self, exc: Exception | None = None) -> None:
+        if self._session is not None:
+            self._session.connection_lost(exc)
+            return
+        self._fail(exc or ConnectionResetError("it closed the connection before its SSH banner"))
+
+    def pause_writing(self) -> None:
+        if self._session is not None:
+            self._session.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._session is not None:
+            self._session.resume_writing()
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self.banner.done():
+            self.banner.set_exception(exc)
+
+    # --- asyncssh's tunnel ---
+
+    async def create_connection(self, session_factory: Any, _host: str, _port: int) -> Any:
+        """Hand the open stream to asyncssh's new connection, banner bytes first."""
+        session = session_factory()
+        self._session = session
+        session.connection_made(self.transport)
+        if self._started:
+            session.session_started()
+        if self._buffer:
+            buffered, self._buffer = bytes(self._buffer), bytearray()
+            session.data_received(buffered, None)
+        return self.transport, session
+
+    def abort(self) -> None:
+        """Drop the stream (a node given up on)."""
+        if self.transport is not None:
+            with contextlib.suppress(Exception):
+                self.transport.abort()
+
+
+async def _dial(stream: DialledStream, via: Any, host: str, port: int) -> None:
+    if via is None:
+        await asyncio.get_running_loop().create_connection(lambda: stream, host, port)
+    else:
+        await via.create_connection(lambda: stream, host, port)
+    await stream.banner
+
+
+async def open_with_banner(
+    via: asyncssh.SSHClientConnection | None,
+    host: str,
+    port: int,
+    gates: Gates,
+    *,
+    grace_s: float,
+    timeout_s: float,
+) -> DialledStream:
+    """Dial `host:port` (through `via` when given) and wait for the node's first bytes.
+
+    Called with `gates` held; returns with them held. After `grace_s` without
+    a banner the slots are given back while it keeps waiting, and taken again
+    when the banner comes.
+
+    Raises:
+        BannerTimeout: nothing came within `timeout_s`.
+        OSError, asyncssh.Error: the dial itself failed (refused, unreachable).
+    """
+    stream = DialledStream()
+    stats = gates.stats
+    stats.dialled += 1
+    dial = asyncio.ensure_future(_dial(stream, via, host, port))
+    try:
+        done, _ = await asyncio.wait({dial}, timeout=min(grace_s, timeout_s))
+        if not done:
+            gates.release()
+            stats.waiting_for_banner += 1
+            stats.peak_waiting_for_banner = max(
+                stats.peak_waiting_for_banner, stats.waiting_for_banner
+            )
+            try:
+                done, _ = await asyncio.wait({dial}, timeout=max(timeout_s - grace_s, 0.0))
+            finally:
+                stats.waiting_for_banner -= 1
+            if not done:
+                stats.silent += 1
+                what = (
+                    "accepted the connection but sent no SSH banner"
+                    if stream.transport is not None
+                    else "did not accept a connection"
+                )
+                raise BannerTimeout(
+                    f"{what} within {timeout_s:g} s",
+                    "a hung sshd or a black-holed port; it is retried with backoff",
+                )
+            await gates.acquire()
+        dial.result()
+    except BaseException:
+        dial.cancel()
+        with contextlib.suppress(BaseException):
+            await dial
+        stream.abort()
+        raise
+    return stream

@@ -1,0 +1,77 @@
+"""The fleet screen over a big fleet: a poll redraws what changed, the filter waits for a pause in typing."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from llmgw_core.views.fleet import ClassCount, FleetSummary, NodeSummary, RacksSummary
+from llmgw_tui.app import LlmgwApp
+from llmgw_tui.feed import StaticFeed
+from llmgw_tui.screens.fleet import FILTER_AFTER_TYPING_ROWS, FILTER_PAUSE_S
+
+ROWS = FILTER_AFTER_TYPING_ROWS + 100
+
+
+def fleet(free_of_node_7: int) -> FleetSummary:
+    nodes = tuple(
+        NodeSummary(
+            name=f"h100-{i:04d}",
+            state="ready",
+            reason=None,
+            classes=(ClassCount("h100-80g", free_of_node_7 if i == 7 else 8, 8),),
+            fabrics=(f"ib-pod{i % 4 + 1}",),
+            nvlink_domain=None,
+            running_shards=0,
+            cpu_only=False,
+        )
+        for i in range(ROWS)
+    )
+    return FleetSummary(nodes=nodes, details={}, racks=RacksSummary((), ()))
+
+
+class Fixed(StaticFeed):
+    def __init__(self, summary: FleetSummary) -> None:
+        self.refresh_s = None
+        self._summary = summary
+
+
+def test_a_poll_of_a_big_fleet_redraws_the_changed_row_and_keeps_the_cursor():
+    async def run() -> tuple[str, str, int]:
+        app = LlmgwApp(Fixed(fleet(8)), animation="none")
+        async with app.run_test(size=(120, 40)) as pilot:
+            table = app.screen.query_one("#nodes", DataTable)
+            while table.row_count < ROWS:
+                await pilot.pause(0.01)
+            await pilot.press("down", "down", "down")
+            before = Text.from_markup(str(table.get_cell("h100-0007", "classes"))).plain
+            changed = fleet(3)
+            app.fleet = changed
+            app.fleet_changed.publish(changed)
+            await pilot.pause()
+            after = str(table.get_cell("h100-0007", "classes"))
+            return before, after, table.cursor_row
+
+    before, after, cursor = asyncio.run(run())
+    assert "8/8" in before
+    assert "3/8" in after
+    assert cursor == 3
+
+
+def test_a_filter_over_a_big_fleet_applies_once_typing_pauses():
+    async def run() -> tuple[int, int]:
+        app = LlmgwApp(Fixed(fleet(8)), animation="none")
+        async with app.run_test(size=(120, 40)) as pilot:
+            table = app.screen.query_one("#nodes", DataTable)
+            while table.row_count < ROWS:
+                await pilot.pause(0.01)
+            await pilot.press("slash", *"h100-000")
+            while_typing = table.row_count
+            await pilot.pause(FILTER_PAUSE_S * 3)
+            return while_typing, table.row_count
+
+    while_typing, after_pause = asyncio.run(run())
+    assert while_typing == ROWS
+    assert after_pause == 10
