@@ -8,10 +8,9 @@ gateway's line on the replicas screen, then stop the replica and the gateway.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
 import pytest
+from live_walk import ready_nodes, until
 from textual.widgets import Checkbox, Static
 
 from llmgw_core.fleet.demo import demo_router
@@ -30,19 +29,6 @@ pytestmark = [
 MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"
 
 
-async def until(pilot, condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
-    """Pause the pilot until `condition` holds, or fail naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout_s:g} s for {what}")
-        await pilot.pause(0.1)
-
-
-def _ready_nodes(app: LlmgwApp) -> int:
-    return sum(n.state == "ready" for n in app.fleet.nodes) if app.fleet else 0
-
-
 def test_the_wizard_puts_the_replica_behind_a_gateway_listed_on_the_replicas_screen():
     asyncio.run(_walk())
 
@@ -51,7 +37,7 @@ async def _walk() -> None:
     feed = LiveFeed(inventory=None, demo=True, refresh_s=1.0)
     app = LlmgwApp(feed, animation="none")
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: _ready_nodes(app) >= 20, "the demo fleet", 180)
+        await until(pilot, lambda: ready_nodes(app) >= 20, "the demo fleet", 180)
         await pilot.press("colon", *"serve", "enter")
         await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
         wizard = app.screen

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-from collections.abc import Callable
 
 import pytest
+from live_walk import ready_nodes, until
 from textual.widgets import Log, Static
 
 from llmgw_tui.app import LlmgwApp
@@ -29,19 +28,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"
 
 
-async def until(pilot, condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
-    """Pause the pilot until `condition` holds, or fail naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout_s:g} s for {what}")
-        await pilot.pause(0.1)
-
-
-def _ready_nodes(app: LlmgwApp) -> int:
-    return sum(n.state == "ready" for n in app.fleet.nodes) if app.fleet else 0
-
-
 def test_the_wizard_serves_a_model_that_reaches_ready_then_its_logs_follow_and_it_stops():
     asyncio.run(_walk_the_wizard())
 
@@ -49,7 +35,7 @@ def test_the_wizard_serves_a_model_that_reaches_ready_then_its_logs_follow_and_i
 async def _walk_the_wizard() -> None:
     app = LlmgwApp(LiveFeed(inventory=None, demo=True, refresh_s=1.0), animation="none")
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: _ready_nodes(app) >= 20, "the demo fleet", 180)
+        await until(pilot, lambda: ready_nodes(app) >= 20, "the demo fleet", 180)
         await pilot.press("colon", *"serve", "enter")
         await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
         wizard = app.screen
