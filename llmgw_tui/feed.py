@@ -267,9 +267,12 @@ class LiveFeed:
 
         async def attempt() -> None:
             try:
-                self.heal_notes.extend(
-                    await heal(self._live(), self._engines(), grace_s=NODE_GRACE_S)
-                )
+                healed = await heal(self._live(), self._engines(), grace_s=NODE_GRACE_S)
+                self.heal_notes.extend(healed)
+                if any(note.get("outcome") == "ready" for note in healed):
+                    from llmgw_core.gateway.run import follow_all
+
+                    await follow_all(self._live(), self._engines())  # gateways follow it
             except LlmgwError as exc:
                 self.heal_notes.append(
                     {"name": None, "outcome": "failed", "reason": exc.sentence()}
