@@ -2,46 +2,54 @@
 
 This machine is node `here` behind asyncssh's server on loopback; its real
 agent starts two llama-cpp-python servers of the tiny GGUF and the real
-`vllm-router` in front of them, each as a shard. llama-cpp-python's server
-has no `/health`, so the gateway checks `/v1/models` instead
-(`health_path: /v1/models`), which it answers once its model is loaded.
+`vllm-router` in front of them, each as a shard, with `health_path:
+/v1/models` (llama-cpp-python's server has no `/health`).
 
-One scenario, in the order a person would live it: both engines get
-traffic; one engine is SIGKILLed and requests keep succeeding through the
-other; the worker list follows a stop and a serve. Skips, saying what to
-install, where llama-cpp-python's server or vllm-router is absent.
+What it shows today is what blocks that: vllm-router 0.1.17 probes workers
+added through its `/workers` API on `/health` whatever
+`--health-check-endpoint` says, so within a few seconds it holds both
+llama.cpp workers unhealthy and refuses every request (503). The test
+pins that down (the engines' own logs show the `/health` 404s) so that a
+router that honours the path turns it red and the traffic, kill and
+follow checks can take its place. Skips, saying what to install, where
+llama-cpp-python's server or vllm-router is absent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from serve_demo_harness import FleetContext, step
-from test_llamacpp_real import NODE, free_port, needs_llama_cpp, this_machine_as_a_node
-from tiny_gguf import REPLY, write_tiny_llama_gguf
+from test_llamacpp_real import (
+    NODE,
+    engine_url,
+    free_port,
+    log_lines,
+    needs_llama_cpp,
+    this_machine_as_a_node,
+)
+from tiny_gguf import write_tiny_llama_gguf
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.demo import demo_router
-from llmgw_core.fleet.fleet import Fleet
 
 pytestmark = [
     needs_llama_cpp,
     pytest.mark.skipif(demo_router() is None, reason="vllm-router is not installed (test extra)"),
 ]
 
-ASKS_AFTER_KILL = 8
+UNHEALTHY_WITHIN_S = 20.0
 
 
-def _serve(ctx: FleetContext, model_path: Path, name: str) -> dict[str, Any]:
+async def _serve(ctx: FleetContext, model_path: Path, name: str) -> dict[str, Any]:
     """Serve the tiny GGUF with llama.cpp as replica `name`; its result."""
-    return _ok(
+    return await _ok(
         step(
             ctx,
             "serve",
@@ -55,25 +63,10 @@ def _serve(ctx: FleetContext, model_path: Path, name: str) -> dict[str, Any]:
 
 
 async def _ok(pending: Any) -> dict[str, Any]:
+    """The result of a step that must succeed."""
     outcome = await pending
     assert outcome.ok, outcome.error
     return outcome.result
-
-
-async def _answer(ctx: FleetContext, prompt: str) -> str:
-    """The text `ask` got through the gateway, or the sentence it failed with."""
-    try:
-        outcome = await step(ctx, "ask", gateway="front", prompt=prompt, max_tokens=16)
-    except LlmgwError as failed:
-        return f"failed: {failed.sentence()}"
-    return outcome.result["text"].strip() if outcome.ok else f"failed: {outcome.error}"
-
-
-async def _engine_pid(fleet: Fleet, replica: str) -> int:
-    """The running engine process of `replica` on this machine."""
-    listed = await fleet.request(NODE, "shard.list")
-    (shard,) = [s for s in listed["shards"] if s["replica"] == replica and s["phase"] == "running"]
-    return int(shard["main_pid"])
 
 
 async def _scenario(tmp_path: Path) -> dict[str, Any]:
@@ -83,41 +76,37 @@ async def _scenario(tmp_path: Path) -> dict[str, Any]:
     async with this_machine_as_a_node(tmp_path, model_dir) as fleet:
         ctx = FleetContext(fleet, tmp_path)
         try:
-            began = time.monotonic()
             await _serve(ctx, model_path, "tiny-a")
             await _serve(ctx, model_path, "tiny-b")
-            seen["serve_two_s"] = time.monotonic() - began
-            began = time.monotonic()
+            port = free_port()
             seen["gateway"] = await _ok(
-                step(
-                    ctx,
-                    "gateway",
-                    name="front",
-                    node=NODE,
-                    port=free_port(),
-                    health_path="/v1/models",
+                step(ctx, "gateway", name="front", node=NODE, port=port, health_path="/v1/models")
+            )
+            async with engine_url(fleet, NODE, port) as base, httpx.AsyncClient(timeout=30) as http:
+                deadline = time.monotonic() + UNHEALTHY_WITHIN_S
+                while time.monotonic() < deadline:
+                    listed = (await http.get(base + "/workers")).json()["workers"]
+                    if not any(w["is_healthy"] for w in listed):
+                        break
+                    await asyncio.sleep(0.5)
+                seen["workers"] = listed
+                answered = await http.post(
+                    base + "/v1/chat/completions",
+                    json={"model": "tiny", "messages": [{"role": "user", "content": "Hi"}]},
                 )
-            )
-            seen["gateway_s"] = time.monotonic() - began
-            seen["bench"] = await _ok(
-                step(ctx, "bench", gateway="front", requests=20, concurrency=2, max_tokens=16)
-            )
-            os.kill(await _engine_pid(fleet, "tiny-a"), signal.SIGKILL)
-            killed_at = time.monotonic()
-            seen["after_kill"] = [
-                await _answer(ctx, f"question {i}") for i in range(ASKS_AFTER_KILL)
+                seen["answer"] = (answered.status_code, answered.text)
+            listed = await fleet.request(NODE, "shard.list")
+            seen["engine_lines"] = [
+                line
+                for shard in listed["shards"]
+                if shard["replica"] in ("tiny-a", "tiny-b")
+                for line in await log_lines(fleet.client(NODE), shard["shard_id"])
             ]
-            seen["after_kill_s"] = time.monotonic() - killed_at
-            seen["stopped"] = await _ok(step(ctx, "stop", replica="tiny-a"))
-            seen["served_again"] = await _serve(ctx, model_path, "tiny-c")
-            seen["ask_c"] = await _ok(
-                step(ctx, "ask", gateway="front", prompt="Who are you?", max_tokens=16)
-            )
         finally:
             # Whatever happened, nothing this test started keeps running.
             with contextlib.suppress(LlmgwError):
                 await step(ctx, "stop", gateway="front")
-            for name in ("tiny-a", "tiny-b", "tiny-c"):
+            for name in ("tiny-a", "tiny-b"):
                 with contextlib.suppress(LlmgwError):
                     await step(ctx, "stop", replica=name)
             await ctx.close()
@@ -126,31 +115,22 @@ async def _scenario(tmp_path: Path) -> dict[str, Any]:
     return seen
 
 
-def test_two_llama_cpp_engines_behind_the_gateway_share_traffic_survive_a_kill_and_follow(
+def test_vllm_router_0_1_17_ignores_health_path_for_workers_it_is_given_so_llama_cpp_goes_dark(
     tmp_path: Path,
 ):
+    # What blocks the gateway in front of llama-cpp-python today (see docs/gateway.md):
+    # workers added through the router's /workers API are probed on /health whatever
+    # --health-check-endpoint says; llama-cpp-python answers 404 there, so after three
+    # failed probes (2 s apart) the router holds every worker unhealthy and answers 503.
     seen = asyncio.run(_scenario(tmp_path))
 
     gateway = seen["gateway"]
-    assert gateway["node"] == NODE and gateway["adopted"] is False
     assert sorted(w["replica"] for w in gateway["workers"]) == ["tiny-a", "tiny-b"]
     # Two replicas of one local file serve one model (named from the file): one pool.
     assert {w["model"] for w in gateway["workers"]} == {"tiny"}
-    split = seen["bench"]["split"]
-    assert len(split) == 2 and sum(split.values()) == 20, split
-    assert all(taken >= 5 for taken in split.values()), split
-    after_kill = seen["after_kill"]
-    assert after_kill == [REPLY] * ASKS_AFTER_KILL
-    (follow,) = seen["stopped"]["gateways"]
-    assert len(follow["removed"]) <= 1
-    assert [w["replica"] for w in follow["workers"]] == ["tiny-b"]
-    (follow,) = seen["served_again"]["gateways"]
-    assert len(follow["added"]) == 1
-    assert sorted(w["replica"] for w in follow["workers"]) == ["tiny-b", "tiny-c"]
-    assert seen["ask_c"]["text"].strip() == REPLY
+    assert [w["is_healthy"] for w in seen["workers"]] == [False, False]
+    assert seen["answer"][0] == 503, seen["answer"]
+    probes = [line for line in seen["engine_lines"] if '"GET /health HTTP/1.1" 404' in line]
+    assert probes, seen["engine_lines"][-20:]
+    assert not any("GET /v1/models" in line for line in seen["engine_lines"])
     assert seen["left"] == []
-    print(
-        f"two llama.cpp replicas served in {seen['serve_two_s']:.1f} s, gateway up in "
-        f"{seen['gateway_s']:.1f} s; {seen['bench']['requests_per_s']} requests/s, split {split}; "
-        f"{ASKS_AFTER_KILL} asks after the kill in {seen['after_kill_s']:.1f} s"
-    )
