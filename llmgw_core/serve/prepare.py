@@ -134,9 +134,9 @@ async def resolve(fleet: Any, request: ServeRequest, model: ModelInfo) -> Resolv
         the_plan, model, planner_fleet(views), request.overrides, fallbacks=request.fallbacks
     )
     models = tuple(x for x in (model.repo_id, model.ref, request.source) if x)
-    return Resolved(
-        name=name, context=context, ways=ways, served_name=model.repo_id or name, models=models
-    )
+    # Replicas of one local file serve one model name, so a gateway pools them together.
+    served_name = model.repo_id or replica_name(model.ref)
+    return Resolved(name=name, context=context, ways=ways, served_name=served_name, models=models)
 
 
 # --- ports ------------------------------------------------------------------------------

@@ -87,3 +87,18 @@ def test_the_gateways_router_is_found_like_an_engine_by_its_console_script(tmp_p
     for name in ("VIRTUAL_ENV", "CONDA_PREFIX", "LLMGW_ENGINE_PREFIXES"):
         monkeypatch.delenv(name, raising=False)
     assert live_engines()["vllm-router"] == {"version": "0.1.17", "path": str(script)}
+
+
+def test_a_router_off_the_path_is_reported_as_its_own_script_not_the_python_beside_it(
+    tmp_path, monkeypatch
+):
+    # sshd sessions have a bare PATH: the router is found by the prefix an operator names.
+    venv = tmp_path / "router-venv"
+    _dist(venv, "vllm_router", "0.1.17")
+    script = _script(venv / "bin", "vllm-router", "exit 0")
+    _script(venv / "bin", "python3", "exit 0")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("LLMGW_ENGINE_PREFIXES", str(venv))
+    for name in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        monkeypatch.delenv(name, raising=False)
+    assert live_engines()["vllm-router"] == {"version": "0.1.17", "path": str(script)}

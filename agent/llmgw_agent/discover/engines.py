@@ -98,6 +98,10 @@ def live_engines() -> Dict[str, Dict[str, Any]]:
             version = dist_version(prefix, distribution)
             if version:
                 python = prefix / "bin" / "python3"
+                if engine == ROUTER and not located:
+                    # The router runs as its own console script, never as `python3 -m`.
+                    beside = prefix / "bin" / str(script)
+                    located = str(beside) if beside.exists() else None
                 found[engine] = {
                     "version": version,
                     "path": located or (str(python) if python.exists() else str(prefix)),
