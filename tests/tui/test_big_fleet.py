@@ -1,15 +1,25 @@
-"""The fleet screen over a big fleet: a poll redraws what changed, the filter waits for a pause in typing."""
+"""The fleet screen over a big fleet: a poll redraws what changed, the filter waits for a pause in
+typing, and a poll's summary is computed off the UI loop."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from rich.text import Text
 from textual.widgets import DataTable
 
-from llmgw_core.views.fleet import ClassCount, FleetSummary, NodeSummary, RacksSummary
+from llmgw_core.fleet.state import FleetState, NodeState
+from llmgw_core.views.fleet import (
+    ClassCount,
+    FleetSummary,
+    NodeSummary,
+    RacksSummary,
+    SummaryCache,
+    fleet_summary,
+)
 from llmgw_tui.app import LlmgwApp
-from llmgw_tui.feed import StaticFeed
+from llmgw_tui.feed import StaticFeed, summary_off_loop
 from llmgw_tui.screens.fleet import FILTER_AFTER_TYPING_ROWS, FILTER_PAUSE_S
 
 ROWS = FILTER_AFTER_TYPING_ROWS + 100
@@ -75,3 +85,56 @@ def test_a_filter_over_a_big_fleet_applies_once_typing_pauses():
     while_typing, after_pause = asyncio.run(run())
     assert while_typing == ROWS
     assert after_pause == 10
+
+
+BIG_FLEET_NODES = 2048
+
+
+def big_state(demo_state: tuple[FleetState, dict]) -> tuple[FleetState, dict[str, tuple[str, ...]]]:
+    """2,048 ready nodes with the demo nodes' real facts, each under a name of its own."""
+    state, fabrics = demo_state
+    known = list(state.nodes.values())
+    nodes: dict[str, NodeState] = {}
+    big_fabrics: dict[str, tuple[str, ...]] = {}
+    for i in range(BIG_FLEET_NODES):
+        model = known[i % len(known)]
+        name = f"{model.name}-{i:04d}"
+        nodes[name] = model.model_copy(update={"name": name})
+        big_fabrics[name] = tuple(fabrics.get(model.name, ()))
+    return state.model_copy(update={"nodes": nodes}), big_fabrics
+
+
+def test_the_summary_of_2048_changed_nodes_leaves_the_ui_loop_free_to_tick(demo_state):
+    state, fabrics = big_state(demo_state)
+
+    async def ticks_while(work: Callable[[], Awaitable[FleetSummary]]) -> tuple[int, FleetSummary]:
+        ticks = 0
+        done = asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                await asyncio.sleep(0.005)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0.02)  # the ticker is running
+        before = ticks
+        summary = await work()
+        during = ticks - before
+        done.set()
+        await task
+        return during, summary
+
+    async def on_loop() -> FleetSummary:
+        return fleet_summary(state, fabrics, SummaryCache())
+
+    async def poll_path() -> FleetSummary:
+        return await summary_off_loop(state, fabrics, SummaryCache(), {})
+
+    ticks_on_loop, expected = asyncio.run(ticks_while(on_loop))
+    ticks_off_loop, summary = asyncio.run(ticks_while(poll_path))
+    assert ticks_on_loop == 0  # computed on the loop, nothing else runs until it is done
+    assert ticks_off_loop > 0  # the poll's path: the loop kept ticking meanwhile
+    assert len(summary.nodes) == BIG_FLEET_NODES
+    assert summary.nodes == expected.nodes
