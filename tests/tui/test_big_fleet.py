@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+import pytest
 from rich.text import Text
 from textual.widgets import DataTable
 
@@ -20,7 +21,7 @@ from llmgw_core.views.fleet import (
 )
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import StaticFeed, summary_off_loop
-from llmgw_tui.screens.fleet import FILTER_AFTER_TYPING_ROWS, FILTER_PAUSE_S
+from llmgw_tui.screens.fleet import FILTER_AFTER_TYPING_ROWS, FILTER_PAUSE_S, ROWS_PER_FRAME
 
 ROWS = FILTER_AFTER_TYPING_ROWS + 100
 
@@ -104,6 +105,7 @@ def big_state(demo_state: tuple[FleetState, dict]) -> tuple[FleetState, dict[str
     return state.model_copy(update={"nodes": nodes}), big_fabrics
 
 
+@pytest.mark.slow
 def test_the_summary_of_2048_changed_nodes_leaves_the_ui_loop_free_to_tick(demo_state):
     state, fabrics = big_state(demo_state)
 
@@ -138,3 +140,32 @@ def test_the_summary_of_2048_changed_nodes_leaves_the_ui_loop_free_to_tick(demo_
     assert ticks_off_loop > 0  # the poll's path: the loop kept ticking meanwhile
     assert len(summary.nodes) == BIG_FLEET_NODES
     assert summary.nodes == expected.nodes
+
+
+def test_clearing_the_filter_brings_the_rows_back_a_frame_at_a_time_with_the_cursor_kept():
+    assert ROWS > ROWS_PER_FRAME  # more than one frame's rows
+
+    async def run() -> tuple[set[int], list[str], str | None]:
+        app = LlmgwApp(Fixed(fleet(8)), animation="none")
+        async with app.run_test(size=(120, 40)) as pilot:
+            table = app.screen.query_one("#nodes", DataTable)
+            while table.row_count < ROWS:
+                await pilot.pause(0.01)
+            await pilot.press("slash", *"h100-0007", "enter")
+            while table.row_count != 1:
+                await pilot.pause(0.01)
+            await pilot.press("escape")
+            seen: set[int] = set()
+            deadline = asyncio.get_running_loop().time() + 60
+            while table.row_count < ROWS:
+                seen.add(table.row_count)
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0)  # every loop turn: each frame's rows are seen
+            await pilot.pause()
+            names = [str(key.value) for key in table.rows]
+            return seen, names, app.screen.selected_node()  # type: ignore[attr-defined]
+
+    seen, names, selected = asyncio.run(run())
+    assert any(0 < count < ROWS for count in seen)  # drawn over several frames, not at once
+    assert names == sorted(names) and len(names) == ROWS
+    assert selected == "h100-0007"
