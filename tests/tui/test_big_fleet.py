@@ -26,13 +26,13 @@ from llmgw_tui.screens.fleet import FILTER_AFTER_TYPING_ROWS, FILTER_PAUSE_S, RO
 ROWS = FILTER_AFTER_TYPING_ROWS + 100
 
 
-def fleet(free_of_node_7: int) -> FleetSummary:
+def fleet(free_of_node_7: int, free_of_others: int = 8) -> FleetSummary:
     nodes = tuple(
         NodeSummary(
             name=f"h100-{i:04d}",
             state="ready",
             reason=None,
-            classes=(ClassCount("h100-80g", free_of_node_7 if i == 7 else 8, 8),),
+            classes=(ClassCount("h100-80g", free_of_node_7 if i == 7 else free_of_others, 8),),
             fabrics=(f"ib-pod{i % 4 + 1}",),
             nvlink_domain=None,
             running_shards=0,
@@ -169,3 +169,26 @@ def test_clearing_the_filter_brings_the_rows_back_a_frame_at_a_time_with_the_cur
     assert any(0 < count < ROWS for count in seen)  # drawn over several frames, not at once
     assert names == sorted(names) and len(names) == ROWS
     assert selected == "h100-0007"
+
+
+def test_a_poll_changing_every_row_of_a_big_fleet_is_drawn_whole_over_a_few_frames():
+    async def run() -> list[str]:
+        app = LlmgwApp(Fixed(fleet(8)), animation="none")
+        async with app.run_test(size=(120, 40)) as pilot:
+            table = app.screen.query_one("#nodes", DataTable)
+            while table.row_count < ROWS:
+                await pilot.pause(0.01)
+            changed = fleet(3, free_of_others=5)
+            app.fleet = changed
+            app.fleet_changed.publish(changed)
+            last = f"h100-{ROWS - 1:04d}"
+            while "5/8" not in Text.from_markup(str(table.get_cell(last, "classes"))).plain:
+                await pilot.pause(0.01)
+            return [
+                Text.from_markup(str(table.get_cell(f"h100-{i:04d}", "classes"))).plain
+                for i in range(ROWS)
+            ]
+
+    cells = asyncio.run(run())
+    assert "3/8" in cells[7]
+    assert all("5/8" in cell for i, cell in enumerate(cells) if i != 7)
