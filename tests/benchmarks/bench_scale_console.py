@@ -89,7 +89,11 @@ async def timed(pilot: Any, presses: list[str]) -> list[float]:
 
 
 def shown(what: str, latencies: list[float]) -> None:
-    p99 = statistics.quantiles(latencies, n=100, method="inclusive")[98] if len(latencies) > 1 else latencies[0]
+    p99 = (
+        statistics.quantiles(latencies, n=100, method="inclusive")[98]
+        if len(latencies) > 1
+        else latencies[0]
+    )
     print(
         f"  {what:<36} p50 {statistics.median(latencies):5.0f} ms,"
         f" p99 {p99:5.0f} ms, worst {max(latencies):5.0f} ms ({len(latencies)} keys)"
