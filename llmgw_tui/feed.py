@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -186,6 +187,10 @@ class StaticFeed:
 
 HEAL_EVERY_S = 10.0
 """How often the console tries again to place replicas that lost a node."""
+SHARDS_EACH_POLL_NODES = 256
+"""Up to this many ready nodes, every poll lists each node's shards."""
+SHARDS_EVERY_S = 30.0
+"""Above that, how often a poll lists them (2,048 listings take seconds of the console's loop)."""
 
 
 class LiveFeed:
@@ -205,6 +210,9 @@ class LiveFeed:
         self.heal_notes: list[dict[str, Any]] = []
         """What each heal attempt did (`replica_heal.heal`'s lines), oldest first."""
         self._views: tuple[ReplicaView, ...] = ()
+        self._shards_at = -math.inf
+        """When the shards of every node were last listed (monotonic seconds)."""
+        self._fabrics: dict[str, tuple[str, ...]] | None = None
 
     async def snapshot(self) -> FleetSummary:
         """Open the fleet on first use, then read its current state (with running shards)."""
@@ -212,12 +220,29 @@ class LiveFeed:
             from llmgw_core.fleet.session import open_fleet
 
             self._fleet, self._closer = await open_fleet(inventory=self._inventory, demo=self._demo)
-        with contextlib.suppress(LlmgwError):
-            await self.replicas()  # the shards each node runs, for the SHARDS column
-        summary = fleet_summary(
-            self._fleet.snapshot(), inventory_fabrics(self._fleet.inventory), self._rows
+        if self._shards_due():
+            with contextlib.suppress(LlmgwError):
+                await self.replicas()  # the shards each node runs, for the SHARDS column
+        else:
+            self._heal_in_background()
+        if self._fabrics is None:
+            self._fabrics = inventory_fabrics(self._fleet.inventory)
+        return await summary_off_loop(
+            self._fleet.snapshot(), self._fabrics, self._rows, dict(self._shards_by_node)
         )
-        return with_shards(summary, self._shards_by_node)
+
+    def _shards_due(self) -> bool:
+        """Whether this poll lists every node's shards (each poll on a small fleet).
+
+        Above `SHARDS_EACH_POLL_NODES` ready nodes a listing costs the console
+        seconds of its loop, so it runs every `SHARDS_EVERY_S`, and at the next
+        poll after this console started or stopped a replica.
+        """
+        if self._fleet is None:
+            return False
+        if len(self._fleet.snapshot().ready()) <= SHARDS_EACH_POLL_NODES:
+            return True
+        return time.monotonic() - self._shards_at >= SHARDS_EVERY_S
 
     def _live(self) -> Any:
         if self._fleet is None:
@@ -242,6 +267,7 @@ class LiveFeed:
         if self._fleet is None:
             return ()
         views = await reconcile(self._fleet)
+        self._shards_at = time.monotonic()
         self._views = views
         self._shards_by_node = running_shards(views)
         self._heal_in_background()
@@ -286,6 +312,7 @@ class LiveFeed:
         from llmgw_core.serve.replicas import stop_replica
 
         stopped = await stop_replica(self._live(), name)
+        self._shards_at = -math.inf  # the next poll lists shards again
         await follow_all(self._live(), self._engines())  # gateways drop its engine
         return stopped
 
@@ -361,6 +388,7 @@ class LiveFeed:
             model_for, request.model, Path.cwd(), offline=self._offline()
         )
         outcome = await serve(self._live(), self._engines(), request, model)
+        self._shards_at = -math.inf  # the next poll lists shards again
         if outcome.phase == "ready":
             from llmgw_core.gateway.run import follow_all
 
@@ -474,6 +502,23 @@ class LiveFeed:
             await close_quietly(reach)
         if closer is not None:
             await closer()
+
+
+async def summary_off_loop(
+    state: Any,
+    fabrics: Mapping[str, Iterable[str]],
+    cache: SummaryCache,
+    shards: Mapping[str, int],
+) -> FleetSummary:
+    """The fleet summary of a snapshot (with running shards), computed in a worker thread.
+
+    The first summary of 2,048 nodes takes seconds of CPU; on the UI loop it
+    would hold every key until done. The caller never shares `cache` between
+    two calls at once (the app never overlaps two polls).
+    """
+    return await asyncio.to_thread(
+        lambda: with_shards(fleet_summary(state, fabrics, cache), shards)
+    )
 
 
 def running_shards(views: Iterable[ReplicaView]) -> dict[str, int]:

@@ -18,6 +18,9 @@ from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
 FILTER_AFTER_TYPING_ROWS = 500
 """Above this many nodes the filter applies when typing pauses, not at every key."""
 FILTER_PAUSE_S = 0.25
+ROWS_PER_FRAME = 256
+"""Rows added per frame when the table is rebuilt (keys are handled between frames); a
+poll's changed rows are updated a quarter of that per frame (an update costs more)."""
 
 COLUMNS = (
     ("node", "NODE"),
@@ -63,6 +66,9 @@ class FleetScreen(Screen[None]):
         self._shown: list[str] = []
         self._drawn: dict[str, tuple[NodeSummary, dict[str, object]]] = {}
         self._filter_timer: Timer | None = None
+        self._build_generation = 0
+        self._building: tuple[list[str], str | None] | None = None
+        """The rows being added a chunk per frame, and the node to put the cursor on."""
         self._texts: dict[str, str] = {}
         """Per node: the summary its row was drawn from, and that row's cells."""
 
@@ -157,39 +163,79 @@ class FleetScreen(Screen[None]):
         needle = self.query_one("#filter", Input).value.strip()
         wanted = [n for n in self._fleet.nodes if matches(n, needle)]
         wanted_names = [n.name for n in wanted]
-        with self.app.batch_update():
-            if wanted_names != self._shown:
-                # The set of rows changed (a filter, a node added): rebuild in name order.
-                selected = self.selected_node()
-                table.clear()
-                for node in wanted:
+        if wanted_names != self._shown:
+            # The set of rows changed (a filter, a node added): rebuild in name order.
+            self._rebuild(table, wanted)
+            return
+        self._build_generation += 1
+        generation = self._build_generation
+        changed = [n for n in wanted if not self._drawn_from(n)]  # at 2,048 rows, a few
+
+        def update_chunk(start: int) -> None:
+            if generation != self._build_generation:
+                return  # a newer poll or filter redraws what is still not drawn
+            with self.app.batch_update():
+                for node in changed[start : start + ROWS_PER_FRAME // 4]:
+                    before = self._drawn.get(node.name)
+                    cells = self._cells(node)
+                    for column, value in cells.items():
+                        if before is None or before[1].get(column) != value:
+                            table.update_cell(node.name, column, value)
+            if start + ROWS_PER_FRAME // 4 < len(changed):
+                self.call_after_refresh(update_chunk, start + ROWS_PER_FRAME // 4)
+
+        update_chunk(0)
+
+    def _drawn_from(self, node: NodeSummary) -> bool:
+        """Whether the node's row was drawn from this very summary (or an equal one)."""
+        drawn = self._drawn.get(node.name)
+        return drawn is not None and (drawn[0] is node or drawn[0] == node)
+
+    def _rebuild(self, table: DataTable[object], wanted: list[NodeSummary]) -> None:
+        """Draw `wanted` from scratch, `ROWS_PER_FRAME` rows at a time.
+
+        Adding 2,048 rows at once held the keys for half a second; a chunk per
+        frame lets each key through between chunks. Until the last chunk is in,
+        `_shown` is not `wanted`, so a poll meanwhile starts the build again.
+        """
+        selected = self.selected_node() if self._building is None else self._building[1]
+        self._build_generation += 1
+        generation = self._build_generation
+        self._building = ([n.name for n in wanted], selected)
+        self._shown = []
+        table.clear()
+
+        def add_chunk(start: int) -> None:
+            if generation != self._build_generation:
+                return  # a newer build (a poll, another filter) took over
+            end = min(start + ROWS_PER_FRAME, len(wanted))
+            with self.app.batch_update():
+                for node in wanted[start:end]:
                     table.add_row(
                         *self._cells(node).values(),
                         key=node.name,
                         height=max(1, len(node.classes)),
                     )
-                self._shown = wanted_names
-                if selected in wanted_names:
-                    table.move_cursor(row=wanted_names.index(selected))
-                # Rows drawn before the table measured its new column widths stay
-                # cached at the old widths (textual 8.2.8): redraw once measured.
-                self.call_after_refresh(redraw_table, table)
+                    if node.name == selected:
+                        table.move_cursor(row=table.row_count - 1)
+            if end < len(wanted):
+                self.call_after_refresh(add_chunk, end)
                 return
-            for node in wanted:
-                before = self._drawn.get(node.name)
-                cells = self._cells(node)
-                if before is not None and before[1] is cells:
-                    continue  # unchanged: at 2,048 rows, most of them
-                for column, value in cells.items():
-                    if before is None or before[1].get(column) != value:
-                        table.update_cell(node.name, column, value)
+            self._shown = [n.name for n in wanted]
+            self._building = None
+            # Rows drawn before the table measured its new column widths stay
+            # cached at the old widths (textual 8.2.8): redraw once measured.
+            self.call_after_refresh(redraw_table, table)
+
+        add_chunk(0)
 
     def selected_node(self) -> str | None:
         """The node under the cursor, if any."""
         table = self.query_one("#nodes", DataTable)
-        if not self._shown or table.cursor_row >= len(self._shown):
+        names = self._building[0] if self._building is not None else self._shown
+        if table.cursor_row >= min(len(names), table.row_count):
             return None
-        return self._shown[table.cursor_row]
+        return names[table.cursor_row]
 
     @on(DataTable.RowSelected, "#nodes")
     def _row_selected(self, event: DataTable.RowSelected) -> None:
