@@ -151,20 +151,26 @@ async def one_node_phases(
     return phases
 
 
+def write_keys(root: Path) -> tuple[asyncssh.SSHKey, Path, Path, str]:
+    """A client key and a host key under `root`: the client key, its file, the host key's file
+    and the host key's public line (for known_hosts)."""
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key_file = root / "client_key"
+    key_file.write_bytes(key.export_private_key())
+    key_file.chmod(0o600)
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    host_key_file = root / "host_key"
+    host_key_file.write_bytes(host_key.export_private_key())
+    host_key_file.chmod(0o600)
+    return key, key_file, host_key_file, host_key.export_public_key().decode().strip()
+
+
 def run(counts: list[int]) -> None:
     if not Path(SSHD).exists():
         raise SystemExit("sshd is not installed: apt-get install openssh-server")
     root = Path(tempfile.mkdtemp(prefix="llmgw-bench-"))
     try:
-        key = asyncssh.generate_private_key("ssh-ed25519")
-        key_file = root / "client_key"
-        key_file.write_bytes(key.export_private_key())
-        key_file.chmod(0o600)
-        host_key = asyncssh.generate_private_key("ssh-ed25519")
-        host_key_file = root / "host_key"
-        host_key_file.write_bytes(host_key.export_private_key())
-        host_key_file.chmod(0o600)
-        host_public = host_key.export_public_key().decode().strip()
+        key, key_file, host_key_file, host_public = write_keys(root)
         capture = write_profile("hgx-h100", root / "capture")
         print(
             f"discovery over OpenSSH on 127.0.0.1, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"

@@ -147,8 +147,14 @@ def row(label: str, ours: tuple[float, float], reference: tuple[float, float], g
 
 def discovery_figures(runs: int, nodes: int = 8) -> tuple[float, float] | None:
     """(median whole-CLI discovery s, median ssh-true fan-out s) over `nodes` loopback sshd ports."""
-    import asyncssh
-    from bench_discovery import PORTS_PER_SSHD, SSHD, free_port, ssh_true_fanout, start_sshd
+    from bench_discovery import (
+        PORTS_PER_SSHD,
+        SSHD,
+        free_port,
+        ssh_true_fanout,
+        start_sshd,
+        write_keys,
+    )
 
     from llmgw_agent.sim.profiles import write_profile
 
@@ -158,15 +164,7 @@ def discovery_figures(runs: int, nodes: int = 8) -> tuple[float, float] | None:
     root = Path(tempfile.mkdtemp(prefix="llmgw-bench-startup-"))
     servers: list[subprocess.Popen[bytes]] = []
     try:
-        key = asyncssh.generate_private_key("ssh-ed25519")
-        key_file = root / "client_key"
-        key_file.write_bytes(key.export_private_key())
-        key_file.chmod(0o600)
-        host_key = asyncssh.generate_private_key("ssh-ed25519")
-        host_key_file = root / "host_key"
-        host_key_file.write_bytes(host_key.export_private_key())
-        host_key_file.chmod(0o600)
-        host_public = host_key.export_public_key().decode().strip()
+        key, key_file, host_key_file, host_public = write_keys(root)
         capture = write_profile("hgx-h100", root / "capture")
         ports = [free_port() for _ in range(nodes)]
         known_hosts = root / "known_hosts"
