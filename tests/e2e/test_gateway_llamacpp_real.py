@@ -44,7 +44,6 @@ from serve_demo_harness import FleetContext, step
 from test_llamacpp_real import (
     NODE,
     engine_url,
-    free_port,
     log_lines,
     needs_llama_cpp,
     this_machine_as_a_node,
@@ -69,6 +68,7 @@ AFTER_UNHEALTHY_S = 1.0
 AFTER_KILL_CAP_S = 15.0
 """…and never longer than this after the kill."""
 SENDERS = 2
+GATEWAY_PORT_FROM = 31000
 COMPLETED = '"POST /v1/chat/completions HTTP/1.1" 200'
 
 
@@ -120,6 +120,16 @@ def _listens_on(pid: int, port: int) -> bool:
         with contextlib.suppress(OSError):
             held.add(os.readlink(fd))
     return any(f"socket:[{inode}]" in held for inode in inodes)
+
+
+async def _gateway_port(fleet: Fleet) -> int:
+    """A port the node's agent finds free, below the kernel's ephemeral range.
+
+    An ephemeral port free a moment ago may be taken by any outgoing
+    connection (SSH tunnels, clients) before the router binds it.
+    """
+    answer = await fleet.request(NODE, "port.free", {"start": GATEWAY_PORT_FROM, "count": 1})
+    return int(answer["ports"][0])
 
 
 async def _completions_served(fleet: Fleet, shard_id: str) -> int:
@@ -219,7 +229,7 @@ async def _scenario(tmp_path: Path) -> dict[str, Any]:
             seen["serve_two_s"] = time.monotonic() - began
             seen["shard_a"], seen["shard_b"] = _shard(served_a), _shard(served_b)
             seen["port_a"] = int(served_a["replica"]["endpoint"].rsplit(":", 1)[1])
-            port = free_port()
+            port = await _gateway_port(fleet)
             began = time.monotonic()
             gateway = await _ok(step(ctx, "gateway", name="front", node=NODE, port=port))
             seen["gateway"], seen["gateway_s"] = gateway, time.monotonic() - began
