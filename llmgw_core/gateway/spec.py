@@ -57,7 +57,7 @@ class GatewayArgs(BaseModel):
     api_key_env: str | None = None
     """The operator's environment variable holding the key the router presents to engines."""
     health_path: str = "/health"
-    """The engines' health route the router checks (llama-cpp-python's server has none)."""
+    """The engines' health route for the router; 0.1.17 ignores it for the workers we add (/health)."""
 
     @field_validator("name")
     @classmethod

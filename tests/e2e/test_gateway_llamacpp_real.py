@@ -1,50 +1,82 @@
 """The gateway in front of two real llama.cpp engines, over real SSH.
 
 This machine is node `here` behind asyncssh's server on loopback; its real
-agent starts two llama-cpp-python servers of the tiny GGUF and the real
-`vllm-router` in front of them, each as a shard, with `health_path:
-/v1/models` (llama-cpp-python's server has no `/health`).
+agent starts two llama.cpp replicas of the tiny GGUF and the real
+`vllm-router` 0.1.17 in front of them, each as a shard.
 
-What it shows today is what blocks that: vllm-router 0.1.17 probes workers
-added through its `/workers` API on `/health` whatever
-`--health-check-endpoint` says, so within a few seconds it holds both
-llama.cpp workers unhealthy and refuses every request (503). The test
-pins that down (the engines' own logs show the `/health` 404s) so that a
-router that honours the path turns it red and the traffic, kill and
-follow checks can take its place. Skips, saying what to install, where
-llama-cpp-python's server or vllm-router is absent.
+How the engines are fronted: vllm-router 0.1.17 probes the workers it is
+given through its `/workers` API on `GET /health` whatever
+`--health-check-endpoint` says, and llama-cpp-python's server has no
+`/health` (404: the router held both workers unhealthy within 6 s and
+answered 503). llama.cpp's own `llama-server` answers it, but is not
+installed here. So the node's inventory names a test-side launcher as its
+llama.cpp program (`engines: {llama.cpp: {bin: …/llama-server}}`, see
+`llama_server_front`): it takes the `llama-server` flags the product builds
+and runs llama-cpp-python's own FastAPI app, unchanged, in that one process
+with a `/health` route in front answering as llama-server does (503 "Loading
+model", then 200). Not a proxy: the process the test SIGKILLs is the one
+computing the tokens. The product is unchanged: it builds llama-server's
+command and checks `/health`, as for the real binary.
+
+One scenario, in the order a person would live it: both engines get traffic
+(the router's own counters and each engine's own log); one engine's process
+is SIGKILLed and requests through the gateway keep succeeding through the
+other (every one counted, with when the router marked the dead worker
+unhealthy); the router's worker list follows a `stop` and a new `serve`.
+Skips, saying what to install, where llama-cpp-python's server or
+vllm-router is absent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from llama_server_front import launcher_script
 from serve_demo_harness import FleetContext, step
 from test_llamacpp_real import (
     NODE,
     engine_url,
-    free_port,
     log_lines,
     needs_llama_cpp,
     this_machine_as_a_node,
 )
-from tiny_gguf import write_tiny_llama_gguf
+from tiny_gguf import REPLY, write_tiny_llama_gguf
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.demo import demo_router
+from llmgw_core.fleet.fleet import Fleet
 
 pytestmark = [
+    pytest.mark.slow,
     needs_llama_cpp,
     pytest.mark.skipif(demo_router() is None, reason="vllm-router is not installed (test extra)"),
 ]
 
-UNHEALTHY_WITHIN_S = 20.0
+MODEL = "tiny"
+"""Two replicas of one local file serve one model, named from the file: one pool."""
+BENCH_REQUESTS = 20
+AFTER_UNHEALTHY_S = 1.0
+"""Requests go on this long after the router marked the dead engine unhealthy."""
+AFTER_KILL_CAP_S = 15.0
+"""…and never longer than this after the kill."""
+SENDERS = 2
+GATEWAY_PORT_FROM = 31000
+COMPLETED = '"POST /v1/chat/completions HTTP/1.1" 200'
+
+
+async def _ok(pending: Any) -> dict[str, Any]:
+    """The result of a step that must succeed."""
+    outcome = await pending
+    assert outcome.ok, outcome.error
+    return outcome.result
 
 
 async def _serve(ctx: FleetContext, model_path: Path, name: str) -> dict[str, Any]:
@@ -62,51 +94,171 @@ async def _serve(ctx: FleetContext, model_path: Path, name: str) -> dict[str, An
     )
 
 
-async def _ok(pending: Any) -> dict[str, Any]:
-    """The result of a step that must succeed."""
-    outcome = await pending
-    assert outcome.ok, outcome.error
-    return outcome.result
+def _shard(served: dict[str, Any]) -> dict[str, Any]:
+    (shard,) = served["replica"]["shards"]
+    return shard
+
+
+async def _running_pid(fleet: Fleet, replica: str) -> int:
+    """The agent's record of the replica's running engine process."""
+    listed = await fleet.request(NODE, "shard.list")
+    (shard,) = [s for s in listed["shards"] if s["replica"] == replica and s["phase"] == "running"]
+    return int(shard["main_pid"])
+
+
+def _listens_on(pid: int, port: int) -> bool:
+    """Whether process `pid` holds the listening TCP socket of `port` (read from /proc)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for row in Path(table).read_text().splitlines()[1:]:
+                fields = row.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                    inodes.add(fields[9])
+    held = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            held.add(os.readlink(fd))
+    return any(f"socket:[{inode}]" in held for inode in inodes)
+
+
+async def _gateway_port(fleet: Fleet) -> int:
+    """A port the node's agent finds free, below the kernel's ephemeral range.
+
+    An ephemeral port free a moment ago may be taken by any outgoing
+    connection (SSH tunnels, clients) before the router binds it.
+    """
+    answer = await fleet.request(NODE, "port.free", {"start": GATEWAY_PORT_FROM, "count": 1})
+    return int(answer["ports"][0])
+
+
+async def _completions_served(fleet: Fleet, shard_id: str) -> int:
+    """Chat completions the engine answered 200, counted from its own log."""
+    return sum(COMPLETED in line for line in await log_lines(fleet.client(NODE), shard_id))
+
+
+async def _router_workers(http: httpx.AsyncClient, base: str) -> dict[str, bool]:
+    """The router's own worker list: URL → healthy."""
+    listed = (await http.get(f"{base}/workers")).json()["workers"]
+    return {w["url"]: w["is_healthy"] for w in listed}
+
+
+async def _send_until(
+    http: httpx.AsyncClient, base: str, done: asyncio.Event
+) -> list[tuple[float, float, int]]:
+    """Chat completions one after another until `done`: (sent, answered, status; 0 = no answer).
+
+    A 200 whose text is not the tiny model's line counts as a failure (-1).
+    """
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16}
+    results = []
+    while not done.is_set():
+        sent = time.monotonic()
+        try:
+            answered = await http.post(f"{base}/v1/chat/completions", json=body)
+            status = answered.status_code
+            if (
+                status == 200
+                and answered.json()["choices"][0]["message"]["content"].strip() != REPLY
+            ):
+                status = -1
+        except httpx.HTTPError:
+            status = 0
+        results.append((sent, time.monotonic(), status))
+    return results
+
+
+async def _watch_unhealthy(
+    http: httpx.AsyncClient, base: str, url: str, done: asyncio.Event, cap_at: float
+) -> float | None:
+    """When the router's worker list first showed `url` unhealthy (None: not by `cap_at`).
+
+    Sets `done` `AFTER_UNHEALTHY_S` later (or at `cap_at`), ending the traffic.
+    """
+    marked = None
+    try:
+        while time.monotonic() < cap_at:
+            if marked is None and not (await _router_workers(http, base)).get(url, True):
+                marked = time.monotonic()
+            if marked is not None and time.monotonic() >= marked + AFTER_UNHEALTHY_S:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        done.set()
+    return marked
+
+
+async def _kill_and_keep_asking(
+    fleet: Fleet, base: str, dead_url: str, seen: dict[str, Any]
+) -> None:
+    """SIGKILL tiny-a's engine while requests go through the gateway, two at a time.
+
+    They go on until the router has held the dead worker unhealthy for
+    `AFTER_UNHEALTHY_S` (at most `AFTER_KILL_CAP_S`).
+    """
+    pid = await _running_pid(fleet, "tiny-a")
+    seen["killed_cmdline"] = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+    seen["killed_held_port"] = _listens_on(pid, seen["port_a"])
+    done = asyncio.Event()
+    async with httpx.AsyncClient(timeout=30) as http:
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        *sent, marked = await asyncio.gather(
+            *(_send_until(http, base, done) for _ in range(SENDERS)),
+            _watch_unhealthy(http, base, dead_url, done, killed_at + AFTER_KILL_CAP_S),
+        )
+    results = sorted(result for sender in sent for result in sender)
+    seen["after_kill"] = [
+        (round(at - killed_at, 3), round(end - at, 3), status) for at, end, status in results
+    ]
+    seen["unhealthy_after_s"] = None if marked is None else marked - killed_at
 
 
 async def _scenario(tmp_path: Path) -> dict[str, Any]:
     model_dir = tmp_path / "models"
     model_path = write_tiny_llama_gguf(model_dir / "tiny-llama" / "tiny.gguf")
-    seen: dict[str, Any] = {}
-    async with this_machine_as_a_node(tmp_path, model_dir) as fleet:
+    program = launcher_script(tmp_path / "bin")
+    engines = f"    engines: {{llama.cpp: {{bin: {program}}}}}\n"
+    seen: dict[str, Any] = {"model_path": model_path}
+    async with this_machine_as_a_node(tmp_path, model_dir, engines) as fleet:
         ctx = FleetContext(fleet, tmp_path)
         try:
-            await _serve(ctx, model_path, "tiny-a")
-            await _serve(ctx, model_path, "tiny-b")
-            port = free_port()
-            seen["gateway"] = await _ok(
-                step(ctx, "gateway", name="front", node=NODE, port=port, health_path="/v1/models")
+            began = time.monotonic()
+            served_a = await _serve(ctx, model_path, "tiny-a")
+            served_b = await _serve(ctx, model_path, "tiny-b")
+            seen["serve_two_s"] = time.monotonic() - began
+            seen["shard_a"], seen["shard_b"] = _shard(served_a), _shard(served_b)
+            seen["port_a"] = int(served_a["replica"]["endpoint"].rsplit(":", 1)[1])
+            port = await _gateway_port(fleet)
+            began = time.monotonic()
+            gateway = await _ok(step(ctx, "gateway", name="front", node=NODE, port=port))
+            seen["gateway"], seen["gateway_s"] = gateway, time.monotonic() - began
+            gateway_at = time.monotonic()
+            seen["bench"] = await _ok(
+                step(ctx, "bench", gateway="front", requests=BENCH_REQUESTS, concurrency=2)
             )
-            async with engine_url(fleet, NODE, port) as base, httpx.AsyncClient(timeout=30) as http:
-                deadline = time.monotonic() + UNHEALTHY_WITHIN_S
-                while time.monotonic() < deadline:
-                    listed = (await http.get(base + "/workers")).json()["workers"]
-                    if not any(w["is_healthy"] for w in listed):
-                        break
-                    await asyncio.sleep(0.5)
-                seen["workers"] = listed
-                answered = await http.post(
-                    base + "/v1/chat/completions",
-                    json={"model": "tiny", "messages": [{"role": "user", "content": "Hi"}]},
-                )
-                seen["answer"] = (answered.status_code, answered.text)
-            listed = await fleet.request(NODE, "shard.list")
-            seen["engine_lines"] = [
-                line
-                for shard in listed["shards"]
-                if shard["replica"] in ("tiny-a", "tiny-b")
-                for line in await log_lines(fleet.client(NODE), shard["shard_id"])
-            ]
+            seen["logged"] = {
+                name: await _completions_served(fleet, seen[f"shard_{name[-1]}"]["shard_id"])
+                for name in ("tiny-a", "tiny-b")
+            }
+            urls = {w["replica"]: w["url"] for w in gateway["workers"]}
+            async with engine_url(fleet, NODE, port) as base:
+                await _kill_and_keep_asking(fleet, base, urls["tiny-a"], seen)
+                seen["stopped"] = await _ok(step(ctx, "stop", replica="tiny-a"))
+                async with httpx.AsyncClient(timeout=30) as http:
+                    seen["workers_after_stop"] = await _router_workers(http, base)
+                    seen["served_c"] = await _serve(ctx, model_path, "tiny-c")
+                    seen["workers_after_serve"] = await _router_workers(http, base)
+                    seen["b_in_rotation_s"] = time.monotonic() - gateway_at
+            seen["ask"] = await _ok(step(ctx, "ask", gateway="front", prompt="Who are you?"))
+            seen["bench_after"] = await _ok(
+                step(ctx, "bench", gateway="front", requests=10, concurrency=2)
+            )
         finally:
             # Whatever happened, nothing this test started keeps running.
             with contextlib.suppress(LlmgwError):
                 await step(ctx, "stop", gateway="front")
-            for name in ("tiny-a", "tiny-b"):
+            for name in ("tiny-a", "tiny-b", "tiny-c"):
                 with contextlib.suppress(LlmgwError):
                     await step(ctx, "stop", replica=name)
             await ctx.close()
@@ -115,22 +267,69 @@ async def _scenario(tmp_path: Path) -> dict[str, Any]:
     return seen
 
 
-def test_vllm_router_0_1_17_ignores_health_path_for_workers_it_is_given_so_llama_cpp_goes_dark(
+def test_two_llama_cpp_engines_behind_the_gateway_share_traffic_survive_a_kill_and_follow(
     tmp_path: Path,
 ):
-    # What blocks the gateway in front of llama-cpp-python today (see docs/gateway.md):
-    # workers added through the router's /workers API are probed on /health whatever
-    # --health-check-endpoint says; llama-cpp-python answers 404 there, so after three
-    # failed probes (2 s apart) the router holds every worker unhealthy and answers 503.
     seen = asyncio.run(_scenario(tmp_path))
 
+    # The product ran the node's llama.cpp program with llama-server's own flags.
+    argv = seen["shard_a"]["argv"]
+    assert Path(argv[0]) == tmp_path / "bin" / "llama-server"
+    assert argv[1:5] == ["--model", str(seen["model_path"]), "--alias", MODEL]
     gateway = seen["gateway"]
+    assert gateway["node"] == NODE and gateway["adopted"] is False
     assert sorted(w["replica"] for w in gateway["workers"]) == ["tiny-a", "tiny-b"]
-    # Two replicas of one local file serve one model (named from the file): one pool.
-    assert {w["model"] for w in gateway["workers"]} == {"tiny"}
-    assert [w["is_healthy"] for w in seen["workers"]] == [False, False]
-    assert seen["answer"][0] == 503, seen["answer"]
-    probes = [line for line in seen["engine_lines"] if '"GET /health HTTP/1.1" 404' in line]
-    assert probes, seen["engine_lines"][-20:]
-    assert not any("GET /v1/models" in line for line in seen["engine_lines"])
+    assert {w["model"] for w in gateway["workers"]} == {MODEL}
+    urls = {w["replica"]: w["url"] for w in gateway["workers"]}
+
+    # Both engines got traffic: the router's counters and each engine's own log agree.
+    split = seen["bench"]["split"]
+    assert sum(split.values()) == BENCH_REQUESTS, split
+    assert sorted(split) == sorted(urls.values()) and all(n >= 5 for n in split.values()), split
+    assert seen["logged"] == {name: split[urls[name]] for name in ("tiny-a", "tiny-b")}
+
+    # The process killed was the engine itself: the launcher, holding the engine's port.
+    assert "llama_server_front.py" in seen["killed_cmdline"]
+    assert seen["killed_held_port"] is True
+    # Every request after the kill succeeded, before and after the router's health
+    # check (every 2 s) caught the dead engine.
+    after_kill = seen["after_kill"]
+    failed = [(at, status) for at, _, status in after_kill if status != 200]
+    assert failed == [], failed
+    caught_s = seen["unhealthy_after_s"]
+    assert caught_s is not None, "the router never marked the killed engine unhealthy"
+    before_caught = [at for at, _, _ in after_kill if at < caught_s]
+    assert len(before_caught) >= 10 and after_kill[-1][0] > caught_s, (caught_s, after_kill[-3:])
+
+    # The worker list follows a stop and a serve (tiny-c may take tiny-a's old port).
+    (follow,) = seen["stopped"]["gateways"]
+    assert follow["removed"] == [urls["tiny-a"]]
+    assert [w["replica"] for w in follow["workers"]] == ["tiny-b"]
+    assert seen["workers_after_stop"] == {urls["tiny-b"]: True}
+    (follow,) = seen["served_c"]["gateways"]
+    assert len(follow["added"]) == 1
+    assert sorted(w["replica"] for w in follow["workers"]) == ["tiny-b", "tiny-c"]
+    url_c = next(w["url"] for w in follow["workers"] if w["replica"] == "tiny-c")
+    # tiny-b, added long before, is still healthy: /health answered the router all along.
+    assert seen["workers_after_serve"] == {urls["tiny-b"]: True, url_c: True}
+    assert seen["b_in_rotation_s"] > 6.0
+    assert seen["ask"]["text"].strip() == REPLY
+    split_after = seen["bench_after"]["split"]
+    assert sorted(split_after) == sorted([urls["tiny-b"], url_c]), split_after
     assert seen["left"] == []
+    slowest_s = max(took for _, took, _ in after_kill)
+    replica_of = {urls["tiny-b"]: "tiny-b", url_c: "tiny-c"}
+    split_after = {replica_of[url]: taken for url, taken in split_after.items()}
+    print(
+        f"\ntwo llama.cpp replicas served in {seen['serve_two_s']:.1f} s, gateway up in "
+        f"{seen['gateway_s']:.1f} s; {BENCH_REQUESTS} requests at "
+        f"{seen['bench']['requests_per_s']} requests/s, split {seen['logged']} "
+        "(router counters and engine logs agree)\n"
+        f"after SIGKILL of tiny-a ({SENDERS} at a time): {len(after_kill) - len(failed)} of "
+        f"{len(after_kill)} requests succeeded in {after_kill[-1][0]:.1f} s, "
+        f"{len(before_caught)} of them before the router marked it unhealthy "
+        f"({caught_s:.1f} s after the kill); first answer {after_kill[0][1]:.2f} s, "
+        f"slowest {slowest_s:.2f} s\n"
+        f"tiny-b healthy at the router {seen['b_in_rotation_s']:.0f} s after the gateway started; "
+        f"after stop tiny-a + serve tiny-c, 10 requests split {split_after}"
+    )

@@ -218,12 +218,16 @@ async def ask(fleet: Fleet, node: str, http_port: int, prompt: str) -> dict[str,
 
 
 @contextlib.asynccontextmanager
-async def this_machine_as_a_node(folder: Path, model_dir: Path) -> AsyncIterator[Fleet]:
+async def this_machine_as_a_node(
+    folder: Path, model_dir: Path, node_lines: str = ""
+) -> AsyncIterator[Fleet]:
     """A fleet of one node, `here`: this machine behind asyncssh's server, its agent ready.
 
     Nothing is replayed: the agent discovers this machine, and finds
     llama-cpp-python in the environment running these tests (named to it by
     `LLMGW_ENGINE_PREFIXES`, as an operator names a virtualenv).
+    `node_lines` are more of the node's inventory keys (YAML lines, indented
+    as its `host:`), such as where an engine lives.
     """
     client_key = asyncssh.generate_private_key("ssh-ed25519")
     server = LoopbackSshd(
@@ -238,7 +242,7 @@ async def this_machine_as_a_node(folder: Path, model_dir: Path) -> AsyncIterator
     known_hosts.write_text(server.known_hosts_line() + "\n")
     inventory = parse_inventory(
         f"nodes:\n  - name: {NODE}\n    host: 127.0.0.1\n    port: {server.port}\n"
-        f"    model_dirs: [{model_dir}]\nknown_hosts: {known_hosts}\n"
+        f"    model_dirs: [{model_dir}]\n{node_lines}known_hosts: {known_hosts}\n"
     )
     settings = SshSettings(
         known_hosts=known_hosts,
