@@ -273,9 +273,13 @@ class LlmgwApp(App[int]):
             screen.show_replica(name)
 
     async def action_open_logs(self, name: str) -> None:
-        """The merged log of replica `name` (`NAME rN` or `NAME@N`: one rank's)."""
+        """The merged log of replica `name` (`NAME rN` or `NAME@N`: one rank's; `gateway NAME`)."""
         from llmgw_tui.screens.logs import LogsScreen
 
+        gateway = gateway_logs_target(name)
+        if gateway is not None:
+            self.push_screen(LogsScreen(gateway, gateway=True))
+            return
         replica, rank = logs_target(name)
         self.push_screen(LogsScreen(replica, rank))
 
@@ -316,6 +320,14 @@ class LlmgwApp(App[int]):
         from llmgw_tui.screens.node import NodeScreen
 
         self.push_screen(NodeScreen(name))
+
+
+def gateway_logs_target(argument: str) -> str | None:
+    """`gateway front` or `gw front` → `front`; anything else names a replica (None)."""
+    word, _, name = argument.strip().partition(" ")
+    if word.lower() not in ("gateway", "gw"):
+        return None
+    return name.strip() or None
 
 
 def logs_target(argument: str) -> tuple[str, int | None]:

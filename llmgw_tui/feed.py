@@ -79,6 +79,10 @@ class FleetFeed(Protocol):
         """Start (or adopt) the gateway `name` in front of every ready replica."""
         ...
 
+    def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
+        """Batches of the gateway's router log (`[gateway node] …`), followed live."""
+        ...
+
     async def bench(self, view: ReplicaView) -> dict[str, Any]:
         """Tokens a second of a ready replica (`replica_http.bench`'s figures)."""
         ...
@@ -133,6 +137,11 @@ class StaticFeed:
     async def put_behind_gateway(self, name: str) -> dict[str, Any]:
         """A fixed fleet starts nothing."""
         raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
+
+    async def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
+        """A fixed fleet runs no gateway, so it has no router log."""
+        raise BadInput(f"no gateway is named {name!r}", "a fixed fleet runs no gateway")
+        yield []  # an async generator, as the live feed's
 
     async def serve(self, request: ServeRequest) -> ServeOutcome:
         """A fixed fleet starts nothing."""
@@ -328,6 +337,17 @@ class LiveFeed:
         from llmgw_core.gateway.spec import GatewayArgs
 
         return await start_gateway(self._live(), self._engines(), GatewayArgs(name=name))
+
+    async def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
+        """The router's last lines, then what it writes next (`gateway.run.gateway_log_batches`)."""
+        from llmgw_core.gateway.run import gateway_log_batches
+
+        batches = gateway_log_batches(self._live(), name, lines=LOG_TAIL_LINES, follow=True)
+        try:
+            async for batch in batches:
+                yield batch
+        finally:
+            await batches.aclose()
 
     async def follow_logs(self, view: ReplicaView, rank: int | None) -> AsyncIterator[list[str]]:
         """The last lines of each wanted shard, then what they write next, merged as they come.

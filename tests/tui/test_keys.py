@@ -8,6 +8,7 @@ from typing import Any
 
 from textual.widgets import DataTable, Input, Static
 
+from llmgw_tui.app import gateway_logs_target, logs_target
 from llmgw_tui.commands import CommandError, parse_command
 from llmgw_tui.screens.command_line import CommandLine
 from llmgw_tui.screens.fleet import FleetScreen
@@ -152,6 +153,14 @@ async def test_the_racks_screen_draws_each_tray_with_its_state(app, pilot):
     assert [t.node for t in trays.trays if t.state == "degraded"] == ["gb200-r1-t07"]
     lines = trays.render().plain.splitlines()
     assert "NOT JOINED" in lines[12] and "degraded" in lines[6]
+
+
+def test_logs_of_gateway_name_or_gw_name_name_a_gateway_and_anything_else_a_replica():
+    assert gateway_logs_target("gateway front") == "front"
+    assert gateway_logs_target("GW  front ") == "front"
+    assert gateway_logs_target("gateway") is None
+    assert gateway_logs_target("llama r1") is None
+    assert logs_target("llama r1") == ("llama", 1)
 
 
 def test_command_lines_parse_with_aliases_and_refuse_what_they_cannot_run():

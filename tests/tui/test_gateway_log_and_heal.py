@@ -1,0 +1,151 @@
+"""A gateway's log in the console, followed live, and the console's heal making the gateway follow.
+
+One console over the real demo fleet (agents over SSH, sim engines, the real
+vllm-router on cpu-01). Two replicas and a gateway are started by the
+headless steps against the console's own fleet; the console opens the
+router's log from the replicas screen, then one engine is killed and its
+port taken, so the console's background heal brings the replica back on
+another port: the router's own lines saying so arrive in the open log view,
+and the router's worker list (as the console reads it) drops the dead URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+from typing import Any
+
+import pytest
+from live_walk import ready_nodes, until
+from textual.widgets import Log
+
+from llmgw_core.fleet.demo import demo_router
+from llmgw_core.script.registry import StepOutcome, all_steps
+from llmgw_tui.app import LlmgwApp
+from llmgw_tui.feed import ConsoleContext, LiveFeed
+from llmgw_tui.screens.logs import LogsScreen
+from llmgw_tui.screens.replicas import ReplicasScreen
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(demo_router() is None, reason="vllm-router is not installed (test extra)"),
+]
+
+MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"
+GATEWAY = "front"
+GATEWAY_PORT = 30731
+"""Away from the ports other gateway tests use (they may run beside this one)."""
+
+
+async def _step(ctx: ConsoleContext, name: str, /, **args: Any) -> StepOutcome:
+    found = all_steps()[name]
+    return await found.call(found.args_model.model_validate(args), ctx)
+
+
+def _bound(held: socket.socket, port: int) -> bool:
+    """Whether `held` could take `port` (the killed engine's socket closes as it exits)."""
+    try:
+        held.bind(("0.0.0.0", port))
+    except OSError:
+        return False
+    return True
+
+
+def test_the_routers_log_opens_from_the_replicas_screen_and_shows_the_heal_moving_a_worker():
+    asyncio.run(_walk())
+
+
+async def _walk() -> None:
+    feed = LiveFeed(inventory=None, demo=True, refresh_s=1.0)
+    app = LlmgwApp(feed, animation="none")
+    held: socket.socket | None = None
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: ready_nodes(app) >= 20, "the demo fleet", 240)
+        ctx = ConsoleContext(feed._live(), demo=True)
+        for name in ("heal-a", "heal-b"):
+            served = await _step(
+                ctx, "serve", model=MODEL, context=8192, gpu_class="h100-80g", name=name
+            )
+            assert served.ok, served.error
+        started = await _step(ctx, "gateway", name=GATEWAY, port=GATEWAY_PORT)
+        assert started.ok, started.error
+        urls = {w["replica"]: w["url"] for w in started.result["workers"]}
+        assert sorted(urls) == ["heal-a", "heal-b"]
+
+        # The replicas screen lists the gateway; `g` opens its router's log.
+        await pilot.press("4")
+        await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas screen")
+        replicas = app.screen
+        assert isinstance(replicas, ReplicasScreen)
+        await until(
+            pilot,
+            lambda: [g["name"] for g in replicas.gateways] == [GATEWAY],
+            "the gateway's line",
+            30,
+        )
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, LogsScreen), "the gateway's log")
+        logs = app.screen
+        assert isinstance(logs, LogsScreen) and logs.gateway
+        assert logs.sub_title == f"logs gateway {GATEWAY}"
+
+        def kept() -> list[str]:
+            return [line for _, line in logs.lines.kept]
+
+        def said(text: str) -> bool:
+            return any(text in line for line in kept())
+
+        await until(pilot, lambda: said(f"Starting server on 0.0.0.0:{GATEWAY_PORT}"), "start")
+        for url in urls.values():
+            await until(pilot, lambda url=url: said(f"with URL {url} for model"), f"{url} added")
+        assert all(line.startswith("[gateway cpu-01] ") for line in kept())
+        assert not any("\x1b[" in line for line in kept())  # the router's colours are gone
+
+        # Kill heal-a's engine and take its port: the heal must bring it back elsewhere.
+        (view,) = [v for v in await feed.replicas() if v.name == "heal-a"]
+        head = view.head
+        assert head is not None
+        old_port = int(view.spec["http_port"])
+        listed = await feed._live().request(head.node, "shard.list")
+        (shard,) = [s for s in listed["shards"] if s["shard_id"] == head.shard_id]
+        os.kill(int(shard["main_pid"]), signal.SIGKILL)
+        held = socket.socket()
+        try:
+            held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            await until(pilot, lambda: _bound(held, old_port), f"port {old_port} let go", 20)
+            held.listen()
+
+            def healed() -> bool:
+                return any(
+                    n.get("name") == "heal-a" and n.get("outcome") == "ready"
+                    for n in feed.heal_notes
+                )
+
+            await until(pilot, healed, "the console's heal of heal-a", 240)
+            (back,) = [v for v in await feed.replicas() if v.name == "heal-a"]
+            new_port = int(back.spec["http_port"])
+            assert back.phase == "ready" and new_port != old_port
+
+            # The router's own lines about the move arrive in the open log view.
+            await until(pilot, lambda: said(f"Removed worker with URL {urls['heal-a']}"), "gone")
+            await until(pilot, lambda: said(f":{new_port} for model"), "the new worker added", 30)
+            drawn = logs.query_one("#log", Log).lines
+            assert any(f":{new_port} for model" in line for line in drawn)
+
+            # The router's worker list, as the console reads it, follows the heal.
+            (gateway,) = await feed.gateways()
+            workers = sorted(gateway["workers"])
+            assert urls["heal-a"] not in workers and urls["heal-b"] in workers
+            (new_url,) = [u for u in workers if u != urls["heal-b"]]
+            assert new_url.endswith(f":{new_port}")
+        finally:
+            held.close()
+
+        await pilot.press("escape")
+        stopped = await _step(ctx, "stop", gateway=GATEWAY)
+        assert stopped.ok, stopped.error
+        for name in ("heal-a", "heal-b"):
+            assert (await _step(ctx, "stop", replica=name)).ok
