@@ -34,6 +34,9 @@ COMMANDS: tuple[ConsoleCommand, ...] = (
     ConsoleCommand(("replicas", "r", "rs"), "show_replicas", "Replicas: shards, phases, actions"),
     ConsoleCommand(("serve", "s", "up"), "show_serve", "Serve a model: the wizard"),
     ConsoleCommand(
+        ("gateways", "gateway", "gw"), "show_gateways", "Gateways: workers, requests, errors"
+    ),
+    ConsoleCommand(
         ("logs", "log", "l"),
         "open_logs",
         "Logs: a replica's (NAME, NAME rN) or gateway NAME",

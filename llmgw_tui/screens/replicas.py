@@ -59,9 +59,11 @@ class ConfirmStop(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "Keep it", id="confirm-no"),
     ]
 
-    def __init__(self, name: str, nodes: str) -> None:
+    def __init__(self, name: str, nodes: str, *, question: str | None = None) -> None:
         super().__init__()
-        self._question = f"Stop {name}? Its shards on {nodes} end and their cards are freed."
+        self._question = question or (
+            f"Stop {name}? Its shards on {nodes} end and their cards are freed."
+        )
 
     def compose(self) -> ComposeResult:
         """The question and the two keys."""
@@ -181,19 +183,15 @@ class ReplicasScreen(Screen[None]):
     def _gateway_names(self) -> list[str]:
         return [str(g["name"]) for g in self.gateways if g.get("name") not in (None, "?")]
 
-    def action_gateway_logs(self) -> None:
-        """The log of the gateway listed above the table (of several, the first)."""
+    async def action_gateway_logs(self) -> None:
+        """The log of the gateway listed above the table; with several, the gateways screen."""
         names = self._gateway_names()
         if not names:
             self.notify("No gateway runs.", severity="warning")
-            return
-        if len(names) > 1:
-            self.notify(
-                f"Showing gateway {names[0]}; `:logs gateway NAME` opens another of "
-                f"{', '.join(names)}.",
-                title="Logs",
-            )
-        self.app.push_screen(LogsScreen(names[0], gateway=True))
+        elif len(names) > 1:
+            await self.app.run_action("show_gateways")  # pick one there; `l` opens its log
+        else:
+            self.app.push_screen(LogsScreen(names[0], gateway=True))
 
     async def _read_downloads(
         self, feed: Any, views: tuple[ReplicaView, ...]

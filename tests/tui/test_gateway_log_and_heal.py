@@ -1,4 +1,4 @@
-"""A gateway's log in the console, followed live, and the console's heal making the gateway follow.
+"""A gateway in the console: its log followed live, the heal moving its worker, mode 6.
 
 One console over the real demo fleet (agents over SSH, sim engines, the real
 vllm-router on cpu-01). Two replicas and a gateway are started by the
@@ -7,6 +7,8 @@ router's log from the replicas screen, then one engine is killed and its
 port taken, so the console's background heal brings the replica back on
 another port: the router's own lines saying so arrive in the open log view,
 and the router's worker list (as the console reads it) drops the dead URL.
+Then mode 6 lists the gateway with its workers' health and the requests its
+router counted, opens its log with `l`, and stops it with `x` and `y`.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from typing import Any
 
 import pytest
 from live_walk import ready_nodes, until
-from textual.widgets import Log
+from textual.widgets import DataTable, Log, Static
 
 from llmgw_core.fleet.demo import demo_router
+from llmgw_core.gateway.run import gateways_now
 from llmgw_core.script.registry import StepOutcome, all_steps
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import ConsoleContext, LiveFeed
+from llmgw_tui.screens.gateways import GatewaysScreen
 from llmgw_tui.screens.logs import LogsScreen
-from llmgw_tui.screens.replicas import ReplicasScreen
+from llmgw_tui.screens.replicas import ConfirmStop, ReplicasScreen
 
 pytestmark = [
     pytest.mark.slow,
@@ -54,7 +58,7 @@ def _bound(held: socket.socket, port: int) -> bool:
     return True
 
 
-def test_the_routers_log_opens_from_the_replicas_screen_and_shows_the_heal_moving_a_worker():
+def test_a_gateways_log_follows_live_the_heal_moves_its_worker_and_mode_6_lists_and_stops_it():
     asyncio.run(_walk())
 
 
@@ -145,7 +149,49 @@ async def _walk() -> None:
             held.close()
 
         await pilot.press("escape")
-        stopped = await _step(ctx, "stop", gateway=GATEWAY)
-        assert stopped.ok, stopped.error
+
+        # Mode 6: the gateway, its workers' health and what its router counted.
+        for i in range(6):
+            asked = await _step(ctx, "ask", gateway=GATEWAY, prompt=f"question {i}")
+            assert asked.ok, asked.error
+        await pilot.press("6")
+        await until(pilot, lambda: isinstance(app.screen, GatewaysScreen), "the gateways screen")
+        screen = app.screen
+        assert isinstance(screen, GatewaysScreen)
+
+        def counted() -> bool:
+            workers = screen.details[0]["workers"] if screen.details else {}
+            return sorted(workers) == sorted([new_url, urls["heal-b"]]) and all(
+                w["healthy"] and w["requests"] is not None for w in workers.values()
+            )
+
+        await until(pilot, counted, "both workers healthy with their counts", 30)
+        (detail,) = screen.details
+        assert detail["counts_error"] is None and detail["errors"] is not None
+        requests = {url: w["requests"] for url, w in detail["workers"].items()}
+        assert sum(requests.values()) >= 6 and all(n >= 3 for n in requests.values()), requests
+        table = screen.query_one("#gateway-table", DataTable)
+        row = [str(cell) for cell in table.get_row(GATEWAY)]
+        assert row[:6] == [GATEWAY, "cpu-01", str(GATEWAY_PORT), "round_robin", "running", "2/2"]
+        assert row[6] == f"{sum(requests.values()):.0f}"
+        shown = screen.query_one("#gateway-workers", DataTable)
+        assert sorted(str(shown.get_row_at(i)[0]) for i in range(shown.row_count)) == sorted(
+            [new_url, urls["heal-b"]]
+        )
+        assert {str(shown.get_row_at(i)[2]) for i in range(shown.row_count)} == {"healthy"}
+
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LogsScreen), "the log from mode 6")
+        assert app.screen.sub_title == f"logs gateway {GATEWAY}"
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is screen, "back on the gateways screen")
+
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmStop), "the confirmation")
+        await pilot.press("y")
+        await until(pilot, lambda: screen.details == [], "the gateway gone", 30)
+        reason = str(screen.query_one("#gateway-reason", Static).content)
+        assert reason.startswith("No gateway runs.")
+        assert [g for g in await gateways_now(feed._live()) if g.live] == []
         for name in ("heal-a", "heal-b"):
             assert (await _step(ctx, "stop", replica=name)).ok
