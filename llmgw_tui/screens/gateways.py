@@ -93,6 +93,10 @@ class GatewaysScreen(Screen[None]):
         """Read the gateways every few seconds; a failed read is a red line, and reading goes on."""
         feed: Any = self.app.feed  # type: ignore[attr-defined]
         while True:
+            if not self.is_current:
+                # Another mode (or a log over this one) is shown: no node or router is asked.
+                await asyncio.sleep(POLL_S)
+                continue
             try:
                 details = await feed.gateway_details()
             except LlmgwError as exc:

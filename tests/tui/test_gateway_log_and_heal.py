@@ -17,6 +17,7 @@ import asyncio
 import os
 import signal
 import socket
+import time
 from typing import Any
 
 import pytest
@@ -116,6 +117,7 @@ async def _walk() -> None:
         listed = await feed._live().request(head.node, "shard.list")
         (shard,) = [s for s in listed["shards"] if s["shard_id"] == head.shard_id]
         os.kill(int(shard["main_pid"]), signal.SIGKILL)
+        killed_at = time.monotonic()
         held = socket.socket()
         try:
             held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -129,6 +131,7 @@ async def _walk() -> None:
                 )
 
             await until(pilot, healed, "the console's heal of heal-a", 240)
+            healed_s = time.monotonic() - killed_at
             (back,) = [v for v in await feed.replicas() if v.name == "heal-a"]
             new_port = int(back.spec["http_port"])
             assert back.phase == "ready" and new_port != old_port
@@ -145,6 +148,10 @@ async def _walk() -> None:
             assert urls["heal-a"] not in workers and urls["heal-b"] in workers
             (new_url,) = [u for u in workers if u != urls["heal-b"]]
             assert new_url.endswith(f":{new_port}")
+            print(
+                f"engine killed → healed and ready: {healed_s:.1f} s; → router following "
+                f"(its lines in the view, its /workers read): {time.monotonic() - killed_at:.1f} s"
+            )
         finally:
             held.close()
 
