@@ -110,9 +110,9 @@ class GatewaysScreen(Screen[None]):
     def show(self, details: list[dict[str, Any]]) -> None:
         """Update rows in place (keyed by name), then the selected gateway's workers."""
         self.details = details
-        healthy = sum(1 for d in details if d.get("healthy") is not False)
+        answering = sum(1 for d in details if not d.get("error"))  # its router listed its workers
         count = len(details)
-        self._status(f"{count} gateway{'' if count == 1 else 's'} running · {healthy} answering")
+        self._status(f"{count} gateway{'' if count == 1 else 's'} running · {answering} answering")
         table = self.query_one("#gateway-table", DataTable)
         names = [str(d.get("name")) for d in details]
         with self.app.batch_update():

@@ -174,6 +174,8 @@ async def _walk() -> None:
 
         await until(pilot, counted, "both workers healthy with their counts", 30)
         (detail,) = screen.details
+        status = str(screen.query_one("#gateways-status", Static).content)
+        assert status == "1 gateway running · 1 answering"
         assert detail["counts_error"] is None and detail["errors"] is not None
         requests = {url: w["requests"] for url, w in detail["workers"].items()}
         assert sum(requests.values()) >= 6 and all(n >= 3 for n in requests.values()), requests
