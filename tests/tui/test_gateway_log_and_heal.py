@@ -41,13 +41,20 @@ pytestmark = [
 
 MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"
 GATEWAY = "front"
+SECOND = "back"
 GATEWAY_PORT = 30731
-"""Away from the ports other gateway tests use (they may run beside this one)."""
+"""Away from other gateway tests' ports (they may run beside this one). SECOND's is 10
+above: each router takes the next free port above its own for its metrics."""
 
 
 async def _step(ctx: ConsoleContext, name: str, /, **args: Any) -> StepOutcome:
     found = all_steps()[name]
     return await found.call(found.args_model.model_validate(args), ctx)
+
+
+def _ready(feed: LiveFeed, node: str) -> bool:
+    known = feed._live().snapshot().nodes.get(node)
+    return known is not None and known.state == "ready"
 
 
 def _bound(held: socket.socket, port: int) -> bool:
@@ -157,25 +164,35 @@ async def _walk() -> None:
 
         await pilot.press("escape")
 
-        # Mode 6: the gateway, its workers' health and what its router counted.
+        # With two gateways, `g` on the replicas screen opens mode 6 to pick one.
+        # Once on a loaded machine cpu-01 was between connections here ("does not answer").
+        await until(pilot, lambda: _ready(feed, "cpu-01"), "cpu-01 answering", 60)
+        second = await _step(ctx, "gateway", name=SECOND, port=GATEWAY_PORT + 10)
+        assert second.ok, second.error
         for i in range(6):
             asked = await _step(ctx, "ask", gateway=GATEWAY, prompt=f"question {i}")
             assert asked.ok, asked.error
-        await pilot.press("6")
+        await until(pilot, lambda: len(replicas.gateways) == 2, "both gateways' lines", 30)
+        await pilot.press("g")
         await until(pilot, lambda: isinstance(app.screen, GatewaysScreen), "the gateways screen")
         screen = app.screen
         assert isinstance(screen, GatewaysScreen)
 
         def counted() -> bool:
-            workers = screen.details[0]["workers"] if screen.details else {}
+            found = [d for d in screen.details if d["name"] == GATEWAY]
+            workers = found[0]["workers"] if found else {}
             return sorted(workers) == sorted([new_url, urls["heal-b"]]) and all(
                 w["healthy"] and w["requests"] is not None for w in workers.values()
             )
 
         await until(pilot, counted, "both workers healthy with their counts", 30)
-        (detail,) = screen.details
         status = str(screen.query_one("#gateways-status", Static).content)
-        assert status == "1 gateway running · 1 answering"
+        assert status == "2 gateways running · 2 answering"
+        for _ in range(2):
+            if screen.selected() != GATEWAY:
+                await pilot.press("down")
+        detail = screen.selected_detail()
+        assert detail is not None and detail["name"] == GATEWAY
         assert detail["counts_error"] is None and detail["errors"] is not None
         requests = {url: w["requests"] for url, w in detail["workers"].items()}
         assert sum(requests.values()) >= 6 and all(n >= 3 for n in requests.values()), requests
@@ -198,7 +215,11 @@ async def _walk() -> None:
         await pilot.press("x")
         await until(pilot, lambda: isinstance(app.screen, ConfirmStop), "the confirmation")
         await pilot.press("y")
-        await until(pilot, lambda: screen.details == [], "the gateway gone", 30)
+        await until(pilot, lambda: screen._shown == [SECOND], f"only {SECOND} left", 30)
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmStop), "the confirmation")
+        await pilot.press("y")
+        await until(pilot, lambda: screen.details == [], "every gateway gone", 30)
         reason = str(screen.query_one("#gateway-reason", Static).content)
         assert reason.startswith("No gateway runs.")
         assert [g for g in await gateways_now(feed._live()) if g.live] == []
