@@ -58,6 +58,12 @@ def _serve_screen() -> Screen[Any]:
     return ServeScreen()
 
 
+def _gateways_screen() -> Screen[Any]:
+    from llmgw_tui.screens.gateways import GatewaysScreen
+
+    return GatewaysScreen()
+
+
 class LlmgwApp(App[int]):
     """llmgw's console over one fleet feed."""
 
@@ -69,6 +75,7 @@ class LlmgwApp(App[int]):
         "plan": _plan_screen,
         "replicas": _replicas_screen,
         "serve": _serve_screen,
+        "gateways": _gateways_screen,
     }
     DEFAULT_MODE = "fleet"
     COMMANDS = App.COMMANDS | {ConsoleCommands}
@@ -80,6 +87,8 @@ class LlmgwApp(App[int]):
         Binding("3", "show_plan", "Plan", id="show-plan"),
         Binding("4", "show_replicas", "Replicas", id="show-replicas"),
         Binding("5", "show_serve", "Serve", id="show-serve"),
+        # Off the footer so the other modes' footers stay as they were; `?` lists it.
+        Binding("6", "show_gateways", "Gateways", show=False, id="show-gateways"),
         Binding("ctrl+p", "command_palette", "Palette", show=False, id="palette"),
         Binding("q", "quit", "Quit", id="quit"),
     ]
@@ -263,6 +272,10 @@ class LlmgwApp(App[int]):
         """The Serve a model wizard, as it was left."""
         await self._to_mode("serve")
 
+    async def action_show_gateways(self) -> None:
+        """The gateways screen: routers, their workers, requests and errors."""
+        await self._to_mode("gateways")
+
     async def action_open_replica(self, name: str) -> None:
         """The replicas screen with the cursor on `name` (now, or once it appears)."""
         from llmgw_tui.screens.replicas import ReplicasScreen
@@ -273,9 +286,13 @@ class LlmgwApp(App[int]):
             screen.show_replica(name)
 
     async def action_open_logs(self, name: str) -> None:
-        """The merged log of replica `name` (`NAME rN` or `NAME@N`: one rank's)."""
+        """The merged log of replica `name` (`NAME rN` or `NAME@N`: one rank's; `gateway NAME`)."""
         from llmgw_tui.screens.logs import LogsScreen
 
+        gateway = gateway_logs_target(name)
+        if gateway is not None:
+            self.push_screen(LogsScreen(gateway, gateway=True))
+            return
         replica, rank = logs_target(name)
         self.push_screen(LogsScreen(replica, rank))
 
@@ -316,6 +333,14 @@ class LlmgwApp(App[int]):
         from llmgw_tui.screens.node import NodeScreen
 
         self.push_screen(NodeScreen(name))
+
+
+def gateway_logs_target(argument: str) -> str | None:
+    """`gateway front` or `gw front` → `front`; anything else names a replica (None)."""
+    word, _, name = argument.strip().partition(" ")
+    if word.lower() not in ("gateway", "gw"):
+        return None
+    return name.strip() or None
 
 
 def logs_target(argument: str) -> tuple[str, int | None]:

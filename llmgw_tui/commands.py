@@ -34,7 +34,13 @@ COMMANDS: tuple[ConsoleCommand, ...] = (
     ConsoleCommand(("replicas", "r", "rs"), "show_replicas", "Replicas: shards, phases, actions"),
     ConsoleCommand(("serve", "s", "up"), "show_serve", "Serve a model: the wizard"),
     ConsoleCommand(
-        ("logs", "log", "l"), "open_logs", "A replica's logs (NAME, or NAME rN)", "NAME"
+        ("gateways", "gateway", "gw"), "show_gateways", "Gateways: workers, requests, errors"
+    ),
+    ConsoleCommand(
+        ("logs", "log", "l"),
+        "open_logs",
+        "Logs: a replica's (NAME, NAME rN) or gateway NAME",
+        "NAME",
     ),
     ConsoleCommand(
         ("doctor", "doc", "dr"), "open_doctor", "Doctor checks, worst first", "NODE", "open_doctor"

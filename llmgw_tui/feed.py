@@ -19,14 +19,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.script.context import StepContext
 from llmgw_core.views.fleet import FleetSummary, SummaryCache, fleet_summary
+from llmgw_tui.feed_gateways import LOG_TAIL_LINES, LiveGateways
 
 if TYPE_CHECKING:
     from llmgw_core.metrics.families import MetricsSnapshot
     from llmgw_core.serve.serve import ServeOutcome, ServeRequest
     from llmgw_core.serve.view import ReplicaView
-
-LOG_TAIL_LINES = 500
-"""Lines of a shard's log shown before following what it writes next."""
 
 
 class FleetFeed(Protocol):
@@ -77,6 +75,18 @@ class FleetFeed(Protocol):
 
     async def put_behind_gateway(self, name: str) -> dict[str, Any]:
         """Start (or adopt) the gateway `name` in front of every ready replica."""
+        ...
+
+    def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
+        """Batches of the gateway's router log (`[gateway node] …`), followed live."""
+        ...
+
+    async def gateway_details(self) -> list[dict[str, Any]]:
+        """Every running gateway with its workers' health and its router's counts."""
+        ...
+
+    async def stop_gateway(self, name: str) -> dict[str, Any]:
+        """Stop and forget the gateway `name` (the `stop` step's answer)."""
         ...
 
     async def bench(self, view: ReplicaView) -> dict[str, Any]:
@@ -133,6 +143,19 @@ class StaticFeed:
     async def put_behind_gateway(self, name: str) -> dict[str, Any]:
         """A fixed fleet starts nothing."""
         raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
+
+    async def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
+        """A fixed fleet runs no gateway, so it has no router log."""
+        raise BadInput(f"no gateway is named {name!r}", "a fixed fleet runs no gateway")
+        yield []  # an async generator, as the live feed's
+
+    async def gateway_details(self) -> list[dict[str, Any]]:
+        """A fixed fleet runs no gateway."""
+        return []
+
+    async def stop_gateway(self, name: str) -> dict[str, Any]:
+        """A fixed fleet runs no gateway to stop."""
+        raise BadInput(f"no gateway is named {name!r}", "a fixed fleet runs no gateway")
 
     async def serve(self, request: ServeRequest) -> ServeOutcome:
         """A fixed fleet starts nothing."""
@@ -193,7 +216,7 @@ SHARDS_EVERY_S = 30.0
 """Above that, how often a poll lists them (2,048 listings take seconds of the console's loop)."""
 
 
-class LiveFeed:
+class LiveFeed(LiveGateways):
     """The fleet of an inventory, or the embedded demo fleet, over SSH."""
 
     def __init__(self, *, inventory: str | None, demo: bool, refresh_s: float = 2.0) -> None:
@@ -315,19 +338,6 @@ class LiveFeed:
         self._shards_at = -math.inf  # the next poll lists shards again
         await follow_all(self._live(), self._engines())  # gateways drop its engine
         return stopped
-
-    async def gateways(self) -> list[dict[str, Any]]:
-        """Every running gateway with its router's workers (`gateway.run.gateway_summaries`)."""
-        from llmgw_core.gateway.run import gateway_summaries
-
-        return await gateway_summaries(self._live(), self._engines())
-
-    async def put_behind_gateway(self, name: str) -> dict[str, Any]:
-        """Start the gateway `name` on its default node, or make the running one follow."""
-        from llmgw_core.gateway.run import start_gateway
-        from llmgw_core.gateway.spec import GatewayArgs
-
-        return await start_gateway(self._live(), self._engines(), GatewayArgs(name=name))
 
     async def follow_logs(self, view: ReplicaView, rank: int | None) -> AsyncIterator[list[str]]:
         """The last lines of each wanted shard, then what they write next, merged as they come.

@@ -37,6 +37,7 @@ SHOTS: tuple[tuple[str, tuple[int, int], tuple[str, ...]], ...] = (
     ("logs-80x24", (80, 24), ("colon", *"logs llama-405b", "enter")),
     ("serve-ways", (120, 40), ("5", *"catalog:meta-llama/Llama-3.3-70B-Instruct", "enter")),
     ("doctor", (120, 40), ("colon", *"doctor", "enter")),
+    ("gateways", (120, 40), ("6",)),
 )
 """Each picture: its file name, the terminal size, and the keys pressed before it is taken."""
 

@@ -9,8 +9,10 @@ node's loopback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
@@ -297,8 +299,13 @@ async def stop_gateway(fleet: Any, name: str) -> dict[str, Any]:
     return {"gateway": name, "node": first.node, "shard_id": first.shard_id, "stopped": True}
 
 
-async def gateway_logs(fleet: Any, name: str, *, lines: int = 200) -> list[str]:
-    """The last lines of the gateway's router, each prefixed `[gateway node]`.
+async def gateway_log_batches(
+    fleet: Any, name: str, *, lines: int = 200, follow: bool = False
+) -> AsyncIterator[list[str]]:
+    """The router's last `lines` lines, then (with `follow`) what it writes next, in batches.
+
+    Each line is `[gateway node] …` without the router's colours. The
+    headless `logs` step reads it once; the console follows it live.
 
     Raises:
         BadInput: no gateway by that name ran here (a stopped one is forgotten with its log).
@@ -309,8 +316,30 @@ async def gateway_logs(fleet: Any, name: str, *, lines: int = 200) -> list[str]:
         names = ", ".join(sorted({v.name for v in views})) or "none"
         raise BadInput(f"no gateway is named {name!r}", f"the gateways are: {names}")
     view = named[0]
-    found = await shard_lines(fleet, view.node, view.shard_id, lines)
-    return [f"[gateway {view.node}] {plain_line(line)}" for line in found]
+    prefix = f"[gateway {view.node}] "
+    stream = fleet.client(view.node).stream(
+        "shard.logs", {"shard_id": view.shard_id, "tail": lines, "follow": follow}
+    )
+    try:
+        async for event in stream:
+            batch = [prefix + plain_line(str(line)) for line in event.get("lines") or []]
+            if batch:
+                yield batch
+    finally:  # the reader left early (the console closed the view): the agent stops sending
+        with contextlib.suppress(LlmgwError):
+            await stream.cancel()
+
+
+async def gateway_logs(fleet: Any, name: str, *, lines: int = 200) -> list[str]:
+    """The last lines of the gateway's router, each prefixed `[gateway node]` (read once).
+
+    Raises:
+        BadInput: no gateway by that name ran here.
+    """
+    found: list[str] = []
+    async for batch in gateway_log_batches(fleet, name, lines=lines):
+        found.extend(batch)
+    return found[-lines:]
 
 
 async def processed_by_worker(reach: EngineReach, gateway: GatewayView) -> dict[str, float]:

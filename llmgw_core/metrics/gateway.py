@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -128,3 +129,92 @@ def relabel(scrapes: Iterable[GatewayScrape]) -> tuple[tuple[Metric, ...], dict[
                 labels.update(gateway=name, node=node)
                 into.add_sample(sample.name, labels, sample.value, sample.timestamp)
     return tuple(merged.values()), failed
+
+
+@dataclass(frozen=True)
+class RouterCounts:
+    """What a router's own samples say it did, per worker URL and in all.
+
+    Attributes:
+        requests: per worker, requests the router sent it (`…_processed_requests_total`).
+        failures: per worker, requests its circuit breaker counted as failed
+            (`…_cb_outcomes_total{outcome="failure"}`).
+        errors: requests the router answered with an error, every route together
+            (`…_request_errors_total`).
+    """
+
+    requests: Mapping[str, float]
+    failures: Mapping[str, float]
+    errors: float
+
+
+_PROCESSED_FAMILY = "vllm_router_processed_requests"
+_OUTCOMES_FAMILY = "vllm_router_cb_outcomes"
+_ERRORS_FAMILY = "vllm_router_request_errors"
+
+
+def router_counts(scrape: GatewayScrape) -> RouterCounts | None:
+    """The counts in one scrape (parsed as `relabel` parses it); None when it has no text.
+
+    Raises:
+        ValueError: the text is not Prometheus text.
+    """
+    if scrape.text is None:
+        return None
+    requests: dict[str, float] = {}
+    failures: dict[str, float] = {}
+    errors = 0.0
+    for family in _families(scrape):
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):
+                continue
+            worker = sample.labels.get("worker")
+            if family.name == _PROCESSED_FAMILY and worker:
+                requests[worker] = requests.get(worker, 0.0) + sample.value
+            elif family.name == _OUTCOMES_FAMILY and worker:
+                if sample.labels.get("outcome") == "failure":
+                    failures[worker] = failures.get(worker, 0.0) + sample.value
+            elif family.name == _ERRORS_FAMILY:
+                errors += sample.value
+    return RouterCounts(requests=requests, failures=failures, errors=errors)
+
+
+async def gateway_details(fleet: Any, reach: EngineReach) -> list[dict[str, Any]]:
+    """Every running gateway with its router's workers and what its own samples count.
+
+    Each is `gateway.run.gateway_summaries`' entry (workers: url → `{model,
+    healthy}`) with each worker's `requests` and `failures`, the router's
+    `errors`, and `counts_error`: why the counts could not be read (None when
+    they were). What the console's gateway screen lists.
+    """
+    from llmgw_core.gateway.run import gateway_summaries
+
+    details = []
+    for summary in await gateway_summaries(fleet, reach):
+        (target,) = targets_of([SimpleNamespace(**summary)]) or (None,)
+        counts: RouterCounts | None = None
+        why: str | None = f"{summary['name']} records no metrics port"
+        if target is not None:
+            scrape = await scrape_gateway(reach, target)
+            why = scrape.error
+            try:
+                counts = router_counts(scrape)
+            except ValueError as exc:
+                why = f"{target.name} on {target.node} sent text that is not Prometheus text: {exc}"
+        workers = {
+            url: {
+                **worker,
+                "requests": counts.requests.get(url, 0.0) if counts else None,
+                "failures": counts.failures.get(url, 0.0) if counts else None,
+            }
+            for url, worker in (summary.get("workers") or {}).items()
+        }
+        details.append(
+            {
+                **summary,
+                "workers": workers,
+                "errors": counts.errors if counts else None,
+                "counts_error": why,
+            }
+        )
+    return details

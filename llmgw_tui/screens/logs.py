@@ -1,4 +1,4 @@
-"""Logs: one shard's engine output, or every rank merged, followed live.
+"""Logs: one shard's engine output, every rank merged, or a gateway's router, followed live.
 
 A worker reads the feed's batches into `LogLines.pending`; a timer flushes
 them into Textual's `Log` in one `write_lines` (never one write per line).
@@ -27,7 +27,7 @@ SHOWN_LINES = 50_000
 
 
 class LogsScreen(Screen[None]):
-    """The log of replica `name`: one rank's shard (`rank`), or every rank merged (None)."""
+    """The log of replica `name` (one rank's shard, or every rank merged), or of gateway `name`."""
 
     BINDING_GROUP_TITLE = "Logs"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -40,10 +40,13 @@ class LogsScreen(Screen[None]):
         Binding("escape", "back", "Back", id="logs-back"),
     ]
 
-    def __init__(self, name: str, rank: int | None = None) -> None:
+    def __init__(self, name: str, rank: int | None = None, *, gateway: bool = False) -> None:
         super().__init__()
         self.replica = name
+        """The replica's name, or the gateway's when `gateway`."""
         self.rank = rank
+        self.gateway = gateway
+        """Whether `replica` names a gateway (its router's one log, no ranks)."""
         self.lines = LogLines()
         self.following = True
         self.new_below = 0
@@ -66,7 +69,7 @@ class LogsScreen(Screen[None]):
     def on_mount(self) -> None:
         """Start reading, and flush on a timer."""
         self.title = "llmgw"
-        self.sub_title = f"logs {self.replica}" + (
+        self.sub_title = f"logs {self._target()}" + (
             f" r{self.rank}" if self.rank is not None else ""
         )
         for field in self.query(Input):
@@ -80,8 +83,11 @@ class LogsScreen(Screen[None]):
 
     @work(group="logs", exclusive=True, exit_on_error=False, description="Reading the logs")
     async def read_logs(self) -> None:
-        """Find the replica, then follow its shards until they end or the screen closes."""
+        """Find the replica or gateway, then follow its shards until they end or the view closes."""
         feed: Any = self.app.feed  # type: ignore[attr-defined]
+        if self.gateway:
+            await self._read_gateway_log(feed)
+            return
         try:
             views = await feed.replicas()
             view = next((v for v in views if v.name == self.replica), None)
@@ -99,6 +105,21 @@ class LogsScreen(Screen[None]):
         else:
             self.stream_ended = "the shards ended; no more lines"
         self._show_status()
+
+    async def _read_gateway_log(self, feed: Any) -> None:
+        """Follow the router's log through the core's reader (the `logs` step's)."""
+        try:
+            async for batch in feed.follow_gateway_logs(self.replica):
+                self.lines.add(batch, time.time())
+        except LlmgwError as exc:
+            self.stream_ended = exc.sentence()
+            self.notify(exc.sentence(), title="Logs", severity="error")
+        else:
+            self.stream_ended = "the router ended; no more lines"
+        self._show_status()
+
+    def _target(self) -> str:
+        return f"gateway {self.replica}" if self.gateway else self.replica
 
     def flush(self) -> None:
         """Draw what arrived since the last flush in one write."""
@@ -125,14 +146,21 @@ class LogsScreen(Screen[None]):
 
     def _show_banner(self) -> None:
         banner = self.query_one("#nccl-banner", Static)
+        if self.gateway:  # a router speaks no NCCL
+            return
         said = self.lines.socket_fallback(self.replica, self.node_count)
         if said and not banner.display:
             banner.update(f"NCCL SAYS NET/Socket: TRAFFIC BETWEEN NODES GOES OVER TCP. {said}")
             banner.display = True
 
     def _show_status(self) -> None:
+        if self.gateway:
+            first = f"gateway {self.replica} · its router"
+        else:
+            ranks = f"rank {self.rank}" if self.rank is not None else "every rank"
+            first = f"{self.replica} · {ranks}"
         parts = [
-            f"{self.replica} · {'rank ' + str(self.rank) if self.rank is not None else 'every rank'}",
+            first,
             f"{self.lines.seen} lines",
             "following" if self.following else "paused",
         ]
@@ -207,7 +235,7 @@ class LogsScreen(Screen[None]):
         """Ask for a path to save the lines shown (filtered, without wrap) to."""
         field = self.query_one("#logs-save-input", Input)
         if not field.value:
-            field.value = f"{self.replica}.log"
+            field.value = f"{self._target().replace(' ', '-')}.log"
         field.add_class("-visible")
         field.focus()
 

@@ -2,7 +2,8 @@
 
 Rows are keyed by replica name and updated in place as the feed is polled;
 the shards of the replica under the cursor are listed below. Stop, logs,
-bench and ask act on that replica; each runs in a worker.
+bench and ask act on that replica; each runs in a worker. Running gateways
+are listed above the table, one line each; `g` opens a gateway's log.
 """
 
 from __future__ import annotations
@@ -58,9 +59,11 @@ class ConfirmStop(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "Keep it", id="confirm-no"),
     ]
 
-    def __init__(self, name: str, nodes: str) -> None:
+    def __init__(self, name: str, nodes: str, *, question: str | None = None) -> None:
         super().__init__()
-        self._question = f"Stop {name}? Its shards on {nodes} end and their cards are freed."
+        self._question = question or (
+            f"Stop {name}? Its shards on {nodes} end and their cards are freed."
+        )
 
     def compose(self) -> ComposeResult:
         """The question and the two keys."""
@@ -90,6 +93,7 @@ class ReplicasScreen(Screen[None]):
         Binding("l", "logs", "Logs", id="replicas-logs"),
         Binding("b", "bench", "Bench", id="replicas-bench"),
         Binding("a", "ask", "Ask", id="replicas-ask"),
+        Binding("g", "gateway_logs", "Gateway log", id="replicas-gateway-logs"),
         Binding("escape", "close_ask", "Close", show=False, id="replicas-close"),
     ]
 
@@ -168,6 +172,26 @@ class ReplicasScreen(Screen[None]):
         line = self.query_one("#gateways", Static)
         line.update("\n".join(gateway_line(gateway) for gateway in self.gateways))
         line.display = bool(self.gateways)
+        self.refresh_bindings()  # `g` shows while a gateway runs
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`g` (a gateway's log) only while a gateway is listed."""
+        if action == "gateway_logs":
+            return bool(self._gateway_names())
+        return True
+
+    def _gateway_names(self) -> list[str]:
+        return [str(g["name"]) for g in self.gateways if g.get("name") not in (None, "?")]
+
+    async def action_gateway_logs(self) -> None:
+        """The log of the gateway listed above the table; with several, the gateways screen."""
+        names = self._gateway_names()
+        if not names:
+            self.notify("No gateway runs.", severity="warning")
+        elif len(names) > 1:
+            await self.app.run_action("show_gateways")  # pick one there; `l` opens its log
+        else:
+            self.app.push_screen(LogsScreen(names[0], gateway=True))
 
     async def _read_downloads(
         self, feed: Any, views: tuple[ReplicaView, ...]

@@ -8,6 +8,7 @@ from typing import Any
 
 from textual.widgets import DataTable, Input, Static
 
+from llmgw_tui.app import gateway_logs_target, logs_target
 from llmgw_tui.commands import CommandError, parse_command
 from llmgw_tui.screens.command_line import CommandLine
 from llmgw_tui.screens.fleet import FleetScreen
@@ -154,6 +155,14 @@ async def test_the_racks_screen_draws_each_tray_with_its_state(app, pilot):
     assert "NOT JOINED" in lines[12] and "degraded" in lines[6]
 
 
+def test_logs_of_gateway_name_or_gw_name_name_a_gateway_and_anything_else_a_replica():
+    assert gateway_logs_target("gateway front") == "front"
+    assert gateway_logs_target("GW  front ") == "front"
+    assert gateway_logs_target("gateway") is None
+    assert gateway_logs_target("llama r1") is None
+    assert logs_target("llama r1") == ("llama", 1)
+
+
 def test_command_lines_parse_with_aliases_and_refuse_what_they_cannot_run():
     assert parse_command(":no").action == "show_fleet"
     assert parse_command("nvl").action == "show_racks"
@@ -167,8 +176,8 @@ def test_command_lines_parse_with_aliases_and_refuse_what_they_cannot_run():
         (":racks now", ":racks takes no argument (got 'now')."),
         (
             "",
-            "Type a command: :nodes, :racks, :node, :plan, :replicas, :serve, :logs, :doctor, "
-            ":fabric, :help, :quit.",
+            "Type a command: :nodes, :racks, :node, :plan, :replicas, :serve, :gateways, :logs, "
+            ":doctor, :fabric, :help, :quit.",
         ),
     ]:
         try:
@@ -211,3 +220,30 @@ async def test_r_re_reads_the_facts_and_says_so(app, pilot):
     await app.workers.wait_for_complete()
     await pilot.pause()
     assert [n.message for n in app._notifications] == ["Facts re-read from every ready node."]
+
+
+def test_six_opens_the_gateways_screen_which_says_when_none_runs(make_app):
+    async def run() -> None:
+        from llmgw_tui.screens.gateways import GatewaysScreen
+
+        app = make_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("6")
+            await pilot.pause(0.2)
+            screen = app.screen
+            assert isinstance(screen, GatewaysScreen)
+            status = str(screen.query_one("#gateways-status", Static).content)
+            assert status == "0 gateways running · 0 answering"
+            reason = str(screen.query_one("#gateway-reason", Static).content)
+            assert reason == (
+                "No gateway runs. The Serve wizard's last page puts replicas behind one."
+            )
+            await pilot.press("x")
+            await pilot.pause()
+            assert app.screen is screen  # nothing to stop: no confirmation
+            await pilot.press("colon", *"gw", "enter")
+            await pilot.pause()
+            assert app.screen is screen
+            assert parse_command(":gateways").action == "show_gateways"
+
+    asyncio.run(run())

@@ -100,3 +100,22 @@ def test_nccl_on_a_socket_within_one_node_is_no_fallback_and_shows_no_banner():
     )
     lines.take()
     assert lines.socket_fallback("llama", 1) is None
+
+
+def test_logs_gateway_name_opens_a_gateways_log_and_a_fixed_fleet_says_it_runs_none(make_app):
+    async def run() -> None:
+        app = make_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("colon", *"logs gateway front", "enter")
+            for _ in range(40):
+                await pilot.pause(0.05)
+                if isinstance(app.screen, LogsScreen) and app.screen.stream_ended:
+                    break
+            screen = app.screen
+            assert isinstance(screen, LogsScreen) and screen.gateway
+            assert screen.sub_title == "logs gateway front"
+            status = str(screen.query_one("#logs-status", Static).content)
+            assert status.startswith("gateway front · its router · 0 lines")
+            assert status.endswith("no gateway is named 'front': a fixed fleet runs no gateway")
+
+    asyncio.run(run())
