@@ -33,6 +33,7 @@ from llmgw_core.gateway.spec import (
     router_argv,
     router_program,
     shard_args,
+    unchecked_workers,
     wanted_workers,
     worker_changes,
 )
@@ -139,6 +140,7 @@ async def follow(fleet: Any, reach: EngineReach, gateway: GatewayView) -> dict[s
         "workers": [{"url": w.url, "model": w.model, "replica": w.replica} for w in wanted],
         "added": [w.url for w in add],
         "removed": list(remove),
+        "warnings": list(unchecked_workers(replicas)),
     }
 
 

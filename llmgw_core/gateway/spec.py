@@ -291,6 +291,24 @@ def wanted_workers(
     return tuple(sorted(workers, key=lambda w: (w.model, w.url)))
 
 
+def unchecked_workers(replicas: Sequence[Any]) -> tuple[str, ...]:
+    """A warning for each ready replica whose engine answers its health on another path than `/health`.
+
+    vllm-router 0.1.17 probes the workers it is given through `/workers` on
+    `/health` whatever `--health-check-endpoint` says, so such an engine
+    (llama-cpp-python's own server: `/openapi.json`) is dropped from rotation
+    a few seconds after it is added.
+    """
+    return tuple(
+        f"replica {replica.name} answers its health on {path}, not /health: "
+        "vllm-router probes /health and will hold it unhealthy within seconds "
+        "(serve it with llama-server, vLLM or SGLang)"
+        for replica in replicas
+        if replica.phase == "ready"
+        and (path := str(replica.spec.get("health_path") or "/health")) != "/health"
+    )
+
+
 def worker_changes(
     wanted: Sequence[Worker], present: Mapping[str, str]
 ) -> tuple[tuple[Worker, ...], tuple[str, ...]]:

@@ -309,6 +309,7 @@ def test_two_llama_cpp_engines_behind_the_gateway_share_traffic_survive_a_kill_a
     (follow,) = seen["served_c"]["gateways"]
     assert len(follow["added"]) == 1
     assert sorted(w["replica"] for w in follow["workers"]) == ["tiny-b", "tiny-c"]
+    assert follow["warnings"] == []  # both answer /health, as llama-server does
     url_c = next(w["url"] for w in follow["workers"] if w["replica"] == "tiny-c")
     # tiny-b, added long before, is still healthy: /health answered the router all along.
     assert seen["workers_after_serve"] == {urls["tiny-b"]: True, url_c: True}

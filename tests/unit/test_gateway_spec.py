@@ -22,6 +22,7 @@ from llmgw_core.gateway.spec import (
     router_argv,
     router_program,
     shard_args,
+    unchecked_workers,
     wanted_workers,
     worker_changes,
 )
@@ -87,6 +88,16 @@ def test_only_ready_replicas_become_workers_reached_by_their_node_address():
         Worker("http://10.0.0.1:8000", "llama", "a"),
         Worker("http://127.0.0.1:8001", "llama", "b"),
     )
+
+
+def test_a_ready_engine_checked_on_another_path_than_health_is_warned_about():
+    bare = Replica("bare", "ready", {"health_path": "/openapi.json"})
+    loading = Replica("later", "loading", {"health_path": "/openapi.json"})
+    server = Replica("server", "ready", {"health_path": "/health"})
+    unrecorded = Replica("old", "ready", {})
+    warnings = unchecked_workers([bare, loading, server, unrecorded])
+    assert len(warnings) == 1
+    assert warnings[0].startswith("replica bare answers its health on /openapi.json, not /health")
 
 
 def test_changes_add_what_is_missing_and_remove_what_left_or_changed_model():

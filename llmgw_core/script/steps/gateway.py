@@ -44,6 +44,8 @@ def render_gateway(result: dict[str, Any]) -> Any:
     )
     for worker in result.get("workers", []):
         text.append(f"\n  {worker['model']} → {worker['url']} ({worker['replica']})")
+    for warning in result.get("warnings") or []:
+        text.append(f"\n{warning}", style="yellow")
     return text
 
 
