@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from llmgw_core.views.fleet import FleetSummary, RacksSummary
+from llmgw_tui.screens.kept import KeptScreen
+from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.rack import RackWidget
 
 
-class RacksScreen(Screen[None]):
+class RacksScreen(KeptScreen[None]):
     """Each NVLink domain as a rack with its trays' states; islands listed below."""
 
     BINDING_GROUP_TITLE = "Racks"
@@ -24,7 +25,7 @@ class RacksScreen(Screen[None]):
         """Header, the racks (scrolling), the footer."""
         yield Header(icon="▦")
         yield VerticalScroll(id="racks-body")
-        yield Footer()
+        yield SteadyFooter()
 
     async def on_mount(self) -> None:
         """Draw the racks of the app's latest snapshot and follow updates."""
