@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Header, Input, Static
 
 from llmgw_core.views.fleet import FleetSummary, NodeSummary, fleet_totals
 from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
+from llmgw_tui.heap import freeze_long_lived
 from llmgw_tui.screens.kept import KeptScreen
 from llmgw_tui.widgets.footer import SteadyFooter
 
@@ -228,6 +229,9 @@ class FleetScreen(KeptScreen[None]):
             # Rows drawn before the table measured its new column widths stay
             # cached at the old widths (textual 8.2.8): redraw once measured.
             self.call_after_refresh(redraw_table, table)
+            # The rows drawn live as long as the console: keep them (and every
+            # module and widget) out of later full garbage collections.
+            self.call_after_refresh(freeze_long_lived)
 
         add_chunk(0)
 
