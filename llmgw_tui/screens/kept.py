@@ -21,13 +21,13 @@ ResultType = TypeVar("ResultType")
 class KeptScreen(Screen[ResultType]):
     """A mode's screen: shown again as it was left, its widgets not restyled."""
 
-    def on_mount(self) -> None:
-        """Mark the screen's styles as current (Textual 8.2 leaves a new mode's screen marked stale).
-
-        A screen made by a mode is styled as it mounts, after the switch that
-        made it checked its stylesheet count, so the next switch to it
-        restyled the whole app once more.
-        """
+    def __init__(self) -> None:
+        super().__init__()
+        # Textual 8.2.8 marks a new screen's styles stale, so the switch that
+        # makes it re-parses every stylesheet and restyles the whole app, and so
+        # does the switch after (the mark is set before the screen mounts). Its
+        # widgets are styled as they mount with the stylesheet of the moment;
+        # a theme changed later bumps the app's count and restyles as it should.
         self._css_update_count = self.app._css_update_count
 
     def on_screen_resume(self, event: events.ScreenResume) -> None:

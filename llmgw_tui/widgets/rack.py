@@ -12,6 +12,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.geometry import Size
 from textual.markup import escape
 from textual.timer import Timer
 from textual.widgets import Static
@@ -32,10 +33,8 @@ class TrayList(Static):
 
     One widget for the 18 trays, not five per tray: styling thousands of
     widgets (28 racks) took the console seconds; a line of text takes nothing.
-    """
-
-    DEFAULT_CSS = """
-    TrayList { height: auto; }
+    Its text and its height at a width are kept until the light or pulse moves
+    (a screen of 28 racks is laid out several times as it first appears).
     """
 
     def __init__(self, trays: tuple[TraySummary, ...]) -> None:
@@ -46,13 +45,39 @@ class TrayList(Static):
         """The tray the backplane light is on (`full` animation), None when still."""
         self.dimmed = False
         """Not-joined trays drawn dim this beat (`basic` and `full`)."""
+        self._text: tuple[tuple[object, ...], Text] | None = None
+        self._heights: dict[tuple[object, ...], int] = {}
+        self._widest = 0
+        """The widest tray line of `_text`, in cells."""
 
     def pulsing(self) -> list[str]:
         """The trays drawn dim now."""
         return [t.node for t in self.trays if self.dimmed and t.state == "not-joined"]
 
+    def _drawn_as(self) -> tuple[object, ...]:
+        return (self.lit, self.dimmed, self.app.theme)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """One line a tray when every line fits `width` (no wrapping to measure), else measured."""
+        self.render()
+        if self._widest <= width:
+            return max(len(self.trays), 1)
+        key = (*self._drawn_as(), width)
+        if key not in self._heights:
+            self._heights[key] = super().get_content_height(container, viewport, width)
+        return self._heights[key]
+
     def render(self) -> Text:
-        """The trays as lines of text in theme colours."""
+        """The trays as lines of text in theme colours (built again only when their look changed)."""
+        drawn_as = self._drawn_as()
+        if self._text is not None and self._text[0] == drawn_as:
+            return self._text[1]
+        text = self._lines()
+        self._text = (drawn_as, text)
+        self._widest = max((line.cell_len for line in text.split("\n")), default=0)
+        return text
+
+    def _lines(self) -> Text:
         text = Text()
         for index, tray in enumerate(self.trays):
             if index:
@@ -72,10 +97,6 @@ class TrayList(Static):
 
 class RackWidget(Vertical):
     """One NVLink domain as a rack."""
-
-    DEFAULT_CSS = """
-    RackWidget { height: auto; }
-    """
 
     def __init__(self, rack: RackSummary, *, animation: str = "none") -> None:
         super().__init__(classes="rack")
