@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Header, Input, Static
 from llmgw_core.views.fleet import FleetSummary, NodeSummary, fleet_totals
 from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
 from llmgw_tui.heap import freeze_long_lived
-from llmgw_tui.screens.kept import KeptScreen
+from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.widgets.footer import SteadyFooter
 
 FILTER_AFTER_TYPING_ROWS = 500

@@ -7,7 +7,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Header, Static
 
 from llmgw_core.views.fleet import FleetSummary, RacksSummary
-from llmgw_tui.screens.kept import KeptScreen
+from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.rack import RackWidget
 
