@@ -7,7 +7,7 @@ import asyncio
 from llmgw_core.views.fleet import FleetSummary, RacksSummary, RackSummary, TraySummary
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import StaticFeed
-from llmgw_tui.widgets.rack import TrayList
+from llmgw_tui.widgets.rack import RackWidget
 
 REASON = "IMEX daemon reports the tray outside the clique since the last fabric manager restart"
 
@@ -36,25 +36,25 @@ def racks_at(width: int) -> tuple[int, str]:
             await pilot.pause()
             await pilot.press("2")
             await pilot.pause()
-            trays = app.screen.query_one(TrayList)
+            rack = app.screen.query_one(RackWidget)
             lines = [
                 "".join(segment.text for segment in strip)
                 for strip in app.screen._compositor.render_full_update().strips
             ]
-            return trays.size.height, "\n".join(lines)
+            return rack.size.height, "\n".join(lines)
 
     return asyncio.run(run())
 
 
 def test_a_rack_on_a_wide_terminal_is_one_line_a_tray():
     height, screen = racks_at(160)
-    assert height == 18
+    assert height == 20  # title, switch band, 18 trays
     assert REASON in screen
 
 
 def test_a_rack_on_a_narrow_terminal_wraps_the_long_reason_and_still_shows_all_of_it():
     height, screen = racks_at(70)
-    assert height > 18
+    assert height > 20
     words = " ".join(screen.replace("┃", " ").replace("│", " ").split())
     assert "fabric manager restart" in words
     assert "gb200-t18" in screen
