@@ -103,20 +103,21 @@ def rss_mib() -> float:
 
 
 class Pauses:
-    """Garbage-collection pauses seen while it is on, by generation."""
+    """Garbage-collection pauses seen while it is on, by generation: (wall ms, CPU ms of the thread)."""
 
     def __init__(self) -> None:
         self.on = False
-        self.by_generation: dict[int, list[float]] = {0: [], 1: [], 2: []}
-        self._started = 0.0
+        self.by_generation: dict[int, list[tuple[float, float]]] = {0: [], 1: [], 2: []}
+        self._started = (0.0, 0.0)
         gc.callbacks.append(self._seen)
 
     def _seen(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            self._started = time.perf_counter()
+            self._started = (time.perf_counter(), time.thread_time())
         elif self.on:
-            elapsed_ms = (time.perf_counter() - self._started) * 1000
-            self.by_generation[info["generation"]].append(elapsed_ms)
+            wall_ms = (time.perf_counter() - self._started[0]) * 1000
+            cpu_ms = (time.thread_time() - self._started[1]) * 1000
+            self.by_generation[info["generation"]].append((wall_ms, cpu_ms))
 
 
 async def timed(pilot: Any, presses: list[str]) -> list[tuple[float, float]]:
@@ -229,9 +230,11 @@ async def main(total: int) -> None:
         print(f"polls taken while keys were pressed: {feed.polls}")
         for generation, seen in pauses.by_generation.items():
             if seen:
+                wall, cpu = [w for w, _ in seen], [c for _, c in seen]
                 print(
                     f"garbage collections of generation {generation} during the keys: {len(seen)},"
-                    f" {sum(seen):.0f} ms in all, longest {max(seen):.0f} ms"
+                    f" {sum(wall):.0f} ms in all (cpu {sum(cpu):.0f} ms),"
+                    f" longest {max(wall):.0f} ms (cpu {max(cpu):.0f} ms)"
                 )
         print(
             f"objects the collector walks in a full collection: {len(gc.get_objects()):,}"
