@@ -59,6 +59,15 @@ class RackWidget(Static):
         """The widest line of `_text`, in cells."""
         self._heights: dict[tuple[object, ...], int] = {}
 
+    def show(self, rack: RackSummary) -> None:
+        """Draw the same domain's newer summary (its trays' states, its IMEX) in place."""
+        self.rack = rack
+        self.trays = rack.trays
+        self.lit = None if self.lit is None or not rack.trays else self.lit % len(rack.trays)
+        self._text = None
+        self._heights.clear()
+        self.refresh(layout=True)
+
     def pulsing(self) -> list[str]:
         """The trays drawn dim now."""
         return [t.node for t in self.trays if self.dimmed and t.state == "not-joined"]

@@ -30,6 +30,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -217,6 +218,22 @@ async def main(total: int) -> None:
         shown("fleet: enter (node page), escape", await timed(pilot, ["enter", "escape"] * 2))
         shown("switch fleet -> racks, first time", await timed(pilot, ["2"]))
         shown("racks: down, page down", await timed(pilot, ["down"] * 30 + ["pagedown"] * 5))
+        redraws = []
+        for flip in range(4):  # a tray leaves its NVLink domain, then joins it again
+            racks = app.fleet.racks
+            first = racks.racks[0]
+            tray = replace(first.trays[0], state="not-joined" if flip % 2 == 0 else "joined")
+            changed = replace(first, trays=(tray, *first.trays[1:]))
+            fresh = replace(app.fleet, racks=replace(racks, racks=(changed, *racks.racks[1:])))
+            started = time.perf_counter()
+            app.fleet = fresh
+            app.fleet_changed.publish(fresh)
+            await pilot.pause()
+            redraws.append((time.perf_counter() - started) * 1000)
+        print(
+            f"  a poll that changes one tray, racks redrawn: median {statistics.median(redraws):.0f}"
+            f" ms, worst {max(redraws):.0f} ms (to idle, {len(redraws)} polls)"
+        )
         shown("switch racks -> replicas, first time", await timed(pilot, ["4"]))
         shown("switch replicas -> fleet", await timed(pilot, ["1"]))
         cycles: dict[str, list[tuple[float, float]]] = {"2": [], "4": [], "1": []}

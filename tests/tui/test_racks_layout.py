@@ -58,3 +58,35 @@ def test_a_rack_on_a_narrow_terminal_wraps_the_long_reason_and_still_shows_all_o
     words = " ".join(screen.replace("┃", " ").replace("│", " ").split())
     assert "fabric manager restart" in words
     assert "gb200-t18" in screen
+
+
+def with_tray_5(state: str, reason: str | None) -> FleetSummary:
+    fleet = one_rack()
+    rack = fleet.racks.racks[0]
+    trays = tuple(
+        TraySummary(t.node, state, reason, 4) if t.node == "gb200-t05" else t for t in rack.trays
+    )
+    racks = RacksSummary((RackSummary(rack.domain, "uuid-1", "1", trays, "up"),), ())
+    return FleetSummary(nodes=(), details={}, racks=racks)
+
+
+def test_a_tray_that_joins_on_a_poll_is_redrawn_in_the_rack_already_shown():
+    async def run() -> tuple[bool, str, str]:
+        app = LlmgwApp(Fixed(one_rack()), animation="none")
+        async with app.run_test(size=(160, 60)) as pilot:
+            await pilot.pause()
+            await pilot.press("2")
+            await pilot.pause()
+            rack = app.screen.query_one(RackWidget)
+            before = rack.render().plain.splitlines()[2 + 4]
+            joined = with_tray_5("joined", None)
+            app.fleet = joined
+            app.fleet_changed.publish(joined)
+            await pilot.pause()
+            (now,) = app.screen.query(RackWidget)
+            return now is rack, before, now.render().plain.splitlines()[2 + 4]
+
+    same_widget, before, after = asyncio.run(run())
+    assert "NOT JOINED" in before and REASON in before
+    assert same_widget
+    assert "joined" in after and "NOT JOINED" not in after and REASON not in after
