@@ -4,7 +4,7 @@ At 2,048 nodes the console holds a few hundred thousand objects (modules,
 widgets, the fleet's rows and Textual's caches of rendered lines), and each
 poll and each frame allocates more. With Python's default thresholds a full
 collection walked all of them a dozen times a minute while keys were pressed:
-pauses of 0.1 to 0.9 s on a busy machine, 4 to 7 s in all over the
+pauses of 0.1 to 0.9 s, 3.6 s (quiet machine) to 7 s (busy) in all over the
 benchmark's keys (tests/benchmarks/bench_scale_console.py prints them).
 
 So, once the fleet is first drawn: one collection, then `gc.freeze` (what is
