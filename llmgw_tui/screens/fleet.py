@@ -8,12 +8,14 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Header, Input, Static
 
 from llmgw_core.views.fleet import FleetSummary, NodeSummary, fleet_totals
 from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
+from llmgw_tui.heap import freeze_long_lived
+from llmgw_tui.kept_screen import KeptScreen
+from llmgw_tui.widgets.footer import SteadyFooter
 
 FILTER_AFTER_TYPING_ROWS = 500
 """Above this many nodes the filter applies when typing pauses, not at every key."""
@@ -50,10 +52,12 @@ class NodeTable(DataTable[object]):
     ]
 
 
-class FleetScreen(Screen[None]):
+class FleetScreen(KeptScreen[None]):
     """Nodes with state, classes and free/total cards, fabrics, NVLink domain, shards."""
 
     BINDING_GROUP_TITLE = "Fleet"
+    AUTO_FOCUS = "#nodes"
+    """The table has the keys from the first frame (focusing it later rebuilt the footer twice)."""
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "filter", "Filter", key_display="/", id="fleet-filter"),
         Binding("r", "app.refresh_fleet", "Refresh", id="fleet-refresh"),
@@ -82,7 +86,7 @@ class FleetScreen(Screen[None]):
             table.add_column(label, key=key)
         yield table
         yield Static("", id="fleet-reasons", markup=False)
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         """Show the fleet the app already has, and follow its updates."""
@@ -95,7 +99,6 @@ class FleetScreen(Screen[None]):
         fleet = getattr(self.app, "fleet", None)
         if fleet is not None:
             self.show_fleet(fleet)
-        self.query_one("#nodes", DataTable).focus()
 
     def show_fleet(self, fleet: FleetSummary) -> None:
         """Update the rows that changed; add and remove rows by node name; keep the cursor."""
@@ -226,6 +229,9 @@ class FleetScreen(Screen[None]):
             # Rows drawn before the table measured its new column widths stay
             # cached at the old widths (textual 8.2.8): redraw once measured.
             self.call_after_refresh(redraw_table, table)
+            # The rows drawn live as long as the console: keep them (and every
+            # module and widget) out of later full garbage collections.
+            self.call_after_refresh(freeze_long_lived)
 
         add_chunk(0)
 

@@ -1,23 +1,36 @@
-"""The console alone at 2,048 nodes: key latency on the fleet and racks screens, a poll's cost, RSS.
+"""The console alone at 2,048 nodes: keys, screen switches, a poll's cost, RSS, first frame.
 
-    .venv/bin/python tests/benchmarks/bench_scale_console.py [NODES]
+    .venv/bin/python tests/benchmarks/bench_scale_console.py [NODES] [--startup-runs N]
 
-The fleet summary is built here (the rows of bench_scale.py's fleet: 28
-NVL72 racks, H100 pods, MIG, L40S, CPU nodes, 5 % unreachable), so the
-figures are the console's own, apart from SSH and the simulated nodes
-(bench_scale.py measures the two together). Each poll changes 10 % of the
-rows, as a refresh cycle would. Key latency is press to screen idle
-(Textual's Pilot), measured while the app polls every 2 s (each poll's
-summary built in a worker thread, as the live feed does). Prints figures,
-asserts nothing.
+No SSH fleet runs: the fleet summary is built here (the rows of
+bench_scale.py's fleet: 28 NVL72 racks, H100 pods, 5 % unreachable) and
+handed to the console's real app and screens through a feed, exactly where
+the live feed hands over the summary it computed off the loop. Everything
+from that summary onward is the console's own code (app, fleet, racks and
+replicas screens, widgets); SSH, the agents and the facts-to-summary step
+are left out (bench_scale.py measures the whole; the summary step runs in a
+worker thread there, as it does here: each poll builds a new summary with
+10 % of rows changed in a thread, so its CPU competes with the keys).
+
+Each key is timed from the press until the screen is idle (Textual's Pilot:
+it waits for the screen's queued messages, then for the process to stop
+using CPU, in 20 ms sleeps, so a key costs at least ~40 ms here; the
+`nothing bound` row is that floor). Beside the wall time, `loop cpu` is the
+UI thread's own CPU time over the same span (the worker thread's excluded):
+on a shared machine the steadier figure. Garbage collections during the keys
+are counted. Prints figures, asserts nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import gc
+import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +46,11 @@ from llmgw_core.views.fleet import (
 RACKS = 28
 POLL_S = 2.0
 TRAYS = 18
+
+
+KEPT: dict[str, NodeSummary] = {}
+"""The rows of the previous summary: an unchanged row is the same object, as the live feed's
+`SummaryCache` keeps it (only the changed rows are new objects)."""
 
 
 def summary(total: int, generation: int) -> FleetSummary:
@@ -51,6 +69,12 @@ def summary(total: int, generation: int) -> FleetSummary:
         )
     while len(rows) < total:
         rows.append(node(f"h100-{len(rows):04d}", len(rows), generation, "h100-80g", 8, None))
+    for index, row in enumerate(rows):
+        kept = KEPT.get(row.name)
+        if kept == row:
+            rows[index] = kept
+        else:
+            KEPT[row.name] = row
     islands = tuple(r.name for r in rows if r.nvlink_domain is None)
     return FleetSummary(nodes=tuple(rows), details={}, racks=RacksSummary(tuple(racks), islands))
 
@@ -79,25 +103,55 @@ def rss_mib() -> float:
     return float("nan")
 
 
-async def timed(pilot: Any, presses: list[str]) -> list[float]:
+class Pauses:
+    """Garbage-collection pauses seen while it is on, by generation: (wall ms, CPU ms of the thread)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.by_generation: dict[int, list[tuple[float, float]]] = {0: [], 1: [], 2: []}
+        self._started = (0.0, 0.0)
+        gc.callbacks.append(self._seen)
+
+    def _seen(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = (time.perf_counter(), time.thread_time())
+        elif self.on:
+            wall_ms = (time.perf_counter() - self._started[0]) * 1000
+            cpu_ms = (time.thread_time() - self._started[1]) * 1000
+            self.by_generation[info["generation"]].append((wall_ms, cpu_ms))
+
+
+async def timed(pilot: Any, presses: list[str]) -> list[tuple[float, float]]:
+    """(wall ms, UI-thread CPU ms) from each press to the screen being idle."""
     latencies = []
     for key in presses:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         await pilot.press(key)
-        latencies.append((time.perf_counter() - started) * 1000)
+        latencies.append(
+            ((time.perf_counter() - started) * 1000, (time.thread_time() - cpu) * 1000)
+        )
     return latencies
 
 
-def shown(what: str, latencies: list[float]) -> None:
-    p99 = (
-        statistics.quantiles(latencies, n=100, method="inclusive")[98]
-        if len(latencies) > 1
-        else latencies[0]
-    )
+def quantile(values: list[float], percent: int) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[percent - 1]
+
+
+def shown(what: str, latencies: list[tuple[float, float]]) -> None:
+    wall = [w for w, _ in latencies]
+    cpu = [c for _, c in latencies]
     print(
-        f"  {what:<36} p50 {statistics.median(latencies):5.0f} ms,"
-        f" p99 {p99:5.0f} ms, worst {max(latencies):5.0f} ms ({len(latencies)} keys)"
+        f"  {what:<38} {len(wall):>4} {statistics.median(wall):>6.0f} {quantile(wall, 95):>6.0f}"
+        f" {quantile(wall, 99):>6.0f} {max(wall):>6.0f}   {statistics.median(cpu):>6.0f}"
+        f" {quantile(cpu, 99):>6.0f} {max(cpu):>6.0f}"
     )
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.1f} {five:.1f} {fifteen:.1f}"
 
 
 async def main(total: int) -> None:
@@ -112,6 +166,9 @@ async def main(total: int) -> None:
         def __init__(self, first: FleetSummary) -> None:
             self.refresh_s = POLL_S
             self._summary = first
+            self._replicas = ()
+            self._logs = {}
+            self._fabric_results = {}
             self.polling = False
             self.polls = 0
 
@@ -121,9 +178,11 @@ async def main(total: int) -> None:
                 self._summary = await asyncio.to_thread(summary, total, self.polls)
             return self._summary
 
+    print(f"{total} nodes, {RACKS} racks; {os.cpu_count()} CPUs, load average {load()} at start")
     before = rss_mib()
     feed = Polled(summary(total, 0))
     app = LlmgwApp(feed, animation="none")
+    pauses = Pauses()
     async with app.run_test(size=(160, 50)) as pilot:
         started = time.perf_counter()
         table = app.screen.query_one("#nodes", DataTable)
@@ -143,22 +202,82 @@ async def main(total: int) -> None:
         print(f"a poll with 10 % of rows changed, drawn: median {statistics.median(polls):.0f} ms")
         assert screen is app.screen
         feed.polling = True
-        print(f"key latency (press to screen idle), polling every {POLL_S:.0f} s:")
+        pauses.on = True
+        print(f"keys while the app polls every {POLL_S:.0f} s (ms; press to screen idle):")
+        print(
+            f"  {'':<38} {'keys':>4} {'p50':>6} {'p95':>6} {'p99':>6} {'max':>6}"
+            f"   {'loop cpu p50':>6} {'p99':>6} {'max':>6}"
+        )
+        shown("nothing bound (the measuring floor)", await timed(pilot, ["f9"] * 10))
         shown("fleet: down", await timed(pilot, ["down"] * 60))
         shown("fleet: page down", await timed(pilot, ["pagedown"] * 10))
         shown("fleet: end, home", await timed(pilot, ["end", "home"] * 3))
         shown("fleet: / then typing 'h100-01'", await timed(pilot, ["slash", *"h100-01"]))
         shown("fleet: escape (filter cleared)", await timed(pilot, ["escape"]))
         shown("fleet: down while rows come back", await timed(pilot, ["down"] * 10))
-        shown("fleet: enter (node page), escape", await timed(pilot, ["enter", "escape"]))
-        shown("switch to racks (2), first time", await timed(pilot, ["2"]))
+        shown("fleet: enter (node page), escape", await timed(pilot, ["enter", "escape"] * 2))
+        shown("switch fleet -> racks, first time", await timed(pilot, ["2"]))
         shown("racks: down, page down", await timed(pilot, ["down"] * 30 + ["pagedown"] * 5))
-        shown("switch to fleet (1), racks (2) again", await timed(pilot, ["1", "2"] * 2))
-        print(f"polls taken while keys were pressed: {feed.polls}")
+        redraws = []
+        for flip in range(4):  # a tray leaves its NVLink domain, then joins it again
+            racks = app.fleet.racks
+            first = racks.racks[0]
+            tray = replace(first.trays[0], state="not-joined" if flip % 2 == 0 else "joined")
+            changed = replace(first, trays=(tray, *first.trays[1:]))
+            fresh = replace(app.fleet, racks=replace(racks, racks=(changed, *racks.racks[1:])))
+            started = time.perf_counter()
+            app.fleet = fresh
+            app.fleet_changed.publish(fresh)
+            await pilot.pause()
+            redraws.append((time.perf_counter() - started) * 1000)
         print(
-            f"RSS: {before:.0f} MiB before the console, {rss_mib():.0f} MiB with both screens drawn"
+            f"  a poll that changes one tray, racks redrawn: median {statistics.median(redraws):.0f}"
+            f" ms, worst {max(redraws):.0f} ms (to idle, {len(redraws)} polls)"
         )
+        shown("switch racks -> replicas, first time", await timed(pilot, ["4"]))
+        shown("switch replicas -> fleet", await timed(pilot, ["1"]))
+        cycles: dict[str, list[tuple[float, float]]] = {"2": [], "4": [], "1": []}
+        for _ in range(5):
+            for key in ("2", "4", "1"):
+                cycles[key] += await timed(pilot, [key])
+        shown("switch fleet -> racks (again)", cycles["2"])
+        shown("switch racks -> replicas (again)", cycles["4"])
+        shown("switch replicas -> fleet (again)", cycles["1"])
+        pauses.on = False
+        print(f"polls taken while keys were pressed: {feed.polls}")
+        for generation, seen in pauses.by_generation.items():
+            if seen:
+                wall, cpu = [w for w, _ in seen], [c for _, c in seen]
+                print(
+                    f"garbage collections of generation {generation} during the keys: {len(seen)},"
+                    f" {sum(wall):.0f} ms in all (cpu {sum(cpu):.0f} ms),"
+                    f" longest {max(wall):.0f} ms (cpu {max(cpu):.0f} ms)"
+                )
+        print(
+            f"objects the collector walks in a full collection: {len(gc.get_objects()):,}"
+            f" ({gc.get_freeze_count():,} more frozen)"
+        )
+        print(
+            f"RSS: {before:.0f} MiB before the console, {rss_mib():.0f} MiB with every screen drawn"
+        )
+    print(f"load average {load()} at the end")
+
+
+def first_frame(runs: int) -> None:
+    """The console's first-frame rows of bench_startup.py."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_startup import console_rows
+
+    print(f"cold start to first frame, median of {runs} alternating runs (bench_startup.py):")
+    print(f"{'':<38} {'ms':>8} {'ref ms':>8} {'wall':>7} {'cpu ms':>8} {'ref cpu':>8} {'cpu':>7}")
+    console_rows(runs)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if sys.argv[1:] else 2048))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("nodes", nargs="?", type=int, default=2048)
+    parser.add_argument("--startup-runs", type=int, default=5, help="0: skip the first frame")
+    options = parser.parse_args()
+    asyncio.run(main(options.nodes))
+    if options.startup_runs:
+        first_frame(options.startup_runs)

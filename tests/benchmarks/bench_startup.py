@@ -228,16 +228,32 @@ def _cli() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "llmgw_tui.cli"]
 
 
+def console_rows(runs: int) -> float:
+    """Print the console's two first-frame rows; the CPU ratio to the minimal Textual app."""
+    ours, reference = side_by_side(runs, lambda: spawn_s(CONSOLE), lambda: spawn_s(MINIMAL))
+    row("console first frame / minimal Textual", ours, reference, 1.3)
+    ratio = ours[1] / reference[1]
+    ours, reference = side_by_side(runs, lambda: spawn_s(CONSOLE), lambda: spawn_s(SAME_WIDGETS))
+    row("console first frame / same widgets", ours, reference, 1.3)
+    return ratio
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--skip-ssh", action="store_true")
+    parser.add_argument(
+        "--console-only", action="store_true", help="only the console's first-frame rows"
+    )
     options = parser.parse_args()
     print(
         f"start-up, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, Python {sys.version.split()[0]},"
         f" median of {options.runs} alternating runs"
     )
     print(f"{'':<38} {'ms':>8} {'ref ms':>8} {'wall':>7} {'cpu ms':>8} {'ref cpu':>8} {'cpu':>7}")
+    if options.console_only:
+        console_rows(options.runs)
+        return
     with tempfile.TemporaryDirectory() as folder:
         plan = Path(folder) / "plan.yaml"
         plan.write_text(PLAN_SCRIPT)
@@ -247,12 +263,7 @@ def main() -> None:
             lambda: spawn_s(REFERENCE_IMPORTS),
         )
     row("runner to first step / import yaml+pyd.", ours, reference, 2.0)
-    ours, reference = side_by_side(options.runs, lambda: spawn_s(CONSOLE), lambda: spawn_s(MINIMAL))
-    row("console first frame / minimal Textual", ours, reference, 1.3)
-    ours, reference = side_by_side(
-        options.runs, lambda: spawn_s(CONSOLE), lambda: spawn_s(SAME_WIDGETS)
-    )
-    row("console first frame / same widgets", ours, reference, 1.3)
+    console_rows(options.runs)
     if options.skip_ssh:
         return
     figures = discovery_figures(options.runs)

@@ -9,7 +9,7 @@ import pytest
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import StaticFeed
 from llmgw_tui.theme import animation_level_from_env
-from llmgw_tui.widgets.rack import TrayList
+from llmgw_tui.widgets.rack import RackWidget
 
 
 @pytest.mark.parametrize(
@@ -31,7 +31,7 @@ def racks_after(demo_state, level: str) -> tuple[int, int]:
             await app.workers.wait_for_complete()
             await pilot.press("2")
             await pilot.pause(1.5)
-            trays = app.screen.query(TrayList)
+            trays = app.screen.query(RackWidget)
             lit = sum(1 for t in trays if t.lit is not None)
             pulsing = sum(len(t.pulsing()) for t in trays)
             return lit, pulsing

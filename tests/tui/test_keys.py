@@ -15,7 +15,7 @@ from llmgw_tui.screens.fleet import FleetScreen
 from llmgw_tui.screens.help import HelpScreen
 from llmgw_tui.screens.node import NodeScreen
 from llmgw_tui.screens.racks import RacksScreen
-from llmgw_tui.widgets.rack import TrayList
+from llmgw_tui.widgets.rack import RackWidget
 
 SIZE = (120, 40)
 
@@ -147,12 +147,13 @@ async def test_the_palette_runs_the_same_action_as_the_key(app, pilot):
 async def test_the_racks_screen_draws_each_tray_with_its_state(app, pilot):
     await pilot.press("2")
     await pilot.pause()
-    (trays,) = app.screen.query(TrayList)
-    assert len(trays.trays) == 18
-    assert [t.node for t in trays.trays if t.state == "not-joined"] == ["gb200-r1-t13"]
-    assert [t.node for t in trays.trays if t.state == "degraded"] == ["gb200-r1-t07"]
-    lines = trays.render().plain.splitlines()
-    assert "NOT JOINED" in lines[12] and "degraded" in lines[6]
+    (rack,) = app.screen.query(RackWidget)
+    assert len(rack.trays) == 18
+    assert [t.node for t in rack.trays if t.state == "not-joined"] == ["gb200-r1-t13"]
+    assert [t.node for t in rack.trays if t.state == "degraded"] == ["gb200-r1-t07"]
+    title, band, *trays = rack.render().plain.splitlines()
+    assert title.startswith("NVLink domain") and band.strip() == "NVLink Switch"
+    assert "NOT JOINED" in trays[12] and "degraded" in trays[6]
 
 
 def test_logs_of_gateway_name_or_gw_name_name_a_gateway_and_anything_else_a_replica():

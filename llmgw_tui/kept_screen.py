@@ -1,0 +1,35 @@
+"""A top-level screen kept across screen switches, and shown again without restyling.
+
+The console's top-level screens are Textual modes: each is built once and
+kept while another is shown. Textual restyles every widget of a mode's
+screen each time it comes back (and the fleet table then renders its rows
+anew), although nothing its styles depend on changed: a theme change goes
+through Textual's own stylesheet refresh, which a switch already runs when
+needed. Skipping that restyle makes a switch cost a repaint, not a restyle.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from textual import events
+from textual.screen import Screen
+
+ResultType = TypeVar("ResultType")
+
+
+class KeptScreen(Screen[ResultType]):
+    """A mode's screen: shown again as it was left, its widgets not restyled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Textual 8.2.8 marks a new screen's styles stale, so the switch that
+        # makes it re-parses every stylesheet and restyles the whole app, and so
+        # does the switch after (the mark is set before the screen mounts). Its
+        # widgets are styled as they mount with the stylesheet of the moment;
+        # a theme changed later bumps the app's count and restyles as it should.
+        self._css_update_count = self.app._css_update_count
+
+    def on_screen_resume(self, event: events.ScreenResume) -> None:
+        """Come back without restyling every widget (Textual's own handler runs after this)."""
+        event.refresh_styles = False
