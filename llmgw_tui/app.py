@@ -87,8 +87,7 @@ class LlmgwApp(App[int]):
         Binding("3", "show_plan", "Plan", id="show-plan"),
         Binding("4", "show_replicas", "Replicas", id="show-replicas"),
         Binding("5", "show_serve", "Serve", id="show-serve"),
-        # Off the footer so the other modes' footers stay as they were; `?` lists it.
-        Binding("6", "show_gateways", "Gateways", show=False, id="show-gateways"),
+        Binding("6", "show_gateways", "Gateways", id="show-gateways"),
         Binding("ctrl+p", "command_palette", "Palette", show=False, id="palette"),
         Binding("q", "quit", "Quit", id="quit"),
     ]

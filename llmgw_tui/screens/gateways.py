@@ -16,13 +16,14 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Header, Static
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import redraw_table, state_cell
+from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.screens.logs import LogsScreen
 from llmgw_tui.screens.replicas import ConfirmStop
+from llmgw_tui.widgets.footer import SteadyFooter
 
 GATEWAY_COLUMNS = (
     ("name", "GATEWAY"),
@@ -52,7 +53,7 @@ class GatewayTable(DataTable[object]):
     ]
 
 
-class GatewaysScreen(Screen[None]):
+class GatewaysScreen(KeptScreen[None]):
     """Every running gateway: address, policy, workers with health, requests and errors."""
 
     BINDING_GROUP_TITLE = "Gateways"
@@ -79,7 +80,7 @@ class GatewaysScreen(Screen[None]):
         workers: DataTable[object] = DataTable(id="gateway-workers", cursor_type="none")
         workers.add_columns(*WORKER_COLUMNS)
         yield workers
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         """Poll the gateways while the screen lives."""

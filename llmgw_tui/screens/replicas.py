@@ -17,15 +17,17 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Header, Input, Static
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.serve.view import ReplicaView
 from llmgw_core.views.serve import download_bar, replica_row, shard_row, shard_transport
 from llmgw_tui.cells import redraw_table, state_cell
+from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.screens.logs import LogsScreen
 from llmgw_tui.theme import theme_style
+from llmgw_tui.widgets.footer import SteadyFooter
 
 REPLICA_COLUMNS = (
     ("name", "REPLICA"),
@@ -84,7 +86,7 @@ class ReplicaTable(DataTable[object]):
     ]
 
 
-class ReplicasScreen(Screen[None]):
+class ReplicasScreen(KeptScreen[None]):
     """Each replica with phase, engine, endpoint and shards per node; stop, logs, bench, ask."""
 
     BINDING_GROUP_TITLE = "Replicas"
@@ -122,7 +124,7 @@ class ReplicasScreen(Screen[None]):
         yield shards
         yield Input(placeholder="ask the replica: type a prompt, Enter sends", id="ask")
         yield Static("", id="replica-answer", markup=False)
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         """Poll the replicas while the screen lives."""
