@@ -24,6 +24,7 @@ from typing import Any
 import asyncssh
 
 from llmgw_core.errors import LlmgwError
+from llmgw_core.fleet.lag import LoopLag
 
 
 class BannerTimeout(LlmgwError):
@@ -177,12 +178,14 @@ async def open_with_banner(
     *,
     grace_s: float,
     timeout_s: float,
+    lag: LoopLag,
 ) -> DialledStream:
     """Dial `host:port` (through `via` when given) and wait for the node's first bytes.
 
     Called with `gates` held; returns with them held. After `grace_s` without
     a banner the slots are given back while it keeps waiting, and taken again
-    when the banner comes.
+    when the banner comes. Both times leave out the console's own lateness
+    (`lag`): a banner that came while the loop could not run is not late.
 
     Raises:
         BannerTimeout: nothing came within `timeout_s`.
@@ -193,15 +196,14 @@ async def open_with_banner(
     stats.dialled += 1
     dial = asyncio.ensure_future(_dial(stream, via, host, port))
     try:
-        done, _ = await asyncio.wait({dial}, timeout=min(grace_s, timeout_s))
-        if not done:
+        if not await lag.wait_done(dial, min(grace_s, timeout_s)):
             gates.release()
             stats.waiting_for_banner += 1
             stats.peak_waiting_for_banner = max(
                 stats.peak_waiting_for_banner, stats.waiting_for_banner
             )
             try:
-                done, _ = await asyncio.wait({dial}, timeout=max(timeout_s - grace_s, 0.0))
+                done = await lag.wait_done(dial, max(timeout_s - grace_s, 0.0))
             finally:
                 stats.waiting_for_banner -= 1
             if not done:
