@@ -14,8 +14,10 @@ start-up (one Python start a node, measured in bench_discovery.py).
 Nodes of one kind share one capture (`sim_fleet.write_captures`), so their
 facts are read from it once per kind and `FACTS_KEPT_S` (`KindFacts`); each
 node's answer is that shared reading with its own `host.json` laid over it.
-On a real cluster every node parses its own hardware on its own CPU; here
-1,352 H100 nodes would parse the same capture on the CPUs the console needs.
+Each kind is read once while the pool starts, before it says it listens.
+On a real cluster every node parses its own hardware on its own CPU, in
+parallel with the others; here that parsing (1,352 H100 nodes of one
+capture, 504 trays of their own) would run on the CPUs the console needs.
 
 A node marked `silent` accepts TCP and never says a word: a hung sshd.
 A `bastion` entry adds an SSH server that forwards connections (ProxyJump).
@@ -78,25 +80,40 @@ class _ChannelOut:
 
 
 class KindFacts:
-    """The facts of each kind of node, read from the first capture that asks, for a while."""
+    """The facts of each kind of node, read once and shared for `kept_s` from their first use."""
 
     def __init__(self, kept_s: float = FACTS_KEPT_S) -> None:
         self.kept_s = kept_s
         self.reads = 0
         """How many times a capture was really read (the rest were shared)."""
         self._lock = threading.Lock()
-        self._kinds: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self._kinds: dict[tuple[str, str], tuple[float | None, dict[str, Any]]] = {}
         self._reading: dict[tuple[str, str], threading.Lock] = {}
+
+    def _key_lock(self, kind: str, args: dict[str, Any]) -> tuple[tuple[str, str], threading.Lock]:
+        key = (kind, json.dumps(args, sort_keys=True))
+        with self._lock:
+            return key, self._reading.setdefault(key, threading.Lock())
+
+    def read_ahead(self, kind: str, args: dict[str, Any], read: Any) -> None:
+        """Read a kind's facts now; they are kept from the moment a node first asks."""
+        key, reading = self._key_lock(kind, args)
+        with reading:
+            if key not in self._kinds:
+                self._kinds[key] = (None, read())
+                self.reads += 1
 
     def facts(self, kind: str, capture: str, args: dict[str, Any], read: Any) -> dict[str, Any]:
         """This node's facts: its kind's (read by `read()` when none are fresh), its own host."""
-        key = (kind, json.dumps(args, sort_keys=True))
-        with self._lock:
-            reading = self._reading.setdefault(key, threading.Lock())
+        key, reading = self._key_lock(kind, args)
         with reading:  # one read per kind at a time; the others wait for it
+            now = time.monotonic()
             kept = self._kinds.get(key)
-            if kept is None or time.monotonic() - kept[0] > self.kept_s:
-                kept = (time.monotonic(), read())
+            if kept is not None and kept[0] is None:
+                kept = (now, kept[1])  # read ahead: kept from its first use
+                self._kinds[key] = kept
+            if kept is None or kept[0] is None or now - kept[0] > self.kept_s:
+                kept = (now, read())
                 self._kinds[key] = kept
                 self.reads += 1
         return own_facts(kept[1], capture)
@@ -117,6 +134,16 @@ def own_facts(shared: dict[str, Any], capture: str) -> dict[str, Any]:
     facts["host"] = host
     facts["source"] = f"replay:{capture}"
     return facts
+
+
+class _Nowhere:
+    """The output of a server that only reads facts ahead (nobody is connected)."""
+
+    def write(self, data: bytes) -> None:
+        return None
+
+    def flush(self) -> None:
+        return None
 
 
 def _sim_server(capture: str, kind: str | None, shared: KindFacts, out: Any) -> Any:
@@ -149,6 +176,15 @@ class AgentSshd(LoopbackSshd):
         self.capture = capture
         self.kind = kind
         self.shared = shared or KindFacts()
+
+    def read_ahead(self, args: dict[str, Any]) -> None:
+        """Read this node's kind's facts now (the console's request will find them)."""
+        from llmgw_agent.protocol import Server
+
+        if self.kind is None:
+            return
+        server = _sim_server(self.capture, self.kind, self.shared, _Nowhere())
+        self.shared.read_ahead(self.kind, args, lambda: Server._op_facts(server, args, None))
 
     async def _run(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         if not is_agent_serve(process.command or ""):
@@ -205,6 +241,8 @@ async def serve_spec(spec: dict[str, Any]) -> None:
         )
         ports[node["name"]] = await sshd.start(address=address)
         sshds.append(sshd)
+        # What the console's discovery asks of a node of the inventory sim_fleet writes.
+        await asyncio.to_thread(sshd.read_ahead, {"model_dirs": []})
     bastion = spec.get("bastion")
     if bastion:
         sshd = LoopbackSshd(

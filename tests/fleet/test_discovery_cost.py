@@ -127,6 +127,8 @@ def test_nodes_of_one_kind_read_their_capture_once_and_each_reports_its_own_host
     nodes = [n for n in scale_nodes(racks=0, h100=3, mig=0, l40s=0, cpu=0, silent_every=0)]
     captures = write_captures(tmp_path, nodes)
     shared = KindFacts()
+    first, template = captures[nodes[0].name]
+    shared.read_ahead(str(template), {"model_dirs": []}, lambda: collect_facts(replay=str(first)))
     answers = {}
     for node in nodes:
         capture, template = captures[node.name]
