@@ -1,8 +1,13 @@
 """Handshake slots, and dialling a node before its handshake so a silent one gives its slot back.
 
-A connection takes one slot of every gate in front of it (all handshakes,
-its server address, its bastion) from the moment it dials until it is logged
-in: that is what sshd's `MaxStartups` counts. A healthy sshd sends its banner
+A connection takes a slot of its server address's gate from the moment it
+dials until it is logged in: that is what sshd's `MaxStartups` counts. The
+gates that bound handshakes (all of them, and those through one bastion:
+their CPU) are taken once the node's banner is in, for the handshake and
+login only; dials run ahead of them by a bounded number (`DIALS_AHEAD`
+times the handshake limit), so the banners of the next nodes are already
+there when a slot frees, and a silent node waits for its banner without
+holding a handshake slot at all. A healthy sshd sends its banner
 (`SSH-2.0-…`) the moment it accepts; a node that accepts TCP and then says
 nothing (a hung sshd, a black-holed port, a node in a kernel panic) would hold
 its slots until the connect timeout. Here it holds them `grace_s` at most,
@@ -30,6 +35,14 @@ import asyncssh
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.lag import LoopLag
 
+DIALS_AHEAD = 32
+"""Dials in flight per handshake slot (banner waits); each is one idle TCP
+connection or forwarded channel, a pre-auth sshd child on its node. Enough
+that a silent node late in the inventory starts its banner wait well before
+the handshakes reach it; a dialled node waits for its handshake about
+(32 x limit) / handshakes-per-second, far below sshd's LoginGraceTime
+(120 s) unless a bastion manages under 3 handshakes a second."""
+
 
 class BannerTimeout(LlmgwError):
     """A node accepted TCP (or not even that) and sent no SSH banner in time."""
@@ -48,11 +61,17 @@ class ConnectStats:
 
 
 class Gates:
-    """One slot of each semaphore, taken in a fixed order (no deadlock), counted in `stats`."""
+    """One slot of each semaphore, taken in a fixed order (no deadlock).
 
-    def __init__(self, semaphores: list[asyncio.Semaphore], stats: ConnectStats) -> None:
+    Handshake gates are counted in `stats.in_flight`; dial gates are not.
+    """
+
+    def __init__(
+        self, semaphores: list[asyncio.Semaphore], stats: ConnectStats, *, counted: bool = True
+    ) -> None:
         self._semaphores = semaphores
         self.stats = stats
+        self._counted = counted
         self._held = False
 
     async def acquire(self) -> None:
@@ -67,15 +86,17 @@ class Gates:
                 semaphore.release()
             raise
         self._held = True
-        self.stats.in_flight += 1
-        self.stats.peak_in_flight = max(self.stats.peak_in_flight, self.stats.in_flight)
+        if self._counted:
+            self.stats.in_flight += 1
+            self.stats.peak_in_flight = max(self.stats.peak_in_flight, self.stats.in_flight)
 
     def release(self) -> None:
         """Give every slot back (nothing when none is held)."""
         if not self._held:
             return
         self._held = False
-        self.stats.in_flight -= 1
+        if self._counted:
+            self.stats.in_flight -= 1
         for semaphore in reversed(self._semaphores):
             semaphore.release()
 

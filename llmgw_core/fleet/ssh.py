@@ -31,7 +31,14 @@ from typing import Any
 import asyncssh
 
 from llmgw_core.errors import LlmgwError
-from llmgw_core.fleet.gates import BannerTimeout, ConnectStats, Gates, open_with_banner
+from llmgw_core.fleet.gates import (
+    DIALS_AHEAD,
+    BannerTimeout,
+    ConnectStats,
+    DialledStream,
+    Gates,
+    open_with_banner,
+)
 from llmgw_core.fleet.lag import LoopLag
 
 MAX_STARTUPS_PER_SERVER = 8
@@ -135,8 +142,10 @@ class SshConnector:
         self.stats = ConnectStats()
         """Handshakes in flight now and at most, nodes that never sent a banner."""
         self._handshakes = asyncio.Semaphore(settings.max_handshakes)
+        self._dials = asyncio.Semaphore(settings.max_handshakes * DIALS_AHEAD)
         self._per_server: dict[tuple[str, str | None], asyncio.Semaphore] = {}
         self._per_bastion: dict[str, asyncio.Semaphore] = {}
+        self._dials_per_bastion: dict[str, asyncio.Semaphore] = {}
         self._jumps: dict[str, asyncio.Task[asyncssh.SSHClientConnection]] = {}
         self._jump_lock = asyncio.Lock()
         self._known_hosts_cache: tuple[tuple[int, int], asyncssh.SSHKnownHosts] | None = None
@@ -235,19 +244,28 @@ class SshConnector:
         resolved = await self._resolve(target.host, target.port, target.user, target.identity_file)
         return await self._open(target.node, resolved)
 
-    def _gates(self, resolved: _Resolved) -> Gates:
-        semaphores = [self._handshakes, self._server_gate(resolved)]
+    def _gates(self, resolved: _Resolved) -> tuple[Gates, Gates]:
+        """The gates of the dial (and banner) and those of the handshake, taken in that order."""
+        dial = [self._dials]
+        handshake = [self._handshakes]
         if resolved.jump:
             if resolved.jump not in self._per_bastion:
                 limit = self.settings.max_handshakes_per_bastion
                 self._per_bastion[resolved.jump] = asyncio.Semaphore(limit)
-            semaphores.append(self._per_bastion[resolved.jump])
-        return Gates(semaphores, self.stats)
+                self._dials_per_bastion[resolved.jump] = asyncio.Semaphore(limit * DIALS_AHEAD)
+            dial.append(self._dials_per_bastion[resolved.jump])
+            handshake.append(self._per_bastion[resolved.jump])
+        dial.append(self._server_gate(resolved))
+        return (
+            Gates(dial, self.stats, counted=False),
+            Gates(handshake, self.stats),
+        )
 
     async def _open(self, name: str, resolved: _Resolved) -> asyncssh.SSHClientConnection:
         via = await self._jump(resolved.jump) if resolved.jump else None
         where = resolved.shown + (f" via {resolved.jump}" if resolved.jump else "")
-        async with self._gates(resolved) as gates:
+        dial_gates, handshake_gates = self._gates(resolved)
+        async with dial_gates:
             try:
                 tunnel: Any = via if via is not None else ()
                 if not resolved.options.proxy_command:
@@ -256,17 +274,26 @@ class SshConnector:
                         via,
                         resolved.host,
                         resolved.port,
-                        gates,
+                        dial_gates,
                         grace_s=self.settings.banner_grace_s,
                         timeout_s=self.settings.banner_timeout_s,
                         lag=self.lag,
                     )
-                return await self.lag.wait_for(
-                    asyncssh.connect(
-                        resolved.host, resolved.port, tunnel=tunnel, options=resolved.options
-                    ),
-                    self.settings.connect_timeout_s,
-                )
+                try:
+                    async with handshake_gates:  # untimed: waiting for a slot is not the node's
+                        return await self.lag.wait_for(
+                            asyncssh.connect(
+                                resolved.host,
+                                resolved.port,
+                                tunnel=tunnel,
+                                options=resolved.options,
+                            ),
+                            self.settings.connect_timeout_s,
+                        )
+                except BaseException:
+                    if isinstance(tunnel, DialledStream):
+                        tunnel.abort()  # dialled, never logged in (or cancelled while waiting)
+                    raise
             except BannerTimeout as exc:
                 raise Unreachable(f"{name} ({where}) {exc}", exc.fix) from None
             except asyncssh.HostKeyNotVerifiable:
