@@ -10,6 +10,7 @@ import asyncssh
 import pytest
 
 from llmgw_agent.discover import collect_facts
+from llmgw_core.fleet.gates import CoalescedWrites
 from llmgw_core.fleet.sim_fleet import scale_nodes, write_captures
 from llmgw_core.fleet.sim_pool import KindFacts
 from llmgw_core.fleet.ssh import SshTarget, Unreachable
@@ -143,3 +144,35 @@ def test_nodes_of_one_kind_read_their_capture_once_and_each_reports_its_own_host
         capture, _ = captures[node.name]
         assert answers[node.name] == collect_facts(replay=str(capture))
     assert answers["h100-p2-0001"]["host"]["hostname"] == "h100-p2-0001"
+
+
+def test_writes_of_one_loop_turn_leave_together_in_order_and_a_close_sends_them_first():
+    async def scenario() -> tuple[bytes, int]:
+        received = bytearray()
+        reads = 0
+        done = asyncio.Event()
+
+        async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal reads
+            while chunk := await reader.read(65536):
+                received.extend(chunk)
+                reads += 1
+            writer.close()
+            done.set()
+
+        server = await asyncio.start_server(peer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        transport, _ = await asyncio.get_running_loop().create_connection(
+            asyncio.Protocol, "127.0.0.1", port
+        )
+        coalesced = CoalescedWrites(transport)
+        for index in range(100):
+            coalesced.write(f"packet {index:03d};".encode())
+        coalesced.close()  # before the loop turned: what was written still leaves
+        await asyncio.wait_for(done.wait(), 10)
+        server.close()
+        return bytes(received), reads
+
+    received, reads = asyncio.run(scenario())
+    assert received == b"".join(f"packet {i:03d};".encode() for i in range(100))
+    assert reads == 1
