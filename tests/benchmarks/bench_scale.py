@@ -247,7 +247,12 @@ async def console(fleet: Fleet) -> None:
 
 
 async def main(
-    total: int, pools: int, bastion_limit: int, discovery_only: bool, profile: str | None
+    total: int,
+    pools: int,
+    bastion_limit: int,
+    discovery_only: bool,
+    profile: str | None,
+    skip_console: bool = False,
 ) -> None:
     nodes = nodes_for(total)
     root = Path(tempfile.mkdtemp(prefix="llmgw-scale-"))
@@ -289,7 +294,8 @@ async def main(
             return
         await refresh_cycle(fleet)
         plan_over(fleet)
-        await console(fleet)
+        if not skip_console:
+            await console(fleet)
     finally:
         if fleet is not None:
             await fleet.close()
@@ -303,5 +309,7 @@ if __name__ == "__main__":
     parser.add_argument("--bastion-limit", type=int, default=10)
     parser.add_argument("--discovery-only", action="store_true", help="stop after discovery")
     parser.add_argument("--profile", metavar="FILE", help="cProfile the console's discovery")
+    parser.add_argument("--skip-console", action="store_true", help="no key latencies")
     args = parser.parse_args()
-    asyncio.run(main(args.nodes, args.pools, args.bastion_limit, args.discovery_only, args.profile))
+    chosen = (args.discovery_only, args.profile, args.skip_console)
+    asyncio.run(main(args.nodes, args.pools, args.bastion_limit, *chosen))
