@@ -263,6 +263,8 @@ class Fleet:
                 await self._set(node, state="unreachable", reason=reason)
             finally:
                 await self._disconnect(node)
+            if self._closing:
+                return  # a cancellation `wait_for` lost (see `_serve`) ends here too
             failures += 1
             delay_s = min(self.retry_max_s, self.retry_initial_s * 2 ** (failures - 1))
             node.wake.clear()
@@ -297,9 +299,15 @@ class Fleet:
         await self._refresh(node)
 
     async def _serve(self, node: _Node) -> None:
-        """Re-read facts every interval until the agent's channel closes."""
+        """Re-read facts every interval until the agent's channel closes or the fleet does.
+
+        It checks `_closing` itself: Python 3.11's `asyncio.wait_for` loses a
+        cancellation that lands as its awaitable completes (a refresh answered
+        just as `close()` cancels), and at 2,048 nodes that happened to dozens
+        of nodes at once, so `close()` waited for them forever.
+        """
         assert node.client is not None
-        while True:
+        while not self._closing:
             lost = node.client.closed
             done, _ = await asyncio.wait({lost}, timeout=self.refresh_interval_s)
             if done:

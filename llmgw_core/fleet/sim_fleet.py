@@ -102,12 +102,13 @@ def node_address(index: int) -> str:
     return f"127.77.{index // 250}.{index % 250 + 1}"
 
 
-def write_captures(root: Path, nodes: list[SimNode]) -> dict[str, Path]:
-    """A capture directory per node: one written per kind of node, linked, with its own host.json."""
+def write_captures(root: Path, nodes: list[SimNode]) -> dict[str, tuple[Path, Path]]:
+    """A capture directory per node and its kind's template: one written per kind, linked,
+    each node with its own host.json."""
     from llmgw_agent.sim.profiles import write_profile
 
     templates: dict[str, Path] = {}
-    captures: dict[str, Path] = {}
+    captures: dict[str, tuple[Path, Path]] = {}
     for node in nodes:
         if node.silent:
             continue
@@ -127,7 +128,7 @@ def write_captures(root: Path, nodes: list[SimNode]) -> dict[str, Path]:
             20 + len(captures) // 62500, *divmod(len(captures) % 62500, 250)
         )
         (capture / "host.json").write_text(json.dumps(host), encoding="utf-8")
-        captures[node.name] = capture
+        captures[node.name] = (capture, template)
     return captures
 
 
@@ -195,7 +196,9 @@ async def start_sim_fleet(
         if node.silent:
             entry["silent"] = True
         else:
-            entry["capture"] = str(captures[node.name])
+            capture, template = captures[node.name]
+            entry["capture"] = str(capture)
+            entry["kind"] = str(template)  # its facts are read once per kind (sim_pool)
             entry["home"] = str(root / "nodes" / node.name / "home")
             entry["host_key"] = host_keys[node.name].export_private_key().decode()
         specs[index % pools]["nodes"].append(entry)

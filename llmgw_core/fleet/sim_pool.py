@@ -11,6 +11,14 @@ loop and threads, not as one Python process per node: 2,048 agent
 processes do not fit a small machine. What that leaves out is each agent's
 start-up (one Python start a node, measured in bench_discovery.py).
 
+Nodes of one kind share one capture (`sim_fleet.write_captures`), so their
+facts are read from it once per kind and `FACTS_KEPT_S` (`KindFacts`); each
+node's answer is that shared reading with its own `host.json` laid over it.
+Each kind is read once while the pool starts, before it says it listens.
+On a real cluster every node parses its own hardware on its own CPU, in
+parallel with the others; here that parsing (1,352 H100 nodes of one
+capture, 504 trays of their own) would run on the CPUs the console needs.
+
 A node marked `silent` accepts TCP and never says a word: a hung sshd.
 A `bastion` entry adds an SSH server that forwards connections (ProxyJump).
 
@@ -26,12 +34,19 @@ import json
 import os
 import shlex
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
 from llmgw_core.fleet.loopback import LoopbackSshd
+
+FACTS_KEPT_S = 30.0
+"""How long one kind's facts are shared before they are read again: half the
+console's refresh interval, so what changes (rail verdicts, simulated usage,
+mounts) is seen at the next refresh but one at the latest."""
 
 
 def is_agent_serve(command: str) -> bool:
@@ -64,22 +79,120 @@ class _ChannelOut:
         return None
 
 
+class KindFacts:
+    """The facts of each kind of node, read once and shared for `kept_s` from their first use."""
+
+    def __init__(self, kept_s: float = FACTS_KEPT_S) -> None:
+        self.kept_s = kept_s
+        self.reads = 0
+        """How many times a capture was really read (the rest were shared)."""
+        self._lock = threading.Lock()
+        self._kinds: dict[tuple[str, str], tuple[float | None, dict[str, Any]]] = {}
+        self._reading: dict[tuple[str, str], threading.Lock] = {}
+
+    def _key_lock(self, kind: str, args: dict[str, Any]) -> tuple[tuple[str, str], threading.Lock]:
+        key = (kind, json.dumps(args, sort_keys=True))
+        with self._lock:
+            return key, self._reading.setdefault(key, threading.Lock())
+
+    def read_ahead(self, kind: str, args: dict[str, Any], read: Any) -> None:
+        """Read a kind's facts now; they are kept from the moment a node first asks."""
+        key, reading = self._key_lock(kind, args)
+        with reading:
+            if key not in self._kinds:
+                self._kinds[key] = (None, read())
+                self.reads += 1
+
+    def facts(self, kind: str, capture: str, args: dict[str, Any], read: Any) -> dict[str, Any]:
+        """This node's facts: its kind's (read by `read()` when none are fresh), its own host."""
+        key, reading = self._key_lock(kind, args)
+        with reading:  # one read per kind at a time; the others wait for it
+            now = time.monotonic()
+            kept = self._kinds.get(key)
+            if kept is not None and kept[0] is None:
+                kept = (now, kept[1])  # read ahead: kept from its first use
+                self._kinds[key] = kept
+            if kept is None or kept[0] is None or now - kept[0] > self.kept_s:
+                kept = (now, read())
+                self._kinds[key] = kept
+                self.reads += 1
+        return own_facts(kept[1], capture)
+
+
+def own_facts(shared: dict[str, Any], capture: str) -> dict[str, Any]:
+    """`shared` facts (of a node of the same kind) as the node of `capture` reports them.
+
+    Nodes of one kind differ only in their `host.json` (name, management
+    address) and in where their capture lies; the rest is the same reading.
+    """
+    from llmgw_agent.discover.host import read_host_json
+
+    own = read_host_json(Path(capture) / "host.json")
+    facts = dict(shared)
+    host = dict(shared.get("host") or {})
+    host.update({key: value for key, value in own.items() if key in host and value is not None})
+    facts["host"] = host
+    facts["source"] = f"replay:{capture}"
+    return facts
+
+
+class _Nowhere:
+    """The output of a server that only reads facts ahead (nobody is connected)."""
+
+    def write(self, data: bytes) -> None:
+        return None
+
+    def flush(self) -> None:
+        return None
+
+
+def _sim_server(capture: str, kind: str | None, shared: KindFacts, out: Any) -> Any:
+    """The agent's protocol `Server` for one node, its facts shared with its kind."""
+    from llmgw_agent.protocol import Channel, Server
+
+    class SimServer(Server):
+        def _op_facts(self, args: dict[str, Any], stream: Any) -> dict[str, Any]:
+            if kind is None:
+                return super()._op_facts(args, stream)
+            return shared.facts(
+                kind, capture, args, lambda: super(SimServer, self)._op_facts(args, stream)
+            )
+
+    return SimServer(Channel(out), capture)
+
+
 class AgentSshd(LoopbackSshd):
     """A node's SSH server whose `serve` command is the agent's protocol, in this process."""
 
-    def __init__(self, *, capture: str, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        capture: str,
+        kind: str | None = None,
+        shared: KindFacts | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.capture = capture
+        self.kind = kind
+        self.shared = shared or KindFacts()
+
+    def read_ahead(self, args: dict[str, Any]) -> None:
+        """Read this node's kind's facts now (the console's request will find them)."""
+        from llmgw_agent.protocol import Server
+
+        if self.kind is None:
+            return
+        server = _sim_server(self.capture, self.kind, self.shared, _Nowhere())
+        self.shared.read_ahead(self.kind, args, lambda: Server._op_facts(server, args, None))
 
     async def _run(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
-        from llmgw_agent.protocol import Channel, Server
-
         if not is_agent_serve(process.command or ""):
             process.stderr.write(b"this simulated node runs only the llmgw agent\n")
             process.exit(127)
             return
         out = _ChannelOut(asyncio.get_running_loop(), process.stdout)
-        server = Server(Channel(out), self.capture)
+        server = _sim_server(self.capture, self.kind, self.shared, out)
         server.channel.send(server.hello())
         try:
             while True:
@@ -110,6 +223,7 @@ async def serve_spec(spec: dict[str, Any]) -> None:
     ports: dict[str, int] = {}
     sshds: list[LoopbackSshd] = []
     silent: list[asyncio.Server] = []
+    shared = KindFacts()
     for node in spec.get("nodes", []):
         address = str(node["address"])
         if node.get("silent"):
@@ -119,12 +233,16 @@ async def serve_spec(spec: dict[str, Any]) -> None:
             continue
         sshd = AgentSshd(
             capture=str(node["capture"]),
+            kind=node.get("kind"),
+            shared=shared,
             home=Path(node["home"]),
             host_key=asyncssh.import_private_key(node["host_key"]),
             authorized_keys=authorized,
         )
         ports[node["name"]] = await sshd.start(address=address)
         sshds.append(sshd)
+        # What the console's discovery asks of a node of the inventory sim_fleet writes.
+        await asyncio.to_thread(sshd.read_ahead, {"model_dirs": []})
     bastion = spec.get("bastion")
     if bastion:
         sshd = LoopbackSshd(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import resource
@@ -40,6 +41,7 @@ from typing import Any
 from llmgw_core.fleet.fleet import Fleet
 from llmgw_core.fleet.sim_fleet import RACK_TRAYS, SimFleet, scale_nodes, start_sim_fleet
 from llmgw_core.fleet.ssh import SshConnector
+from llmgw_core.fleet.state import FleetState
 
 BANNER_TIMEOUT_S = 10.0
 
@@ -77,45 +79,72 @@ def cpu_s(pids: list[int] | None = None) -> float:
     return total
 
 
+def cpu_phase(name: str, console_s: float, nodes_s: float, bastion_s: float, count: int) -> None:
+    """One phase's CPU seconds: the console, the node pools, the bastion, and per node."""
+    print(
+        f"  CPU {name}: console {console_s:.1f} s ({console_s / count * 1000:.1f} ms a node),"
+        f" node pools {nodes_s:.1f} s ({nodes_s / count * 1000:.1f} ms a node),"
+        f" bastion {bastion_s:.1f} s ({bastion_s / count * 1000:.1f} ms a node)"
+    )
+
+
 async def discovery(sim: SimFleet) -> tuple[Fleet, SshConnector]:
-    pools = [pool.pid for pool in sim.pools]
+    pools = [pool.pid for pool in sim.pools[:-1]]
+    bastion = [sim.pools[-1].pid]
     connector = SshConnector(sim.settings)
     fleet = Fleet(sim.inventory, connector)
     silent = set(sim.silent)
-    cpu_before, pools_before = cpu_s(), cpu_s(pools)
+    healthy = len(sim.inventory.node_specs()) - len(silent)
+    before = cpu_s(), cpu_s(pools), cpu_s(bastion)
     started = time.perf_counter()
+    healthy_ready_s: list[float] = []
+
+    def note_healthy_ready(snapshot: FleetState) -> None:
+        if not healthy_ready_s and all(
+            n.state == "ready" for n in snapshot.nodes.values() if n.name not in silent
+        ):
+            healthy_ready_s.append(time.perf_counter() - started)
+
+    fleet.add_listener(note_healthy_ready)
     await fleet.start()
     while True:
         try:
-            await fleet.wait_for(
-                lambda s: all(
-                    n.state != "connecting" for n in s.nodes.values() if n.name not in silent
-                ),
-                timeout_s=30,
-            )
+            settled = await fleet.wait_settled(30)
             break
         except TimeoutError:
             counts = fleet.snapshot().counts()
             print(f"  … {time.perf_counter() - started:.0f} s: {counts}", flush=True)
-    healthy_s = time.perf_counter() - started
-    settled = await fleet.wait_settled(1200)
     settled_s = time.perf_counter() - started
+    after = cpu_s(), cpu_s(pools), cpu_s(bastion)
+    lag_s = connector.lag.lag_s()
+    healthy_out = sorted(
+        n.name for n in settled.nodes.values() if n.name not in silent and n.state != "ready"
+    )
     stats = connector.stats
     print(f"discovery: {len(settled.nodes)} nodes, {settled.counts()}")
-    print(f"  every healthy node in:       {healthy_s:6.1f} s")
     print(
-        f"  every node settled:          {settled_s:6.1f} s  (silent ones after {BANNER_TIMEOUT_S:g} s)"
+        f"  every node settled:           {settled_s:6.1f} s"
+        f"  (the {len(silent)} silent ones after {BANNER_TIMEOUT_S:g} s)"
     )
+    print(f"  healthy but not ready then:   {len(healthy_out)} of {healthy}")
+    if healthy_out:
+        with contextlib.suppress(TimeoutError):
+            await fleet.wait_for(lambda _: bool(healthy_ready_s), timeout_s=300)
+    if healthy_ready_s:
+        print(f"  every healthy node ready:     {healthy_ready_s[0]:6.1f} s")
+    else:
+        print("  some healthy nodes were still not ready 300 s after the start")
     print(
         f"  handshakes in flight at most: {stats.peak_in_flight}"
         f" (bastion limit {sim.settings.max_handshakes_per_bastion}),"
         f" waiting for a banner at most: {stats.peak_waiting_for_banner}"
     )
     print(
-        f"  CPU: console {cpu_s() - cpu_before:.1f} s,"
-        f" simulated nodes + bastion {cpu_s(pools) - pools_before:.1f} s"
-        f" ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})"
+        f"  console loop late in all:     {lag_s:6.1f} s (left out of the connect timeouts)"
+        f" — {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"
     )
+    console, nodes, bastion_cpu = (a - b for a, b in zip(after, before, strict=True))
+    cpu_phase("discovery", console, nodes, bastion_cpu, healthy)
     reasons = Counter(
         re.sub(r"^\S+ \([^)]*\) ", "", n.reason or "")[:90]
         for n in settled.nodes.values()
@@ -217,10 +246,18 @@ async def console(fleet: Fleet) -> None:
         feed._fleet = None  # the bench closes the fleet itself
 
 
-async def main(total: int, pools: int, bastion_limit: int) -> None:
+async def main(
+    total: int,
+    pools: int,
+    bastion_limit: int,
+    discovery_only: bool,
+    profile: str | None,
+    skip_console: bool = False,
+) -> None:
     nodes = nodes_for(total)
     root = Path(tempfile.mkdtemp(prefix="llmgw-scale-"))
-    started = time.perf_counter()
+    print(f"load before the start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    started, console_before = time.perf_counter(), cpu_s()
     sim = await start_sim_fleet(
         root,
         nodes,
@@ -233,12 +270,32 @@ async def main(total: int, pools: int, bastion_limit: int) -> None:
         f"simulated fleet: {len(nodes)} nodes ({len(sim.silent)} silent) in {pools} pool processes"
         f" behind one bastion, up in {time.perf_counter() - started:.0f} s"
     )
+    cpu_phase(
+        "starting it (not counted below)",
+        cpu_s() - console_before,
+        cpu_s([pool.pid for pool in sim.pools[:-1]]),
+        cpu_s([sim.pools[-1].pid]),
+        len(nodes),
+    )
     fleet = None
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     try:
         fleet, _ = await discovery(sim)
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile)
+            print(f"console profile of discovery written to {profile}")
+        if discovery_only:
+            return
         await refresh_cycle(fleet)
         plan_over(fleet)
-        await console(fleet)
+        if not skip_console:
+            await console(fleet)
     finally:
         if fleet is not None:
             await fleet.close()
@@ -250,5 +307,9 @@ if __name__ == "__main__":
     parser.add_argument("nodes", nargs="?", type=int, default=2048)
     parser.add_argument("--pools", type=int, default=4)
     parser.add_argument("--bastion-limit", type=int, default=10)
+    parser.add_argument("--discovery-only", action="store_true", help="stop after discovery")
+    parser.add_argument("--profile", metavar="FILE", help="cProfile the console's discovery")
+    parser.add_argument("--skip-console", action="store_true", help="no key latencies")
     args = parser.parse_args()
-    asyncio.run(main(args.nodes, args.pools, args.bastion_limit))
+    chosen = (args.discovery_only, args.profile, args.skip_console)
+    asyncio.run(main(args.nodes, args.pools, args.bastion_limit, *chosen))

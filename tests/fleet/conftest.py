@@ -54,14 +54,12 @@ def client_key(tmp_path: Path) -> ClientKey:
 
 def connector_for(known_hosts: Path, config: Path | None = None, **overrides) -> SshConnector:
     """A connector that reads only the files the test wrote (no ~/.ssh, no ssh-agent)."""
+    chosen = {"connect_timeout_s": 5.0, "keepalive_interval_s": 1.0, "keepalive_count_max": 2}
     settings = SshSettings(
         known_hosts=known_hosts,
         config_paths=(config,) if config else (),
         use_ssh_agent=False,
-        connect_timeout_s=5.0,
-        keepalive_interval_s=1.0,
-        keepalive_count_max=2,
-        **overrides,
+        **{**chosen, **overrides},
     )
     return SshConnector(settings)
 
