@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
@@ -34,13 +35,20 @@ CONCURRENCY = 8
 ROUNDS = 3
 
 
-def main() -> None:
+@contextlib.contextmanager
+def two_replicas_behind_a_gateway(port: int) -> Iterator[Demo]:
+    """The demo fleet with replicas `a` and `b` of `MODEL` behind gateway `front` on `port`.
+
+    Everything is stopped on the way out, whatever failed.
+    """
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as root:
         demo = Demo(Path(root))
         try:
-            run(demo)
+            for name in ("a", "b"):
+                demo.step("serve", model=MODEL, context=8192, gpu_class="h100-80g", name=name)
+            demo.step("gateway", name="front", port=port)
+            yield demo
         finally:
-            # A benchmark cleans up what it can, whatever failed.
             with contextlib.suppress(Exception):
                 demo.step("stop", gateway="front")
             for name in ("a", "b"):
@@ -49,10 +57,12 @@ def main() -> None:
             demo.close()
 
 
+def main() -> None:
+    with two_replicas_behind_a_gateway(30600) as demo:
+        run(demo)
+
+
 def run(demo: Demo) -> None:
-    for name in ("a", "b"):
-        demo.step("serve", model=MODEL, context=8192, gpu_class="h100-80g", name=name)
-    demo.step("gateway", name="front", port=30600)
     # Warm both paths (tunnels, connections) before measuring.
     demo.step("bench", replica="a", requests=16, concurrency=CONCURRENCY)
     demo.step("bench", gateway="front", requests=16, concurrency=CONCURRENCY)

@@ -18,12 +18,12 @@ import asyncio
 import contextlib
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
+from bench_gateway import two_replicas_behind_a_gateway
 from serve_demo_harness import Demo
 
 from llmgw_core.gateway.run import (
@@ -37,30 +37,17 @@ from llmgw_core.gateway.spec import Worker
 from llmgw_core.metrics.gateway import gateway_details
 from llmgw_core.serve.http import EngineReach, close_quietly
 
-MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"
 READS = 20
 CHANGES = 10
 PORT = 30651
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory(prefix="bench-gateway-console-") as root:
-        demo = Demo(Path(root))
-        try:
-            run(demo)
-        finally:
-            with contextlib.suppress(Exception):
-                demo.step("stop", gateway="front")
-            for name in ("a", "b"):
-                with contextlib.suppress(Exception):
-                    demo.step("stop", replica=name)
-            demo.close()
+    with two_replicas_behind_a_gateway(PORT) as demo:
+        run(demo)
 
 
 def run(demo: Demo) -> None:
-    for name in ("a", "b"):
-        demo.step("serve", model=MODEL, context=8192, gpu_class="h100-80g", name=name)
-    demo.step("gateway", name="front", port=PORT)
     nodes = len(demo.fleet.snapshot().ready())
     summaries_s, details_s, line_s = demo.loop.run(measure(demo), 600)
     for label, times in (
