@@ -18,6 +18,12 @@
 Each pair is run alternately, `--runs` times (default 7), so a busy machine
 slows both sides alike; the median wall time is printed, and for the first
 two the child's CPU seconds too (steadier than wall time on a shared host).
+
+Children run as on a user's machine: Python may write bytecode
+(`PYTHONDONTWRITEBYTECODE` is dropped from their environment; a sandbox
+that sets it would make every start compile this project's sources while
+the libraries beside it, compiled at install, do not), and each side runs
+once before the measured runs, so every figure is a warm start.
 """
 
 from __future__ import annotations
@@ -106,6 +112,9 @@ steps:
 """
 
 
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def spawn_s(code: str, *extra: str) -> tuple[float, float]:
     """(seconds the child printed, CPU seconds the child used) for one fresh interpreter."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -115,6 +124,7 @@ def spawn_s(code: str, *extra: str) -> tuple[float, float]:
         text=True,
         check=True,
         cwd=REPO,
+        env=CHILD_ENV,
     )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -124,7 +134,9 @@ def spawn_s(code: str, *extra: str) -> tuple[float, float]:
 def side_by_side(
     runs: int, ours: Callable[[], tuple[float, float]], reference: Callable[[], tuple[float, float]]
 ) -> tuple[tuple[float, float], tuple[float, float]]:
-    """Medians of (wall, cpu) for both, run alternately."""
+    """Medians of (wall, cpu) for both, run alternately after one unmeasured run of each."""
+    ours()
+    reference()
     mine, theirs = [], []
     for _ in range(runs):
         mine.append(ours())
@@ -198,7 +210,7 @@ def discovery_figures(runs: int, nodes: int = 8) -> tuple[float, float] | None:
             str(script),
             "--json",
         ]
-        env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+        env = {k: v for k, v in CHILD_ENV.items() if k != "SSH_AUTH_SOCK"}
         env["HOME"] = str(root)  # no ~/.ssh/config of the person running it
 
         def cli_once() -> float:
