@@ -45,9 +45,15 @@ class StepContext:
                     "this step needs a fleet to connect to",
                     "pass --inventory FILE or --demo, or give the script an `inventory:` file",
                 )
-            from llmgw_core.fleet.session import open_fleet  # the fleet issue provides it
+            from llmgw_core.startup import loading_modules
 
-            self._live, closer = await open_fleet(inventory=self.inventory, demo=self.demo)
+            with loading_modules():
+                from llmgw_core.fleet.session import open_fleet
+
+            # The script's end does not wait for each agent to exit (they do, on end of input).
+            self._live, closer = await open_fleet(
+                inventory=self.inventory, demo=self.demo, wait_for_agents_on_close=False
+            )
             self._closers.append(closer)
         return self._live
 

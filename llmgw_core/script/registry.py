@@ -124,11 +124,13 @@ def load_step(name: str) -> Step | None:
     `tests/unit/test_step_registry.py` says which line to add).
     """
     from llmgw_core.script.steps import STEP_MODULES
+    from llmgw_core.startup import loading_modules
 
-    if name not in _STEPS and name in STEP_MODULES:
-        importlib.import_module(STEP_MODULES[name])
-    if name not in _STEPS:
-        _import_every_step_module()
+    with loading_modules():
+        if name not in _STEPS and name in STEP_MODULES:
+            importlib.import_module(STEP_MODULES[name])
+        if name not in _STEPS:
+            _import_every_step_module()
     return _STEPS.get(name)
 
 
