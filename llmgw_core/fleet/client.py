@@ -283,11 +283,12 @@ class AgentClient:
     def _last_words(self) -> str:
         return self._stderr[-1] if self._stderr else ""
 
-    async def _lose(self, reason: str) -> None:
+    async def _lose(self, reason: str, *, wait_for_exit: bool = True) -> None:
         if self._lost is not None:
             return
-        with contextlib.suppress(asyncio.TimeoutError, asyncssh.Error, OSError):
-            await asyncio.wait_for(self._process.wait_closed(), 1.0)
+        if wait_for_exit:
+            with contextlib.suppress(asyncio.TimeoutError, asyncssh.Error, OSError):
+                await asyncio.wait_for(self._process.wait_closed(), 1.0)
         status = self._process.exit_status
         words = self._last_words()
         sentence = f"the agent on {self.node} stopped answering: {reason}"
@@ -305,17 +306,22 @@ class AgentClient:
         if not self.closed.done():
             self.closed.set_result(self._lost)
 
-    async def _stop_process(self) -> None:
+    async def _stop_process(self, *, wait_for_exit: bool = True) -> None:
         with contextlib.suppress(OSError, asyncssh.Error):
             self._process.stdin.write_eof()
         self._process.close()
-        with contextlib.suppress(asyncio.TimeoutError, asyncssh.Error, OSError):
-            await asyncio.wait_for(self._process.wait_closed(), 2.0)
+        if wait_for_exit:
+            with contextlib.suppress(asyncio.TimeoutError, asyncssh.Error, OSError):
+                await asyncio.wait_for(self._process.wait_closed(), 2.0)
 
-    async def close(self) -> None:
-        """End the agent (end of input makes it exit) and fail what still waits."""
-        await self._stop_process()
-        await self._lose("the console closed the channel")
+    async def close(self, *, wait_for_exit: bool = True) -> None:
+        """End the agent (end of input makes it exit) and fail what still waits.
+
+        `wait_for_exit=False` sends the end of input and returns: the caller is
+        closing the connection too and does not need the agent's exit status.
+        """
+        await self._stop_process(wait_for_exit=wait_for_exit)
+        await self._lose("the console closed the channel", wait_for_exit=wait_for_exit)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -30,7 +30,10 @@ from llmgw_core.inventory import Inventory, NodeSpec
 
 FACTS_TIMEOUT_S = 60.0
 PUBLISH_WINDOW_S = 0.1
-"""Changes within this moment reach listeners and waiters together."""
+"""Listeners and waiters hear of changes at most once per this moment (all of them together)."""
+PUBLISH_WINDOW_S_PER_NODE = 50e-6
+"""A small fleet's window is shorter: a snapshot costs in proportion to the nodes it holds, so
+the window does too (8 nodes: 0.4 ms; from 2,000 nodes on, `PUBLISH_WINDOW_S`)."""
 
 Listener = Callable[[FleetState], None]
 
@@ -93,7 +96,10 @@ class Fleet:
         self._stale = False
         self._pending = False
         self._publishing: asyncio.Task[None] | None = None
+        self._publish_window_s = min(PUBLISH_WINDOW_S, PUBLISH_WINDOW_S_PER_NODE * len(self._nodes))
+        self._published_at = -PUBLISH_WINDOW_S
         self._closing = False
+        self._wait_for_agents_on_close = True
 
     # --- the picture ----------------------------------------------------
 
@@ -128,10 +134,16 @@ class Fleet:
 
         At 2,048 nodes discovery makes thousands of changes; a snapshot (and
         every waiter's predicate) per change was quadratic, seconds of CPU.
+        A change after a quiet moment goes out on the next turn of the loop
+        (the last node of a discovery settles it at once, not a window later);
+        changes that follow within the window wait for its end, together.
         """
         while self._pending:
             self._pending = False
-            await asyncio.sleep(PUBLISH_WINDOW_S)
+            loop = asyncio.get_running_loop()
+            wait_s = self._published_at + self._publish_window_s - loop.time()
+            await asyncio.sleep(max(0.0, wait_s))
+            self._published_at = loop.time()
             snapshot = self.snapshot()
             for listener in list(self._listeners):
                 listener(snapshot)
@@ -166,9 +178,16 @@ class Fleet:
             if node.task is None:
                 node.task = asyncio.ensure_future(self._keep_up(node))
 
-    async def close(self) -> None:
-        """Stop every task and close every agent and connection."""
+    async def close(self, *, wait_for_agents: bool = True) -> None:
+        """Stop every task and close every agent and connection.
+
+        `wait_for_agents=False` (a headless run ending) does not wait for each
+        agent to exit: its channel gets end of input, then its connection is
+        closed, and the agent exits on its node as it does when a link drops.
+        8 agents exiting at once took ~120 ms of a 2 s run.
+        """
         self._closing = True
+        self._wait_for_agents_on_close = wait_for_agents
         tasks = [node.task for node in self._nodes.values() if node.task is not None]
         if self._publishing is not None:
             tasks.append(self._publishing)
@@ -341,9 +360,10 @@ class Fleet:
         client, connection = node.client, node.connection
         node.client = None
         node.connection = None
+        wait = not self._closing or self._wait_for_agents_on_close
         if client is not None:
             with contextlib.suppress(LlmgwError):
-                await client.close()
+                await client.close(wait_for_exit=wait)
         if connection is not None:
             connection.close()
             with contextlib.suppress(asyncssh.Error, OSError, asyncio.TimeoutError):

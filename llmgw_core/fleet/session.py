@@ -25,12 +25,18 @@ Closer = Callable[[], Awaitable[None]]
 
 
 async def open_fleet(
-    *, inventory: str | None, demo: bool, settle_timeout_s: float = SETTLE_TIMEOUT_S
+    *,
+    inventory: str | None,
+    demo: bool,
+    settle_timeout_s: float = SETTLE_TIMEOUT_S,
+    wait_for_agents_on_close: bool = True,
 ) -> tuple[Fleet, Closer]:
     """Connect the fleet of `inventory` (None: the default file) or of the demo.
 
     Returns once every node is ready, unreachable or refused (or after
     `settle_timeout_s`; the rest keep connecting in the background).
+    `wait_for_agents_on_close=False`: closing ends every agent's input and
+    connection without waiting for each to exit (see `Fleet.close`).
 
     Raises:
         BadInput: the inventory is missing or wrong (before any connection).
@@ -49,7 +55,7 @@ async def open_fleet(
         try:
             if demo_fleet is not None:
                 await stop_every_shard(fleet)
-            await fleet.close()
+            await fleet.close(wait_for_agents=wait_for_agents_on_close)
         finally:
             if demo_fleet is not None:
                 await demo_fleet.stop()
