@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import asyncssh
@@ -373,3 +378,55 @@ def test_a_node_without_sftp_gets_the_agent_through_an_exec_channel(
     cached = [path.name for path in (sshd.home / ".cache" / "llmgw").iterdir()]
     assert len(cached) == 1 and cached[0].startswith("agent-")
     assert (sshd.home / ".local" / "bin" / "llmgw").stat().st_mode & 0o777 == 0o755
+
+
+def test_a_headless_run_that_ends_leaves_no_agent_running_on_its_nodes(
+    tmp_path: Path, client_key: ClientKey, openssh
+):
+    """The runner does not wait for each agent's exit; the agents still exit, on end of input."""
+    sshd = OpenSshd(tmp_path / "sshd", client_key, ports=[free_port(), free_port()]).start()
+    openssh.append(sshd)
+    (tmp_path / "known_hosts").write_text(sshd.known_hosts_lines())
+    capture = write_profile("l40s", tmp_path / "cap")
+    entries = "".join(
+        node_entry(f"n{i}", port, client_key.path, sshd.user, capture=capture)
+        for i, port in enumerate(sshd.ports)
+    )
+    inventory = tmp_path / "fleet.yaml"
+    inventory.write_text(f"nodes:\n{entries}known_hosts: {tmp_path / 'known_hosts'}\n")
+    script = tmp_path / "nodes.yaml"
+    script.write_text("steps:\n  - nodes: {all_ready: true}\n")
+    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+    env["HOME"] = str(tmp_path)
+
+    command = [sys.executable, "-m", "llmgw_tui.cli", "--inventory", str(inventory)]
+    done = subprocess.run(
+        [*command, "--run", str(script), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["ok"] is True
+    assert sshd.logins() == 2
+    deployed = list((sshd.home / ".cache" / "llmgw").glob("agent-*.pyz"))
+    assert deployed, "the agent was not deployed where the scan below looks for it"
+
+    def agents() -> list[str]:
+        """Every process on this machine running the agent from the nodes' home (orphans too)."""
+        running = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                except OSError:
+                    continue
+                if str(sshd.home) in cmdline and " serve" in cmdline:
+                    running.append(cmdline)
+        return running
+
+    deadline = time.monotonic() + 20
+    while agents() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert agents() == []
