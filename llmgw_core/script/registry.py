@@ -126,11 +126,12 @@ def load_step(name: str) -> Step | None:
     from llmgw_core.script.steps import STEP_MODULES
     from llmgw_core.startup import loading_modules
 
-    with loading_modules():
-        if name not in _STEPS and name in STEP_MODULES:
-            importlib.import_module(STEP_MODULES[name])
-        if name not in _STEPS:
-            _import_every_step_module()
+    if name not in _STEPS:
+        with loading_modules():
+            if name in STEP_MODULES:
+                importlib.import_module(STEP_MODULES[name])
+            if name not in _STEPS:
+                _import_every_step_module()
     return _STEPS.get(name)
 
 
