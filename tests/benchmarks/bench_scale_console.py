@@ -12,10 +12,13 @@ are left out (bench_scale.py measures the whole; the summary step runs in a
 worker thread there, as it does here: each poll builds a new summary with
 10 % of rows changed in a thread, so its CPU competes with the keys).
 
-Each key is timed from the press until the screen is idle (Textual's Pilot:
-it waits for the screen's queued messages, then for the process to stop
-using CPU, in 20 ms sleeps, so a key costs at least ~40 ms here; the
-`nothing bound` row is that floor). Beside the wall time, `loop cpu` is the
+Each key is timed two ways. From the press until the screen is idle
+(Textual's Pilot: it waits for the screen's queued messages, then for the
+process to stop using CPU, in 20 ms sleeps, so a key costs at least ~40 ms
+here and more while the poll's worker thread computes; the `nothing bound`
+row is that floor). And from the press to the first frame Textual composes
+that shows the key's effect (`paint`: what a person sees; `Frames` says how
+it is found); a key that changes nothing on screen has no paint figure. Beside the wall time, `loop cpu` is the
 UI thread's own CPU time over the same span (the worker thread's excluded):
 on a shared machine the steadier figure. Garbage collections during the keys
 are counted. Prints figures, asserts nothing.
@@ -121,15 +124,62 @@ class Pauses:
             self.by_generation[info["generation"]].append((wall_ms, cpu_ms))
 
 
-async def timed(pilot: Any, presses: list[str]) -> list[tuple[float, float]]:
-    """(wall ms, UI-thread CPU ms) from each press to the screen being idle."""
+class Frames:
+    """When the console composes a frame that shows a key's effect (press to paint).
+
+    Textual composes every frame in `Screen._compositor_refresh` and hands it to
+    `App._display` (which a headless app then does not write out): the moment
+    that call returns is when a terminal would get the frame. A key's effect is
+    what it changes of the screen shown, the focus, the focused table's cursor
+    or the focused input's text; the first frame composed once that changed is
+    the key's frame.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._waiting: tuple[tuple[Any, ...], asyncio.Future[float]] | None = None
+        display = app._display
+
+        def composed(screen: Any, renderable: Any) -> None:
+            display(screen, renderable)
+            if self._waiting is not None and renderable is not None:
+                before, seen = self._waiting
+                if not seen.done() and self.looks() != before:
+                    seen.set_result(time.perf_counter())
+
+        app._display = composed
+
+    def looks(self) -> tuple[Any, ...]:
+        focused = self.app.focused
+        return (
+            id(self.app.screen),
+            id(focused),
+            getattr(focused, "cursor_coordinate", None),
+            getattr(focused, "value", None),
+            getattr(focused, "scroll_offset", None),
+        )
+
+    def expect(self) -> asyncio.Future[float]:
+        seen: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._waiting = (self.looks(), seen)
+        return seen
+
+
+FRAMES: Frames | None = None
+
+
+async def timed(pilot: Any, presses: list[str]) -> list[tuple[float, float, float | None]]:
+    """(wall ms, UI-thread CPU ms) from each press to the screen being idle, and press-to-paint ms."""
+    assert FRAMES is not None
     latencies = []
     for key in presses:
         started, cpu = time.perf_counter(), time.thread_time()
+        painted = FRAMES.expect()
         await pilot.press(key)
-        latencies.append(
-            ((time.perf_counter() - started) * 1000, (time.thread_time() - cpu) * 1000)
-        )
+        idle_ms = (time.perf_counter() - started) * 1000
+        cpu_ms = (time.thread_time() - cpu) * 1000
+        paint_ms = (painted.result() - started) * 1000 if painted.done() else None
+        latencies.append((idle_ms, cpu_ms, paint_ms))
     return latencies
 
 
@@ -139,13 +189,21 @@ def quantile(values: list[float], percent: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[percent - 1]
 
 
-def shown(what: str, latencies: list[tuple[float, float]]) -> None:
-    wall = [w for w, _ in latencies]
-    cpu = [c for _, c in latencies]
+def shown(what: str, latencies: list[tuple[float, float, float | None]]) -> None:
+    wall = [w for w, _, _ in latencies]
+    cpu = [c for _, c, _ in latencies]
+    paint = [p for _, _, p in latencies if p is not None]
+    painted = (
+        f"{statistics.median(paint):>6.0f} {quantile(paint, 99):>6.0f} {max(paint):>6.0f}"
+        if paint
+        else f"{'-':>6} {'-':>6} {'-':>6}"
+    )
+    unpainted = len(wall) - len(paint)
     print(
         f"  {what:<38} {len(wall):>4} {statistics.median(wall):>6.0f} {quantile(wall, 95):>6.0f}"
         f" {quantile(wall, 99):>6.0f} {max(wall):>6.0f}   {statistics.median(cpu):>6.0f}"
-        f" {quantile(cpu, 99):>6.0f} {max(cpu):>6.0f}"
+        f" {quantile(cpu, 99):>6.0f} {max(cpu):>6.0f}   {painted}"
+        + (f"  ({unpainted} drew no change)" if unpainted and paint else "")
     )
 
 
@@ -183,7 +241,9 @@ async def main(total: int) -> None:
     feed = Polled(summary(total, 0))
     app = LlmgwApp(feed, animation="none")
     pauses = Pauses()
+    global FRAMES
     async with app.run_test(size=(160, 50)) as pilot:
+        FRAMES = Frames(app)
         started = time.perf_counter()
         table = app.screen.query_one("#nodes", DataTable)
         while table.row_count < total:
@@ -203,10 +263,13 @@ async def main(total: int) -> None:
         assert screen is app.screen
         feed.polling = True
         pauses.on = True
-        print(f"keys while the app polls every {POLL_S:.0f} s (ms; press to screen idle):")
+        print(
+            f"keys while the app polls every {POLL_S:.0f} s (ms; press to screen idle, the UI"
+            " thread's CPU over that span, and press to the first frame showing the key's effect):"
+        )
         print(
             f"  {'':<38} {'keys':>4} {'p50':>6} {'p95':>6} {'p99':>6} {'max':>6}"
-            f"   {'loop cpu p50':>6} {'p99':>6} {'max':>6}"
+            f"   {'loop cpu p50':>6} {'p99':>6} {'max':>6}   {'paint p50':>6} {'p99':>6} {'max':>6}"
         )
         shown("nothing bound (the measuring floor)", await timed(pilot, ["f9"] * 10))
         shown("fleet: down", await timed(pilot, ["down"] * 60))
@@ -236,7 +299,7 @@ async def main(total: int) -> None:
         )
         shown("switch racks -> replicas, first time", await timed(pilot, ["4"]))
         shown("switch replicas -> fleet", await timed(pilot, ["1"]))
-        cycles: dict[str, list[tuple[float, float]]] = {"2": [], "4": [], "1": []}
+        cycles: dict[str, list[tuple[float, float, float | None]]] = {"2": [], "4": [], "1": []}
         for _ in range(5):
             for key in ("2", "4", "1"):
                 cycles[key] += await timed(pilot, [key])
