@@ -3,7 +3,8 @@
 The console runs `python3 agent.pyz serve` on one SSH channel and speaks this:
 
 * first the agent writes `{"hello": {agent_version, protocol, python,
-  capabilities, pid, replay}}`;
+  capabilities, pid, replay, runs_from}}` (`runs_from`: `cache`, the folder
+  unpacked beside the zipapp, see `zip_main.py`; `zip`; or `source`);
 * a request `{"id": str|int, "op": str, "args": {...}}` gets
   `{"id", "ok": true, "result": ...}` or
   `{"id", "ok": false, "error": {"code", "message"}}`;
@@ -139,6 +140,8 @@ class Server:
 
     def hello(self) -> dict:
         """The first line the agent writes: who it is and what it can do."""
+        from llmgw_agent.zip_main import runs_from
+
         return {
             "hello": {
                 "agent_version": __version__,
@@ -147,6 +150,7 @@ class Server:
                 "capabilities": sorted([*self.ops, "cancel"]),
                 "pid": os.getpid(),
                 "replay": self.replay is not None,
+                "runs_from": runs_from(__file__),
             }
         }
 
