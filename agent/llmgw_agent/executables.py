@@ -10,7 +10,10 @@ folder in order; the first regular file we may execute wins.
 from __future__ import annotations
 
 import os
-from typing import Optional
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Optional
 
 
 def _runnable(path: str) -> bool:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import List, Optional, Sequence, Tuple
 
 from llmgw_agent.executables import which
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import List, Optional, Sequence, Tuple
 
 KEEPALIVE_ENV = "LLMGW_AGENT_KEEPALIVE"
 """`setsid` or `systemd-run`: overrides detection (tests, odd nodes)."""

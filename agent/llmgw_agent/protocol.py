@@ -59,10 +59,13 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
 
 from llmgw_agent import PROTOCOL_VERSION, __version__, allowed_paths, paths
 from llmgw_agent.op_args import OpError, arg, number_arg
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional
 
 MAX_LINE_BYTES = 1024 * 1024
 """A request line longer than this is answered `too_large` and skipped."""
@@ -105,7 +108,8 @@ class Channel:
                 self.closed = True
 
 
-Handler = Callable[[dict, Stream], Any]
+if TYPE_CHECKING:
+    Handler = Callable[[dict, Stream], Any]
 
 
 class Server:

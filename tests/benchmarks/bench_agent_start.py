@@ -1,6 +1,7 @@
 """The deployed agent's start on a node: CPU from exec to its first `facts` answer (printed, never asserted).
 
     .venv/bin/python tests/benchmarks/bench_agent_start.py [--runs N] [--python /usr/bin/python3]
+        [--agent-source DIR]
 
 The agent runs exactly as the console starts it over SSH: `deploy.serve_command`
 under `/bin/sh`, in a clean environment (HOME, PATH; no PYTHONDONTWRITEBYTECODE),
@@ -22,7 +23,10 @@ Rows:
   CPU (median) and the wall time until the last facts answer.
 
 Medians of `--runs` runs (default 9); the machine's load is printed, since
-a shared host slows every row.
+a shared host slows every row. `--agent-source` measures another copy of the
+`llmgw_agent` folder (e.g. `git archive <commit> agent` of an older agent,
+whose zipapp always ran from the zip: one without `zip_main.py` gets the old
+three-line `__main__.py`).
 """
 
 from __future__ import annotations
@@ -39,17 +43,26 @@ import time
 from pathlib import Path
 
 from llmgw_agent.sim.profiles import write_profile
-from llmgw_core.fleet.deploy import REMOTE_CACHE, agent_bundle, serve_command
+from llmgw_core.fleet.deploy import (
+    REMOTE_CACHE,
+    ZIP_MAIN_SOURCE,
+    AgentBundle,
+    agent_bundle,
+    build_bundle,
+    serve_command,
+)
+
+_OLD_ZIP_MAIN = "import sys\nfrom llmgw_agent.__main__ import main\nsys.exit(main())\n"
 
 
 class Node:
     """A fake node's home: the agent in its cache, a capture, a state dir."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, bundle: AgentBundle) -> None:
+        self.bundle = bundle
         self.home = root / "home"
         self.cache = self.home / REMOTE_CACHE
         self.cache.mkdir(parents=True)
-        bundle = agent_bundle()
         (self.cache / bundle.file_name).write_bytes(bundle.payload)
         self.folder = self.cache / bundle.file_name[: -len(".pyz")]
         self.replay = write_profile("hgx-h100", root / "capture")
@@ -64,7 +77,7 @@ class Node:
 
     def command(self) -> str:
         """The console's serve command for this node."""
-        return serve_command(replay=str(self.replay), state_dir=str(self.state))
+        return serve_command(self.bundle, replay=str(self.replay), state_dir=str(self.state))
 
 
 def _spawn(node: Node, python: str, zip_only: bool = False) -> subprocess.Popen:
@@ -139,22 +152,35 @@ def _row(label: str, cpu: list[float], wall: list[float], where: set[str]) -> No
     )
 
 
+def bundle_of(source: Path | None, scratch: Path) -> AgentBundle:
+    """This checkout's agent, or the one in `source` (an old one gets its old `__main__.py`)."""
+    if source is None:
+        return agent_bundle()
+    copy = scratch / "llmgw_agent"
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    if not (copy / ZIP_MAIN_SOURCE).exists():
+        (copy / ZIP_MAIN_SOURCE).write_text(_OLD_ZIP_MAIN)
+    return build_bundle(copy)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the agent's start figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--python", default="/usr/bin/python3")
+    parser.add_argument("--agent-source", type=Path, default=None)
     options = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-agent-start-") as temporary:
         root = Path(temporary)
-        node = Node(root / "n0")
-        nodes = [node] + [Node(root / f"n{index}") for index in range(1, options.agents)]
+        bundle = bundle_of(options.agent_source, root)
+        node = Node(root / "n0", bundle)
+        nodes = [node] + [Node(root / f"n{index}", bundle) for index in range(1, options.agents)]
         version = subprocess.run(
             [options.python, "-V"], capture_output=True, text=True, check=True
         ).stdout.strip()
         print(
-            f"agent {agent_bundle().file_name}, {version} ({options.python}), "
+            f"agent {bundle.file_name}, {version} ({options.python}), "
             f"load {os.getloadavg()[0]:.2f}, {os.cpu_count()} cpus, {options.runs} runs"
         )
         figures: dict[str, tuple[list[float], list[float], set[str]]] = {

@@ -37,7 +37,6 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from llmgw_agent import __version__, paths
 from llmgw_agent.discover import engines as engines_mod
@@ -45,6 +44,10 @@ from llmgw_agent.discover import host as host_mod
 from llmgw_agent.discover import ib, imex, smi, storage, topo
 from llmgw_agent.discover.assemble import apply_sim_usage, build_facts
 from llmgw_agent.executables import which
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 CPU_ONLY_ENV = "LLMGW_CPU_ONLY"
 """Set to 1 on a node that has no GPU on purpose (doctor then warns instead of failing)."""

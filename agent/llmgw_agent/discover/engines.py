@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional
 
 from llmgw_agent.executables import which
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 EXTRA_PREFIXES_ENV = "LLMGW_ENGINE_PREFIXES"
 """Colon-separated extra environment prefixes (virtualenvs, conda envs) to look in."""

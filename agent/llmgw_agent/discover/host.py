@@ -11,7 +11,10 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Tuple
 
 HOST_KEYS = (
     "hostname",
