@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,6 +74,11 @@ def test_the_first_start_unpacks_the_agent_and_the_next_reuses_its_bytecode(tmp_
     cache = sshd.home / REMOTE_CACHE
     cache.mkdir(parents=True)
     (cache / "agent-000000000000").mkdir()  # an older agent whose zip is gone
+    crashed = cache / f"{FOLDER_NAME}.tmp-1-dead"  # a start that died an hour ago
+    crashed.mkdir()
+    os.utime(crashed, (time.time() - 3600, time.time() - 3600))
+    writing = cache / f"{FOLDER_NAME}.tmp-2-live"  # one another start may be writing now
+    writing.mkdir()
     [(first_hello, first_gpus)] = start_agents(tmp_path, target)
 
     folder = cache / FOLDER_NAME
@@ -81,7 +87,11 @@ def test_the_first_start_unpacks_the_agent_and_the_next_reuses_its_bytecode(tmp_
     compiled = sorted((folder / "llmgw_agent" / "__pycache__").glob("protocol.*.pyc"))
     assert len(compiled) == 1
     stamp = compiled[0].stat().st_mtime_ns
-    assert sorted(path.name for path in cache.iterdir()) == [FOLDER_NAME, BUNDLE.file_name]
+    assert sorted(path.name for path in cache.iterdir()) == [
+        FOLDER_NAME,
+        BUNDLE.file_name,
+        writing.name,
+    ]
 
     [(second_hello, second_gpus)] = start_agents(tmp_path, target)
     assert second_hello["runs_from"] == "cache" and second_gpus == 8
@@ -128,6 +138,41 @@ def test_agents_starting_at_once_on_a_new_node_share_one_folder(tmp_path: Path, 
     cache = sshd.home / REMOTE_CACHE
     assert sorted(path.name for path in cache.iterdir()) == [FOLDER_NAME, BUNDLE.file_name]
     assert (cache / FOLDER_NAME / FOLDER_MARKER).is_file()
+
+
+@pytest.mark.sshd
+def test_a_shard_started_by_the_cached_agent_is_supervised_from_the_same_folder(
+    tmp_path: Path, node
+):
+    sshd, target = node
+    sleeper = "import time; print('engine up', flush=True); time.sleep(60)"
+    spec = {
+        "replica": "demo", "rank": 0, "gpus": [], "spec": {"model": "tiny", "engine": "sim"},
+        "commands": [{"name": "engine", "argv": [sys.executable, "-S", "-c", sleeper], "role": "main"}],
+    }  # fmt: skip
+    command = serve_command(state_dir=str(tmp_path / "state"))
+
+    async def scenario() -> tuple[dict, str, dict]:
+        connector = connector_for(tmp_path / "known_hosts")
+        async with await connector.connect(target) as connection:
+            await ensure_agent(connection, "n1")
+            client = await AgentClient.start("n1", connection, command)
+            try:
+                started = await client.request("shard.start", spec, timeout_s=30)
+                supervisor = Path(f"/proc/{started['pid']}/cmdline").read_bytes()
+                stopped = await client.request(
+                    "shard.stop", {"shard_id": started["shard_id"], "timeout_s": 5}, timeout_s=30
+                )
+            finally:
+                await client.close()
+            return client.hello, supervisor.decode(errors="replace"), stopped
+
+    hello, supervisor, stopped = asyncio.run(scenario())
+    folder = sshd.home / REMOTE_CACHE / FOLDER_NAME
+    assert hello["runs_from"] == "cache"
+    assert f"sys.path.insert(0, {str(folder)!r})" in supervisor
+    assert "supervise" in supervisor
+    assert stopped["phase"] in ("stopped", "exited")
 
 
 # --- a local process running the same serve command -------------------------
@@ -188,20 +233,5 @@ def test_where_python_may_not_write_bytecode_nothing_is_unpacked():
         assert '"runs_from":"zip"' in lines[0]
         assert lines[1].startswith('{"id":1,"ok":true')
         assert [path.name for path in (home / REMOTE_CACHE).iterdir()] == [BUNDLE.file_name]
-    finally:
-        shutil.rmtree(home)
-
-
-def test_the_agent_run_from_its_folder_starts_its_children_from_that_folder():
-    home = local_home()
-    try:
-        serve_locally(home, {"LLMGW_AGENT_STATE": str(home / "state")}, unprivileged=False)
-        folder = home / REMOTE_CACHE / FOLDER_NAME
-        show = "from llmgw_agent.shards import agent_command; print(agent_command('sim-engine'))"
-        done = subprocess.run(
-            [sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, {str(folder)!r}); {show}"],
-            capture_output=True, text=True, check=True, timeout=30,
-        )  # fmt: skip
-        assert f"sys.path.insert(0, {str(folder)!r})" in done.stdout
     finally:
         shutil.rmtree(home)
