@@ -60,6 +60,7 @@ import sys
 import threading
 import time
 
+import llmgw_agent
 from llmgw_agent import PROTOCOL_VERSION, __version__, allowed_paths, paths
 from llmgw_agent.op_args import OpError, arg, number_arg
 
@@ -144,8 +145,6 @@ class Server:
 
     def hello(self) -> dict:
         """The first line the agent writes: who it is and what it can do."""
-        from llmgw_agent.zip_main import runs_from
-
         return {
             "hello": {
                 "agent_version": __version__,
@@ -154,7 +153,7 @@ class Server:
                 "capabilities": sorted([*self.ops, "cancel"]),
                 "pid": os.getpid(),
                 "replay": self.replay is not None,
-                "runs_from": runs_from(__file__),
+                "runs_from": llmgw_agent.RUNS_FROM,
             }
         }
 

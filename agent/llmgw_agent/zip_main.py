@@ -132,24 +132,16 @@ def agent_root(zip_path):
     return folder if folder_matches(zip_path, folder) else zip_path
 
 
-def runs_from(package_file):
-    """`cache`, `zip` or `source`: where the module at `package_file` was imported from."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(package_file)))
-    if os.path.isfile(root):
-        return "zip"
-    if os.path.isfile(os.path.join(root, FOLDER_MARKER)):
-        return "cache"
-    return "source"
-
-
 def boot():
     """Run the agent's `main` from the best place; returns its exit code."""
     zip_path = os.path.abspath(sys.argv[0])
     root = agent_root(zip_path)
     if root != zip_path:
         sys.path.insert(0, root)
+    import llmgw_agent  # from the folder when it was put first
     from llmgw_agent.__main__ import main
 
+    llmgw_agent.RUNS_FROM = "zip" if root == zip_path else "cache"
     return main()
 
 
