@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Iterable, List, Optional
 
 from llmgw_agent import paths
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Iterable, List, Optional
 
 MODEL_DIRS_ENV = "LLMGW_AGENT_MODEL_DIRS"
 

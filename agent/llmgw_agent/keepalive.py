@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import glob
 import os
-import pwd
-import shutil
-from typing import List, Optional, Sequence, Tuple
+
+from llmgw_agent.executables import which
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import List, Optional, Sequence, Tuple
 
 KEEPALIVE_ENV = "LLMGW_AGENT_KEEPALIVE"
 """`setsid` or `systemd-run`: overrides detection (tests, odd nodes)."""
@@ -47,6 +50,8 @@ def _logind_settings(config_globs: Sequence[str]) -> dict:
 
 
 def _user_name() -> str:
+    import pwd  # only where logind kills session processes
+
     try:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
@@ -78,7 +83,7 @@ def keepalive_method(
     user = _user_name()
     if user in settings.get("KillExcludeUsers", "root").split():
         return "setsid", "KillUserProcesses=yes, but user {} is excluded".format(user)
-    if shutil.which("systemd-run") is None:
+    if which("systemd-run") is None:
         return None, (
             "logind kills session processes (KillUserProcesses=yes) and systemd-run is "
             "missing: set KillUserProcesses=no in /etc/systemd/logind.conf"

@@ -7,7 +7,9 @@ The codes are part of the wire contract (see `protocol.py`).
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Optional, Tuple
 
 
 class OpError(Exception):

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Optional
 
 STATE_ENV = "LLMGW_AGENT_STATE"
 REPLAY_ENV = "LLMGW_AGENT_REPLAY"

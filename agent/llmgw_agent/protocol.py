@@ -3,7 +3,8 @@
 The console runs `python3 agent.pyz serve` on one SSH channel and speaks this:
 
 * first the agent writes `{"hello": {agent_version, protocol, python,
-  capabilities, pid, replay}}`;
+  capabilities, pid, replay, runs_from}}` (`runs_from`: `cache`, the folder
+  unpacked beside the zipapp, see `zip_main.py`; `zip`; or `source`);
 * a request `{"id": str|int, "op": str, "args": {...}}` gets
   `{"id", "ok": true, "result": ...}` or
   `{"id", "ok": false, "error": {"code", "message"}}`;
@@ -58,10 +59,14 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
 
+import llmgw_agent
 from llmgw_agent import PROTOCOL_VERSION, __version__, allowed_paths, paths
 from llmgw_agent.op_args import OpError, arg, number_arg
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Optional
 
 MAX_LINE_BYTES = 1024 * 1024
 """A request line longer than this is answered `too_large` and skipped."""
@@ -104,7 +109,8 @@ class Channel:
                 self.closed = True
 
 
-Handler = Callable[[dict, Stream], Any]
+if TYPE_CHECKING:
+    Handler = Callable[[dict, Stream], Any]
 
 
 class Server:
@@ -147,6 +153,7 @@ class Server:
                 "capabilities": sorted([*self.ops, "cancel"]),
                 "pid": os.getpid(),
                 "replay": self.replay is not None,
+                "runs_from": llmgw_agent.RUNS_FROM,
             }
         }
 

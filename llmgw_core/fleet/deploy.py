@@ -6,6 +6,10 @@ the agent does: a node that already has the file is not sent it again, and
 two consoles of the same version agree on the name. An upload goes to a
 temporary name and is renamed into place, so a node never runs half a file.
 Where a site turned SFTP off, the same is done with `cat` on an exec channel.
+The zipapp's `__main__.py` is the agent's `zip_main.py`: on a node it unpacks
+the zip once into `agent-<sha12>/` beside it and runs from there, so Python
+caches the agent's bytecode (zipimport never does); the folder of an agent
+whose zip is gone is removed by the next agent that unpacks.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ MIN_PYTHON = (3, 8)
 REMOTE_CACHE = ".cache/llmgw"
 LAUNCHER = ".local/bin/llmgw"
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-_ZIP_MAIN = b"import sys\nfrom llmgw_agent.__main__ import main\nsys.exit(main())\n"
+ZIP_MAIN_SOURCE = "zip_main.py"
+"""The agent's file that is also the zipapp's `__main__.py` (it runs the agent from a cached folder)."""
 
 # One round trip answers: which Python, where home is, and what is already there.
 _PROBE = (
@@ -97,7 +102,7 @@ def build_bundle(source: Path) -> AgentBundle:
     buffer = io.BytesIO()
     buffer.write(b"#!/usr/bin/env python3\n")
     with zipfile.ZipFile(buffer, "w") as archive:
-        entries = [("__main__.py", _ZIP_MAIN)]
+        entries = [("__main__.py", (source / ZIP_MAIN_SOURCE).read_bytes())]
         entries += [
             (f"{source.name}/{path.relative_to(source).as_posix()}", path.read_bytes())
             for path in files

@@ -375,8 +375,10 @@ def test_a_node_without_sftp_gets_the_agent_through_an_exec_channel(
 
     node = asyncio.run(settled(inventory, connector_for(tmp_path / "known_hosts"))).nodes["n1"]
     assert node.state == "ready", node.reason
-    cached = [path.name for path in (sshd.home / ".cache" / "llmgw").iterdir()]
-    assert len(cached) == 1 and cached[0].startswith("agent-")
+    cached = sorted(path.name for path in (sshd.home / ".cache" / "llmgw").iterdir())
+    # the zipapp and the folder its first start unpacked beside it; no temporary left behind
+    assert cached[-1].startswith("agent-") and cached[-1].endswith(".pyz")
+    assert cached in ([cached[-1]], [cached[-1].removesuffix(".pyz"), cached[-1]])
     assert (sshd.home / ".local" / "bin" / "llmgw").stat().st_mode & 0o777 == 0o755
 
 

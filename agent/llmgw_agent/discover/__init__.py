@@ -36,16 +36,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from llmgw_agent import __version__, paths
 from llmgw_agent.discover import engines as engines_mod
 from llmgw_agent.discover import host as host_mod
 from llmgw_agent.discover import ib, imex, smi, storage, topo
 from llmgw_agent.discover.assemble import apply_sim_usage, build_facts
+from llmgw_agent.executables import which
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 CPU_ONLY_ENV = "LLMGW_CPU_ONLY"
 """Set to 1 on a node that has no GPU on purpose (doctor then warns instead of failing)."""
@@ -71,8 +73,10 @@ def run_command(
 ) -> Tuple[Optional[str], Optional[str]]:
     """Run a tool; `(stdout, None)` on success, `(stdout or None, sentence)` on failure."""
     argv = list(argv)
-    if shutil.which(argv[0]) is None:
+    if which(argv[0]) is None:
         return None, "{} is not installed (not on PATH)".format(argv[0])
+    import subprocess  # only where a tool runs: replay and NVML never need it
+
     try:
         done = subprocess.run(
             argv,
@@ -241,19 +245,19 @@ def _live_facts(model_dirs: Iterable[str]) -> Dict[str, Any]:
                 errors.append(str(exc))
     listing: List[Dict[str, Any]] = []
     topo_parsed = None
-    if shutil.which("nvidia-smi"):
+    if which("nvidia-smi"):
         listing_text, error = run_command(CAPTURE_COMMANDS[1][1])
         listing = smi.parse_smi_list(listing_text or "")
         topo_text, error = run_command(CAPTURE_COMMANDS[2][1])
         topo_parsed = topo.parse_topo(topo_text) if topo_text else None
     imex_parsed = None
-    if shutil.which("nvidia-imex-ctl"):
+    if which("nvidia-imex-ctl"):
         imex_text, error = run_command(CAPTURE_COMMANDS[3][1], timeout_s=10.0)
         imex_parsed = imex.parse_imex_nodes(imex_text or "")
         if error:
             imex_parsed["error"] = error
     adapters = ib.read_sysfs(Path("/sys/class/infiniband"))
-    if not adapters and shutil.which("ibstat"):
+    if not adapters and which("ibstat"):
         ibstat_text, _ = run_command(CAPTURE_COMMANDS[4][1], timeout_s=10.0)
         adapters = ib.parse_ibstat(ibstat_text or "")
     host = host_mod.live_host()

@@ -8,7 +8,6 @@ the facts have one shape whatever produced them. The shape is documented in
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Optional
 
 from llmgw_agent.discover import classes
 from llmgw_agent.discover.fabric import fabric_verdict, nvlink_domain
@@ -16,7 +15,13 @@ from llmgw_agent.discover.ib import rated_speeds
 from llmgw_agent.discover.records import card_record, mig_record
 from llmgw_agent.discover.topo import nearest_nics, nic_affinity, nvlink_matrix
 
-Record = Dict[str, Any]
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
+
+    Record = Dict[str, Any]
+else:
+    Record = dict  # the same shape at run time, without importing typing
 
 MIG_ID_BASE = 1000
 """MIG instance ids are `1000 + 100 x card + instance`: never confused with a card index."""

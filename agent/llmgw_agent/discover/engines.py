@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+
+from llmgw_agent.executables import which
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 EXTRA_PREFIXES_ENV = "LLMGW_ENGINE_PREFIXES"
 """Colon-separated extra environment prefixes (virtualenvs, conda envs) to look in."""
@@ -69,6 +72,8 @@ def dist_version(prefix: Path, distribution: str) -> Optional[str]:
 
 def llama_server_version(path: str, timeout_s: float = 5.0) -> Optional[str]:
     """`llama-server --version` -> `b5432` style build number, or None."""
+    import subprocess  # a live node with llama-server only
+
     try:
         done = subprocess.run(
             [path, "--version"],
@@ -89,11 +94,11 @@ def live_engines() -> Dict[str, Dict[str, Any]]:
     found: Dict[str, Dict[str, Any]] = {}
     scripts = []
     for _, script, _ in _PYTHON_ENGINES:
-        located = shutil.which(script) if script else None
+        located = which(script) if script else None
         if located:
             scripts.append(Path(located))
     for engine, script, distribution in _PYTHON_ENGINES:
-        located = shutil.which(script) if script else None
+        located = which(script) if script else None
         for prefix in _prefixes(scripts):
             version = dist_version(prefix, distribution)
             if version:
@@ -107,7 +112,7 @@ def live_engines() -> Dict[str, Dict[str, Any]]:
                     "path": located or (str(python) if python.exists() else str(prefix)),
                 }
                 break
-    server = shutil.which("llama-server")
+    server = which("llama-server")
     if server:
         found["llama.cpp"] = {"version": llama_server_version(server), "path": server}
     return found

@@ -15,9 +15,11 @@ One rule for every reader (facts, doctor, the console's rack view):
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
-
 from llmgw_agent.discover.fields import is_zero_uuid
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 
 def fabric_verdict(fabric: Optional[Dict[str, Any]]) -> Optional[str]:

@@ -8,7 +8,10 @@ XML, text, CSV and NVML paths agree on what a missing value is.
 from __future__ import annotations
 
 import re
-from typing import Optional
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Optional
 
 _PLACEHOLDERS = {
     "",

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import socket
-import struct
+import sys
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Tuple
 
 HOST_KEYS = (
     "hostname",
@@ -70,6 +71,9 @@ def _interface_address(interface: str) -> Optional[str]:
         import fcntl  # POSIX only; the agent runs on Linux nodes
     except ImportError:
         return None
+    import socket
+    import struct
+
     siocgifaddr = 0x8915
     packed = struct.pack("256s", interface[:15].encode())
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
@@ -93,6 +97,8 @@ def management_interface() -> Tuple[Optional[str], Optional[str]]:
     interface = default_route_interface(_read_text("/proc/net/route"))
     address = _interface_address(interface) if interface else None
     if address is None:
+        import socket
+
         try:
             address = socket.gethostbyname(socket.gethostname())
         except OSError:
@@ -123,17 +129,18 @@ def count_pci_gpus(devices_dir: Path) -> Optional[int]:
 def live_host() -> Dict[str, Any]:
     """This machine's host facts (driver and CUDA left None for the GPU path to fill)."""
     address, interface = management_interface()
+    uname = os.uname()  # what socket.gethostname and platform would say, without importing them
     return {
-        "hostname": socket.gethostname(),
+        "hostname": uname.nodename,
         "cpus": os.cpu_count(),
         "memory_mib": memory_mib(_read_text("/proc/meminfo")),
         "mgmt_address": address,
         "mgmt_interface": interface,
         "driver_version": None,
         "cuda_version": None,
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "arch": platform.machine(),
+        "python": "{}.{}.{}".format(*sys.version_info[:3]),
+        "kernel": uname.release,
+        "arch": uname.machine,
         "pci_gpus": count_pci_gpus(Path("/sys/bus/pci/devices")),
     }
 

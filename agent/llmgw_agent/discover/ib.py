@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional
 
-Record = Dict[str, Any]
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
+
+    Record = Dict[str, Any]
+else:
+    Record = dict  # the same shape at run time, without importing typing
 
 _STATE_WORD = re.compile(r"([A-Za-z_]+)")
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 CHANNEL_DIR = "dev/nvidia-caps-imex-channels"
 """Where IMEX channel devices live, relative to `/` (or to a capture directory)."""

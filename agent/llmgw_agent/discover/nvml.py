@@ -7,9 +7,11 @@ one missing feature on an old driver never hides the rest of a card.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
-
 from llmgw_agent.discover.records import Record, card_record, mig_record
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Tuple
 
 FABRIC_STATES = {0: None, 1: "Not Started", 2: "In Progress", 3: "Completed"}
 """nvmlGpuFabricState_t -> the words nvidia-smi prints (0 = not supported: no fabric)."""

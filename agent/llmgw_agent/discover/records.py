@@ -8,9 +8,13 @@ one shape whichever path found the card.
 
 from __future__ import annotations
 
-from typing import Any, Dict
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Dict
 
-Record = Dict[str, Any]
+    Record = Dict[str, Any]
+else:
+    Record = dict  # the same shape at run time, without importing typing
 
 CARD_KEYS = (
     "index",
