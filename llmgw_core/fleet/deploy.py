@@ -33,6 +33,8 @@ MIN_PYTHON = (3, 8)
 REMOTE_CACHE = ".cache/llmgw"
 LAUNCHER = ".local/bin/llmgw"
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+_BUNDLE_LAYOUT = b"llmgw agent zipapp: shebang, deflate, 1980-01-01, 0644\n"
+"""Hashed before the entries: a change to how the zip is laid out gives a new name too."""
 ZIP_MAIN_SOURCE = "zip_main.py"
 """The agent's file that is also the zipapp's `__main__.py` (it runs the agent from a cached folder)."""
 
@@ -57,10 +59,30 @@ class NodeUnfit(LlmgwError):
 
 @dataclass(frozen=True)
 class AgentBundle:
-    """The agent zipapp: its bytes and the name they give it."""
+    """The agent zipapp: the files it holds, the name their content gives it, its bytes.
 
-    payload: bytes
+    The name is a hash of the entries (names and contents, in order) and of the
+    zip's layout, so it changes exactly when the zip's bytes would; the zip
+    itself is built only when an upload needs it. Every headless run needs the
+    name, few need the bytes: compressing them took ~40 ms of each start.
+    """
+
+    entries: tuple[tuple[str, bytes], ...]
     sha12: str
+
+    @functools.cached_property
+    def payload(self) -> bytes:
+        """The zipapp's bytes: a shebang line, then the entries with fixed times and modes."""
+        buffer = io.BytesIO()
+        buffer.write(b"#!/usr/bin/env python3\n")
+        with zipfile.ZipFile(buffer, "w") as archive:
+            for name, content in self.entries:
+                member = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+                member.compress_type = zipfile.ZIP_DEFLATED
+                member.external_attr = 0o100644 << 16
+                member.create_system = 3
+                archive.writestr(member, content)
+        return buffer.getvalue()
 
     @property
     def file_name(self) -> str:
@@ -90,7 +112,7 @@ def build_bundle(source: Path) -> AgentBundle:
     """A reproducible zipapp of the agent package at `source`.
 
     Entries are sorted, timestamps and modes fixed, and caches left out, so the
-    same source always gives the same bytes.
+    same source always gives the same bytes and the same name.
     """
     files = sorted(
         path
@@ -99,22 +121,17 @@ def build_bundle(source: Path) -> AgentBundle:
         and "__pycache__" not in path.parts
         and path.suffix not in {".pyc", ".pyo"}
     )
-    buffer = io.BytesIO()
-    buffer.write(b"#!/usr/bin/env python3\n")
-    with zipfile.ZipFile(buffer, "w") as archive:
-        entries = [("__main__.py", (source / ZIP_MAIN_SOURCE).read_bytes())]
-        entries += [
-            (f"{source.name}/{path.relative_to(source).as_posix()}", path.read_bytes())
-            for path in files
-        ]
-        for name, content in sorted(entries):
-            member = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
-            member.compress_type = zipfile.ZIP_DEFLATED
-            member.external_attr = 0o100644 << 16
-            member.create_system = 3
-            archive.writestr(member, content)
-    payload = buffer.getvalue()
-    return AgentBundle(payload=payload, sha12=hashlib.sha256(payload).hexdigest()[:12])
+    entries = [("__main__.py", (source / ZIP_MAIN_SOURCE).read_bytes())]
+    entries += [
+        (f"{source.name}/{path.relative_to(source).as_posix()}", path.read_bytes())
+        for path in files
+    ]
+    entries.sort()
+    digest = hashlib.sha256(_BUNDLE_LAYOUT)
+    for name, content in entries:
+        digest.update(b"%s\0%d\0" % (name.encode(), len(content)))
+        digest.update(content)
+    return AgentBundle(entries=tuple(entries), sha12=digest.hexdigest()[:12])
 
 
 @functools.lru_cache(maxsize=1)
