@@ -52,7 +52,9 @@ REFERENCE_IMPORTS = """
 import sys, time
 t0 = float(sys.argv[1])
 import yaml, pydantic
-print(time.time() - t0)
+print(time.time() - t0, flush=True)
+import os
+os._exit(0)  # as the runner's side below: neither pays for the interpreter's teardown
 """
 
 # The runner as `llmgw-tui --run` starts it; the first step's call prints the
