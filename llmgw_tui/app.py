@@ -26,7 +26,12 @@ from llmgw_core.views.fleet import FleetSummary
 from llmgw_tui.commands import ConsoleCommands, ParsedCommand
 from llmgw_tui.feed import FleetFeed, LiveFeed
 from llmgw_tui.screens.fleet import FleetScreen
-from llmgw_tui.theme import LLMGW_THEME, AnimationLevel, animation_level_from_env
+from llmgw_tui.theme import (
+    LLMGW_THEME,
+    AnimationLevel,
+    animation_level_from_env,
+    use_theme_before_start,
+)
 
 METRICS_IDLE_S = 2.0
 """How often a fixed feed (no polling) hands the metrics a snapshot again."""
@@ -115,8 +120,7 @@ class LlmgwApp(App[int]):
         self.fleet_failed: Signal[str] = Signal(self, "fleet-failed")
         """Published with the sentence when the fleet cannot be read."""
         self.animation_level = animation or animation_level_from_env()
-        self.register_theme(LLMGW_THEME)
-        self.theme = LLMGW_THEME.name
+        use_theme_before_start(self, LLMGW_THEME)
 
     def on_mount(self) -> None:
         """Start polling the fleet (and exporting metrics, when asked)."""
