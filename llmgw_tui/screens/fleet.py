@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on
@@ -11,11 +11,13 @@ from textual.binding import Binding, BindingType
 from textual.timer import Timer
 from textual.widgets import DataTable, Header, Input, Static
 
-from llmgw_core.views.fleet import FleetSummary, NodeSummary, fleet_totals
 from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
 from llmgw_tui.heap import freeze_long_lived
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.widgets.footer import SteadyFooter
+
+if TYPE_CHECKING:  # the rows' types: loaded with the first snapshot, not for the first frame
+    from llmgw_core.views.fleet import FleetSummary, NodeSummary
 
 FILTER_AFTER_TYPING_ROWS = 500
 """Above this many nodes the filter applies when typing pauses, not at every key."""
@@ -83,7 +85,7 @@ class FleetScreen(KeptScreen[None]):
         yield Input(placeholder="filter nodes (name, class, state, fabric, domain)", id="filter")
         table = NodeTable(id="nodes", cursor_type="row", zebra_stripes=True)
         for key, label in COLUMNS:
-            table.add_column(label, key=key)
+            table.add_column(Text(label), key=key)  # a str is parsed as markup (and emoji)
         yield table
         yield Static("", id="fleet-reasons", markup=False)
         yield SteadyFooter()
@@ -102,6 +104,8 @@ class FleetScreen(KeptScreen[None]):
 
     def show_fleet(self, fleet: FleetSummary) -> None:
         """Update the rows that changed; add and remove rows by node name; keep the cursor."""
+        from llmgw_core.views.fleet import fleet_totals
+
         self._fleet = fleet
         totals = fleet_totals(fleet)
         status = self.query_one("#fleet-status", Static)
