@@ -9,12 +9,13 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.timer import Timer
-from textual.widgets import DataTable, Header, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
 from llmgw_tui.heap import freeze_long_lived
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.widgets.footer import SteadyFooter
+from llmgw_tui.widgets.header import TitleBar
 
 if TYPE_CHECKING:  # the rows' types: loaded with the first snapshot, not for the first frame
     from llmgw_core.views.fleet import FleetSummary, NodeSummary
@@ -81,7 +82,7 @@ class FleetScreen(KeptScreen[None]):
 
     def compose(self) -> ComposeResult:
         """Header, a status line, the table and the footer (the filter is mounted on `/`)."""
-        yield Header(icon="▦")
+        yield TitleBar(icon="▦")
         yield Static("connecting to the fleet…", id="fleet-status", markup=False)
         table = NodeTable(id="nodes", cursor_type="row", zebra_stripes=True)
         for key, label in COLUMNS:

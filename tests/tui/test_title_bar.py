@@ -1,0 +1,41 @@
+"""The title line: the screen's title and sub-title centred, the icon opens the command
+palette, a click elsewhere makes it three lines tall and another makes it one again."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.command import CommandPalette
+
+from llmgw_tui.app import LlmgwApp
+from llmgw_tui.widgets.header import TitleBar
+
+
+def test_clicking_the_icon_opens_the_command_palette(make_app):
+    async def run() -> bool:
+        app: LlmgwApp = make_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            await pilot.click(TitleBar, offset=(1, 0))
+            await pilot.pause()
+            return isinstance(app.screen, CommandPalette)
+
+    assert asyncio.run(run())
+
+
+def test_clicking_the_title_makes_the_header_tall_and_a_second_click_makes_it_one_line(make_app):
+    async def run() -> tuple[int, int, int, str]:
+        app: LlmgwApp = make_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            bar = app.screen.query_one(TitleBar)
+            heights = [bar.size.height]
+            for _ in range(2):
+                await pilot.click(TitleBar, offset=(60, 0))
+                await pilot.pause()
+                heights.append(bar.size.height)
+            return (*heights, str(bar.render()).strip())
+
+    one, tall, again, words = asyncio.run(run())
+    assert (one, tall, again) == (1, 3, 1)
+    assert words.startswith("▦") and words.endswith("llmgw — fleet")
