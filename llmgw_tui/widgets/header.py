@@ -46,8 +46,11 @@ class TitleBar(Widget, can_focus=False):
     def on_mount(self) -> None:
         """Draw again when the app's or the screen's title or sub-title changes."""
         for target in (self.app, self.screen):
-            self.watch(target, "title", self.refresh, init=False)
-            self.watch(target, "sub_title", self.refresh, init=False)
+            self.watch(target, "title", self._title_changed, init=False)
+            self.watch(target, "sub_title", self._title_changed, init=False)
+
+    def _title_changed(self) -> None:
+        self.refresh()
 
     def render(self) -> Content:
         """` ▦`, the title centred between the icon's and the clock's columns, the clock's space."""
