@@ -12,28 +12,43 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import PurePath
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.command import Provider
 from textual.screen import Screen
 from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
-from llmgw_core.views.fleet import FleetSummary
-from llmgw_tui.commands import ConsoleCommands, ParsedCommand
-from llmgw_tui.feed import FleetFeed, LiveFeed
 from llmgw_tui.screens.fleet import FleetScreen
-from llmgw_tui.theme import LLMGW_THEME, AnimationLevel, animation_level_from_env
+from llmgw_tui.theme import (
+    LLMGW_THEME,
+    AnimationLevel,
+    animation_level_from_env,
+    use_theme_before_start,
+)
+
+if TYPE_CHECKING:
+    from llmgw_core.views.fleet import FleetSummary
+    from llmgw_tui.commands import ParsedCommand
+    from llmgw_tui.feed import FleetFeed
 
 METRICS_IDLE_S = 2.0
 """How often a fixed feed (no polling) hands the metrics a snapshot again."""
 
 
 # The first frame is the fleet's: every other screen's module (and the widgets
-# and core modules it needs) is imported the first time it is shown.
+# and core modules it needs), the palette's commands and the live feed are
+# imported the first time they are needed.
+def _console_commands() -> type[Provider]:
+    from llmgw_tui.commands import ConsoleCommands
+
+    return ConsoleCommands
+
+
 def _racks_screen() -> Screen[Any]:
     from llmgw_tui.screens.racks import RacksScreen
 
@@ -78,7 +93,7 @@ class LlmgwApp(App[int]):
         "gateways": _gateways_screen,
     }
     DEFAULT_MODE = "fleet"
-    COMMANDS = App.COMMANDS | {ConsoleCommands}
+    COMMANDS = App.COMMANDS | {_console_commands}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", "Help", key_display="?", id="help"),
         Binding("colon", "command_mode", "Command", key_display=":", id="command-mode"),
@@ -115,8 +130,7 @@ class LlmgwApp(App[int]):
         self.fleet_failed: Signal[str] = Signal(self, "fleet-failed")
         """Published with the sentence when the fleet cannot be read."""
         self.animation_level = animation or animation_level_from_env()
-        self.register_theme(LLMGW_THEME)
-        self.theme = LLMGW_THEME.name
+        use_theme_before_start(self, LLMGW_THEME)
 
     def on_mount(self) -> None:
         """Start polling the fleet (and exporting metrics, when asked)."""
@@ -357,6 +371,8 @@ def run_app(
     metrics_host: str | None = None,
 ) -> int:
     """Run the console over an inventory's fleet, or the demo fleet; the exit code."""
+    from llmgw_tui.feed import LiveFeed
+
     app = LlmgwApp(
         LiveFeed(inventory=inventory, demo=demo),
         metrics_port=metrics_port,

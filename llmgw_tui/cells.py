@@ -6,12 +6,16 @@ same figure).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual.app import App
 from textual.widgets import DataTable
 
-from llmgw_core.views.fleet import ClassCount
 from llmgw_tui.theme import theme_style
+
+if TYPE_CHECKING:
+    from llmgw_core.views.fleet import ClassCount
 
 STATE_COLOURS = {
     "ready": "success",

@@ -55,3 +55,23 @@ def theme_style(app: App[object], name: str, *, bold: bool = False) -> Style:
     """A Rich style in the colour the current theme gives `name` (`success`, `error` …)."""
     colour = app.theme_variables.get(name) or app.theme_variables.get("foreground")
     return Style(color=colour, bold=bold)
+
+
+def use_theme_before_start(app: App[object], theme: Theme) -> None:
+    """Make `theme` the app's theme before it runs, so its first frame is styled once.
+
+    Setting `App.theme` queues a restyle of the whole app with every stylesheet
+    parsed again (Textual's theme watcher), which at start-up styles the first
+    frame twice. Before the app runs nothing is parsed yet: the stylesheet only
+    needs the theme's variables. A theme whose light/dark differs from the
+    default's still goes through the watcher (it also swaps the ANSI colours).
+    """
+    from textual.app import App as TextualApp
+
+    app.register_theme(theme)
+    if theme.dark != app.current_theme.dark:
+        app.theme = theme.name
+        return
+    app.set_reactive(TextualApp.theme, theme.name)
+    app.stylesheet.set_variables(app.get_css_variables())
+    app.set_class(True, f"-theme-{theme.name}", update=False)

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.timer import Timer
-from textual.widgets import DataTable, Header, Input, Static
+from textual.widgets import DataTable, Input, Static
 
-from llmgw_core.views.fleet import FleetSummary, NodeSummary, fleet_totals
 from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
 from llmgw_tui.heap import freeze_long_lived
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.widgets.footer import SteadyFooter
+from llmgw_tui.widgets.header import TitleBar
+
+if TYPE_CHECKING:  # the rows' types: loaded with the first snapshot, not for the first frame
+    from llmgw_core.views.fleet import FleetSummary, NodeSummary
 
 FILTER_AFTER_TYPING_ROWS = 500
 """Above this many nodes the filter applies when typing pauses, not at every key."""
 FILTER_PAUSE_S = 0.25
+FILTER_PLACEHOLDER = "filter nodes (name, class, state, fabric, domain)"
 ROWS_PER_FRAME = 256
 """Rows added per frame when the table is rebuilt (keys are handled between frames); a
 poll's changed rows are updated a quarter of that per frame (an update costs more)."""
@@ -77,13 +81,12 @@ class FleetScreen(KeptScreen[None]):
         """Per node: the summary its row was drawn from, and that row's cells."""
 
     def compose(self) -> ComposeResult:
-        """Header, a status line, the hidden filter, the table and the footer."""
-        yield Header(icon="▦")
+        """Header, a status line, the table and the footer (the filter is mounted on `/`)."""
+        yield TitleBar(icon="▦")
         yield Static("connecting to the fleet…", id="fleet-status", markup=False)
-        yield Input(placeholder="filter nodes (name, class, state, fabric, domain)", id="filter")
         table = NodeTable(id="nodes", cursor_type="row", zebra_stripes=True)
         for key, label in COLUMNS:
-            table.add_column(label, key=key)
+            table.add_column(Text(label), key=key)  # a str is parsed as markup (and emoji)
         yield table
         yield Static("", id="fleet-reasons", markup=False)
         yield SteadyFooter()
@@ -92,8 +95,6 @@ class FleetScreen(KeptScreen[None]):
         """Show the fleet the app already has, and follow its updates."""
         self.title = "llmgw"
         self.sub_title = "fleet"
-        field = self.query_one("#filter", Input)
-        field.cursor_blink = False
         self.app.fleet_changed.subscribe(self, self.show_fleet)  # type: ignore[attr-defined]
         self.app.fleet_failed.subscribe(self, self.show_failure)  # type: ignore[attr-defined]
         fleet = getattr(self.app, "fleet", None)
@@ -102,6 +103,8 @@ class FleetScreen(KeptScreen[None]):
 
     def show_fleet(self, fleet: FleetSummary) -> None:
         """Update the rows that changed; add and remove rows by node name; keep the cursor."""
+        from llmgw_core.views.fleet import fleet_totals
+
         self._fleet = fleet
         totals = fleet_totals(fleet)
         status = self.query_one("#fleet-status", Static)
@@ -163,7 +166,8 @@ class FleetScreen(KeptScreen[None]):
         if self._fleet is None:
             return
         table = self.query_one("#nodes", DataTable)
-        needle = self.query_one("#filter", Input).value.strip()
+        field = self._filter_field()
+        needle = field.value.strip() if field is not None else ""
         wanted = [n for n in self._fleet.nodes if matches(n, needle)]
         wanted_names = [n.name for n in wanted]
         if wanted_names != self._shown:
@@ -254,9 +258,18 @@ class FleetScreen(KeptScreen[None]):
         if name is not None:
             self.app.action_open_node(name)  # type: ignore[attr-defined]
 
-    def action_filter(self) -> None:
-        """Show the filter and type into it."""
-        field = self.query_one("#filter", Input)
+    def _filter_field(self) -> Input | None:
+        """The filter, once `/` has mounted it."""
+        found = self.query("#filter")
+        return found.first(Input) if found else None
+
+    async def action_filter(self) -> None:
+        """Show the filter and type into it (mounted the first time: the first frame has none)."""
+        field = self._filter_field()
+        if field is None:
+            field = Input(placeholder=FILTER_PLACEHOLDER, id="filter")
+            field.cursor_blink = False
+            await self.mount(field, before="#nodes")
         field.add_class("-visible")
         field.focus()
 
@@ -281,7 +294,8 @@ class FleetScreen(KeptScreen[None]):
 
     def action_clear_filter(self) -> None:
         """Empty and hide the filter."""
-        field = self.query_one("#filter", Input)
-        field.value = ""
-        field.remove_class("-visible")
+        field = self._filter_field()
+        if field is not None:
+            field.value = ""
+            field.remove_class("-visible")
         self.query_one("#nodes", DataTable).focus()

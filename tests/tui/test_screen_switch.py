@@ -8,15 +8,15 @@ from typing import ClassVar
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Button, DataTable, Footer
-from textual.widgets._footer import FooterKey
+from textual.widgets import Button, DataTable
 
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.widgets.footer import SteadyFooter
 
 
-def footer_words(footer: Footer) -> list[str]:
-    return [key.description for key in footer.query(FooterKey)]
+def footer_words(footer: SteadyFooter) -> list[str]:
+    assert footer.keys is not None
+    return [key.description for key in footer.keys[0]]
 
 
 def test_fleet_racks_fleet_comes_back_to_the_same_table_with_the_cursor_on_its_node(make_app):
@@ -27,19 +27,20 @@ def test_fleet_racks_fleet_comes_back_to_the_same_table_with_the_cursor_on_its_n
             fleet = app.screen
             table = fleet.query_one("#nodes", DataTable)
             await pilot.press("down", "down")
-            keys_before = list(fleet.query(FooterKey))
-            words_before = footer_words(fleet.query_one(Footer))
+            footer = fleet.query_one(SteadyFooter)
+            keys_before = footer.keys
+            words_before = footer_words(footer)
             await pilot.press("2")
             on_racks = app.current_mode == "racks"
             await pilot.press("1")
             await pilot.pause()
-            same_keys = list(fleet.query(FooterKey)) == keys_before
+            same_keys = footer.keys is keys_before
             return (
                 app.screen is fleet and on_racks,
                 table.cursor_row,
-                len(keys_before),
+                len(words_before),
                 words_before,
-                footer_words(fleet.query_one(Footer)),
+                footer_words(footer),
                 same_keys,
             )
 
@@ -96,11 +97,11 @@ def test_the_footer_shows_a_focused_widgets_own_key_and_keeps_its_keys_when_none
             footer = app.query_one(SteadyFooter)
             app.query_one("#one").focus()
             await pilot.pause()
-            first = list(footer.query(FooterKey))
+            first = footer.keys
             words_on_one = footer_words(footer)
             app.query_one("#two").focus()
             await pilot.pause()
-            kept = list(footer.query(FooterKey)) == first
+            kept = footer.keys is first
             app.query_one("#own").focus()
             await pilot.pause()
             words_on_own = footer_words(footer)

@@ -84,5 +84,8 @@ def test_the_console_loads_only_its_first_screen_and_no_pydantic_or_ssh_before_d
     modules = json.loads(done.stdout)
     for package in ("pydantic", "asyncssh", "huggingface_hub", "httpx", "llmgw_core.fleet"):
         assert not _loaded(modules, package), f"the console's start loaded {package}"
+    # Loaded with the first snapshot, the first `:` or palette, or a live fleet: not to draw.
+    for module in ("llmgw_core.views", "llmgw_tui.feed", "llmgw_tui.commands"):
+        assert not _loaded(modules, module), f"the console's start loaded {module}"
     screens = {m.rsplit(".", 1)[1] for m in modules if m.startswith("llmgw_tui.screens.")}
     assert screens == {"fleet"}
