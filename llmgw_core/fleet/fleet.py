@@ -301,21 +301,27 @@ class Fleet:
         )
         node.connection = await self.connector.connect(target)
         options = {"replay": spec.replay, "state_dir": spec.work_dir}
+        facts = ("facts", self._facts_args(node))
         try:
-            # Most connections find the agent in place: start it straight away.
+            # Most connections find the agent in place: start it straight away,
+            # its facts asked for with the command.
             node.client = await AgentClient.start(
-                spec.name, node.connection, serve_command(**options)
+                spec.name, node.connection, serve_command(**options), first=facts
             )
         except (AgentAbsent, AgentLost):
             # Absent, or present but unable to start (a Python too old for it):
             # the deploy step checks the node's Python and says what is wrong.
             deployment = await ensure_agent(node.connection, spec.name)
             node.client = await AgentClient.start(
-                spec.name, node.connection, agent_command(deployment, **options)
+                spec.name, node.connection, agent_command(deployment, **options), first=facts
             )
         python = str(node.client.hello.get("python") or "")
         await self._set(node, agent_version=node.client.agent_version, python_version=python)
         await self._refresh(node)
+
+    @staticmethod
+    def _facts_args(node: _Node) -> dict[str, Any]:
+        return {"model_dirs": list(node.spec.model_dirs)}
 
     async def _serve(self, node: _Node) -> None:
         """Re-read facts every interval until the agent's channel closes or the fleet does.
@@ -342,8 +348,9 @@ class Fleet:
             client = node.client
             if client is None:
                 return
-            args = {"model_dirs": list(node.spec.model_dirs)}
-            raw = await client.request("facts", args, timeout_s=FACTS_TIMEOUT_S)
+            raw = await client.first_answer(
+                "facts", self._facts_args(node), timeout_s=FACTS_TIMEOUT_S
+            )
             facts = validate_facts(raw, node.spec.name)
             problem = fabric_problem(node.spec, facts)
             status: NodeStatus = "refused" if problem else "ready"
