@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.client import AgentLost
-from llmgw_core.fleet.demo import DemoFleet, start_demo_fleet
 from llmgw_core.fleet.fleet import Fleet
 from llmgw_core.fleet.ssh import SshConnector, SshSettings
 from llmgw_core.inventory import Inventory, load_inventory
+
+if TYPE_CHECKING:
+    from llmgw_core.fleet.demo import DemoFleet
 
 SETTLE_TIMEOUT_S = 120.0
 SHARD_STOP_TIMEOUT_S = 10.0
@@ -43,6 +46,8 @@ async def open_fleet(
     """
     demo_fleet: DemoFleet | None = None
     if demo:
+        from llmgw_core.fleet.demo import start_demo_fleet  # its in-process sshd: the demo's only
+
         demo_fleet = await start_demo_fleet()
         settings = demo_fleet.settings
         described = demo_fleet.inventory

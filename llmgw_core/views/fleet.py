@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from llmgw_core.devices import device_in_use, is_zero_uuid
+from llmgw_core.devices import device_in_use, domain_name, is_zero_uuid
 from llmgw_core.planner.gpu_classes import MIB_PER_GIB
 
 TrayState = Literal["joined", "degraded", "not-joined"]
@@ -201,18 +201,6 @@ def _offered(counts: tuple[ClassCount, ...], state: str) -> tuple[ClassCount, ..
     if state == "ready":
         return counts
     return tuple(ClassCount(c.gpu_class, 0, c.total) for c in counts)
-
-
-def domain_name(domain: Mapping[str, Any] | None) -> str | None:
-    """A short, stable name for an NVLink domain: the cluster UUID's first block and the clique."""
-    if not domain:
-        return None
-    uuid = str(domain.get("cluster_uuid") or "")
-    if is_zero_uuid(uuid):
-        return None
-    clique = domain.get("clique_id")
-    head = uuid.split("-")[0]
-    return f"{head}/{clique}" if clique is not None else head
 
 
 def node_summary(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from llmgw_core.devices import domain_name
 from llmgw_core.fleet.state import FleetState, NodeState
 from llmgw_core.inventory import NodeSpec
 from llmgw_core.script.registry import (
@@ -18,7 +19,6 @@ from llmgw_core.script.registry import (
     StepOutcome,
     step,
 )
-from llmgw_core.views.fleet import domain_name
 
 
 class NodesArgs(StepArgs):
