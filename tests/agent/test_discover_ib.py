@@ -140,3 +140,19 @@ def test_the_roce_v2_gid_index_is_the_ipv4_mapped_v2_entry(tmp_path):
         (port / "gid_attrs" / "types" / str(index)).write_text(kind + "\n")
         (port / "gids" / str(index)).write_text(gid + "\n")
     assert roce_gid_index(port) == 3
+
+
+def test_a_garbled_port_line_of_ibv_devinfo_drops_that_port_and_keeps_the_others():
+    # What the fuzzer of tests/badinput made of a real capture: `port:` with two numbers.
+    text = (
+        "hca_id: mlx5_0\n        fw_ver:  28.42.1000\n        vendor_part_id:  4129\n"
+        "                port:   1\n                        state:  PORT_ACTIVE (4)\n"
+        "                        link_layer:  Ethernet\n\n"
+        "hca_id: mlx5_1\n        fw_ver:  28.42.1000\n        vendor_part_id:  4129\n"
+        "                port:0   1\n                        state:  PORT_ACTIVE (4)\n"
+        "                        link_layer:  InfiniBand\n"
+    )
+    adapters = parse_ibv_devinfo(text)
+    assert [(a["name"], a["port"], a["link_layer"]) for a in adapters] == [
+        ("mlx5_0", 1, "Ethernet")
+    ]

@@ -228,6 +228,9 @@ def parse_ibv_devinfo(text: str) -> List[Record]:
         key, _, value = line.partition(":")
         key, value = key.strip(), value.strip()
         if key == "port":
+            if not value.isdigit():
+                current = None  # a damaged port line: what follows belongs to no port we can name
+                continue
             current = _adapter(name, int(value))
             current["fw_version"], current["hca_type"] = fw_version, hca_type
             adapters.append(current)
