@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from llmgw_core.fleet.demo import demo_nodes, processes_rooted_in
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,10 +66,17 @@ def test_the_demo_lists_every_node_ready_and_no_process_of_it_survives(tmp_path:
 
 
 DRIVER = """
-import asyncio, json
+import asyncio, json, signal, sys
 from llmgw_core.fleet.session import open_fleet
 
+def tell_where_every_task_waits():
+    for task in asyncio.all_tasks():
+        task.print_stack(limit=8, file=sys.stderr)
+    sys.stderr.flush()
+
 async def main():
+    # SIGUSR1: a console that does not end is asked where it waits (the test prints it).
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, tell_where_every_task_waits)
     fleet, close = await open_fleet(inventory=None, demo=True)
     try:
         spec = {"replica": "r1", "rank": 0, "commands": [{"argv": ["sleep", "300"]}]}
@@ -110,7 +119,16 @@ def test_ctrl_c_ends_the_demo_with_its_agents_and_their_shards(tmp_path: Path):
         pids = _pids_of(console)
         assert all(_alive(pid) for pid in pids)
         console.send_signal(signal.SIGINT)
-        console.wait(60)
+        try:
+            console.wait(60)
+        except subprocess.TimeoutExpired:
+            console.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            console.kill()
+            _, said = console.communicate()
+            pytest.fail(
+                f"the console did not end within 60 s of Ctrl-C; its tasks:\n{said[-6000:]}"
+            )
     finally:
         if console.poll() is None:
             console.kill()
