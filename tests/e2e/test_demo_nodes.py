@@ -74,6 +74,10 @@ def tell_where_every_task_waits():
         task.print_stack(limit=8, file=sys.stderr)
     sys.stderr.flush()
 
+# As a console started from a terminal: a test run started in the background by a shell
+# without job control inherits SIGINT ignored, and so would this console.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 async def main():
     # SIGUSR1: a console that does not end is asked where it waits (the test prints it).
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, tell_where_every_task_waits)
