@@ -117,7 +117,7 @@ class AgentClient:
         self._lost: AgentLost | None = None
         self.closed: asyncio.Future[AgentLost] = asyncio.get_running_loop().create_future()
         self._tasks: list[asyncio.Task[None]] = []
-        self._first: tuple[str, int, PendingRequest] | None = None
+        self._first: tuple[int, PendingRequest] | None = None
 
     @classmethod
     async def start(
@@ -147,8 +147,7 @@ class AgentClient:
         client = cls(node, process)
         client._tasks.append(asyncio.ensure_future(client._read_stderr()))
         if first is not None:
-            op, args = first
-            client._first = (op, *client._send(op, args, stream=False))
+            client._first = client._send(*first, stream=False)
         try:
             hello_line = await asyncio.wait_for(process.stdout.readline(), hello_timeout_s)
         except (asyncio.TimeoutError, asyncssh.Error, OSError):
@@ -211,8 +210,7 @@ class AgentClient:
             AgentError: the agent answered with an error, or did not answer in time.
             AgentLost: the channel closed before the answer came.
         """
-        request_id, pending = self._send(op, args, stream=False)
-        return await self._answer(op, request_id, pending, timeout_s)
+        return await self._answer(*self._send(op, args, stream=False), timeout_s)
 
     async def first_answer(
         self, op: str, args: dict[str, Any] | None = None, *, timeout_s: float | None = None
@@ -223,19 +221,19 @@ class AgentClient:
             AgentError, AgentLost: as `request`.
         """
         first, self._first = self._first, None
-        if first is None or first[0] != op:
+        if first is None or first[1].op != op:
             return await self.request(op, args, timeout_s=timeout_s)
         return await self._answer(*first, timeout_s)
 
     async def _answer(
-        self, op: str, request_id: int, pending: PendingRequest, timeout_s: float | None
+        self, request_id: int, pending: PendingRequest, timeout_s: float | None
     ) -> Any:
         try:
             return await asyncio.wait_for(asyncio.shield(pending.future), timeout_s)
         except asyncio.TimeoutError:
             self._pending.pop(request_id, None)
             raise AgentError(
-                f"the agent on {self.node} did not answer {op} within {timeout_s:g} s",
+                f"the agent on {self.node} did not answer {pending.op} within {timeout_s:g} s",
                 code="timeout",
             ) from None
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual.binding import Binding
 from textual.screen import Screen
 from textual.widget import Widget
 
@@ -43,30 +44,21 @@ class FooterKey:
 def shown_keys(screen: Screen[Any]) -> tuple[tuple[FooterKey, ...], FooterKey | None]:
     """The keys a footer shows for `screen` (one per action, in binding order), and the palette's."""
     app = screen.app
+
+    def footer_key(binding: Binding, enabled: bool, tooltip: str) -> FooterKey:
+        label = app.get_key_display(binding)
+        return FooterKey(binding.key, label, binding.description, binding.action, enabled, tooltip)
+
     keys: dict[str, FooterKey] = {}
-    palette: FooterKey | None = None
     for _node, binding, enabled, tooltip in screen.active_bindings.values():
         if binding.show and binding.action not in keys:
-            keys[binding.action] = FooterKey(
-                binding.key,
-                app.get_key_display(binding),
-                binding.description,
-                binding.action,
-                enabled,
-                tooltip,
-            )
+            keys[binding.action] = footer_key(binding, enabled, tooltip)
+    palette: FooterKey | None = None
     if app.ENABLE_COMMAND_PALETTE:
         active = screen.active_bindings.get(app.COMMAND_PALETTE_BINDING)
         if active is not None:
             _node, binding, enabled, _tooltip = active
-            palette = FooterKey(
-                binding.key,
-                app.get_key_display(binding),
-                binding.description,
-                binding.action,
-                enabled,
-                binding.tooltip or binding.description,
-            )
+            palette = footer_key(binding, enabled, binding.tooltip or binding.description)
     return tuple(keys.values()), palette
 
 
