@@ -16,6 +16,7 @@ from llmgw_tui.heap import freeze_long_lived
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar
+from llmgw_tui.widgets.table import SteadyTable
 
 if TYPE_CHECKING:  # the rows' types: loaded with the first snapshot, not for the first frame
     from llmgw_core.views.fleet import FleetSummary, NodeSummary
@@ -48,7 +49,7 @@ def matches(node: NodeSummary, needle: str) -> bool:
     return any(lowered in word.lower() for word in words)
 
 
-class NodeTable(DataTable[object]):
+class NodeTable(SteadyTable):
     """The fleet's rows; Enter opens the node under the cursor (and says so in the help)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -165,7 +166,7 @@ class FleetScreen(KeptScreen[None]):
     def _sync_rows(self) -> None:
         if self._fleet is None:
             return
-        table = self.query_one("#nodes", DataTable)
+        table = self.query_one("#nodes", NodeTable)
         field = self._filter_field()
         needle = field.value.strip() if field is not None else ""
         wanted = [n for n in self._fleet.nodes if matches(n, needle)]
@@ -190,6 +191,8 @@ class FleetScreen(KeptScreen[None]):
                             table.update_cell(node.name, column, value)
             if start + ROWS_PER_FRAME // 4 < len(changed):
                 self.call_after_refresh(update_chunk, start + ROWS_PER_FRAME // 4)
+            else:
+                table.warm(n.name for n in changed)  # their new cells, before they are shown
 
         update_chunk(0)
 
@@ -198,7 +201,7 @@ class FleetScreen(KeptScreen[None]):
         drawn = self._drawn.get(node.name)
         return drawn is not None and (drawn[0] is node or drawn[0] == node)
 
-    def _rebuild(self, table: DataTable[object], wanted: list[NodeSummary]) -> None:
+    def _rebuild(self, table: NodeTable, wanted: list[NodeSummary]) -> None:
         """Draw `wanted` from scratch, `ROWS_PER_FRAME` rows at a time.
 
         Adding 2,048 rows at once held the keys for half a second; a chunk per
@@ -233,6 +236,7 @@ class FleetScreen(KeptScreen[None]):
             # Rows drawn before the table measured its new column widths stay
             # cached at the old widths (textual 8.2.8): redraw once measured.
             self.call_after_refresh(redraw_table, table)
+            self.call_after_refresh(table.warm_all)
             # The rows drawn live as long as the console: keep them (and every
             # module and widget) out of later full garbage collections.
             self.call_after_refresh(freeze_long_lived)
