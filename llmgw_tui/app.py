@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from importlib import import_module
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,6 +24,7 @@ from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
+from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.screens.fleet import FleetScreen
 from llmgw_tui.theme import (
     LLMGW_THEME,
@@ -42,41 +44,40 @@ METRICS_IDLE_S = 2.0
 
 # The first frame is the fleet's: every other screen's module (and the widgets
 # and core modules it needs), the palette's commands and the live feed are
-# imported the first time they are needed.
+# imported the first time they are needed, or while the console is idle once
+# the fleet is shown (`prepare_screens`).
+SCREEN_MODULES = {
+    "racks": ("llmgw_tui.screens.racks", "RacksScreen"),
+    "plan": ("llmgw_tui.screens.plan", "PlanScreen"),
+    "replicas": ("llmgw_tui.screens.replicas", "ReplicasScreen"),
+    "serve": ("llmgw_tui.screens.serve", "ServeScreen"),
+    "gateways": ("llmgw_tui.screens.gateways", "GatewaysScreen"),
+}
+"""The modes after the fleet, in the order they are prepared, and where each screen is."""
+PREPARE_AFTER_S = 1.0
+"""How long after the first snapshot is shown the other screens start being prepared."""
+PREPARE_PAUSE_S = 0.3
+"""The pause between two screens prepared (the console stays responsive meanwhile)."""
+PREPARE_LAYOUTS = 3
+PREPARE_SETTLE_S = 0.02
+"""A prepared screen is laid out again (at most 3 times) while its widgets' first sizes settle."""
+
+
 def _console_commands() -> type[Provider]:
     from llmgw_tui.commands import ConsoleCommands
 
     return ConsoleCommands
 
 
-def _racks_screen() -> Screen[Any]:
-    from llmgw_tui.screens.racks import RacksScreen
+def _mode_screen(mode: str) -> Callable[[], Screen[Any]]:
+    """A mode's screen factory that imports the screen's module when first called."""
 
-    return RacksScreen()
+    def build() -> Screen[Any]:
+        module, name = SCREEN_MODULES[mode]
+        screen: Screen[Any] = getattr(import_module(module), name)()
+        return screen
 
-
-def _plan_screen() -> Screen[Any]:
-    from llmgw_tui.screens.plan import PlanScreen
-
-    return PlanScreen()
-
-
-def _replicas_screen() -> Screen[Any]:
-    from llmgw_tui.screens.replicas import ReplicasScreen
-
-    return ReplicasScreen()
-
-
-def _serve_screen() -> Screen[Any]:
-    from llmgw_tui.screens.serve import ServeScreen
-
-    return ServeScreen()
-
-
-def _gateways_screen() -> Screen[Any]:
-    from llmgw_tui.screens.gateways import GatewaysScreen
-
-    return GatewaysScreen()
+    return build
 
 
 class LlmgwApp(App[int]):
@@ -86,11 +87,7 @@ class LlmgwApp(App[int]):
     TITLE = "llmgw"
     MODES: ClassVar[dict[str, str | Callable[[], Screen[Any]]]] = {
         "fleet": FleetScreen,
-        "racks": _racks_screen,
-        "plan": _plan_screen,
-        "replicas": _replicas_screen,
-        "serve": _serve_screen,
-        "gateways": _gateways_screen,
+        **{mode: _mode_screen(mode) for mode in SCREEN_MODULES},
     }
     DEFAULT_MODE = "fleet"
     COMMANDS = App.COMMANDS | {_console_commands}
@@ -130,6 +127,10 @@ class LlmgwApp(App[int]):
         self.fleet_failed: Signal[str] = Signal(self, "fleet-failed")
         """Published with the sentence when the fleet cannot be read."""
         self.animation_level = animation or animation_level_from_env()
+        self._showing_built_screen = False
+        self._preparing: asyncio.Task[None] | None = None
+        self._mounting: dict[str, asyncio.Event] = {}
+        """The modes whose prepared screen is mounting now."""
         use_theme_before_start(self, LLMGW_THEME)
 
     def on_mount(self) -> None:
@@ -140,6 +141,8 @@ class LlmgwApp(App[int]):
 
     async def on_unmount(self) -> None:
         """Close the fleet (and the demo fleet's servers) before the loop ends."""
+        if self._preparing is not None:
+            self._preparing.cancel()
         await self.feed.close()
 
     @work(group="fleet-poll", exclusive=True, exit_on_error=False, description="Polling the fleet")
@@ -161,6 +164,8 @@ class LlmgwApp(App[int]):
             else:
                 last_error = None
                 if snapshot != self.fleet:
+                    if self.fleet is None:
+                        self.start_preparing_screens()
                     self.fleet = snapshot
                     self.fleet_changed.publish(snapshot)
             if self.feed.refresh_s is None:
@@ -330,9 +335,79 @@ class LlmgwApp(App[int]):
 
         self.push_screen(FabricScreen(names[0], names[1]))
 
+    def start_preparing_screens(self) -> None:
+        """Prepare the other screens in the background (a task of its own, not a worker:
+        what waits for the console's work to be done does not wait for this)."""
+        if self._preparing is None:
+            self._preparing = asyncio.create_task(self._prepare_screens_or_say_why())
+
+    async def _prepare_screens_or_say_why(self) -> None:
+        try:
+            await self.prepare_screens()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a screen that cannot be built says so when its key is pressed
+            self.log.error(f"Preparing the screens stopped: {error!r}")
+
+    async def prepare_screens(self) -> None:
+        """Build every other mode's screen while the console is idle, one at a time.
+
+        The first time a screen was shown its key waited for its module to be
+        imported (0.3 s for the replicas' at 2,048 nodes) and for its widgets to
+        be built and laid out. Here each module is imported in a thread, off the
+        UI loop, and each screen is built and laid out on the loop, a screen per
+        turn with a pause between: its key then only shows it.
+        """
+        await asyncio.sleep(PREPARE_AFTER_S)
+        fleet = self._screen_stacks.get("fleet")
+        if fleet and isinstance(fleet[0], KeptScreen):
+            await fleet[0].prepare()
+            await asyncio.sleep(PREPARE_PAUSE_S)
+        for mode, (module, _) in SCREEN_MODULES.items():
+            await asyncio.to_thread(import_module, module)
+            await self.prepare_mode(mode)
+            await asyncio.sleep(PREPARE_PAUSE_S)
+
+    async def prepare_mode(self, mode: str) -> None:
+        """Build, mount and lay out a mode's screen without showing it (as `switch_mode` would)."""
+        if mode in self._screen_stacks:
+            return  # shown before, or prepared
+        screen, mounted = self._get_screen(self._modes[mode]())  # type: ignore[operator]
+        self._load_screen_css(screen)
+        self._screen_stacks[mode] = [screen]
+        self._mounting[mode] = done = asyncio.Event()  # its key waits for the mount
+        try:
+            await mounted
+        finally:
+            done.set()
+            del self._mounting[mode]
+        # Lay it out as a shown screen's update timer would, until its widgets settle
+        # (a hidden screen's layout requests wait for it to be shown).
+        for _ in range(PREPARE_LAYOUTS):
+            if screen.is_current:
+                break  # shown meanwhile: its own timer lays it out
+            screen._layout_required = False
+            screen._dirty_widgets.clear()
+            screen._refresh_layout(self.size)
+            await asyncio.sleep(PREPARE_SETTLE_S)
+            if not screen._layout_required:
+                break
+
+    def delay_update(self, delay: float = 0.05) -> None:
+        """Textual's `switch_mode` holds frames 50 ms to hide a screen being built; a built one is not."""
+        if not self._showing_built_screen:
+            super().delay_update(delay)
+
     async def _to_mode(self, mode: str) -> None:
         if self.current_mode != mode:
-            await self.switch_mode(mode)
+            mounting = self._mounting.get(mode)
+            if mounting is not None:
+                await mounting.wait()  # being prepared: shown once its widgets are in
+            self._showing_built_screen = mode in self._screen_stacks
+            try:
+                await self.switch_mode(mode)
+            finally:
+                self._showing_built_screen = False
         # A page pushed over the mode (a node page) is closed: the key names the screen.
         while len(self.screen_stack) > 1:
             await self.pop_screen()

@@ -33,3 +33,6 @@ class KeptScreen(Screen[ResultType]):
     def on_screen_resume(self, event: events.ScreenResume) -> None:
         """Come back without restyling every widget (Textual's own handler runs after this)."""
         event.refresh_styles = False
+
+    async def prepare(self) -> None:
+        """Build, while the console is idle, what the screen's first frame left out."""

@@ -267,13 +267,25 @@ class FleetScreen(KeptScreen[None]):
         found = self.query("#filter")
         return found.first(Input) if found else None
 
-    async def action_filter(self) -> None:
-        """Show the filter and type into it (mounted the first time: the first frame has none)."""
+    async def prepare(self) -> None:
+        """Mount the filter, hidden, while the console is idle (the first `/` then only shows it).
+
+        The first input of the console brings Textual's input styles, and the
+        whole stylesheet is parsed again: about 0.1 s that the first `/` waited.
+        """
+        await self._mounted_filter()
+
+    async def _mounted_filter(self) -> Input:
         field = self._filter_field()
         if field is None:
             field = Input(placeholder=FILTER_PLACEHOLDER, id="filter")
             field.cursor_blink = False
             await self.mount(field, before="#nodes")
+        return field
+
+    async def action_filter(self) -> None:
+        """Show the filter and type into it (mounted the first time: the first frame has none)."""
+        field = await self._mounted_filter()
         field.add_class("-visible")
         field.focus()
 

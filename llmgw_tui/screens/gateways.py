@@ -16,7 +16,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, Header, Static
+from textual.widgets import DataTable, Static
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import redraw_table, state_cell
@@ -24,6 +24,7 @@ from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.screens.logs import LogsScreen
 from llmgw_tui.screens.replicas import ConfirmStop
 from llmgw_tui.widgets.footer import SteadyFooter
+from llmgw_tui.widgets.header import TitleBar
 
 GATEWAY_COLUMNS = (
     ("name", "GATEWAY"),
@@ -64,13 +65,14 @@ class GatewaysScreen(KeptScreen[None]):
 
     def __init__(self) -> None:
         super().__init__()
+        self._reading = False
         self.details: list[dict[str, Any]] = []
         """The gateways as the feed last gave them (`gateway_details`)."""
         self._shown: list[str] = []
 
     def compose(self) -> ComposeResult:
         """Status line, the gateways, the workers of the one selected, why counts are missing."""
-        yield Header(icon="▦")
+        yield TitleBar(icon="▦")
         yield Static("reading the gateways…", id="gateways-status", markup=False)
         table = GatewayTable(id="gateway-table", cursor_type="row", zebra_stripes=True)
         for key, label in GATEWAY_COLUMNS:
@@ -83,11 +85,16 @@ class GatewaysScreen(KeptScreen[None]):
         yield SteadyFooter()
 
     def on_mount(self) -> None:
-        """Poll the gateways while the screen lives."""
+        """The table has the keys."""
         self.title = "llmgw"
         self.sub_title = "gateways"
         self.query_one("#gateway-table", DataTable).focus()
-        self.poll_gateways()
+
+    def on_screen_resume(self) -> None:
+        """Start reading when first shown (a screen prepared in the background reads nothing)."""
+        if not self._reading:
+            self._reading = True
+            self.poll_gateways()
 
     @work(group="gateways-poll", exclusive=True, exit_on_error=False, description="Gateways")
     async def poll_gateways(self) -> None:

@@ -16,13 +16,15 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
-from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Select, Static
+from textual.widgets import DataTable, Input, Select, Static
 from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain, redraw_table
+from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.theme import theme_style
+from llmgw_tui.widgets.footer import SteadyFooter
+from llmgw_tui.widgets.header import TitleBar
 from llmgw_tui.widgets.memory_bar import MemoryBar
 
 FILE_COLUMNS = ("FILE", "SIZE", "BEST WAY", "A CARD", "OF", "ALL CARDS", "NOW")
@@ -78,7 +80,7 @@ def plan_model(
     return body
 
 
-class PlanScreen(Screen[None]):
+class PlanScreen(KeptScreen[None]):
     """The plan of one model on this fleet."""
 
     BINDING_GROUP_TITLE = "Plan"
@@ -94,7 +96,7 @@ class PlanScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         """The form on top, then the files, the best way with its bar, every way, the command."""
-        yield Header(icon="▦")
+        yield TitleBar(icon="▦")
         with Horizontal(id="plan-form"):
             yield Input(
                 placeholder="model: org/name, a directory, catalog:org/name", id="plan-model"
@@ -114,7 +116,7 @@ class PlanScreen(Screen[None]):
             ways.add_columns(*WAY_COLUMNS)
             yield ways
             yield Static("", id="plan-serve", markup=False)
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         """No blinking cursors (they are clocks); the model field first."""

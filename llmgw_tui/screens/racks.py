@@ -4,12 +4,28 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.widgets import Header, Static
+from textual.widgets import Static
 
 from llmgw_core.views.fleet import FleetSummary, RacksSummary
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.widgets.footer import SteadyFooter
+from llmgw_tui.widgets.header import TitleBar
 from llmgw_tui.widgets.rack import RackWidget
+
+ISLANDS_NAMED = 24
+"""Islands named on the racks screen; the rest are counted (the fleet screen lists them all)."""
+
+
+def islands_line(islands: tuple[str, ...] | list[str]) -> str:
+    """The hosts in no NVLink domain: a few by name, then how many more.
+
+    At 2,048 nodes a line of every island's name was some 1,500 names, wrapped
+    into a screen of text each time the racks were laid out.
+    """
+    named = ", ".join(islands[:ISLANDS_NAMED]) or "none"
+    more = len(islands) - ISLANDS_NAMED
+    rest = f" and {more:,} more (the fleet screen lists every node)" if more > 0 else ""
+    return f"Islands (no NVLink domain): {named}{rest}"
 
 
 class RacksScreen(KeptScreen[None]):
@@ -23,7 +39,7 @@ class RacksScreen(KeptScreen[None]):
 
     def compose(self) -> ComposeResult:
         """Header, the racks (scrolling), the footer."""
-        yield Header(icon="▦")
+        yield TitleBar(icon="▦")
         yield VerticalScroll(id="racks-body")
         yield SteadyFooter()
 
@@ -53,10 +69,9 @@ class RacksScreen(KeptScreen[None]):
         ]
         if not fleet.racks.racks:
             widgets.append(Static("No NVLink domain in this fleet.", classes="rack-title"))
-        islands = ", ".join(fleet.racks.islands) or "none"
         widgets.append(
             Static(
-                f"Islands (no NVLink domain): {islands}",
+                islands_line(fleet.racks.islands),
                 id="islands",
                 classes="islands",
                 markup=False,

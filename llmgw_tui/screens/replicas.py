@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Header, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.serve.view import ReplicaView
@@ -28,6 +28,7 @@ from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.screens.logs import LogsScreen
 from llmgw_tui.theme import theme_style
 from llmgw_tui.widgets.footer import SteadyFooter
+from llmgw_tui.widgets.header import TitleBar
 
 REPLICA_COLUMNS = (
     ("name", "REPLICA"),
@@ -101,6 +102,7 @@ class ReplicasScreen(KeptScreen[None]):
 
     def __init__(self) -> None:
         super().__init__()
+        self._reading = False
         self.views: tuple[ReplicaView, ...] = ()
         self.gateways: list[dict[str, Any]] = []
         """The running gateways as the feed last gave them (`gateway_line` draws each)."""
@@ -111,7 +113,7 @@ class ReplicasScreen(KeptScreen[None]):
 
     def compose(self) -> ComposeResult:
         """Status line, the replicas, the shards of the one selected, the ask field, the answer."""
-        yield Header(icon="▦")
+        yield TitleBar(icon="▦")
         yield Static("reading the replicas…", id="replicas-status", markup=False)
         yield Static("", id="gateways", markup=False)
         table = ReplicaTable(id="replicas", cursor_type="row", zebra_stripes=True)
@@ -127,14 +129,19 @@ class ReplicasScreen(KeptScreen[None]):
         yield SteadyFooter()
 
     def on_mount(self) -> None:
-        """Poll the replicas while the screen lives."""
+        """No blinking cursor; the table has the keys."""
         self.title = "llmgw"
         self.sub_title = "replicas"
         self.query_one("#ask", Input).cursor_blink = False
         self.query_one("#replica-answer", Static).display = False
         self.query_one("#gateways", Static).display = False
         self.query_one("#replicas", DataTable).focus()
-        self.poll_replicas()
+
+    def on_screen_resume(self) -> None:
+        """Start reading when first shown (a screen prepared in the background reads nothing)."""
+        if not self._reading:
+            self._reading = True
+            self.poll_replicas()
 
     def show_replica(self, name: str) -> None:
         """Put the cursor on `name` once it is listed (now, or when it appears)."""

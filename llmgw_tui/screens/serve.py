@@ -16,22 +16,22 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.widgets import (
     Button,
     Checkbox,
     ContentSwitcher,
     DataTable,
-    Footer,
-    Header,
     Input,
     Static,
 )
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_tui.cells import plain
+from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.screens.plan import plan_model
+from llmgw_tui.widgets.footer import SteadyFooter
+from llmgw_tui.widgets.header import TitleBar
 
 if TYPE_CHECKING:
     from llmgw_core.serve.serve import ServeRequest
@@ -84,7 +84,7 @@ def name_refusal(name: str) -> str | None:
     return None
 
 
-class ServeScreen(Screen[None]):
+class ServeScreen(KeptScreen[None]):
     """The Serve a model wizard."""
 
     BINDING_GROUP_TITLE = "Serve"
@@ -105,7 +105,7 @@ class ServeScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         """One page per step in a switcher; the reason line and Back / Next under it."""
-        yield Header(icon="▦")
+        yield TitleBar(icon="▦")
         yield Static("", id="serve-step", markup=False)
         with ContentSwitcher(initial="model", id="serve-pages"):
             with Vertical(id="model"):
@@ -147,7 +147,7 @@ class ServeScreen(Screen[None]):
             yield Static("", id="serve-reason", markup=False)
             yield Button("Back", id="serve-back-button")
             yield Button("Next", id="serve-next-button", variant="primary")
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         """The model field first; no blinking cursors."""

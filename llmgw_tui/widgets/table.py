@@ -45,9 +45,7 @@ class SteadyTable(DataTable[object]):
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self._drawn_cells: LRUCache[tuple[int, int, int], tuple[Text, Lines]] = LRUCache(
-            CELLS_KEPT
-        )
+        self._drawn_cells: LRUCache[tuple[int, int, int], tuple[Text, Lines]] = LRUCache(CELLS_KEPT)
         self._to_warm: deque[RowKey | str] = deque()
         """Rows to draw ahead of their first showing (`warm`)."""
         self._warm_timer: Timer | None = None

@@ -178,7 +178,9 @@ async def refresh_cycle(fleet: Fleet) -> None:
         started = time.perf_counter()
         fleet_summary(fleet.snapshot(), fabrics)
         times.append(time.perf_counter() - started)
-    print(f"fleet summary from a snapshot (a worker thread of the console, each poll): {min(times) * 1000:.0f} ms")
+    print(
+        f"fleet summary from a snapshot (a worker thread of the console, each poll): {min(times) * 1000:.0f} ms"
+    )
 
 
 def plan_over(fleet: Fleet) -> None:

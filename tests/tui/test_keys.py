@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from live_walk import until
 from textual.widgets import DataTable, Input, Static
 
 from llmgw_tui.app import gateway_logs_target, logs_target
@@ -209,10 +210,13 @@ async def test_the_palette_offers_plans_of_the_models_known_offline(app, pilot):
     await pilot.press("ctrl+p", *"plan Mixtral")
     await pilot.pause(0.3)
     await pilot.press("enter")
-    await app.workers.wait_for_complete()
-    await pilot.pause()
-    status = str(app.screen.query_one("#plan-status").render())
-    assert status.startswith("mistralai/Mixtral-8x7B-Instruct-v0.1: planned for a")
+
+    def status() -> str:  # the plan screen may still be mounting (prepared in the background)
+        found = app.screen.query("#plan-status")
+        return str(found.first().render()) if found else ""
+
+    await until(pilot, lambda: status() and not status().startswith("Planning"), "a plan", 30)
+    assert status().startswith("mistralai/Mixtral-8x7B-Instruct-v0.1: planned for a")
 
 
 @console_test
