@@ -63,7 +63,8 @@ RUNNER_TO_FIRST_STEP = """
 import os, sys, time
 t0 = float(sys.argv[1])
 from dataclasses import replace
-from llmgw_tui.cli import main
+from llmgw_tui.cli import before_any_model, main
+before_any_model()  # main's first call, before the runner below is imported to be patched
 from llmgw_core.script import runner
 def first_step(args, ctx):
     print(time.time() - t0, flush=True)

@@ -46,3 +46,42 @@ def test_the_cli_turns_pydantic_plugins_off_unless_the_user_set_the_variable(
     monkeypatch.setenv("PYDANTIC_DISABLE_PLUGINS", "")
     assert main(["--run", missing]) == 2
     assert os.environ["PYDANTIC_DISABLE_PLUGINS"] == ""
+
+
+PLUGIN_PROBE = """
+import os, sys
+from llmgw_tui.cli import before_any_model
+before_any_model()
+from pydantic import BaseModel
+
+class Probe(BaseModel):
+    cards: int
+
+assert Probe(cards="8").cards == 8
+from pydantic.plugin._schema_validator import create_schema_validator
+print(os.environ["PYDANTIC_DISABLE_PLUGINS"], "importlib.metadata" in sys.modules)
+"""
+
+
+def run_probe(**env: str) -> str:
+    import subprocess
+    import sys
+
+    child_env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    done = subprocess.run(
+        [sys.executable, "-c", PLUGIN_PROBE],
+        env={**child_env, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout.strip()
+
+
+def test_with_plugins_off_pydantic_validates_without_importing_its_plugin_lookup():
+    assert run_probe() == "__all__ False"
+
+
+def test_a_user_who_turns_plugins_back_on_gets_pydantic_s_own_lookup():
+    assert run_probe(PYDANTIC_DISABLE_PLUGINS="") == "True"
