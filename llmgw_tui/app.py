@@ -128,6 +128,7 @@ class LlmgwApp(App[int]):
         """Published with the sentence when the fleet cannot be read."""
         self.animation_level = animation or animation_level_from_env()
         self._showing_built_screen = False
+        """Whether the switch under way shows a screen built before (no frames held)."""
         self._preparing: asyncio.Task[None] | None = None
         self._mounting: dict[str, asyncio.Event] = {}
         """The modes whose prepared screen is mounting now."""
@@ -370,22 +371,30 @@ class LlmgwApp(App[int]):
 
     async def prepare_mode(self, mode: str) -> None:
         """Build, mount and lay out a mode's screen without showing it (as `switch_mode` would)."""
-        if mode in self._screen_stacks:
-            return  # shown before, or prepared
+        if mode in self._screen_stacks or not self.is_running:
+            return  # shown before, or prepared; or the app is closing its screens
         screen, mounted = self._get_screen(self._modes[mode]())  # type: ignore[operator]
         self._load_screen_css(screen)
         self._screen_stacks[mode] = [screen]
         self._mounting[mode] = done = asyncio.Event()  # its key waits for the mount
         try:
             await mounted
+        except BaseException:
+            if (
+                self.is_running
+                and self._screen_stacks.get(mode) == [screen]
+                and not screen.is_current
+            ):
+                del self._screen_stacks[mode]  # its key builds it again, and says why it fails
+            raise
         finally:
             done.set()
             del self._mounting[mode]
         # Lay it out as a shown screen's update timer would, until its widgets settle
         # (a hidden screen's layout requests wait for it to be shown).
         for _ in range(PREPARE_LAYOUTS):
-            if screen.is_current:
-                break  # shown meanwhile: its own timer lays it out
+            if screen.is_current or not self.is_running:
+                break  # shown meanwhile (its own timer lays it out), or closing
             screen._layout_required = False
             screen._dirty_widgets.clear()
             screen._refresh_layout(self.size)

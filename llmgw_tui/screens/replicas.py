@@ -21,6 +21,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, Static
 
 from llmgw_core.errors import LlmgwError
+from llmgw_core.gateway.spec import gateway_line
 from llmgw_core.serve.view import ReplicaView
 from llmgw_core.views.serve import download_bar, replica_row, shard_row, shard_transport
 from llmgw_tui.cells import redraw_table, state_cell
@@ -171,8 +172,6 @@ class ReplicasScreen(KeptScreen[None]):
 
     async def _read_gateways(self, feed: Any) -> None:
         """One line per running gateway (`gateway_line`); hidden while there is none."""
-        from llmgw_core.gateway.spec import gateway_line
-
         reader = getattr(feed, "gateways", None)
         try:
             self.gateways = await reader() if reader is not None else []

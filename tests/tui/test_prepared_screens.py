@@ -92,3 +92,43 @@ def test_the_racks_screen_names_a_few_islands_and_counts_the_rest():
     assert line.startswith("Islands (no NVLink domain): h100-0000, h100-0001, ")
     assert f"h100-{ISLANDS_NAMED - 1:04d} and 1,476 more" in line
     assert f"h100-{ISLANDS_NAMED:04d}" not in line
+
+
+def test_quitting_while_the_screens_are_being_prepared_closes_cleanly(make_app):
+    async def run() -> tuple[set[str], bool]:
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            # Quit as soon as the first screen after the fleet's is being built.
+            await until(pilot, lambda: len(app._screen_stacks) > 1, "a screen prepared", 30)
+            prepared = set(app._screen_stacks)
+            await pilot.press("q")
+        assert app._preparing is not None
+        await asyncio.sleep(0)
+        return prepared, app._preparing.done()
+
+    prepared, stopped = asyncio.run(run())
+    assert prepared < {"fleet", *SCREEN_MODULES}  # quit before every screen was prepared
+    assert stopped
+
+
+def test_a_preparation_that_resumes_while_the_app_closes_its_screens_builds_nothing(make_app):
+    async def run() -> list[str]:
+        app = make_app()
+        app.start_preparing_screens = lambda: None  # this test prepares by hand
+        seen: list[str] = []
+        close_all = app._close_all
+
+        async def closing() -> None:
+            # Textual closes every stack by iterating over them: a screen added meanwhile
+            # (a preparation resuming after its import) broke that loop.
+            await app.prepare_mode("racks")
+            seen.extend(app._screen_stacks)
+            await close_all()
+
+        app._close_all = closing
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            await pilot.press("q")
+        return seen
+
+    assert asyncio.run(run()) == ["fleet"]
