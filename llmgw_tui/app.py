@@ -59,8 +59,9 @@ PREPARE_AFTER_S = 1.0
 PREPARE_PAUSE_S = 0.3
 """The pause between two screens prepared (the console stays responsive meanwhile)."""
 PREPARE_LAYOUTS = 3
+"""A prepared screen is laid out again, at most this many times, while its widgets' first sizes settle."""
 PREPARE_SETTLE_S = 0.02
-"""A prepared screen is laid out again (at most 3 times) while its widgets' first sizes settle."""
+"""The pause after each of those layouts for the widgets' size messages."""
 
 
 def _console_commands() -> type[Provider]:

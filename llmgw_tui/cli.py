@@ -8,16 +8,9 @@ so scripts start fast and run where no terminal is attached.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from llmgw_core.startup import skip_pydantic_plugin_lookup
-
-# pydantic looks for plugins by reading the entry points of every installed
-# distribution when the first model is built: 40-90 ms of every start, for
-# plugins this program never uses (and importing its loader alone costs 25 ms:
-# `skip_pydantic_plugin_lookup`). Set the variable empty to turn them back on.
-PYDANTIC_PLUGINS_OFF = ("PYDANTIC_DISABLE_PLUGINS", "__all__")
+from llmgw_core.startup import pydantic_plugins_off
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,8 +70,7 @@ def _port(text: str) -> int:
 
 def before_any_model() -> None:
     """What `main` does first, before any module that builds a pydantic model is imported."""
-    os.environ.setdefault(*PYDANTIC_PLUGINS_OFF)
-    skip_pydantic_plugin_lookup()
+    pydantic_plugins_off()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,10 +29,18 @@ class KeptScreen(Screen[ResultType]):
         # widgets are styled as they mount with the stylesheet of the moment;
         # a theme changed later bumps the app's count and restyles as it should.
         self._css_update_count = self.app._css_update_count
+        self._first_shown = False
 
     def on_screen_resume(self, event: events.ScreenResume) -> None:
         """Come back without restyling every widget (Textual's own handler runs after this)."""
         event.refresh_styles = False
+        if not self._first_shown:
+            self._first_shown = True
+            self.on_first_show()
+
+    def on_first_show(self) -> None:
+        """Start what runs only once the screen has been shown (a screen prepared in the
+        background reads nothing before)."""
 
     async def prepare(self) -> None:
         """Build, while the console is idle, what the screen's first frame left out."""

@@ -65,7 +65,6 @@ class GatewaysScreen(KeptScreen[None]):
 
     def __init__(self) -> None:
         super().__init__()
-        self._reading = False
         self.details: list[dict[str, Any]] = []
         """The gateways as the feed last gave them (`gateway_details`)."""
         self._shown: list[str] = []
@@ -90,11 +89,9 @@ class GatewaysScreen(KeptScreen[None]):
         self.sub_title = "gateways"
         self.query_one("#gateway-table", DataTable).focus()
 
-    def on_screen_resume(self) -> None:
-        """Start reading when first shown (a screen prepared in the background reads nothing)."""
-        if not self._reading:
-            self._reading = True
-            self.poll_gateways()
+    def on_first_show(self) -> None:
+        """Start reading (the first time the screen is shown)."""
+        self.poll_gateways()
 
     @work(group="gateways-poll", exclusive=True, exit_on_error=False, description="Gateways")
     async def poll_gateways(self) -> None:

@@ -103,7 +103,6 @@ class ReplicasScreen(KeptScreen[None]):
 
     def __init__(self) -> None:
         super().__init__()
-        self._reading = False
         self.views: tuple[ReplicaView, ...] = ()
         self.gateways: list[dict[str, Any]] = []
         """The running gateways as the feed last gave them (`gateway_line` draws each)."""
@@ -138,11 +137,9 @@ class ReplicasScreen(KeptScreen[None]):
         self.query_one("#gateways", Static).display = False
         self.query_one("#replicas", DataTable).focus()
 
-    def on_screen_resume(self) -> None:
-        """Start reading when first shown (a screen prepared in the background reads nothing)."""
-        if not self._reading:
-            self._reading = True
-            self.poll_replicas()
+    def on_first_show(self) -> None:
+        """Start reading (the first time the screen is shown)."""
+        self.poll_replicas()
 
     def show_replica(self, name: str) -> None:
         """Put the cursor on `name` once it is listed (now, or when it appears)."""
