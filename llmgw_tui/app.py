@@ -10,7 +10,7 @@ snapshot to a Prometheus endpoint (`llmgw_core.metrics`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import import_module
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -24,6 +24,7 @@ from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
+from llmgw_tui.guard import ConsoleGuard, Guarded, where_of
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.screens.fleet import FleetScreen
 from llmgw_tui.theme import (
@@ -34,6 +35,9 @@ from llmgw_tui.theme import (
 )
 
 if TYPE_CHECKING:
+    from textual.actions import ActionParseResult
+    from textual.dom import DOMNode
+
     from llmgw_core.views.fleet import FleetSummary
     from llmgw_tui.commands import ParsedCommand
     from llmgw_tui.feed import FleetFeed
@@ -81,7 +85,7 @@ def _mode_screen(mode: str) -> Callable[[], Screen[Any]]:
     return build
 
 
-class LlmgwApp(App[int]):
+class LlmgwApp(Guarded, App[int]):
     """llmgw's console over one fleet feed."""
 
     CSS_PATH: ClassVar[list[str | PurePath]] = ["styles/app.tcss"]
@@ -133,7 +137,36 @@ class LlmgwApp(App[int]):
         self._preparing: asyncio.Task[None] | None = None
         self._mounting: dict[str, asyncio.Event] = {}
         """The modes whose prepared screen is mounting now."""
+        self.guard = ConsoleGuard(self)
+        """What escapes a handler, action, timer or worker becomes a red line here."""
         use_theme_before_start(self, LLMGW_THEME)
+
+    async def run_action(
+        self,
+        action: str | ActionParseResult,
+        default_namespace: DOMNode | None = None,
+        namespaces: Mapping[str, DOMNode] | None = None,
+    ) -> bool:
+        """Run an action (a key, the palette, a `:` command); what it raises is a red line."""
+        try:
+            return await super().run_action(action, default_namespace, namespaces)
+        except Exception as error:
+            self.guard.catch(error, where_of(self.screen))
+            return True
+
+    def _handle_exception(self, error: Exception) -> None:
+        """A timer's, worker's or widget's exception is a red line; the console goes on.
+
+        Textual's private hook (see `llmgw_tui.guard`): its own exits the app.
+        Before the first screen is up there is nothing to go on with.
+        """
+        from textual.worker import WorkerFailed
+
+        if not self.is_running or not self.screen_stack:
+            super()._handle_exception(error)
+            return
+        cause = error.error if isinstance(error, WorkerFailed) else error
+        self.guard.catch(cause, where_of(self.screen))
 
     def on_mount(self) -> None:
         """Start polling the fleet (and exporting metrics, when asked)."""

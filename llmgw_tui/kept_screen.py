@@ -15,10 +15,12 @@ from typing import TypeVar
 from textual import events
 from textual.screen import Screen
 
+from llmgw_tui.guard import Guarded
+
 ResultType = TypeVar("ResultType")
 
 
-class KeptScreen(Screen[ResultType]):
+class KeptScreen(Guarded, Screen[ResultType]):
     """A mode's screen: shown again as it was left, its widgets not restyled."""
 
     def __init__(self) -> None:

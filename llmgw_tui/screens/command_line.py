@@ -12,9 +12,11 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from llmgw_tui.commands import CommandError, ParsedCommand, known_names, parse_command
+from llmgw_tui.fields import Checked, command_refusal, reason
+from llmgw_tui.guard import Guarded
 
 
-class CommandLine(ModalScreen[ParsedCommand | None]):
+class CommandLine(Guarded, ModalScreen[ParsedCommand | None]):
     """A k9s-style command line; dismisses with the parsed command, or None on esc."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -25,7 +27,11 @@ class CommandLine(ModalScreen[ParsedCommand | None]):
         """The error line (empty until a command fails) above the input."""
         with Vertical(id="command-box"):
             yield Static("", id="command-error", markup=False)
-            yield Input(placeholder=f"command: {known_names()}", id="command-input")
+            yield Input(  # its reason goes in the error line above, not on its border
+                placeholder=f"command: {known_names()}",
+                id="command-input",
+                validators=[Checked(command_refusal)],
+            )
 
     def on_mount(self) -> None:
         """Blinking is a clock: keep it off so frames do not depend on time."""
@@ -45,10 +51,12 @@ class CommandLine(ModalScreen[ParsedCommand | None]):
         self.dismiss(command)
 
     @on(Input.Changed, "#command-input")
-    def _changed(self) -> None:
+    def _changed(self, event: Input.Changed) -> None:
+        """The reason in red as soon as what is typed cannot be a command; nothing else."""
         error_line = self.query_one("#command-error", Static)
-        error_line.update("")
-        error_line.remove_class("-error")
+        why = reason(event.input)
+        error_line.update(why or "")
+        error_line.set_class(why is not None, "-error")
 
     def action_cancel(self) -> None:
         """Leave command mode without running anything."""

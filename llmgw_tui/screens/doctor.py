@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain
+from llmgw_tui.guard import Guarded
 from llmgw_tui.theme import theme_style
 
 SEVERITY = {"fail": 0, "warn": 1, "pass": 2}
@@ -34,7 +35,7 @@ def worst_first(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     )
 
 
-class DoctorScreen(Screen[None]):
+class DoctorScreen(Guarded, Screen[None]):
     """The doctor's checks of the fleet, or of `node`."""
 
     BINDING_GROUP_TITLE = "Doctor"

@@ -19,6 +19,7 @@ from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain
+from llmgw_tui.guard import Guarded
 from llmgw_tui.theme import theme_style
 
 VERDICT_COLOURS = {"pass": "success", "warn": "warning", "fail": "error", "untested": "accent"}
@@ -29,7 +30,7 @@ def figure(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-class FabricScreen(Screen[None]):
+class FabricScreen(Guarded, Screen[None]):
     """The fabric between `node_a` and `node_b`, rail by rail."""
 
     BINDING_GROUP_TITLE = "Fabric"

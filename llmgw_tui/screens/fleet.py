@@ -12,6 +12,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Input, Static
 
 from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
+from llmgw_tui.fields import Checked, CheckedInput, filter_refusal, reason
 from llmgw_tui.heap import freeze_long_lived
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.widgets.footer import SteadyFooter
@@ -168,7 +169,7 @@ class FleetScreen(KeptScreen[None]):
             return
         table = self.query_one("#nodes", NodeTable)
         field = self._filter_field()
-        needle = field.value.strip() if field is not None else ""
+        needle = field.value.strip() if field is not None and reason(field) is None else ""
         wanted = [n for n in self._fleet.nodes if matches(n, needle)]
         wanted_names = [n.name for n in wanted]
         if wanted_names != self._shown:
@@ -278,7 +279,9 @@ class FleetScreen(KeptScreen[None]):
     async def _mounted_filter(self) -> Input:
         field = self._filter_field()
         if field is None:
-            field = Input(placeholder=FILTER_PLACEHOLDER, id="filter")
+            field = CheckedInput(
+                placeholder=FILTER_PLACEHOLDER, id="filter", validators=[Checked(filter_refusal)]
+            )
             field.cursor_blink = False
             await self.mount(field, before="#nodes")
         return field

@@ -11,8 +11,10 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
+from llmgw_tui.guard import Guarded
 
-class HelpScreen(ModalScreen[None]):
+
+class HelpScreen(Guarded, ModalScreen[None]):
     """A modal table of the keys of one screen."""
 
     BINDINGS: ClassVar[list[BindingType]] = [

@@ -19,6 +19,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Log, Static
 
 from llmgw_core.errors import BadInput, LlmgwError
+from llmgw_tui.fields import Checked, CheckedInput, filter_refusal, reason, save_path_refusal
+from llmgw_tui.guard import Guarded
 from llmgw_tui.log_lines import LogLines, ShowOptions, shown
 
 FLUSH_HZ = 15
@@ -26,10 +28,12 @@ SHOWN_LINES = 50_000
 """Lines the view holds; older ones scroll out of it (they stay kept for filters and saves)."""
 
 
-class LogsScreen(Screen[None]):
+class LogsScreen(Guarded, Screen[None]):
     """The log of replica `name` (one rank's shard, or every rank merged), or of gateway `name`."""
 
     BINDING_GROUP_TITLE = "Logs"
+    AUTO_FOCUS = "#log"
+    """Not Textual's first focusable widget: that is the filter, hidden until `/`."""
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f", "toggle_follow", "Follow", id="logs-follow"),
         Binding("slash", "filter", "Filter", key_display="/", id="logs-filter"),
@@ -60,8 +64,16 @@ class LogsScreen(Screen[None]):
         yield Header(icon="▦")
         yield Static("", id="logs-status", markup=False)
         yield Static("", id="nccl-banner", markup=False)
-        yield Input(placeholder="filter lines (text, case ignored)", id="logs-filter-input")
-        yield Input(placeholder="save to file: path", id="logs-save-input")
+        yield CheckedInput(
+            placeholder="filter lines (text, case ignored)",
+            id="logs-filter-input",
+            validators=[Checked(filter_refusal)],
+        )
+        yield CheckedInput(
+            placeholder="save to file: path",
+            id="logs-save-input",
+            validators=[Checked(save_path_refusal)],
+        )
         yield Log(id="log", max_lines=SHOWN_LINES, auto_scroll=True)
         yield Static("", id="new-lines", markup=False)
         yield Footer()
@@ -222,6 +234,8 @@ class LogsScreen(Screen[None]):
 
     @on(Input.Changed, "#logs-filter-input")
     def _filter_changed(self, event: Input.Changed) -> None:
+        if reason(event.input) is not None:
+            return  # said on the field's border; the lines stay as last filtered
         self.options = ShowOptions(
             event.value.strip(), self.options.wrap_width, self.options.timestamps
         )
@@ -242,6 +256,10 @@ class LogsScreen(Screen[None]):
     @on(Input.Submitted, "#logs-save-input")
     def _save_to(self, event: Input.Submitted) -> None:
         field = event.input
+        refused = reason(field)
+        if refused is not None:
+            self.notify(refused, title="Logs", severity="error")
+            return
         path = Path(event.value.strip()).expanduser()
         options = ShowOptions(self.options.needle, None, self.options.timestamps)
         lines = shown(self.lines.kept, options)

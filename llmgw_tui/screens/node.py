@@ -26,6 +26,7 @@ from llmgw_tui.cells import (
     state_cell,
     sync_rows,
 )
+from llmgw_tui.guard import Guarded
 from llmgw_tui.theme import theme_style
 
 DEVICE_COLUMNS = (
@@ -73,7 +74,7 @@ def doctor_content(checks: list[dict[str, str]]) -> Content:
     return Content("\n").join(lines) if lines else Content("no checks")
 
 
-class NodeScreen(Screen[None]):
+class NodeScreen(Guarded, Screen[None]):
     """The page of one node, kept current as fleet snapshots arrive."""
 
     BINDING_GROUP_TITLE = "Node"

@@ -21,6 +21,7 @@ from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain, redraw_table
+from llmgw_tui.fields import Checked, CheckedInput, model_ref_refusal, reason, whole_number
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.theme import theme_style
 from llmgw_tui.widgets.footer import SteadyFooter
@@ -42,6 +43,7 @@ def short_where(way: dict[str, Any]) -> str:
     return text.removeprefix("on ").removeprefix("in ")
 
 
+FORM_FIELDS = ("model", "context", "concurrency")
 FORMATS = (("every file", "both"), ("safetensors", "safetensors"), ("GGUF", "gguf"))
 
 
@@ -86,7 +88,7 @@ class PlanScreen(KeptScreen[None]):
     BINDING_GROUP_TITLE = "Plan"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+r", "replan", "Plan again", id="plan-again"),
-        Binding("escape", "focus_model", "Model", show=False, id="plan-focus-model"),
+        Binding("escape", "toggle_form", "Form", show=False, id="plan-focus-model"),
     ]
 
     def __init__(self) -> None:
@@ -96,13 +98,28 @@ class PlanScreen(KeptScreen[None]):
 
     def compose(self) -> ComposeResult:
         """The form on top, then the files, the best way with its bar, every way, the command."""
+        from llmgw_core.script.steps.plan import PlanArgs  # the fields' bounds are the step's
+
         yield TitleBar(icon="▦")
         with Horizontal(id="plan-form"):
-            yield Input(
-                placeholder="model: org/name, a directory, catalog:org/name", id="plan-model"
+            yield CheckedInput(
+                placeholder="model: org/name, a directory, catalog:org/name",
+                id="plan-model",
+                validators=[Checked(model_ref_refusal)],
             )
-            yield Input(placeholder="context", id="plan-context", type="integer")
-            yield Input(value="1", placeholder="sequences", id="plan-concurrency", type="integer")
+            yield CheckedInput(
+                placeholder="context",
+                id="plan-context",
+                type="integer",
+                validators=[whole_number(PlanArgs, "context", "context", optional=True)],
+            )
+            yield CheckedInput(
+                value="1",
+                placeholder="sequences",
+                id="plan-concurrency",
+                type="integer",
+                validators=[whole_number(PlanArgs, "concurrency", "sequences")],
+            )
             yield Select(FORMATS, value="both", allow_blank=False, id="plan-format")
         with VerticalScroll(id="plan-body"):
             yield Static("Type a model and press Enter.", id="plan-status", markup=False)
@@ -135,6 +152,13 @@ class PlanScreen(KeptScreen[None]):
         """Back to the model field."""
         self.query_one("#plan-model", Input).focus()
 
+    def action_toggle_form(self) -> None:
+        """Leave the form (digits, `?` and `q` are the console's keys again), or go back to it."""
+        if isinstance(self.focused, Input):
+            self.query_one("#plan-ways", DataTable).focus()
+        else:
+            self.action_focus_model()
+
     @on(Input.Submitted)
     def _submitted(self) -> None:
         self.action_replan()
@@ -150,13 +174,14 @@ class PlanScreen(KeptScreen[None]):
         if not model_ref:
             self._say("Type a model: a Hub id, a local directory or catalog:org/name.", error=True)
             return
-        context_text = self.query_one("#plan-context", Input).value.strip()
-        concurrency_text = self.query_one("#plan-concurrency", Input).value.strip() or "1"
-        context = int(context_text) if context_text else None
-        concurrency = int(concurrency_text)
-        if (context is not None and context <= 0) or concurrency <= 0:
-            self._say("Context and sequences are whole numbers above 0.", error=True)
+        fields = [self.query_one(f"#plan-{name}", Input) for name in FORM_FIELDS]
+        refused = next(filter(None, map(reason, fields)), None)
+        if refused is not None:
+            self._say(f"Not planned: {refused}.", error=True)
             return
+        context_text = fields[1].value.strip()
+        context = int(context_text) if context_text else None
+        concurrency = int(fields[2].value.strip() or "1")
         self.model_ref = model_ref
         format_value = str(self.query_one("#plan-format", Select).value)
         self._say(f"Planning {model_ref}…")

@@ -25,6 +25,8 @@ from llmgw_core.gateway.spec import gateway_line
 from llmgw_core.serve.view import ReplicaView
 from llmgw_core.views.serve import download_bar, replica_row, shard_row, shard_transport
 from llmgw_tui.cells import redraw_table, state_cell
+from llmgw_tui.fields import Checked, CheckedInput, prompt_refusal, reason
+from llmgw_tui.guard import Guarded
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.screens.logs import LogsScreen
 from llmgw_tui.theme import theme_style
@@ -55,7 +57,7 @@ PHASE_COLOURS = {
 }
 
 
-class ConfirmStop(ModalScreen[bool]):
+class ConfirmStop(Guarded, ModalScreen[bool]):
     """`Stop NAME?` — y stops, n or esc keeps it."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -92,6 +94,8 @@ class ReplicasScreen(KeptScreen[None]):
     """Each replica with phase, engine, endpoint and shards per node; stop, logs, bench, ask."""
 
     BINDING_GROUP_TITLE = "Replicas"
+    AUTO_FOCUS = "#replicas"
+    """Not Textual's first focusable widget: that is the prompt, hidden until `a`."""
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "stop", "Stop", id="replicas-stop"),
         Binding("l", "logs", "Logs", id="replicas-logs"),
@@ -124,7 +128,11 @@ class ReplicasScreen(KeptScreen[None]):
         shards: DataTable[object] = DataTable(id="shards", cursor_type="none")
         shards.add_columns(*SHARD_COLUMNS)
         yield shards
-        yield Input(placeholder="ask the replica: type a prompt, Enter sends", id="ask")
+        yield CheckedInput(
+            placeholder="ask the replica: type a prompt, Enter sends",
+            id="ask",
+            validators=[Checked(prompt_refusal)],
+        )
         yield Static("", id="replica-answer", markup=False)
         yield SteadyFooter()
 
@@ -400,6 +408,10 @@ class ReplicasScreen(KeptScreen[None]):
     def _ask_submitted(self, event: Input.Submitted) -> None:
         view = self.selected_view()
         prompt = event.value.strip()
+        refused = reason(event.input)
+        if refused is not None:
+            self._answer(refused, error=True)
+            return
         if view is None or not prompt:
             return
         self._answer(f"asking {view.name}…")

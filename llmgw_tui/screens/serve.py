@@ -26,8 +26,18 @@ from textual.widgets import (
     Static,
 )
 
-from llmgw_core.errors import BadInput, LlmgwError
+from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain
+from llmgw_tui.fields import (
+    Checked,
+    CheckedInput,
+    env_lines,
+    env_refusal,
+    model_ref_refusal,
+    reason,
+    replica_name_refusal,
+    whole_number,
+)
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.screens.plan import plan_model
 from llmgw_tui.widgets.footer import SteadyFooter
@@ -48,7 +58,15 @@ STEP_TITLES = {
     "confirm": "5 · Confirm",
 }
 WAY_COLUMNS = ("FILE", "WAY", "HOW", "A CARD", "OF USABLE", "NOW")
-_NAME_OK = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+FIRST_FIELD = {
+    "model": "#serve-model",
+    "way": "#serve-ways",
+    "size": "#serve-context",
+    "extras": "#serve-fallbacks",
+    "confirm": "#serve-gateway",
+}
+"""What each page focuses when shown (Confirm: the checkbox, so `q`, digits and `?` keep
+their meaning there and Enter serves)."""
 
 
 def catalog_refs() -> list[str]:
@@ -58,39 +76,26 @@ def catalog_refs() -> list[str]:
     return [f"catalog:{repo_id}" for repo_id in known_models()]
 
 
-def env_lines(text: str) -> dict[str, str]:
-    """`KEY=VALUE` lines (blank ones skipped) checked against the allowlist.
+class GatewayBox(Checkbox, inherit_bindings=False):
+    """The Confirm page's checkbox: space ticks it; Enter is left to the page (it serves)."""
 
-    Raises:
-        BadInput: a line without `=`, or a refused variable (naming each).
-    """
-    from llmgw_core.engines import checked_env
-
-    pairs: dict[str, str] = {}
-    for line in text.replace(",", " ").split():
-        key, equals, value = line.partition("=")
-        if not equals or not key:
-            raise BadInput(f"{line!r} is not KEY=VALUE", "write one KEY=VALUE per entry")
-        pairs[key] = value
-    return checked_env(pairs)
-
-
-def name_refusal(name: str) -> str | None:
-    """Why a replica name cannot be used, or None."""
-    if not name:
-        return "type a name"
-    if len(name) > 64 or name[0] in "._-" or any(c not in _NAME_OK for c in name):
-        return "a name is letters, digits, . _ - (64 at most), starting with a letter or digit"
-    return None
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("space", "toggle_button", "Toggle", show=False, id="serve-gateway-toggle")
+    ]
 
 
 class ServeScreen(KeptScreen[None]):
     """The Serve a model wizard."""
 
     BINDING_GROUP_TITLE = "Serve"
+    AUTO_FOCUS = ""
+    """Textual's auto focus takes the first focusable widget, on a hidden page too; each page
+    focuses its own first field (`FIRST_FIELD`), also when the wizard is shown again."""
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+n", "next", "Next", id="serve-next"),
         Binding("ctrl+b", "back", "Back", id="serve-back"),
+        Binding("enter", "next", "Serve", show=False, id="serve-enter"),
+        Binding("escape", "toggle_field", "Field", show=False, id="serve-field"),
     ]
 
     def __init__(self) -> None:
@@ -102,9 +107,13 @@ class ServeScreen(KeptScreen[None]):
         self.blocked: str | None = "type a model"
         """Why Next is greyed out, None when it may be pressed."""
         self._size_checked = False
+        self.last_served: str | None = None
+        """The model of the last replica this wizard served (offered first, visibly)."""
 
     def compose(self) -> ComposeResult:
         """One page per step in a switcher; the reason line and Back / Next under it."""
+        from llmgw_core.script.steps.serve import ServeArgs  # the fields' bounds are the step's
+
         yield TitleBar(icon="▦")
         yield Static("", id="serve-step", markup=False)
         with ContentSwitcher(initial="model", id="serve-pages"):
@@ -112,11 +121,13 @@ class ServeScreen(KeptScreen[None]):
                 yield Static(
                     "Which model? A Hub id, a local path, or catalog:org/name (→ completes)."
                 )
-                yield Input(
+                yield CheckedInput(
                     placeholder="model",
                     id="serve-model",
                     suggester=SuggestFromList(catalog_refs(), case_sensitive=False),
+                    validators=[Checked(model_ref_refusal)],
                 )
+                yield Static("", id="serve-last", markup=False)
             with Vertical(id="way"):
                 yield Static("", id="serve-plan-line", markup=False)
                 ways: DataTable[object] = DataTable(id="serve-ways", cursor_type="row")
@@ -125,20 +136,36 @@ class ServeScreen(KeptScreen[None]):
             with Vertical(id="size"):
                 yield Static("Tokens a sequence may hold, and sequences served at once.")
                 with Horizontal(classes="serve-row"):
-                    yield Input(placeholder="context (tokens)", id="serve-context", type="integer")
-                    yield Input(
-                        value="1", placeholder="sequences", id="serve-concurrency", type="integer"
+                    yield CheckedInput(
+                        placeholder="context (tokens)",
+                        id="serve-context",
+                        type="integer",
+                        validators=[whole_number(ServeArgs, "context", "context")],
+                    )
+                    yield CheckedInput(
+                        value="1",
+                        placeholder="sequences",
+                        id="serve-concurrency",
+                        type="integer",
+                        validators=[whole_number(ServeArgs, "concurrency", "sequences")],
                     )
                 yield Static("", id="serve-fit", markup=False)
             with Vertical(id="extras"):
                 yield Static("Fallbacks: how many next-best ways to try if this one fails.")
-                yield Input(value="0", id="serve-fallbacks", type="integer")
+                yield CheckedInput(
+                    value="0",
+                    id="serve-fallbacks",
+                    type="integer",
+                    validators=[whole_number(ServeArgs, "fallbacks", "fallbacks", optional=True)],
+                )
                 yield Static("Engine environment: KEY=VALUE entries, space separated.")
-                yield Input(placeholder="KEY=VALUE …", id="serve-env")
+                yield CheckedInput(
+                    placeholder="KEY=VALUE …", id="serve-env", validators=[Checked(env_refusal)]
+                )
                 yield Static("Replica name.")
-                yield Input(id="serve-name")
+                yield CheckedInput(id="serve-name", validators=[Checked(replica_name_refusal)])
             with VerticalScroll(id="confirm"):
-                yield Checkbox(
+                yield GatewayBox(
                     f"put behind a gateway ({GATEWAY_NAME}: one address for every model served)",
                     id="serve-gateway",
                 )
@@ -155,13 +182,27 @@ class ServeScreen(KeptScreen[None]):
         self.sub_title = "serve a model"
         for field in self.query(Input):
             field.cursor_blink = False
+        self.query_one("#serve-last", Static).display = False
         self._show_step()
         self.query_one("#serve-model", Input).focus()
+
+    def on_screen_resume(self) -> None:
+        """Shown again with nothing focused: the page's first field."""
+        if self.focused is None:
+            self._focus_page()
 
     # --- the pages -------------------------------------------------------------------------
 
     def _show_step(self) -> None:
-        self.query_one("#serve-pages", ContentSwitcher).current = self.step
+        pages = self.query_one("#serve-pages", ContentSwitcher)
+        focused = self.focused
+        if (
+            focused is not None
+            and pages in focused.ancestors
+            and self.step not in {node.id for node in focused.ancestors}
+        ):
+            self.set_focus(None)  # a hidden page never holds the focus (its keys would be text)
+        pages.current = self.step
         self.query_one("#serve-step", Static).update(
             "  ".join(f"[{STEP_TITLES[s]}]" if s == self.step else STEP_TITLES[s] for s in STEPS)
         )
@@ -182,14 +223,14 @@ class ServeScreen(KeptScreen[None]):
         self.call_after_refresh(self._focus_first)
 
     def _focus_first(self) -> None:
-        first = {
-            "model": "#serve-model",
-            "way": "#serve-ways",
-            "size": "#serve-context",
-            "extras": "#serve-fallbacks",
-            "confirm": "#serve-next-button",
-        }[self.step]
-        self.query_one(first).focus()
+        self.query_one(FIRST_FIELD[self.step]).focus()
+
+    def action_toggle_field(self) -> None:
+        """Leave the field (digits, `?` and `q` are the console's keys again), or go back to it."""
+        if isinstance(self.focused, Input):
+            self.set_focus(None)
+        else:
+            self._focus_first()
 
     def action_back(self) -> None:
         """The previous page."""
@@ -224,11 +265,60 @@ class ServeScreen(KeptScreen[None]):
             self._go("extras", None)
             self._check_extras()
         elif self.step == "extras":
-            self._go("confirm", "building the commands…")
-            self.query_one("#serve-preview", Static).update("")
-            self.preview_commands(self.request())
+            request = self._request_or_block()
+            if request is not None:
+                self._go("confirm", "building the commands…")
+                self.query_one("#serve-preview", Static).update("")
+                self.preview_commands(request)
         else:
-            self.submit(self.request())
+            request = self._request_or_block()
+            if request is not None:
+                self.submit(request, self.query_one("#serve-gateway", Checkbox).value)
+                self.start_fresh()
+
+    def _request_or_block(self) -> ServeRequest | None:
+        """The request the pages make, or None with Next greyed out by the reason."""
+        try:
+            return self.request()
+        except (LlmgwError, ValueError) as exc:
+            self._block(exc.sentence() if isinstance(exc, LlmgwError) else str(exc))
+            return None
+
+    def start_fresh(self) -> None:
+        """Page 1 again with every field as new: `5` after a serve starts another replica.
+
+        The model just served is offered (its name on the page and as the
+        first completion); nothing else is carried over.
+        """
+        last = self.model_ref
+        self.last_served = last or self.last_served
+        for field_id, value in (
+            ("#serve-model", ""),
+            ("#serve-context", ""),
+            ("#serve-concurrency", "1"),
+            ("#serve-fallbacks", "0"),
+            ("#serve-env", ""),
+            ("#serve-name", ""),
+        ):
+            field = self.query_one(field_id, Input)
+            with field.prevent(Input.Changed):
+                field.value = value
+            field.remove_class("-invalid")
+        model = self.query_one("#serve-model", Input)
+        if self.last_served:
+            model.suggester = SuggestFromList(
+                [self.last_served, *catalog_refs()], case_sensitive=False
+            )
+            hint = self.query_one("#serve-last", Static)
+            hint.update(f"Last served: {self.last_served} (type its first letters, → completes)")
+            hint.display = True
+        self.query_one("#serve-gateway", Checkbox).value = False
+        self.query_one("#serve-ways", DataTable).clear()
+        self.query_one("#serve-preview", Static).update("")
+        self.query_one("#serve-fit", Static).update("")
+        self.plan_body = self.way = self.preview = None
+        self._size_checked = False
+        self._go("model", "type a model")
 
     def _go(self, step: str, blocked: str | None) -> None:
         self.step = step
@@ -245,7 +335,14 @@ class ServeScreen(KeptScreen[None]):
         self.action_back()
 
     @on(Input.Submitted)
-    async def _field_submitted(self) -> None:
+    async def _field_submitted(self, event: Input.Submitted) -> None:
+        if self.step not in {node.id for node in event.input.ancestors}:
+            return  # a field of another page (it holds no focus once hidden)
+        why = reason(event.input)
+        if why is not None:
+            self._block(why)
+            self.notify(why, title="Serve", severity="warning")
+            return
         await self.action_next()
 
     @property
@@ -256,7 +353,8 @@ class ServeScreen(KeptScreen[None]):
     @on(Input.Changed, "#serve-model")
     def _model_changed(self, event: Input.Changed) -> None:
         if self.step == "model":
-            self._block(None if event.value.strip() else "type a model")
+            typed = event.value.strip()
+            self._block(reason(event.input) if typed else "type a model")
 
     # --- planning --------------------------------------------------------------------------
 
@@ -316,16 +414,14 @@ class ServeScreen(KeptScreen[None]):
 
     def check_size(self) -> None:
         """Plan again for the context and concurrency typed; the chosen way must still fit."""
-        context = self.query_one("#serve-context", Input).value.strip()
-        concurrency = self.query_one("#serve-concurrency", Input).value.strip()
-        if not context.isdigit() or int(context) < 1:
-            self._block("type a context in tokens")
-            return
-        if not concurrency.isdigit() or int(concurrency) < 1:
-            self._block("type how many sequences at once (1 or more)")
+        context = self.query_one("#serve-context", Input)
+        concurrency = self.query_one("#serve-concurrency", Input)
+        why = reason(context) or reason(concurrency)
+        if why is not None:
+            self._block(why)
             return
         self._block("checking…")
-        self.replan_size(self.model_ref, int(context), int(concurrency))
+        self.replan_size(self.model_ref, int(context.value), int(concurrency.value))
 
     @work(group="serve-size", exclusive=True, thread=True, exit_on_error=False, description="Fit")
     def replan_size(self, model_ref: str, context: int, concurrency: int) -> None:
@@ -365,16 +461,8 @@ class ServeScreen(KeptScreen[None]):
             self._check_extras()
 
     def _check_extras(self) -> None:
-        fallbacks = self.query_one("#serve-fallbacks", Input).value.strip() or "0"
-        if not fallbacks.isdigit() or int(fallbacks) > 16:
-            self._block("fallbacks: a number from 0 to 16")
-            return
-        try:
-            env_lines(self.query_one("#serve-env", Input).value)
-        except BadInput as exc:
-            self._block(exc.sentence())
-            return
-        self._block(name_refusal(self.query_one("#serve-name", Input).value.strip()))
+        fields = ("#serve-fallbacks", "#serve-env", "#serve-name")
+        self._block(next(filter(None, (reason(self.query_one(f, Input)) for f in fields)), None))
 
     # --- confirm and submit ----------------------------------------------------------------
 
@@ -398,7 +486,7 @@ class ServeScreen(KeptScreen[None]):
                 nodes=way.get("nodes"),
             ),
             env=env_lines(self.query_one("#serve-env", Input).value),
-            fallbacks=int(self.query_one("#serve-fallbacks", Input).value or 0),
+            fallbacks=int(self.query_one("#serve-fallbacks", Input).value.strip() or 0),
             wait_ready=True,
         )
 
@@ -423,13 +511,12 @@ class ServeScreen(KeptScreen[None]):
         self._block(preview.reason)
 
     @work(group="serve-submit", exit_on_error=False, description="Serving")
-    async def submit(self, request: ServeRequest) -> None:
+    async def submit(self, request: ServeRequest, behind_gateway: bool) -> None:
         """Run `serve`, show the replicas screen on it at once, and say how it ended."""
         from llmgw_core.serve.launch import replica_name
 
         feed: Any = self.app.feed  # type: ignore[attr-defined]
-        name = request.name or replica_name(self.model_ref.removeprefix("catalog:"))
-        behind_gateway = self.query_one("#serve-gateway", Checkbox).value
+        name = request.name or replica_name(request.model.removeprefix("catalog:"))
         self.notify(f"Serving {name}…", title="Serve")
         await self.app.run_action(f"open_replica({name!r})")
         try:
@@ -500,7 +587,7 @@ def confirm_text(request: ServeRequest, preview: dict[str, Any]) -> str:
                 lines.append(f"    {key}={value}")
             lines.append(f"    $ {command.get('shell') or ' '.join(command.get('argv') or ())}")
     lines.append("")
-    lines.append("Enter or ctrl+n serves it; ctrl+b goes back.")
+    lines.append("Enter or ctrl+n serves it; space ticks the gateway box; ctrl+b goes back.")
     return "\n".join(lines)
 
 
@@ -519,4 +606,4 @@ def confirm_text_from_way(request: ServeRequest, way: dict[str, Any]) -> str:
     )
 
 
-__all__ = ["ServeScreen", "catalog_refs", "confirm_text", "env_lines", "name_refusal"]
+__all__ = ["ServeScreen", "catalog_refs", "confirm_text", "env_lines"]

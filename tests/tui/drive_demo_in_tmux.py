@@ -120,7 +120,7 @@ def serve_to_ready(terminal: Terminal, captures: dict[str, str]) -> None:
     terminal.keys("NCCL_DEBUG=INFO")
     captures["serve-extras"] = terminal.wait_for(lambda s: "NCCL_DEBUG=INFO" in s, 20)
     terminal.keys("C-n")
-    captures["serve-confirm"] = terminal.wait_for(lambda s: "serves it; ctrl+b" in s, 60)
+    captures["serve-confirm"] = terminal.wait_for(lambda s: "serves it;" in s, 60)
     terminal.keys("C-n")
     captures["replicas"] = terminal.wait_for(
         lambda s: any(SERVED in line and " ready " in line for line in s.splitlines()), 180

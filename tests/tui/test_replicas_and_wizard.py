@@ -6,9 +6,10 @@ import asyncio
 
 from textual.widgets import Button, Static
 
+from llmgw_tui.fields import env_lines, replica_name_refusal
 from llmgw_tui.screens.logs import LogsScreen
 from llmgw_tui.screens.replicas import ConfirmStop, ReplicasScreen
-from llmgw_tui.screens.serve import ServeScreen, confirm_text, env_lines, name_refusal
+from llmgw_tui.screens.serve import ServeScreen, confirm_text
 
 
 def test_the_fleet_counts_each_nodes_running_shards_from_the_replicas(replica_app):
@@ -69,8 +70,9 @@ def test_env_entries_are_checked_against_the_allowlist():
 
 
 def test_a_replica_name_must_start_with_a_letter_or_digit():
-    assert name_refusal("llama-70b") is None
-    assert name_refusal("-x") is not None and name_refusal("") == "type a name"
+    assert replica_name_refusal("llama-70b") is None
+    assert replica_name_refusal("-x") is not None
+    assert replica_name_refusal("") == "name: type a name"
 
 
 def test_the_wizard_greys_out_next_with_the_reason_until_the_input_is_valid(make_app):
@@ -98,7 +100,8 @@ def test_the_wizard_greys_out_next_with_the_reason_until_the_input_is_valid(make
             context = wizard.query_one("#serve-context")
             context.value = "0"
             await pilot.pause()
-            assert wizard.blocked == "type a context in tokens" and next_button.disabled
+            assert wizard.blocked == "context: 0 is not between 1 and 16777216"
+            assert next_button.disabled and context.has_class("-invalid")
             context.value = "10000000"
             for _ in range(100):
                 await pilot.pause(0.05)

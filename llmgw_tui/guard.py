@@ -1,0 +1,146 @@
+"""One guard for the whole console: what a screen's code raises is a line, never an exit.
+
+Textual ends the app on any exception that escapes a handler, an action, a
+timer or a worker (`App._handle_exception`), and the message loop of the
+widget whose handler raised stops for good. An operator who loses the
+console mid-incident loses the view of the fleet it holds, so:
+
+- an `LlmgwError` (`BadInput` included) is the operator's or the fleet's
+  fault: its sentence becomes a red notification titled with the screen it
+  came from, and the console goes on;
+- anything else is our fault: its traceback is appended to
+  `console-errors.log` in the user's state folder (`$XDG_STATE_HOME/llmgw`,
+  else `~/.local/state/llmgw`; the folder 0700, the file 0600), one red
+  line names that file, and the console goes on where it safely can.
+
+The same sentence is not repeated while it keeps coming (a draw that fails
+at every frame says so once). Everything caught is kept in `caught`, so a
+test can assert that nothing reached the guard at all.
+
+Textual has no public hook for "a handler raised". Two private members are
+overridden, here only, each standing in for a public API Textual lacks
+(`tests/tui/test_guard.py` fails if either stops being called):
+
+- `MessagePump._on_message`, on the app and every screen of ours: the
+  try/except around each handler that a public `on_error` would be;
+- `App._handle_exception`: what reaches it from timers, workers and
+  widgets' handlers, which would otherwise end the app.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from llmgw_core.errors import LlmgwError
+
+if TYPE_CHECKING:
+    from textual.app import App
+    from textual.message import Message
+
+ERROR_LOG_NAME = "console-errors.log"
+QUIET_S = 5.0
+"""The same sentence again within this many seconds is kept, not shown again."""
+KEPT_CAUGHT = 200
+"""How many caught errors `caught` keeps (the oldest go)."""
+
+
+def state_dir() -> Path:
+    """The user's state folder for the console (`$XDG_STATE_HOME/llmgw`, else ~/.local/state/llmgw)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "llmgw"
+
+
+@dataclass(frozen=True)
+class Caught:
+    """An exception the guard caught: `refused` (an LlmgwError) or `fault` (anything else)."""
+
+    kind: str
+    where: str
+    sentence: str
+    error: BaseException
+
+
+class ConsoleGuard:
+    """Turns what escapes the console's code into a red line, and keeps a record of it."""
+
+    def __init__(self, app: App[Any]) -> None:
+        self._app = app
+        self.caught: list[Caught] = []
+        """What reached the guard, oldest first (at most `KEPT_CAUGHT`)."""
+        self._shown_at: dict[str, float] = {}
+
+    def catch(self, error: BaseException, where: str) -> None:
+        """Say what went wrong in one red line and record it; the console goes on."""
+        if isinstance(error, LlmgwError):
+            kind, sentence = "refused", error.sentence()
+        else:
+            kind, sentence = "fault", self._log_fault(error, where)
+        self.caught.append(Caught(kind, where, sentence, error))
+        del self.caught[:-KEPT_CAUGHT]
+        now = time.monotonic()
+        if now - self._shown_at.get(sentence, -QUIET_S) < QUIET_S:
+            return
+        self._shown_at[sentence] = now
+        try:
+            self._app.notify(sentence, title=where, severity="error", timeout=15)
+        except Exception:  # a closing app has nowhere to show it; the record is kept
+            return
+
+    @property
+    def faults(self) -> list[Caught]:
+        """What was caught that was not an `LlmgwError` (each a bug of ours)."""
+        return [c for c in self.caught if c.kind == "fault"]
+
+    def _log_fault(self, error: BaseException, where: str) -> str:
+        """Append the traceback to the error log; the one line that names it."""
+        what = f"{type(error).__name__} in {where}"
+        path = state_dir() / ERROR_LOG_NAME
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "a", encoding="utf-8") as log:
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+                log.write(f"--- {stamp} {what}\n")
+                log.write("".join(traceback.format_exception(error)))
+        except OSError as exc:
+            return f"{what}: {error} (its traceback could not be written: {exc.strerror or exc})"
+        return f"{what}: {_first_line(error)} — traceback in {path}; the console goes on"
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:160] if text else "no message"
+
+
+def where_of(node: object) -> str:
+    """The title a caught error is shown under: its screen's sub-title, else the class's name."""
+    with contextlib.suppress(Exception):  # an app without a screen yet is named by its class
+        node = getattr(node, "screen", node)  # the app's current screen; a screen is its own
+    sub_title = getattr(node, "sub_title", "")
+    return str(sub_title or type(node).__name__)
+
+
+class Guarded:
+    """A mixin for the app and each screen: an exception from any of its handlers is caught.
+
+    `_on_message` is Textual's private dispatcher (see the module docstring);
+    it stands in for a public per-handler error hook.
+    """
+
+    async def _on_message(self, message: Message) -> None:
+        try:
+            await super()._on_message(message)  # type: ignore[misc]
+        except Exception as error:
+            guard: ConsoleGuard | None = getattr(self.app, "guard", None)  # type: ignore[attr-defined]
+            if guard is None:
+                raise
+            guard.catch(error, where_of(self))
+
+
+__all__ = ["ERROR_LOG_NAME", "Caught", "ConsoleGuard", "Guarded", "state_dir", "where_of"]
