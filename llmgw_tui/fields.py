@@ -22,6 +22,10 @@ from textual.widgets import Input
 MAX_DIGITS = 12
 """A whole number typed with more digits than this is refused before it is read (`1e309`,
 400-digit integers); every bound the steps set is far below it."""
+DIGITS = r"[0-9]*"
+r"""What a whole-number field lets be typed. Not Textual's `type="integer"`: its pattern
+`[-+]?(?:\d*|\d+_)*` backtracks exponentially once a run of digits is followed by anything
+else (32 digits and a letter held the console for minutes in Textual 8.2.8)."""
 MAX_TEXT = 512
 """The longest model reference, path or filter a field takes."""
 
@@ -225,6 +229,7 @@ def _shown(value: str) -> str:
 
 
 __all__ = [
+    "DIGITS",
     "Checked",
     "CheckedInput",
     "command_refusal",

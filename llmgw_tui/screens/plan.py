@@ -21,7 +21,7 @@ from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain, redraw_table
-from llmgw_tui.fields import Checked, CheckedInput, model_ref_refusal, reason, whole_number
+from llmgw_tui.fields import DIGITS, Checked, CheckedInput, model_ref_refusal, reason, whole_number
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.theme import theme_style
 from llmgw_tui.widgets.footer import SteadyFooter
@@ -110,14 +110,14 @@ class PlanScreen(KeptScreen[None]):
             yield CheckedInput(
                 placeholder="context",
                 id="plan-context",
-                type="integer",
+                restrict=DIGITS,
                 validators=[whole_number(PlanArgs, "context", "context", optional=True)],
             )
             yield CheckedInput(
                 value="1",
                 placeholder="sequences",
                 id="plan-concurrency",
-                type="integer",
+                restrict=DIGITS,
                 validators=[whole_number(PlanArgs, "concurrency", "sequences")],
             )
             yield Select(FORMATS, value="both", allow_blank=False, id="plan-format")

@@ -29,6 +29,7 @@ from textual.widgets import (
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain
 from llmgw_tui.fields import (
+    DIGITS,
     Checked,
     CheckedInput,
     env_lines,
@@ -139,14 +140,14 @@ class ServeScreen(KeptScreen[None]):
                     yield CheckedInput(
                         placeholder="context (tokens)",
                         id="serve-context",
-                        type="integer",
+                        restrict=DIGITS,
                         validators=[whole_number(ServeArgs, "context", "context")],
                     )
                     yield CheckedInput(
                         value="1",
                         placeholder="sequences",
                         id="serve-concurrency",
-                        type="integer",
+                        restrict=DIGITS,
                         validators=[whole_number(ServeArgs, "concurrency", "sequences")],
                     )
                 yield Static("", id="serve-fit", markup=False)
@@ -155,7 +156,7 @@ class ServeScreen(KeptScreen[None]):
                 yield CheckedInput(
                     value="0",
                     id="serve-fallbacks",
-                    type="integer",
+                    restrict=DIGITS,
                     validators=[whole_number(ServeArgs, "fallbacks", "fallbacks", optional=True)],
                 )
                 yield Static("Engine environment: KEY=VALUE entries, space separated.")

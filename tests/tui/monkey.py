@@ -57,8 +57,8 @@ HOSTILE_TEXT = (
     "16",
 )
 WIZARD_MODELS = ("catalog:meta-llama/Llama-3.1-8B-Instruct", "catalog:Qwen/Qwen2.5-7B-Instruct")
-PLANNING = ("serve-plan", "serve-size", "serve-preview", "plan")
-"""The workers a `wait` waits for (the fleet's poller and the logs' readers never end)."""
+PLANNING = ("serve-plan", "serve-size", "serve-preview")
+"""The wizard's workers a `wait` waits for (the fleet's poller and the logs' readers never end)."""
 COMMANDS = (
     "racks",
     "node h100-a-01",
