@@ -209,6 +209,26 @@ class CheckedInput(Input):
         return result
 
 
+def number_input(
+    model: type[Any],
+    name: str,
+    what: str,
+    *,
+    id: str,
+    value: str = "",
+    placeholder: str = "",
+    optional: bool = False,
+) -> CheckedInput:
+    """A whole-number field: digits only, within the bounds of `model`'s field `name`."""
+    return CheckedInput(
+        value=value,
+        placeholder=placeholder,
+        id=id,
+        restrict=DIGITS,
+        validators=[whole_number(model, name, what, optional=optional)],
+    )
+
+
 def reason(field: Input) -> str | None:
     """Why `field`'s value is refused now, or None (its validators, run again)."""
     result = field.validate(field.value)
@@ -238,6 +258,7 @@ __all__ = [
     "env_refusal",
     "filter_refusal",
     "model_ref_refusal",
+    "number_input",
     "prompt_refusal",
     "reason",
     "replica_name_refusal",

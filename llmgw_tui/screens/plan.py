@@ -21,7 +21,7 @@ from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain, redraw_table
-from llmgw_tui.fields import DIGITS, Checked, CheckedInput, model_ref_refusal, reason, whole_number
+from llmgw_tui.fields import Checked, CheckedInput, model_ref_refusal, number_input, reason
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.theme import theme_style
 from llmgw_tui.widgets.footer import SteadyFooter
@@ -107,18 +107,21 @@ class PlanScreen(KeptScreen[None]):
                 id="plan-model",
                 validators=[Checked(model_ref_refusal)],
             )
-            yield CheckedInput(
-                placeholder="context",
+            yield number_input(
+                PlanArgs,
+                "context",
+                "context",
                 id="plan-context",
-                restrict=DIGITS,
-                validators=[whole_number(PlanArgs, "context", "context", optional=True)],
+                placeholder="context",
+                optional=True,
             )
-            yield CheckedInput(
+            yield number_input(
+                PlanArgs,
+                "concurrency",
+                "sequences",
+                id="plan-concurrency",
                 value="1",
                 placeholder="sequences",
-                id="plan-concurrency",
-                restrict=DIGITS,
-                validators=[whole_number(PlanArgs, "concurrency", "sequences")],
             )
             yield Select(FORMATS, value="both", allow_blank=False, id="plan-format")
         with VerticalScroll(id="plan-body"):

@@ -29,15 +29,14 @@ from textual.widgets import (
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain
 from llmgw_tui.fields import (
-    DIGITS,
     Checked,
     CheckedInput,
     env_lines,
     env_refusal,
     model_ref_refusal,
+    number_input,
     reason,
     replica_name_refusal,
-    whole_number,
 )
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.screens.plan import plan_model
@@ -137,27 +136,31 @@ class ServeScreen(KeptScreen[None]):
             with Vertical(id="size"):
                 yield Static("Tokens a sequence may hold, and sequences served at once.")
                 with Horizontal(classes="serve-row"):
-                    yield CheckedInput(
-                        placeholder="context (tokens)",
+                    yield number_input(
+                        ServeArgs,
+                        "context",
+                        "context",
                         id="serve-context",
-                        restrict=DIGITS,
-                        validators=[whole_number(ServeArgs, "context", "context")],
+                        placeholder="context (tokens)",
                     )
-                    yield CheckedInput(
+                    yield number_input(
+                        ServeArgs,
+                        "concurrency",
+                        "sequences",
+                        id="serve-concurrency",
                         value="1",
                         placeholder="sequences",
-                        id="serve-concurrency",
-                        restrict=DIGITS,
-                        validators=[whole_number(ServeArgs, "concurrency", "sequences")],
                     )
                 yield Static("", id="serve-fit", markup=False)
             with Vertical(id="extras"):
                 yield Static("Fallbacks: how many next-best ways to try if this one fails.")
-                yield CheckedInput(
-                    value="0",
+                yield number_input(
+                    ServeArgs,
+                    "fallbacks",
+                    "fallbacks",
                     id="serve-fallbacks",
-                    restrict=DIGITS,
-                    validators=[whole_number(ServeArgs, "fallbacks", "fallbacks", optional=True)],
+                    value="0",
+                    optional=True,
                 )
                 yield Static("Engine environment: KEY=VALUE entries, space separated.")
                 yield CheckedInput(
