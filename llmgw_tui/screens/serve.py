@@ -436,11 +436,24 @@ class ServeScreen(KeptScreen[None]):
                 model_ref, fleet, context=context, concurrency=concurrency, format="both"
             )
         except LlmgwError as exc:
-            self.app.call_from_thread(self._size_result, None, exc.sentence())
+            self.app.call_from_thread(
+                self._size_result, None, exc.sentence(), (context, concurrency)
+            )
             return
-        self.app.call_from_thread(self._size_result, body, None)
+        self.app.call_from_thread(self._size_result, body, None, (context, concurrency))
 
-    def _size_result(self, body: dict[str, Any] | None, error: str | None) -> None:
+    def _typed_size(self) -> tuple[int, int] | None:
+        """The context and concurrency the page holds now, None while either is refused."""
+        fields = [self.query_one(f, Input) for f in ("#serve-context", "#serve-concurrency")]
+        if any(reason(field) for field in fields):
+            return None
+        return int(fields[0].value), int(fields[1].value)
+
+    def _size_result(
+        self, body: dict[str, Any] | None, error: str | None, asked: tuple[int, int]
+    ) -> None:
+        if self.step != "size" or asked != self._typed_size():
+            return  # an answer for values no longer typed: it must not clear a refusal
         fit = self.query_one("#serve-fit", Static)
         if body is None or self.way is None:
             fit.update(error or "")

@@ -136,3 +136,39 @@ def test_the_wizards_confirmation_names_a_rail_left_out_and_why():
     }
     text = confirm_text(ServeRequest(model=preview["model"]), preview)
     assert f"  ! {warning}" in text.splitlines()
+
+
+def test_a_fit_answered_for_an_older_context_never_clears_the_refusal_of_the_new_one(make_app):
+    """The console's own walk found it: a fit for 131072 tokens came back after 33 digits
+    were typed, cleared the refusal, and Enter went on to page 4."""
+
+    async def run() -> None:
+        app = make_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await app.workers.wait_for_complete()
+            await pilot.press("5")
+            await pilot.pause()
+            wizard = app.screen
+            assert isinstance(wizard, ServeScreen)
+            await pilot.press(*"catalog:meta-llama/Llama-3.1-8B-Instruct", "enter")
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if wizard.step == "way":
+                    break
+            await pilot.press("enter")
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if wizard.step == "size" and wizard.blocked is None:
+                    break
+            checked_for = (int(wizard.query_one("#serve-context").value), 1)
+            wizard.query_one("#serve-context").value = "9" * 33
+            await pilot.pause()
+            refused = wizard.blocked
+            assert refused is not None and refused.startswith("context: a whole number")
+            wizard._size_result(wizard.plan_body, None, checked_for)  # the late answer
+            assert wizard.blocked == refused
+            await pilot.press("enter")
+            await pilot.pause()
+            assert wizard.step == "size"
+
+    asyncio.run(run())
