@@ -94,7 +94,7 @@ class ServeScreen(KeptScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+n", "next", "Next", id="serve-next"),
         Binding("ctrl+b", "back", "Back", id="serve-back"),
-        Binding("enter", "next", "Serve", show=False, id="serve-enter"),
+        Binding("enter", "next", "Next (on Confirm: serve)", show=False, id="serve-enter"),
         Binding("escape", "toggle_field", "Field", show=False, id="serve-field"),
     ]
 
