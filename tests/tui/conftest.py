@@ -19,6 +19,27 @@ def demo_state(tmp_path_factory: pytest.TempPathFactory) -> tuple[FleetState, di
 
 
 @pytest.fixture(autouse=True)
+def _no_bug_hidden_by_the_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """The console's guard keeps a bug from ending the console; in a test it must not keep
+    the bug from failing the test. Tests that raise one on purpose say `guard_faults`."""
+    from llmgw_core.errors import LlmgwError
+    from llmgw_tui.guard import ConsoleGuard
+
+    faults: list[str] = []
+    catch = ConsoleGuard.catch
+
+    def recording(guard: ConsoleGuard, error: BaseException, where: str) -> None:
+        if not isinstance(error, LlmgwError):
+            faults.append(f"{where}: {error!r}")
+        catch(guard, error, where)
+
+    monkeypatch.setattr(ConsoleGuard, "catch", recording)
+    yield
+    if request.node.get_closest_marker("guard_faults") is None:
+        assert not faults, f"the console's guard caught a bug: {faults[0]}"
+
+
+@pytest.fixture(autouse=True)
 def _deterministic_terminal(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """NO_COLOR would grey out every snapshot; animation stays off."""
     monkeypatch.delenv("NO_COLOR", raising=False)

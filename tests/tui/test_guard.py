@@ -146,6 +146,7 @@ def test_a_refusal_from_a_worker_or_a_timer_is_a_red_line(faulty_app):
     asyncio.run(run())
 
 
+@pytest.mark.guard_faults
 def test_a_bug_is_logged_with_its_traceback_and_named_in_one_line(faulty_app, tmp_path):
     async def run() -> None:
         app = faulty_app()
