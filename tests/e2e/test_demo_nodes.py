@@ -85,8 +85,13 @@ async def main():
     try:
         spec = {"replica": "r1", "rank": 0, "commands": [{"argv": ["sleep", "300"]}]}
         await fleet.request("cpu-01", "shard.start", spec, timeout_s=30)
-        listing = await fleet.request("cpu-01", "shard.list", timeout_s=30)
-        pids = [c["pid"] for s in listing["shards"] for c in s["commands"] if c["pid"]]
+        # shard.start answers once the supervisor runs; the command's pid comes a moment
+        # later (on a loaded machine, later than the first listing).
+        pids = []
+        while not pids:
+            listing = await fleet.request("cpu-01", "shard.list", timeout_s=30)
+            pids = [c["pid"] for s in listing["shards"] for c in s["commands"] if c["pid"]]
+            await asyncio.sleep(0 if pids else 0.05)
         pids.append(fleet.client("cpu-01").hello["pid"])
         print(json.dumps({"pids": pids}), flush=True)
         await asyncio.sleep(120)
