@@ -70,6 +70,7 @@ class Way:
     gpu_class: str
     pool: str
     interconnect: str | None
+    over_pcie: bool
     kind: int
     cards: int
     nodes: int
@@ -124,6 +125,8 @@ class Way:
         text = f"{engine} TP{self.tensor_parallel}"
         if self.pipeline_parallel > 1:
             text = f"{engine} PP{self.pipeline_parallel} × TP{self.tensor_parallel}"
+        if self.over_pcie:
+            text += " over PCIe"
         if self.expert_parallel:
             text += ", experts spread"
         return text
@@ -151,6 +154,7 @@ class Way:
             "gpu_class": self.gpu_class,
             "pool": self.pool,
             "interconnect": self.interconnect,
+            "over_pcie": self.over_pcie,
             "cards": self.cards,
             "nodes": self.nodes,
             "tensor_parallel": self.tensor_parallel,
@@ -439,6 +443,7 @@ def _ways_on_pool(
             return []
         free = pool.nodes_with(count, free_only=True, nvlink=False) >= 1
         return [_way(engine, artifact, shape, pool, ref, sizer, 1, count, 1, free)]
+    over_pcie = False
     if card.is_mig:
         widths: tuple[int, ...] = (1,)
         notes.append(
@@ -446,10 +451,14 @@ def _ways_on_pool(
         )
     else:
         widest = max(pool.nvlink_widths(free_only=False), default=1)
-        if widest == 1 and max(pool.card_counts(free_only=False), default=0) > 1:
+        most = max(pool.card_counts(free_only=False), default=0)
+        if widest == 1 and most > 1:
+            over_pcie = True
+            widest = most
             notes.append(
-                f"{pool.describe()}: its cards share no NVLink, so no tensor parallel there:"
-                " one card a replica (llama.cpp can still split a GGUF file by layer)"
+                f"{pool.describe()}: its cards share no NVLink, so tensor parallel there runs"
+                " over PCIe — peer to peer under one PCIe switch, through host memory across"
+                " host bridges — slower than NVLink; a model that fits fewer cards is better"
             )
         widths = tensor_widths(shape, widest, artifact.quantization)
 
@@ -457,10 +466,13 @@ def _ways_on_pool(
         ep = uses_expert_parallel(engine, shape, width)
         return sizer.fits(engine, artifact, shape, Layout(width, nodes, ep), memory)
 
+    nvlink = not over_pcie
     one_node = [width for width in widths if fits(width, 1)]
     for width in one_node:
-        free = pool.nodes_with(width, free_only=True) >= 1
-        ways.append(_way(engine, artifact, shape, pool, ref, sizer, width, 1, 1, free))
+        free = pool.nodes_with(width, free_only=True, nvlink=nvlink) >= 1
+        ways.append(
+            _way(engine, artifact, shape, pool, ref, sizer, width, 1, 1, free, over_pcie)
+        )
     if not pool.spans_nodes or card.is_mig:
         if not one_node and widths:
             _record_miss(misses, sizer, engine, artifact, shape, pool, widths[-1], 1)
@@ -473,7 +485,7 @@ def _ways_on_pool(
     for width in widths:
         if width in one_node:
             continue
-        node_limit = min(pool.nodes_with(width, free_only=False), shape.num_layers)
+        node_limit = min(pool.nodes_with(width, free_only=False, nvlink=nvlink), shape.num_layers)
         if fewest_cards is not None and one_node_free:
             node_limit = min(node_limit, (fewest_cards - 1) // width)
         nodes = smallest_fitting(lambda n, width=width: fits(width, n), 2, node_limit)
@@ -483,10 +495,12 @@ def _ways_on_pool(
                     misses, sizer, engine, artifact, shape, pool, width, max(node_limit, 1)
                 )
             continue
-        free = pool.nodes_with(width, free_only=True) >= nodes
+        free = pool.nodes_with(width, free_only=True, nvlink=nvlink) >= nodes
         if fewest_cards is not None and width * nodes >= fewest_cards and not free:
             continue
-        ways.append(_way(engine, artifact, shape, pool, ref, sizer, width, 1, nodes, free))
+        ways.append(
+            _way(engine, artifact, shape, pool, ref, sizer, width, 1, nodes, free, over_pcie)
+        )
     return ways
 
 
@@ -544,8 +558,13 @@ def _way(
     layer_split: int,
     nodes: int,
     free_now: bool,
+    over_pcie: bool = False,
 ) -> Way:
-    """Build the way of `width` × `nodes` (or a llama.cpp split over `layer_split` cards)."""
+    """Build the way of `width` × `nodes` (or a llama.cpp split over `layer_split` cards).
+
+    `over_pcie`: the pool's cards share no NVLink, so a tensor-parallel group
+    talks over PCIe (said in the layout, and placement needs no NVLink).
+    """
     card: GpuClass | None = pool.gpu_class
     memory = pool.device_memory_gib
     expert = uses_expert_parallel(engine, shape, width)
@@ -587,6 +606,7 @@ def _way(
         gpu_class=pool.label,
         pool=pool.describe(),
         interconnect=pool.interconnect,
+        over_pcie=over_pcie and width > 1,
         kind=kind,
         cards=cards,
         nodes=nodes,

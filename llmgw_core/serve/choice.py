@@ -70,6 +70,8 @@ class Choice:
         usable_share: the share of a device the engine may use.
         interconnect: the interconnect the plan sized it for.
         label: `4 × h100-80g`, for people.
+        over_pcie: the tensor-parallel cards share no NVLink (PCIe cards), so
+            placement does not ask for NVLink between them.
     """
 
     engine: str
@@ -91,6 +93,7 @@ class Choice:
     usable_share: float
     interconnect: str | None
     label: str
+    over_pcie: bool = False
 
     def want(self, models: tuple[str, ...] = ()) -> Want:
         """What placement must find for this way."""
@@ -98,7 +101,7 @@ class Choice:
             gpu_class=self.gpu_class,
             cards_per_node=self.cards_per_node,
             nodes=self.nodes,
-            nvlink_inside=self.engine != LLAMA_CPP,
+            nvlink_inside=self.engine != LLAMA_CPP and not self.over_pcie,
             ram_gib=self.per_card_gib if self.gpu_class is None else 0.0,
             ram_share=self.usable_share,
             interconnect=self.interconnect,
@@ -118,6 +121,7 @@ class Choice:
             "tensor_parallel": self.tensor_parallel,
             "pipeline_parallel": self.pipeline_parallel,
             "expert_parallel": self.expert_parallel,
+            "over_pcie": self.over_pcie,
             "quantization_flag": self.quantization_flag,
             "per_card_gib": round(self.per_card_gib, 2),
             "label": self.label,
@@ -163,6 +167,7 @@ def choice_of_way(way: Way, model: ModelInfo) -> Choice:
         usable_share=share,
         interconnect=way.interconnect,
         label=way.label(),
+        over_pcie=way.over_pcie,
     )
 
 
@@ -332,4 +337,5 @@ def _forced(plan: Plan, model: ModelInfo, fleet: Fleet, overrides: Overrides) ->
         usable_share=usable / card.memory_gib,
         interconnect=None,
         label=label,
+        over_pcie=width > 1 and max(pool.nvlink_widths(free_only=False), default=1) == 1,
     )

@@ -120,11 +120,21 @@ def test_among_gguf_files_on_one_card_the_better_precision_up_to_8_bits_wins():
     assert all(w.engine == "llama.cpp" for w in result.options)
 
 
-def test_a_pcie_box_runs_one_card_a_replica_and_says_why():
+def test_a_pcie_box_runs_a_model_on_one_card_when_it_fits_and_says_wider_ways_go_over_pcie():
     fleet = [{"name": "pcie", "gpu": "l40s-48g", "gpus": 4, "nvlink": False}]
     result = _plan("catalog:meta-llama/Llama-3.1-8B-Instruct", fleet, context=8192)
-    assert {w.tensor_parallel for w in result.options} == {1}
-    assert any("share no NVLink" in note for note in result.notes)
+    assert result.best is not None and result.best.tensor_parallel == 1
+    wider = [w for w in result.options if w.tensor_parallel > 1]
+    assert wider and all(w.over_pcie and w.layout_text().endswith("over PCIe") for w in wider)
+    assert any("share no NVLink" in note and "over PCIe" in note for note in result.notes)
+
+
+def test_a_model_too_big_for_one_pcie_card_is_split_over_pcie():
+    fleet = [{"name": "pcie", "gpu": "l40s-48g", "gpus": 4, "nvlink": False}]
+    result = _plan(LLAMA_70B, fleet, context=8192, format="safetensors")
+    assert result.best is not None
+    assert (result.best.tensor_parallel, result.best.over_pcie) == (4, True)
+    assert result.best.layout_text() == "vLLM TP4 over PCIe"
 
 
 def test_nodes_on_two_fabrics_are_never_one_replica():

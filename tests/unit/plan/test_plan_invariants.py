@@ -90,8 +90,9 @@ def test_every_way_offered_for_a_real_repository_can_load(models_dir):
             assert way.expert_parallel == (model.shape.is_moe and way.tensor_parallel > 1), where
             if card.is_mig:
                 assert way.cards == 1, where
-            if not card.nvlink:
-                assert way.tensor_parallel == 1, where
+            # Cards without NVLink split a layer over PCIe, and the way says so.
+            assert way.over_pcie == (not card.nvlink and way.tensor_parallel > 1), where
+            assert ("over PCIe" in way.layout_text()) == way.over_pcie, where
             if card.compute_capability < 8.0 and model.shape.dtype == "bfloat16" and quant is None:
                 assert "--dtype half" in way.serve, where
             assert way.per_card_gib <= way.usable_gib, where

@@ -66,8 +66,7 @@ def test_every_way_fits_obeys_the_rules_and_comes_best_first(entries, ref, conte
             assert way.cards == 1
         if way.engine != "llama.cpp":
             assert width_refusal(model.shape, way.tensor_parallel) is None
-            if way.tensor_parallel > 1:
-                assert card.nvlink
+            assert way.over_pcie == (way.tensor_parallel > 1 and not card.nvlink)
             if way.nodes > 1:
                 assert way.interconnect is not None
     kinds = [(w.kind, w.cards, w.nodes) for w in result.options]
