@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from llmgw_core.fabric.nccl import NcclTransport, parse_nccl_transport
+from llmgw_core.fabric.paths import NvlinkMatrix, inside_path, shm_warning, transport_label
 from llmgw_core.fabric.verdicts import transport_warnings
 
 KEPT_LINES = 200_000
@@ -64,6 +65,20 @@ class LogLines:
             self._nccl_lines.extend(nccl)
             self.transport = parse_nccl_transport(self._nccl_lines)
         return batch
+
+    def label(self, node_count: int | None, topology: NvlinkMatrix | None) -> str | None:
+        """What NCCL runs over so far (`NVLink`, `NVLink + IB + GDR`), as the replicas table says it."""
+        if self.transport is None:
+            return None
+        inside = inside_path(self.transport, topology)
+        return transport_label(self.transport, inside, node_count or 1)
+
+    def shm_on_nvlink(self, replica: str, topology: NvlinkMatrix | None) -> str | None:
+        """The core's sentence when NCCL joined NVLink cards through host memory."""
+        if self.transport is None:
+            return None
+        inside = inside_path(self.transport, topology)
+        return shm_warning(replica, "its node", inside) if inside is not None else None
 
     def socket_fallback(self, replica: str, node_count: int | None) -> str | None:
         """The core's sentence when NCCL carries traffic between nodes over TCP sockets.

@@ -8,6 +8,7 @@ exactly what `llmgw-tui --demo` shows, deterministically.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -85,11 +86,17 @@ def demo_replica(fleet_state: FleetState) -> ReplicaView:
     return view
 
 
-def demo_logs(view: ReplicaView, *, socket_fallback: bool = True) -> dict[str, list[str]]:
+def demo_logs(
+    view: ReplicaView,
+    *,
+    socket_fallback: bool = True,
+    topology: Mapping[str, Mapping[str, Mapping[str, str]]] | None = None,
+) -> dict[str, list[str]]:
     """Each shard's log as the simulated engine writes it (NCCL INFO lines included).
 
     With `socket_fallback`, NCCL is told to leave InfiniBand alone, so it
-    says `NET/Socket` — what the logs screen must shout about.
+    says `NET/Socket` — what the logs screen must shout about. `topology`:
+    each node's card-to-card matrix, which the channel lines follow.
     """
     from llmgw_agent.sim.engine_lines import nccl_lines
 
@@ -105,7 +112,14 @@ def demo_logs(view: ReplicaView, *, socket_fallback: bool = True) -> dict[str, l
         }
         logs[shard.shard_id] = [
             f"INFO vllm: starting rank {shard.rank} of {view.name} on {shard.node}",
-            *nccl_lines(env, shard.node, 4100 + shard.rank, engine),
+            *nccl_lines(
+                env,
+                shard.node,
+                4100 + shard.rank,
+                engine,
+                shard.gpus,
+                {k: dict(v) for k, v in (topology or {}).get(shard.node, {}).items()},
+            ),
             f"INFO vllm: rank {shard.rank} loaded its weights",
         ]
     return logs
@@ -119,9 +133,22 @@ def demo_replica_with_logs(fleet_state: FleetState) -> tuple[ReplicaView, dict[s
     from llmgw_core.serve.transport import transport_dict
 
     view = demo_replica(fleet_state)
-    logs = demo_logs(view)
+    topology = {
+        name: node.facts.nvlink
+        for name, node in fleet_state.nodes.items()
+        if node.facts is not None and node.facts.nvlink
+    }
+    logs = demo_logs(view, topology=topology)
+    by_node = {s.shard_id: s.node for s in view.shards}
     transports, warnings = replica_transport(
-        view.name, logs, [f"mlx5_{i}" for i in range(8)], len(view.shards)
+        view.name,
+        logs,
+        [f"mlx5_{i}" for i in range(8)],
+        len(view.shards),
+        {shard_id: topology.get(node, {}) for shard_id, node in by_node.items()},
     )
-    by_shard = {shard_id: transport_dict(found) for shard_id, found in transports.items()}
+    by_shard = {
+        shard_id: transport_dict(found, topology.get(by_node[shard_id]), len(view.shards))
+        for shard_id, found in transports.items()
+    }
     return replace(view, transports=by_shard, transport_warnings=tuple(warnings)), logs

@@ -14,6 +14,9 @@ from __future__ import annotations
 from llmgw_core.engines.allowlist import PLACEMENT_KEYS, checked_env
 from llmgw_core.engines.spec import LaunchNode, LaunchRequest
 
+NCCL_ENGINES = ("vllm", "sglang", "sim")
+"""The engines whose cards talk through NCCL (llama.cpp splits layers without it)."""
+
 
 def visible_devices(node: LaunchNode) -> str:
     """`CUDA_VISIBLE_DEVICES` for a node's devices.
@@ -75,6 +78,14 @@ def fabric_env(request: LaunchRequest, node: LaunchNode) -> dict[str, str]:
         # interface, IPoIB addresses that do not route between fabrics included.
         env["NCCL_SOCKET_IFNAME"] = f"={node.interface}"
         env["GLOO_SOCKET_IFNAME"] = node.interface
+    if request.engine in NCCL_ENGINES and request.tensor_parallel * request.pipeline_parallel > 1:
+        # The transport proof (`fabric.paths`): NCCL names each rank pair's path
+        # only at INFO. INIT alone carries every line the proof reads (the
+        # channels, `Using network`, the adapters, `comm … nNodes`) and not
+        # ENV's echo of the environment or BOOTSTRAP's chatter. The operator's
+        # own `NCCL_DEBUG` (say `WARN`) goes on top and turns it off.
+        env["NCCL_DEBUG"] = "INFO"
+        env["NCCL_DEBUG_SUBSYS"] = "INIT"
     if request.multi_node and node.nvlink_domain:
         # Inside one NVLink domain NCCL carries collectives over NVLink
         # between nodes only when told to, and needs CUDA's cuMem for it.

@@ -12,7 +12,11 @@ this module reads them into facts a shard can carry:
 * `Using network IB` | `Socket` | a plugin's name (`IBext_v8`);
 * `… via NET/IB/0/GDRDMA` (GPUDirect RDMA) or `via NET/IB/1` (through host
   memory) or `via NET/Socket/0`;
-* `comm … nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0|1`.
+* `comm … nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0|1`;
+* the path of each rank pair inside a node (`src/transport/p2p.cc`,
+  `shm.cc`): `Channel 00/0 : 1[1] -> 2[2] via P2P/CUMEM` (and `/read`,
+  `P2P/IPC`, `P2P/direct pointer`, `P2P/indirect/…`), `via SHM/direct/direct`
+  (after 2.30: `SHM/direct`), `via P2P/MNNVL` (NVLink across trays).
 
 Lines may carry prefixes in front of NCCL's own `host:pid:tid [dev]`: Ray's
 `(RayWorkerWrapper pid=…, ip=…) `, mpirun's `[1,0]<stdout>:`, a timestamp.
@@ -40,6 +44,11 @@ _IB_ENTRY = re.compile(
 _NET_SOCKET_USING = re.compile(r"^NET/Socket ?: Using (?P<list>.*)$")
 _SOCKET_ENTRY = re.compile(r"\[(?P<index>\d+)\](?P<name>[^:\s]+):(?P<address>[^<\s]+)")
 _CHANNEL_NET = re.compile(r"via NET/(?P<net>[A-Za-z0-9_]+)/(?P<dev>\d+)(?:\(\d+\))?(?P<rest>\S*)")
+_CHANNEL = re.compile(
+    r"Channel \d+(?:/\d+)? : (?P<src>\d+)\[(?P<src_dev>[0-9a-fx]+)\] -> "
+    r"(?P<dst>\d+)\[(?P<dst_dev>[0-9a-fx]+)\] (?:\[(?:send|receive)\] )?"
+    r"via (?P<via>P2P/direct pointer\S*|\S+)"
+)
 _COMM = re.compile(r"nRanks (?P<ranks>\d+) nNodes (?P<nodes>\d+) .*?MNNVL (?P<mnnvl>\d)")
 _GDR_ENABLED = re.compile(r"GPU Direct RDMA Enabled for HCA")
 
@@ -53,6 +62,49 @@ class NcclAdapter(BaseModel):
     port: int
     link_layer: Literal["IB", "RoCE"] | str
     sharp: bool = False
+
+
+PathKind = Literal["p2p", "shm", "mnnvl", "net"]
+"""How NCCL joined two ranks: peer to peer between the cards (NVLink or PCIe —
+the line does not say which; the node's topology does), through host memory,
+over NVLink across trays, or over the network."""
+
+
+class NcclPath(BaseModel):
+    """One rank pair NCCL connected, and how (`0[0] -> 1[1] via P2P/CUMEM`).
+
+    Attributes:
+        src, dst: the ranks.
+        src_card, dst_card: their cards' NVML indices (the numbers in brackets),
+            None where an older NCCL printed a PCI bus id there (`[3e000]`).
+        via: NCCL's own words after `via` (`P2P/CUMEM/read`, `SHM/direct/direct`).
+        kind: what `via` means (`PathKind`).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    src: int
+    dst: int
+    src_card: int | None
+    dst_card: int | None
+    via: str
+    kind: PathKind
+
+
+def path_kind(via: str) -> PathKind:
+    """`P2P/MNNVL…` → mnnvl, other `P2P/…` → p2p, `SHM/…` → shm, `NET/…` (and CollNet) → net."""
+    if via.startswith("P2P/MNNVL"):
+        return "mnnvl"
+    if via.startswith("P2P/"):
+        return "p2p"
+    if via.startswith("SHM/"):
+        return "shm"
+    return "net"
+
+
+def _card(text: str) -> int | None:
+    """An NVML index (`3`); None for an old NCCL's bus id (`3e000`, `0x81`)."""
+    return int(text) if text.isdigit() and len(text) <= 3 else None
 
 
 class NcclTransport(BaseModel):
@@ -75,6 +127,7 @@ class NcclTransport(BaseModel):
         ranks: the largest `nRanks` seen.
         hosts: the host names in the line prefixes.
         warnings: NCCL's own WARN messages.
+        paths: each rank pair NCCL connected, once per pair and way (first seen).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -92,6 +145,12 @@ class NcclTransport(BaseModel):
     ranks: int | None = None
     hosts: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    paths: tuple[NcclPath, ...] = ()
+
+    @property
+    def crosses_nodes(self) -> bool:
+        """True when NCCL connected ranks over the network (or said it spans nodes)."""
+        return any(p.kind == "net" for p in self.paths) or (self.nodes or 1) > 1
 
     @property
     def label(self) -> str:
@@ -146,6 +205,7 @@ def parse_nccl_transport(lines: Iterable[str]) -> NcclTransport:
     nodes = ranks = None
     hosts: list[str] = []
     warnings: list[str] = []
+    paths: dict[tuple[int, int, str], NcclPath] = {}
     for raw in lines:
         version_match = _VERSION.search(raw)
         if version_match and version is None:
@@ -192,6 +252,18 @@ def parse_nccl_transport(lines: Iterable[str]) -> NcclTransport:
                 gdr_channels += 1
         if "via P2P/MNNVL" in message:
             mnnvl = True
+        if (channel := _CHANNEL.search(message)) is not None:
+            via = channel.group("via")
+            key = (int(channel.group("src")), int(channel.group("dst")), via)
+            if key not in paths:
+                paths[key] = NcclPath(
+                    src=key[0],
+                    dst=key[1],
+                    src_card=_card(channel.group("src_dev")),
+                    dst_card=_card(channel.group("dst_dev")),
+                    via=via,
+                    kind=path_kind(via),
+                )
     gpudirect: bool | None = None
     if net_channels:
         gpudirect = gdr_channels > 0
@@ -211,6 +283,7 @@ def parse_nccl_transport(lines: Iterable[str]) -> NcclTransport:
         ranks=ranks,
         hosts=tuple(hosts),
         warnings=tuple(warnings),
+        paths=tuple(paths.values()),
     )
 
 

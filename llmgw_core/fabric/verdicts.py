@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from llmgw_core.fabric.nccl import AllReducePerf, NcclTransport, parse_nccl_transport
+from llmgw_core.fabric.paths import NvlinkMatrix, inside_path, shm_warning
 from llmgw_core.fabric.perftest import IbWriteBw, TcpThroughput, parse_ib_write_bw
 
 PASS_RATIO = 0.90
@@ -450,6 +451,7 @@ def transport_warnings(
     shards: Mapping[str, NcclTransport],
     fabric_hcas: Sequence[str] | None,
     node_count: int | None = None,
+    nvlink: Mapping[str, NvlinkMatrix] | None = None,
 ) -> list[str]:
     """The warnings a replica's NCCL transport deserves, one sentence each.
 
@@ -458,9 +460,17 @@ def transport_warnings(
         shards: each shard's transport, by shard (or node) name.
         fabric_hcas: the adapters of the replica's fabric (None: no fabric).
         node_count: the replica's node count (else the largest `nNodes` seen).
+        nvlink: each shard's node topology (the agent's `nvlink` facts), by the
+            same names; NVLink cards joined through host memory are warned about.
     """
     nodes = node_count or max((t.nodes or 1 for t in shards.values()), default=1)
     warnings: list[str] = []
+    for name, transport in sorted(shards.items()):
+        topology = (nvlink or {}).get(name)
+        inside = inside_path(transport, topology)
+        said = shm_warning(replica, name, inside) if inside is not None else None
+        if said:
+            warnings.append(said)
     if nodes > 1:
         on_socket = sorted(name for name, t in shards.items() if t.network_kind == "socket")
         if on_socket:
@@ -486,6 +496,7 @@ def replica_transport(
     shard_logs: Mapping[str, Iterable[str]],
     fabric_hcas: Sequence[str] | None,
     node_count: int | None = None,
+    nvlink: Mapping[str, NvlinkMatrix] | None = None,
 ) -> tuple[dict[str, NcclTransport], list[str]]:
     """Each shard's NCCL transport from its log lines, and the replica's warnings.
 
@@ -494,6 +505,7 @@ def replica_transport(
         shard_logs: each shard's log lines (any prefix), by shard or node name.
         fabric_hcas: the adapters of the replica's fabric (None: it has none).
         node_count: how many nodes the replica spans.
+        nvlink: each node's topology, by the same names (`transport_warnings`).
     """
     transports = {name: parse_nccl_transport(lines) for name, lines in shard_logs.items()}
-    return transports, transport_warnings(replica, transports, fabric_hcas, node_count)
+    return transports, transport_warnings(replica, transports, fabric_hcas, node_count, nvlink)

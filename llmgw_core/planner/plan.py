@@ -470,9 +470,7 @@ def _ways_on_pool(
     one_node = [width for width in widths if fits(width, 1)]
     for width in one_node:
         free = pool.nodes_with(width, free_only=True, nvlink=nvlink) >= 1
-        ways.append(
-            _way(engine, artifact, shape, pool, ref, sizer, width, 1, 1, free, over_pcie)
-        )
+        ways.append(_way(engine, artifact, shape, pool, ref, sizer, width, 1, 1, free, over_pcie))
     if not pool.spans_nodes or card.is_mig:
         if not one_node and widths:
             _record_miss(misses, sizer, engine, artifact, shape, pool, widths[-1], 1)

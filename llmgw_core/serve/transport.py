@@ -1,25 +1,29 @@
 """Which transport NCCL took on each shard of a replica, read from the shards' own logs.
 
-A multi-node replica that fell back to TCP sockets runs — slowly — and
-nobody notices. Each shard's NCCL lines (the agent's `shard.nccl`: NCCL's
-INFO and WARN lines from the start of its log) are parsed by
-`fabric.replica_transport` into the network (`IB`, `Socket`, a plugin),
-GPUDirect RDMA, MNNVL and the adapters used; a replica whose multi-node
-shards use Socket, or an adapter outside its fabric, gets a warning.
+A replica whose cards talk through host memory, or whose nodes fell back to
+TCP sockets, runs — slowly — and nobody notices. Each shard's NCCL lines
+(the agent's `shard.nccl`: NCCL's INFO and WARN lines from the start of its
+log) are parsed by `fabric.replica_transport` into the path inside the node
+(NVLink, PCIe P2P, host memory, MNNVL: `fabric.paths`, checked against the
+node's topology) and the network between nodes (`IB`, `Socket`, a plugin,
+GPUDirect RDMA, the adapters used). NVLink cards joined through host memory,
+a multi-node replica on Socket, or an adapter outside the fabric, is warned.
 
-NCCL says what it chose only with `NCCL_DEBUG=INFO` (or `TRACE`): without
-it a shard's transport is unknown (None), never guessed.
+NCCL says what it chose only with `NCCL_DEBUG=INFO` (or `TRACE`), which the
+launcher sets unless the operator sets it otherwise; without it a shard's
+transport is unknown, with the reason (`unknown_transport`), never guessed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fabric.nccl import NcclTransport
+from llmgw_core.fabric.paths import NvlinkMatrix, inside_path, transport_label
 from llmgw_core.fabric.verdicts import replica_transport
 from llmgw_core.fleet.client import AgentError, AgentLost
 from llmgw_core.serve.view import ReplicaView, ShardView
@@ -31,12 +35,23 @@ TAIL_FALLBACK_LINES = 2000
 """From an agent without `shard.nccl`, the last lines read instead."""
 
 
-def transport_dict(transport: NcclTransport) -> dict[str, Any] | None:
-    """One shard's transport as the `replicas` step gives it; None when NCCL said nothing."""
+def transport_dict(
+    transport: NcclTransport, nvlink: NvlinkMatrix | None = None, node_count: int = 1
+) -> dict[str, Any] | None:
+    """One shard's transport as the `replicas` step gives it; None when NCCL said nothing.
+
+    `label` names the path inside the node and, for a replica across nodes,
+    the network between them (`NVLink + IB + GDR`); `inside` counts the rank
+    pairs on each link (`transport_label`, `inside_path`).
+    """
     if transport.network is None and transport.mnnvl is None and transport.version is None:
         return None
+    inside = inside_path(transport, nvlink)
     return {
-        "label": transport.label,
+        "label": transport_label(transport, inside, node_count),
+        "inside": (
+            {"label": inside.label, "pairs": dict(inside.pairs)} if inside is not None else None
+        ),
         "network": transport.network,
         "kind": transport.network_kind,
         "gpudirect": transport.gpudirect,
@@ -46,6 +61,21 @@ def transport_dict(transport: NcclTransport) -> dict[str, Any] | None:
         "nccl_version": transport.version,
         "nodes": transport.nodes,
     }
+
+
+def unknown_transport(spec: Mapping[str, Any], phase: str) -> str:
+    """Why a shard shows no transport, in a few words (for the table and the JSON)."""
+    way = spec.get("way") or {}
+    if spec.get("engine") == "llama.cpp":
+        return "llama.cpp uses no NCCL"
+    if int(way.get("gpus_per_node") or 0) * int(way.get("nodes") or 1) <= 1:
+        return "one card: no NCCL"
+    level = str((spec.get("env") or {}).get("NCCL_DEBUG", "INFO")).upper()
+    if level not in ("INFO", "TRACE"):
+        return f"NCCL_DEBUG={level}: NCCL does not say"
+    if phase in ("starting", "loading"):
+        return "not yet: NCCL speaks once the engine joins its cards"
+    return "NCCL printed no channel lines"
 
 
 def fabric_adapters(fleet: Any, view: ReplicaView) -> list[str] | None:
@@ -97,15 +127,36 @@ async def with_transport(fleet: Any, view: ReplicaView) -> ReplicaView:
     found = await asyncio.gather(*(read(s) for s in view.shards))
     logs = {shard.node: lines for shard, lines in found if lines is not None}
     node_count = len(view.spec.get("placement", {}).get("nodes", [])) or len(view.shards)
+    topology = node_topology(fleet, logs)
     transports, warnings = replica_transport(
-        view.name, logs, fabric_adapters(fleet, view), node_count
+        view.name, logs, fabric_adapters(fleet, view), node_count, topology
     )
-    by_shard = {
-        shard.shard_id: transport_dict(transports[shard.node])
-        for shard, lines in found
-        if lines is not None
-    }
+    by_shard: dict[str, Mapping[str, Any] | None] = {}
+    for shard, lines in found:
+        said = (
+            transport_dict(transports[shard.node], topology.get(shard.node), node_count)
+            if lines is not None
+            else None
+        )
+        if said is None or said["label"] is None:
+            said = {
+                **(said or {}),
+                "label": None,
+                "unknown": unknown_transport(view.spec, view.phase),
+            }
+        by_shard[shard.shard_id] = said
     return dataclasses.replace(view, transports=by_shard, transport_warnings=tuple(warnings))
+
+
+def node_topology(fleet: Any, nodes: Iterable[str]) -> dict[str, NvlinkMatrix]:
+    """Each named node's card-to-card matrix from its last facts (absent when unknown)."""
+    states = fleet.snapshot().nodes
+    found: dict[str, NvlinkMatrix] = {}
+    for name in nodes:
+        state = states.get(name)
+        if state is not None and state.facts is not None and state.facts.nvlink:
+            found[name] = state.facts.nvlink
+    return found
 
 
 async def with_transports(fleet: Any, views: Sequence[ReplicaView]) -> tuple[ReplicaView, ...]:

@@ -43,9 +43,14 @@ class ShardRow:
 
 
 def shard_transport(view: ReplicaView, shard: ShardView) -> str | None:
-    """The NCCL transport the shard's log shows (`IB + GDR`, `Socket (TCP)`), None when unsaid."""
+    """What the shard's NCCL runs over (`NVLink`, `NVLink + IB + GDR`), or why it is not known
+    (`(one card: no NCCL)`); None before the logs were read."""
     found = view.transports.get(shard.shard_id)
-    return str(found["label"]) if found and found.get("label") else None
+    if not found:
+        return None
+    if found.get("label"):
+        return str(found["label"])
+    return f"({found['unknown']})" if found.get("unknown") else None
 
 
 def compact_gpus(gpus: tuple[str, ...]) -> str:

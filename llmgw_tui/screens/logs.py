@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Log, Static
 
 from llmgw_core.errors import BadInput, LlmgwError
+from llmgw_core.fabric.paths import NvlinkMatrix
 from llmgw_tui.fields import Checked, CheckedInput, filter_refusal, reason, save_path_refusal
 from llmgw_tui.guard import Guarded
 from llmgw_tui.log_lines import LogLines, ShowOptions, shown
@@ -57,6 +58,8 @@ class LogsScreen(Guarded, Screen[None]):
         self.options = ShowOptions()
         self.stream_ended: str | None = None
         self.node_count: int | None = None
+        self.topology: NvlinkMatrix | None = None
+        """The shown shards' card-to-card matrix, for the path NCCL took inside a node."""
         """Nodes the replica spans (NCCL over sockets matters only across nodes)."""
 
     def compose(self) -> ComposeResult:
@@ -109,6 +112,7 @@ class LogsScreen(Guarded, Screen[None]):
                     f"no replica is named {self.replica!r}", f"the replicas are: {names}"
                 )
             self.node_count = len(view.spec.get("placement", {}).get("nodes", [])) or None
+            self.topology = await self._topology(feed, view)
             async for batch in feed.follow_logs(view, self.rank):
                 self.lines.add(batch, time.time())
         except LlmgwError as exc:
@@ -117,6 +121,17 @@ class LogsScreen(Guarded, Screen[None]):
         else:
             self.stream_ended = "the shards ended; no more lines"
         self._show_status()
+
+    async def _topology(self, feed: Any, view: Any) -> NvlinkMatrix | None:
+        """The card-to-card matrix of the shown shards' nodes, when they share one."""
+        summary = await feed.snapshot()
+        states = summary.fleet_state.nodes if summary.fleet_state is not None else {}
+        shards = [s for s in view.shards if self.rank is None or s.rank == self.rank]
+        found = []
+        for shard in shards:
+            state = states.get(shard.node)
+            found.append(state.facts.nvlink if state is not None and state.facts else None)
+        return found[0] if found and all(f == found[0] for f in found) else None
 
     async def _read_gateway_log(self, feed: Any) -> None:
         """Follow the router's log through the core's reader (the `logs` step's)."""
@@ -164,6 +179,10 @@ class LogsScreen(Guarded, Screen[None]):
         if said and not banner.display:
             banner.update(f"NCCL SAYS NET/Socket: TRAFFIC BETWEEN NODES GOES OVER TCP. {said}")
             banner.display = True
+        said = self.lines.shm_on_nvlink(self.replica, self.topology)
+        if said and not banner.display:
+            banner.update(f"NCCL SAYS SHM: NVLINK CARDS TALK THROUGH HOST MEMORY. {said}")
+            banner.display = True
 
     def _show_status(self) -> None:
         if self.gateway:
@@ -182,8 +201,9 @@ class LogsScreen(Guarded, Screen[None]):
             parts.append("wrap")
         if self.options.timestamps:
             parts.append("times")
-        if self.lines.transport is not None and self.lines.transport.network:
-            parts.append(f"NCCL {self.lines.transport.label}")
+        label = self.lines.label(self.node_count, self.topology)
+        if label:
+            parts.append(f"NCCL {label}")
         if self.stream_ended:
             parts.append(self.stream_ended)
         self.query_one("#logs-status", Static).update(" · ".join(parts))

@@ -268,6 +268,32 @@ def test_nccl_says_roce_when_a_gid_index_is_given_and_nothing_without_nccl_debug
     assert nccl_lines({"NCCL_IB_HCA": "mlx5_0"}, "node-a", 42, engine) == []
 
 
+def _channel_vias(env: dict, argv: list, cards: list, topology: dict) -> set:
+    engine = parse_engine_argv("vllm", ["vllm", "serve", "m", *argv])
+    lines = nccl_lines({"NCCL_DEBUG": "INFO", **env}, "node-a", 42, engine, cards, topology)
+    return {line.split(" via ", 1)[1] for line in lines if " via " in line}
+
+
+def test_the_sim_joins_cards_the_way_nccl_does_on_each_kind_of_box() -> None:
+    nv18 = {str(a): {str(b): "NV18" for b in range(8) if b != a} for a in range(8)}
+    pcie = {"0": {"1": "NODE"}, "1": {"0": "NODE"}}
+    tp4 = ["--tensor-parallel-size", "4"]
+    assert _channel_vias({}, tp4, ["0", "1", "2", "3"], nv18) == {"P2P/CUMEM"}
+    # NCCL_P2P_DISABLE sends even NVLink cards through host memory.
+    disabled = {"NCCL_P2P_DISABLE": "1"}
+    assert _channel_vias(disabled, tp4, ["0", "1", "2", "3"], nv18) == {"SHM/direct/direct"}
+    # PCIe cards behind different host bridges: past NCCL's P2P level on an Intel host.
+    tp2 = ["--tensor-parallel-size", "2"]
+    assert _channel_vias({}, tp2, ["0", "1"], pcie) == {"SHM/direct/direct"}
+    # Two trays of one NVLink domain: P2P over MNNVL, inside and between the trays.
+    trays = ["--tensor-parallel-size", "4", "--pipeline-parallel-size", "2", "--nnodes", "2"]
+    mnnvl = {"NCCL_MNNVL_ENABLE": "1"}
+    assert _channel_vias(mnnvl, trays, ["0", "1", "2", "3"], nv18) == {"P2P/MNNVL"}
+    # Two nodes on InfiniBand: P2P inside, the network between.
+    ib = {"NCCL_IB_HCA": "=mlx5_0"}
+    assert _channel_vias(ib, trays, ["0", "1", "2", "3"], nv18) == {"P2P/CUMEM", "NET/IB/0/GDRDMA"}
+
+
 def test_a_sim_engine_on_a_mig_instance_shows_its_memory_in_the_facts_while_it_runs(
     state_dir: Path, tmp_path: Path
 ) -> None:

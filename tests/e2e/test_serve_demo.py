@@ -53,6 +53,12 @@ def test_llama_70b_at_32k_comes_up_on_four_h100_cards_of_one_node_and_answers(de
     assert replica["engine"] == "vllm" and replica["endpoint"].startswith("h100-a-01:")
     (shard,) = replica["shards"]
     assert shard["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(placed["gpus"])
+    # The transport proof is on without being asked for, and a one-node replica's
+    # network plugin (Socket here) is never what it is said to run over.
+    assert (shard["env"]["NCCL_DEBUG"], shard["env"]["NCCL_DEBUG_SUBSYS"]) == ("INFO", "INIT")
+    assert shard["transport"]["label"] == "NVLink"
+    assert shard["transport"]["inside"] == {"label": "NVLink", "pairs": {"nvlink": 4}}
+    assert replica["transport_warnings"] == []
     assert "--tensor-parallel-size" in shard["argv"] and "32768" in shard["argv"]
 
     answer = demo.step("ask", replica="llama-70b", prompt="Say hello.")
@@ -95,7 +101,8 @@ def test_forced_over_two_nodes_both_ranks_use_ib_a_and_say_net_ib(demo: Demo):
     (replica,) = demo.step("replicas", name="llama-2x8").result["replicas"]
     for shard in replica["shards"]:
         transport = shard["transport"]
-        assert transport["label"] == "IB + GDR" and transport["kind"] == "ib"
+        assert transport["label"] == "NVLink + IB + GDR" and transport["kind"] == "ib"
+        assert transport["inside"]["pairs"] == {"nvlink": 7}
         assert transport["gpudirect"] is True and transport["mnnvl"] is False
         assert transport["adapters"] == [f"mlx5_{i}:1/IB" for i in range(8)]
     assert replica["transport_warnings"] == []
@@ -118,7 +125,8 @@ def test_a_two_node_replica_told_not_to_use_its_adapters_is_shown_and_warned_as_
     )
     listed = demo.step("replicas", name="llama-2x8-tcp")
     (replica,) = listed.result["replicas"]
-    assert [s["transport"]["label"] for s in replica["shards"]] == ["Socket (TCP)"] * 2
+    labels = [s["transport"]["label"] for s in replica["shards"]]
+    assert labels == ["NVLink + Socket (TCP)"] * 2
     assert all(s["transport"]["adapters"] == [] for s in replica["shards"])
     (warning,) = replica["transport_warnings"]
     assert warning.startswith(
@@ -158,7 +166,83 @@ def test_across_trays_the_replica_stays_in_the_nvl72_domain_off_the_tray_that_di
         assert shard["env"]["NCCL_MNNVL_ENABLE"] == "1" and shard["env"]["NCCL_CUMEM_ENABLE"] == "1"
     lines = demo.step("logs", replica="qwen-nvl72", lines=200).result["lines"]
     assert sum(1 for line in lines if "MNNVL 1" in line) >= 1
+    (replica,) = demo.step("replicas", name="qwen-nvl72").result["replicas"]
+    labels = {s["transport"]["label"] for s in replica["shards"]}
+    assert labels == {"NVLink across trays (MNNVL)"}
     demo.step("stop", replica="qwen-nvl72")
+
+
+def test_two_l40s_cards_behind_different_host_bridges_talk_through_host_memory_unwarned(
+    demo: Demo,
+):
+    _served(
+        demo,
+        model="catalog:meta-llama/Llama-3.1-8B-Instruct",
+        context=8192,
+        gpu_class="l40s-48g",
+        gpus=2,
+        name="llama-8b-l40s",
+    )
+    (replica,) = demo.step("replicas", name="llama-8b-l40s").result["replicas"]
+    (shard,) = replica["shards"]
+    # PCIe cards without a switch between them: NCCL's default P2P level on an
+    # Intel host stops at PXB, so it copies through host memory, as it should.
+    assert shard["transport"]["label"] == "host memory (SHM)"
+    assert replica["transport_warnings"] == []
+    demo.step("stop", replica="llama-8b-l40s")
+
+
+def test_nvlink_cards_whose_nccl_took_host_memory_are_warned_in_red(demo: Demo):
+    listed = None
+    _served(
+        demo,
+        model=LLAMA,
+        context=32768,
+        gpu_class="h100-80g",
+        env={"NCCL_P2P_DISABLE": "1"},
+        name="llama-70b-shm",
+    )
+    listed = demo.step("replicas", name="llama-70b-shm")
+    (replica,) = listed.result["replicas"]
+    (shard,) = replica["shards"]
+    assert shard["transport"]["label"] == "host memory (SHM)"
+    (warning,) = replica["transport_warnings"]
+    assert warning.startswith(
+        "llama-70b-shm: on h100-a-01, NCCL joined NVLink cards (0–1, 0–3, 1–2, 2–3) "
+        "through host memory (SHM)"
+    )
+    assert "NCCL_P2P_DISABLE" in warning
+    demo.step("stop", replica="llama-70b-shm")
+
+
+def test_a_replica_that_turned_the_proof_off_or_uses_one_card_says_why_its_transport_is_unknown(
+    demo: Demo,
+):
+    _served(
+        demo,
+        model=LLAMA,
+        context=32768,
+        gpu_class="h100-80g",
+        env={"NCCL_DEBUG": "WARN"},
+        name="llama-70b-quiet",
+    )
+    _served(
+        demo,
+        model="catalog:meta-llama/Llama-3.1-8B-Instruct",
+        context=8192,
+        gpu_class="h100-80g",
+        gpus=1,
+        name="llama-8b-one",
+    )
+    listed = demo.step("replicas").result["replicas"]
+    unknown = {r["name"]: r["shards"][0]["transport"] for r in listed}
+    assert unknown["llama-70b-quiet"] == {
+        "label": None,
+        "unknown": "NCCL_DEBUG=WARN: NCCL does not say",
+    }
+    assert unknown["llama-8b-one"] == {"label": None, "unknown": "one card: no NCCL"}
+    demo.step("stop", replica="llama-70b-quiet")
+    demo.step("stop", replica="llama-8b-one")
 
 
 def test_a_mig_replica_runs_on_one_instance(demo: Demo):
@@ -295,7 +379,8 @@ def test_a_start_that_stalls_fails_with_each_shards_last_lines_and_the_fallback_
         assert [a["way"] for a in attempts] == ["4 × h100-80g", "4 × h100-80g"]
         assert all(a["reason"] == "nothing moved for 0.2 s (startup timeout)" for a in attempts)
         (lines,) = attempts[0]["last_lines"].values()
-        assert any("vllm" in line.lower() for line in lines)
+        # What the engine printed last before it stalled: NCCL joining its four cards.
+        assert any("NCCL INFO" in line and "Init COMPLETE" in line for line in lines)
         assert outcome.error.startswith("stalls did not come up: nothing moved")
         (replica,) = demo.step("replicas", name="stalls").result["replicas"]
         assert replica["phase"] == "stopped" and replica["engine"] == "sglang"  # the fallback's

@@ -90,14 +90,33 @@ def _card_mib(gpus: List[str]) -> int:
     return totals[0]
 
 
+_FACTS: dict = {}
+
+
+def _replayed_facts(replay: str) -> Optional[dict]:
+    """The replayed node's facts, read once (None, said once, when they cannot be read)."""
+    if replay not in _FACTS:
+        try:
+            from llmgw_agent.discover import collect_facts
+
+            _FACTS[replay] = collect_facts(replay=replay)
+        except Exception as exc:  # discovery is another module's edge: say so, fall back
+            say("WARNING sim engine could not read the replayed node's facts: {}".format(exc))
+            _FACTS[replay] = None
+    return _FACTS[replay]
+
+
+def _topology() -> Optional[dict]:
+    """The replayed node's card-to-card matrix (`nvlink` facts), None off a replayed node."""
+    replay = paths.replay_dir()
+    facts = _replayed_facts(str(replay)) if replay is not None else None
+    return (facts or {}).get("nvlink") or None
+
+
 def _card_mib_from_facts(replay: str, gpus: List[str]) -> Optional[int]:
     """The memory of the first GPU named, as the replayed node's facts tell it (MIG included)."""
-    try:
-        from llmgw_agent.discover import collect_facts
-
-        facts = collect_facts(replay=replay)
-    except Exception as exc:  # discovery is another module's edge: say so, fall back
-        say("WARNING sim engine could not read the replayed node's facts: {}".format(exc))
+    facts = _replayed_facts(replay)
+    if facts is None:
         return None
     wanted = gpus[0] if gpus else "0"
     for gpu in facts.get("gpus", []):
@@ -391,7 +410,10 @@ def _load_and_serve(
     gpus: List[str],
     shard_count: int,
 ) -> int:
-    for line in nccl_lines(dict(os.environ), socket.gethostname(), os.getpid(), engine):
+    said = nccl_lines(
+        dict(os.environ), socket.gethostname(), os.getpid(), engine, gpus, _topology()
+    )
+    for line in said:
         say(line)
     lines = loading_lines(engine, plan, shard_count)
     failure = os.environ.get("LLMGW_SIM_FAIL")

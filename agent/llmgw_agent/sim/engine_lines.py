@@ -3,14 +3,16 @@
 The console reads these lines for progress only (readiness is the HTTP health
 check), and reads NCCL's INFO lines to tell the fabric from a TCP fallback:
 `NET/IB` + `Using network IB` when NCCL was given adapters (`NCCL_IB_HCA`, not
-`NCCL_IB_DISABLE=1`), `NET/Socket` + `Using network Socket` otherwise, and
-`MNNVL 1` when multi-node NVLink was switched on (`NCCL_MNNVL_ENABLE=1`).
+`NCCL_IB_DISABLE=1`), `NET/Socket` + `Using network Socket` otherwise,
+`MNNVL 1` when multi-node NVLink was switched on (`NCCL_MNNVL_ENABLE=1`), and
+each local rank's ring channel to the next, over the path NCCL takes between
+those two cards on the node's topology (`card_link`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 GIB = 1024**3
 MIB = 1024**2
@@ -65,11 +67,63 @@ def _adapters(hca_list: str) -> List[Tuple[str, str]]:
     return adapters
 
 
-def nccl_lines(env: Dict[str, str], host: str, pid: int, engine: dict) -> List[str]:
-    """NCCL's INFO lines for this rank, when `NCCL_DEBUG` asks for them."""
+_CHANNELS = 2
+"""Channels printed per rank pair. Real NCCL builds 16 to 32 on NVLink boxes and
+prints a line for each; two show the same path at a tenth of the log."""
+
+
+def card_link(env: Dict[str, str], cell: Optional[str], mnnvl: bool) -> str:
+    """What NCCL 2.21 prints after `via` for two local ranks' cards (`src/transport/p2p.cc`).
+
+    `NCCL_P2P_DISABLE=1` sends every pair through host memory; in a multi-node
+    NVLink communicator every P2P pair says `MNNVL`; otherwise P2P (by cuMem
+    handles, the default since 2.19) over NVLink or PCIe switches (`PIX`,
+    `PXB`) and host memory past a host bridge — NCCL's `NCCL_P2P_LEVEL`
+    default on Intel and ARM hosts, which the demo's PCIe box is.
+    """
+    if env.get("NCCL_P2P_DISABLE", "0") == "1":
+        return "SHM/direct/direct"
+    if mnnvl:
+        return "P2P/MNNVL"
+    if cell is not None and (cell.startswith("NV") or cell in ("PIX", "PXB")):
+        return "P2P/CUMEM"
+    return "SHM/direct/direct"
+
+
+def channel_line(src: int, src_card: int, dst: int, dst_card: int, via: str, channel: int) -> str:
+    """One channel line as NCCL 2.21 prints it (SHM's has no connection index)."""
+    if via.startswith("SHM/"):
+        return "Channel {:02d} : {}[{}] -> {}[{}] via {}".format(
+            channel, src, src_card, dst, dst_card, via
+        )
+    if via.startswith("NET/"):
+        return "Channel {:02d}/0 : {}[{}] -> {}[{}] [send] via {}".format(
+            channel, src, src_card, dst, dst_card, via
+        )
+    return "Channel {:02d}/0 : {}[{}] -> {}[{}] via {}".format(
+        channel, src, src_card, dst, dst_card, via
+    )
+
+
+def nccl_lines(
+    env: Dict[str, str],
+    host: str,
+    pid: int,
+    engine: dict,
+    cards: Sequence[str] = (),
+    nvlink: Optional[Dict[str, Dict[str, str]]] = None,
+) -> List[str]:
+    """NCCL's INFO lines for this node's ranks, when `NCCL_DEBUG` asks for them.
+
+    Args:
+        env: the engine's environment (NCCL's variables).
+        host, pid: what NCCL's line prefix names (each local rank is pid + its index).
+        engine: `parse_engine_argv` output (tp, pp, nnodes, node_rank).
+        cards: the node's cards given to the engine, local rank order.
+        nvlink: the node's card-to-card topology (`nvidia-smi topo -m` cells).
+    """
     if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
         return []
-    prefix = "{}:{}:{} [0] NCCL INFO ".format(host, pid, pid)
     interface = env.get("NCCL_SOCKET_IFNAME", "eth0").lstrip("=^").split(",")[0] or "eth0"
     oob = "{}:127.0.0.1<0>".format(interface)
     lines = ["Bootstrap : Using " + oob, "NCCL version 2.21.5+cuda12.4"]
@@ -93,19 +147,42 @@ def nccl_lines(env: Dict[str, str], host: str, pid: int, engine: dict) -> List[s
     nnodes = max(1, engine["nnodes"])
     ranks = max(1, engine["tp"] * engine["pp"])
     local_ranks = max(1, ranks // nnodes)
-    rank = engine["node_rank"] * local_ranks
-    mnnvl = 1 if env.get("NCCL_MNNVL_ENABLE") == "1" else 0
-    lines.append(
-        "comm 0x7f00{:08x} rank {} nRanks {} nNodes {} localRanks {} localRank 0 MNNVL {}".format(
-            pid, rank, ranks, nnodes, local_ranks, mnnvl
+    first = engine["node_rank"] * local_ranks
+    mnnvl = nnodes > 1 and env.get("NCCL_MNNVL_ENABLE") == "1"
+    said = [lines[0], lines[1]]  # once per process; the rest per rank
+    per_rank = lines[2:]
+    device = [int(c) if str(c).isdigit() else i for i, c in enumerate(cards)]
+    device += list(range(len(device), local_ranks))
+    # The prefix's `[n]` is the CUDA device (counted inside CUDA_VISIBLE_DEVICES);
+    # a channel line's `rank[n]` is the card's NVML index, as the topology counts.
+    out = ["{}:{}:{} [0] NCCL INFO {}".format(host, pid, pid, line) for line in said]
+    for local in range(local_ranks):
+        rank = first + local
+        prefix = "{}:{}:{} [{}] NCCL INFO ".format(host, pid + local, pid + local, local)
+        rank_lines = list(per_rank)
+        rank_lines.append(
+            "comm 0x7f00{:08x} rank {} nRanks {} nNodes {} localRanks {} localRank {} "
+            "MNNVL {}".format(pid, rank, ranks, nnodes, local_ranks, local, 1 if mnnvl else 0)
         )
-    )
-    if nnodes > 1:
-        peer = (rank + local_ranks) % ranks
-        via = "NET/IB/0/GDRDMA" if use_ib else "NET/Socket/0"
-        lines.append("Channel 00/0 : {}[0] -> {}[0] [send] via {}".format(rank, peer, via))
-    lines.append("comm 0x7f00{:08x} rank {} nranks {} - Init COMPLETE".format(pid, rank, ranks))
-    return [prefix + line for line in lines]
+        if ranks > 1:
+            peer = (rank + 1) % ranks
+            peer_local = peer - first
+            if 0 <= peer_local < local_ranks:
+                cell = (nvlink or {}).get(str(device[local]), {}).get(str(device[peer_local]))
+                via = card_link(env, cell, mnnvl)
+                peer_card = device[peer_local]
+            else:  # the ring leaves the node
+                via = "P2P/MNNVL" if mnnvl else ("NET/IB/0/GDRDMA" if use_ib else "NET/Socket/0")
+                peer_card = 0
+            rank_lines += [
+                channel_line(rank, device[local], peer, peer_card, via, channel)
+                for channel in range(_CHANNELS)
+            ]
+        rank_lines.append(
+            "comm 0x7f00{:08x} rank {} nranks {} - Init COMPLETE".format(pid, rank, ranks)
+        )
+        out += [prefix + line for line in rank_lines]
+    return out
 
 
 def _stamp() -> str:

@@ -104,6 +104,9 @@ def render_replicas(result: dict[str, Any]) -> Any:
             first = index == 0
             transport = shard.get("transport") or {}
             adapters = ",".join(a.split(":")[0] for a in transport.get("adapters") or [])
+            said = transport.get("label") or (
+                f"({transport['unknown']})" if transport.get("unknown") else ""
+            )
             table.add_row(
                 replica["name"] if first else "",
                 replica["phase"] if first else "",
@@ -113,12 +116,12 @@ def render_replicas(result: dict[str, Any]) -> Any:
                 shard["node"],
                 ",".join(shard["gpus"]) or "RAM",
                 shard["phase"],
-                f"{transport.get('label', '')} {adapters}".strip(),
+                f"{said} {adapters}".strip(),
             )
         if replica.get("reason"):
             table.add_row("", f"[red]{replica['reason']}[/red]", *[""] * 7)
         for warning in replica.get("transport_warnings") or []:
-            table.add_row("", f"[yellow]{warning}[/yellow]", *[""] * 7)
+            table.add_row("", f"[red]{warning}[/red]", *[""] * 7)
     return table
 
 

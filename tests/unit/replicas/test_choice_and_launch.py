@@ -62,10 +62,8 @@ def test_a_forced_layout_too_small_for_the_model_does_not_fit(demo_facts):
 
 def test_a_class_with_no_way_says_what_the_plan_would_do(demo_facts):
     _, fleet, info, the_plan = _setup(demo_facts)
-    with pytest.raises(DoesNotFit, match="no way that fits with class a100-80g-mig-3g.40gb"):
-        choices(
-            the_plan, info, fleet, Overrides(gpu_class="a100-80g-mig-3g.40gb"), fallbacks=0
-        )
+    with pytest.raises(DoesNotFit, match=r"no way that fits with class a100-80g-mig-3g\.40gb"):
+        choices(the_plan, info, fleet, Overrides(gpu_class="a100-80g-mig-3g.40gb"), fallbacks=0)
 
 
 def test_four_pcie_cards_take_the_70b_model_split_over_pcie_without_asking_for_nvlink(
