@@ -20,7 +20,7 @@ its traffic, so its label never names it (`transport_label`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -59,6 +59,29 @@ def cell_between(path: NcclPath, nvlink: NvlinkMatrix | None) -> str | None:
     if not nvlink or path.src_card is None or path.dst_card is None:
         return None
     return nvlink.get(str(path.src_card), {}).get(str(path.dst_card))
+
+
+def expected_link(cell: str | None) -> Link:
+    """The path NCCL takes by default between two cards the topology joins with `cell`.
+
+    `NV<n>`: NVLink. `PIX`/`PXB` (PCIe switches): P2P. Past a host bridge
+    (`PHB`, `NODE`, `SYS`): host memory — NCCL's P2P level on Intel and ARM
+    hosts (on AMD ones it would still take P2P). Unknown: `p2p`, unsaid.
+    """
+    if cell is None:
+        return "p2p"
+    if cell.startswith("NV"):
+        return "nvlink"
+    return "pcie_p2p" if cell in ("PIX", "PXB") else "shm"
+
+
+def expected_inside(nvlink: NvlinkMatrix | None, cards: Sequence[int]) -> str | None:
+    """What a replica's cards on one node should talk over (`NVLink`); None for one card."""
+    links: set[Link] = set()
+    for index, a in enumerate(cards):
+        for b in cards[index + 1 :]:
+            links.add(expected_link((nvlink or {}).get(str(a), {}).get(str(b))))
+    return " + ".join(LINK_LABELS[link] for link in LINK_LABELS if link in links) or None
 
 
 @dataclass(frozen=True)

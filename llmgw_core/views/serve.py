@@ -7,6 +7,7 @@ NCCL transport once known, and a node's download as a bar.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmgw_core.serve.view import ReplicaView, ShardView
@@ -100,3 +101,18 @@ def download_bar(fetched_bytes: int, rate_bytes_s: float) -> str:
     filled = round(within * BAR_CELLS)
     bar = "▓" * filled + "░" * (BAR_CELLS - filled)
     return f"{bar} {fetched_bytes / 1e9:.1f} GB at {rate_bytes_s / 1e6:.0f} MB/s"
+
+
+def shards_on_node(views: Iterable[ReplicaView], node: str) -> list[str]:
+    """One line per shard a node runs: `llama-70b r0 · GPU-0 … GPU-3 · running · NCCL NVLink`."""
+    lines = []
+    for view in views:
+        for shard in view.shards:
+            if shard.node != node:
+                continue
+            transport = shard_transport(view, shard) or "-"
+            lines.append(
+                f"{view.name} r{shard.rank} · {compact_gpus(shard.gpus)} · {shard.phase}"
+                f" · NCCL {transport}"
+            )
+    return lines

@@ -17,6 +17,7 @@ from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.views.fleet import FleetSummary, NodeDetail, NvlinkMatrix
+from llmgw_core.views.serve import shards_on_node
 from llmgw_tui.cells import (
     link_cell,
     memory_cell,
@@ -50,6 +51,9 @@ ADAPTER_COLUMNS = (
 
 NODE_STATES = ("connecting", "ready", "unreachable", "refused")
 """Each is a CSS class of the summary line (`-ready`, `-unreachable` …): the theme colours it."""
+
+REPLICAS_EVERY_S = 15.0
+"""How often the page reads the replicas on the node again (each read asks its agents)."""
 
 CHECK_MARKS = {"pass": ("✓", "$success"), "warn": ("!", "$warning"), "fail": ("✗", "$error")}
 """How each doctor status is drawn."""
@@ -109,6 +113,8 @@ class NodeScreen(Guarded, Screen[None]):
                     for key, label in ADAPTER_COLUMNS:
                         adapters.add_column(label, key=key)
                     yield adapters
+            yield Static("Replicas here", classes="section-title")
+            yield Static("reading the replicas…", id="node-replicas")
             yield Static("Doctor", classes="section-title")
             yield Static("", id="doctor")
         yield Footer()
@@ -123,6 +129,20 @@ class NodeScreen(Guarded, Screen[None]):
             self.show_fleet(fleet)
         self.query_one("#devices", DataTable).focus()
         self.action_doctor()
+        self._read_replicas()
+        self.set_interval(REPLICAS_EVERY_S, self._read_replicas)
+
+    @work(group="node-replicas", exclusive=True, exit_on_error=False, description="Replicas")
+    async def _read_replicas(self) -> None:
+        """The shards this node runs, each with the path its NCCL took (read from its log)."""
+        shown = self.query_one("#node-replicas", Static)
+        try:
+            views = await self.app.feed.replicas(transports=True)  # type: ignore[attr-defined]
+        except LlmgwError as error:
+            shown.update(Content.from_markup("[$error]$sentence[/]", sentence=str(error)))
+            return
+        lines = shards_on_node(views, self.node_name)
+        shown.update(Content("\n".join(lines)) if lines else "none")
 
     def action_doctor(self) -> None:
         """Run the node's doctor again (in a worker: the agent may take seconds)."""

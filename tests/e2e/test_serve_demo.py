@@ -613,3 +613,26 @@ def test_an_all_reduce_preflight_that_passes_lets_the_replica_start(demo: Demo):
     assert result["trace"][-1]["step"] == "claimed, process started"
     demo.step("stop", replica="llama-2x8-checked")
     assert demo.claims() == {}
+
+
+def test_explain_says_what_the_chosen_cards_should_talk_over_by_their_topology(demo: Demo):
+    nvlink = demo.step("explain", model=LLAMA, context=32768, gpu_class="h100-80g")
+    assert nvlink.ok, nvlink.error
+    assert nvlink.result["inside"] == {"h100-a-01": "NVLink"}
+    pcie = demo.step(
+        "explain",
+        model="catalog:meta-llama/Llama-3.1-8B-Instruct",
+        context=8192,
+        gpu_class="l40s-48g",
+        gpus=2,
+    )
+    assert pcie.ok, pcie.error
+    assert pcie.result["way"]["over_pcie"] is True
+    assert pcie.result["inside"] == {"l40s-01": "host memory (SHM)"}
+    from rich.console import Console
+
+    from llmgw_core.script.steps.explain import render_explain
+
+    console = Console(record=True, width=300)
+    console.print(render_explain(pcie.result))
+    assert "its cards talk over host memory (SHM)" in console.export_text()

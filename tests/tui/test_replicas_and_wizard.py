@@ -25,6 +25,31 @@ def test_the_fleet_counts_each_nodes_running_shards_from_the_replicas(replica_ap
     asyncio.run(run())
 
 
+def test_a_node_page_lists_the_shards_it_runs_with_the_path_their_nccl_took(demo_state):
+    from llmgw_tui.app import LlmgwApp
+    from llmgw_tui.feed import StaticFeed
+    from llmgw_tui.offline_demo import demo_replica_with_logs
+
+    fleet_state, fabrics = demo_state
+    replica, logs = demo_replica_with_logs(fleet_state)
+
+    async def run() -> None:
+        app = LlmgwApp(StaticFeed(fleet_state, fabrics, replicas=[replica], logs=logs))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await app.workers.wait_for_complete()
+            await app.run_action("open_node('h100-a-02')")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            shown = str(app.screen.query_one("#node-replicas", Static).render())
+            # The demo replica's NCCL was kept off its adapters: on this two-node
+            # replica both paths are said, the inside one first.
+            assert (
+                shown == "llama-405b r1 · 8: GPU-0 … GPU-7 · running · NCCL NVLink + Socket (TCP)"
+            )
+
+    asyncio.run(run())
+
+
 def test_replicas_list_the_replica_open_its_logs_and_a_stop_asks_first(replica_app):
     async def run() -> None:
         app = replica_app()

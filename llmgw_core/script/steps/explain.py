@@ -10,6 +10,9 @@ Each node gets one reason: class, free cards, NVLink, fabric, domain joined,
 IMEX, MIG, memory, or unreachable. A replica across nodes also names the
 rails it would leave out of `NCCL_IB_HCA` (`rails_left_out`: a rail whose
 last fabric test between those nodes failed) and says why in `warnings`.
+`inside` names, per chosen node, the path its cards should talk over by the
+node's topology (`NVLink`, `PCIe P2P`, `host memory (SHM)`), which the
+replica's NCCL lines later confirm or contradict (`fabric.paths`).
 When the model fits nowhere the step fails with exit code 3, each node
 saying how much it could hold, and the plan's advice on what would change
 that.
@@ -86,6 +89,7 @@ async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
         "nodes": [v.as_dict() for v in explain(want, views, placement)],
         "advice": list(the_plan.advice),
     }
+    result["inside"] = inside_expected(fleet, placement) if placement else {}
     rails = rail_choice(fleet, placement) if placement else None
     result["rails_left_out"] = [rail.as_dict() for rail in rails.left_out] if rails else []
     result["warnings"] = list(rails.warnings) if rails else []
@@ -99,6 +103,22 @@ async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
     return StepOutcome(result=result)
 
 
+def inside_expected(fleet: Any, placement: Any) -> dict[str, str]:
+    """Per placed node, the path its cards should talk over by its topology (`NVLink`)."""
+    from llmgw_core.fabric.paths import expected_inside
+    from llmgw_core.serve.transport import node_topology
+
+    nodes = {placed.node: placed.gpu_ids for placed in placement.nodes}
+    topology = node_topology(fleet, nodes)
+    said: dict[str, str] = {}
+    for node, gpu_ids in nodes.items():
+        cards = [int(g) for g in gpu_ids if g.isdigit()]
+        expected = expected_inside(topology.get(node), cards) if len(cards) > 1 else None
+        if expected:
+            said[node] = expected
+    return said
+
+
 def render_explain(result: dict[str, Any]) -> Any:
     """The way, then one row per node: chosen or why not."""
     from rich.console import Group
@@ -108,8 +128,12 @@ def render_explain(result: dict[str, Any]) -> Any:
     way = result.get("way")
     head = Text(f"{result['model']}: " + (way["label"] if way else "fits nowhere"))
     table = Table("node", "", "why", box=None)
+    inside = result.get("inside") or {}
     for node in result.get("nodes", []):
-        table.add_row(node["node"], "✓" if node["chosen"] else "✗", node["reason"])
+        reason = node["reason"]
+        if node["node"] in inside:
+            reason = f"{reason}; its cards talk over {inside[node['node']]}"
+        table.add_row(node["node"], "✓" if node["chosen"] else "✗", reason)
     advice = [Text(f"• {line}") for line in result.get("advice", [])]
     warnings = [Text(line, style="yellow") for line in result.get("warnings") or []]
     return Group(head, table, *warnings, *advice)
