@@ -114,7 +114,7 @@ class NodeScreen(Guarded, Screen[None]):
                         adapters.add_column(label, key=key)
                     yield adapters
             yield Static("Replicas here", classes="section-title")
-            yield Static("reading the replicas…", id="node-replicas")
+            yield Static("reading the replicas…", id="node-replicas", classes="section-body")
             yield Static("Doctor", classes="section-title")
             yield Static("", id="doctor")
         yield Footer()
