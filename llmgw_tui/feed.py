@@ -23,7 +23,7 @@ from llmgw_tui.feed_gateways import LOG_TAIL_LINES, LiveGateways
 
 if TYPE_CHECKING:
     from llmgw_core.metrics.families import MetricsSnapshot
-    from llmgw_core.serve.serve import ServeOutcome, ServeRequest
+    from llmgw_core.serve.start import ServeOutcome, ServeRequest
     from llmgw_core.serve.view import ReplicaView
 
 
@@ -392,7 +392,7 @@ class LiveFeed(LiveGateways):
     async def serve(self, request: ServeRequest) -> ServeOutcome:
         """Plan, place, start and watch `request` as the `serve` step does."""
         from llmgw_core.script.steps.plan import model_for
-        from llmgw_core.serve.serve import serve
+        from llmgw_core.serve.start import serve
 
         model = await asyncio.to_thread(
             model_for, request.model, Path.cwd(), offline=self._offline()
@@ -410,7 +410,7 @@ class LiveFeed(LiveGateways):
 
     async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
         """Per node, the bytes of the replica's Hub weights fetched so far (while it starts)."""
-        from llmgw_core.serve.serve import hub_cache_dir
+        from llmgw_core.serve.start import hub_cache_dir
 
         repo = (view.spec.get("request") or {}).get("hub_repo")
         if not repo or view.phase not in ("starting", "loading") or self._fleet is None:
@@ -447,7 +447,7 @@ class LiveFeed(LiveGateways):
         Returns:
             The step's result (`rails`, `counts`, `fabric`) and its error sentence (None: passed).
         """
-        from llmgw_core.script.steps.fabric_test import FabricTestArgs, run_fabric_test
+        from llmgw_core.script.steps.fabric import FabricTestArgs, run_fabric_test
 
         outcome = await run_fabric_test(
             FabricTestArgs(nodes=[node_a, node_b]), ConsoleContext(self._live(), self._demo)

@@ -15,7 +15,7 @@ from pathlib import Path
 from llmgw_agent.discover import collect_facts
 from llmgw_agent.sim.profiles import write_profile
 from llmgw_core.facts import parse_facts
-from llmgw_core.fleet.demo import demo_nodes
+from llmgw_core.fleet.sim.demo import demo_nodes
 from llmgw_core.fleet.state import FleetState, NodeState
 from llmgw_core.serve.view import SPEC_KIND, ReplicaView, assemble
 
@@ -98,7 +98,7 @@ def demo_logs(
     says `NET/Socket` — what the logs screen must shout about. `topology`:
     each node's card-to-card matrix, which the channel lines follow.
     """
-    from llmgw_agent.sim.engine_lines import nccl_lines
+    from llmgw_agent.sim.engine.lines import nccl_lines
 
     env = {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "=eth0"}
     env.update({"NCCL_IB_DISABLE": "1"} if socket_fallback else {"NCCL_IB_HCA": "=mlx5_0"})

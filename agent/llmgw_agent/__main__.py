@@ -31,11 +31,11 @@ def main(argv=None):
 
         return doctor_main(rest)
     if command == "supervise":
-        from llmgw_agent.supervise import supervise_main
+        from llmgw_agent.shards.supervise import supervise_main
 
         return supervise_main(rest)
     if command == "sim-engine":
-        from llmgw_agent.sim.engine import main as sim_engine_main
+        from llmgw_agent.sim.engine.server import main as sim_engine_main
 
         return sim_engine_main(rest)
     sys.stderr.write("llmgw: unknown command {!r}; {}\n".format(command, USAGE))

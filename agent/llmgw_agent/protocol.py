@@ -19,7 +19,7 @@ Operations (args → result):
 * `ping` → `{pong, time}`;
 * `facts` `{model_dirs?}` → the node's facts; `doctor` `{model_dirs?}` → `{checks}`;
 * `claims` → `{claims: [{gpu, shard_id, replica, rank, claimed_at}]}`;
-* `shard.start` (a resolved spec, see `shard_spec.py`; `secret_env` goes only into
+* `shard.start` (a resolved spec, see `shards/spec.py`; `secret_env` goes only into
   the shard's environment, never its records) → `{shard_id, pid, phase}`;
 * `shard.stop` `{shard_id, timeout_s?}` → `{shard_id, phase, exit_code, killed}`;
 * `shard.list` → `{shards: [...]}` (see `shards.judge_shard`);
@@ -35,7 +35,7 @@ Operations (args → result):
 * `fabric.probe`, `fabric.server` (stream), `fabric.client` — `fabric_test.py`;
 * `fabric.record` `{rails: [{peer, adapter, verdict, rail?, ratio?, measured_gbps?,
   rated_gbps?, measured_at?}]}` → `{recorded, rails}`; `fabric.verdicts` →
-  `{rails}`: the fabric verdicts this node keeps (`rail_verdicts.py`; the
+  `{rails}`: the fabric verdicts this node keeps (`fabric/verdicts.py`; the
   facts carry them too, as `rail_verdicts`).
 
 Requests run on their own threads, so many are in flight at once; one lock
@@ -300,33 +300,33 @@ class Server:
         return {"checks": run_checks(facts, state_dir=str(paths.state_dir()))}
 
     def _op_fabric_probe(self, args: dict, _stream: Stream) -> dict:
-        from llmgw_agent import fabric_test
+        from llmgw_agent.fabric import run as fabric_test
 
         return fabric_test.fabric_probe(args, self.replay)
 
     def _op_fabric_server(self, args: dict, stream: Stream) -> dict:
-        from llmgw_agent import fabric_test
+        from llmgw_agent.fabric import run as fabric_test
 
         return fabric_test.fabric_server(args, stream.emit, stream.cancelled, self.replay)
 
     def _op_fabric_client(self, args: dict, stream: Stream) -> dict:
-        from llmgw_agent import fabric_test
+        from llmgw_agent.fabric import run as fabric_test
 
         return fabric_test.fabric_client(args, stream.emit, stream.cancelled, self.replay)
 
     def _op_fabric_all_reduce(self, args: dict, stream: Stream) -> dict:
-        from llmgw_agent import fabric_allreduce
+        from llmgw_agent.fabric import allreduce as fabric_allreduce
 
         return fabric_allreduce.all_reduce(args, stream.emit, stream.cancelled, self.replay)
 
     def _op_shard_start(self, args: dict, _stream: Stream) -> dict:
-        from llmgw_agent.shards import start_shard
+        from llmgw_agent.shards.records import start_shard
 
         return start_shard(args, replay=self.replay)
 
 
 def _op_claims(_args: dict, _stream: Stream) -> dict:
-    from llmgw_agent.claims import list_claims
+    from llmgw_agent.shards.claims import list_claims
 
     return {"claims": list_claims()}
 
@@ -334,20 +334,20 @@ def _op_claims(_args: dict, _stream: Stream) -> dict:
 def _op_shard_stop(args: dict, _stream: Stream) -> dict:
     shard_id = arg(args, "shard_id", (str,))
     timeout_s = number_arg(args, "timeout_s", None, maximum=3600.0)
-    from llmgw_agent.shards import stop_shard
+    from llmgw_agent.shards.records import stop_shard
 
     return stop_shard(shard_id, timeout_s)
 
 
 def _op_shard_list(_args: dict, _stream: Stream) -> dict:
-    from llmgw_agent.shards import list_shards
+    from llmgw_agent.shards.records import list_shards
 
     return {"shards": list_shards()}
 
 
 def _op_shard_forget(args: dict, _stream: Stream) -> dict:
     shard_id = arg(args, "shard_id", (str,))
-    from llmgw_agent.shards import forget_shard
+    from llmgw_agent.shards.records import forget_shard
 
     return forget_shard(shard_id)
 
@@ -356,7 +356,7 @@ def _op_shard_logs(args: dict, stream: Stream) -> dict:
     shard_id = arg(args, "shard_id", (str,))
     tail = int(number_arg(args, "tail", 200, maximum=1_000_000))
     follow = arg(args, "follow", (bool,), False)
-    from llmgw_agent.shard_logs import stream_shard_log
+    from llmgw_agent.shards.logs import stream_shard_log
 
     return stream_shard_log(shard_id, tail, follow, stream.emit, stream.cancelled)
 
@@ -364,19 +364,19 @@ def _op_shard_logs(args: dict, stream: Stream) -> dict:
 def _op_shard_nccl(args: dict, _stream: Stream) -> dict:
     shard_id = arg(args, "shard_id", (str,))
     limit = int(number_arg(args, "limit", 400, minimum=1, maximum=100_000))
-    from llmgw_agent.nccl_lines import nccl_lines
+    from llmgw_agent.shards.nccl import nccl_lines
 
     return nccl_lines(shard_id, limit)
 
 
 def _op_fabric_record(args: dict, _stream: Stream) -> dict:
-    from llmgw_agent.rail_verdicts import record_verdicts
+    from llmgw_agent.fabric.verdicts import record_verdicts
 
     return record_verdicts(args)
 
 
 def _op_fabric_verdicts(_args: dict, _stream: Stream) -> dict:
-    from llmgw_agent.rail_verdicts import read_verdicts
+    from llmgw_agent.fabric.verdicts import read_verdicts
 
     return {"rails": read_verdicts()}
 

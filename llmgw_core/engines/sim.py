@@ -1,7 +1,7 @@
 """The `sim` engine: vLLM's own command lines, run by the simulated nodes' agents (pure).
 
 A replayed node's agent runs the sim engine in place of whatever real
-engine a command names (`llmgw_agent.sim.engine_args.engine_kind`), reading
+engine a command names (`llmgw_agent.sim.engine.args.engine_kind`), reading
 the real argv. So `sim` builds exactly what vLLM would be given — Ray or
 multiprocessing by the version the simulated node reports — and the demo
 exercises the same commands a real fleet gets. `validate` keeps it off real

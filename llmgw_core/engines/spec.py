@@ -5,7 +5,7 @@ the layout, and one `LaunchNode` per node with the cards placement chose on
 it, the adapters of the one fabric the replica uses, and where its engine
 lives. The builders turn it into a `LaunchPlan`: one `ShardLaunch` per node,
 each a list of `ShardCommand`s in start order, shaped exactly like the
-agent's `shard.start` spec (`agent/llmgw_agent/shard_spec.py`).
+agent's `shard.start` spec (`agent/llmgw_agent/shards/spec.py`).
 
 Every argv is a list of separate strings, never a shell string: a model
 path or a name typed by a person is one argument and reaches no shell.

@@ -19,7 +19,7 @@ from llmgw_core.fleet.ssh import SshConnector, SshSettings
 from llmgw_core.inventory import Inventory, load_inventory
 
 if TYPE_CHECKING:
-    from llmgw_core.fleet.demo import DemoFleet
+    from llmgw_core.fleet.sim.demo import DemoFleet
 
 SETTLE_TIMEOUT_S = 120.0
 SHARD_STOP_TIMEOUT_S = 10.0
@@ -46,7 +46,9 @@ async def open_fleet(
     """
     demo_fleet: DemoFleet | None = None
     if demo:
-        from llmgw_core.fleet.demo import start_demo_fleet  # its in-process sshd: the demo's only
+        from llmgw_core.fleet.sim.demo import (
+            start_demo_fleet,  # its in-process sshd: the demo's only
+        )
 
         demo_fleet = await start_demo_fleet()
         settings = demo_fleet.settings

@@ -21,7 +21,7 @@ from llmgw_core.placement import explain, place, want_summary
 from llmgw_core.serve.choice import Choice
 from llmgw_core.serve.http import EngineReach
 from llmgw_core.serve.replicas import fleet_views, replicas_now, stop_replica
-from llmgw_core.serve.serve import ServeOutcome, ServeRequest, serve_way
+from llmgw_core.serve.start import ServeOutcome, ServeRequest, serve_way
 from llmgw_core.serve.view import ReplicaView
 
 MAX_HEALS = 3

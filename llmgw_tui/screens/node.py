@@ -17,7 +17,7 @@ from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.views.fleet import FleetSummary, NodeDetail, NvlinkMatrix
-from llmgw_core.views.serve import shards_on_node
+from llmgw_core.views.replicas import shards_on_node
 from llmgw_tui.cells import (
     link_cell,
     memory_cell,

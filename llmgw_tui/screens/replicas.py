@@ -23,7 +23,7 @@ from textual.widgets import DataTable, Input, Static
 from llmgw_core.errors import LlmgwError
 from llmgw_core.gateway.spec import gateway_line
 from llmgw_core.serve.view import ReplicaView
-from llmgw_core.views.serve import download_bar, replica_row, shard_row, shard_transport
+from llmgw_core.views.replicas import download_bar, replica_row, shard_row, shard_transport
 from llmgw_tui.cells import redraw_table, state_cell
 from llmgw_tui.fields import Checked, CheckedInput, prompt_refusal, reason
 from llmgw_tui.guard import Guarded

@@ -44,7 +44,7 @@ from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar
 
 if TYPE_CHECKING:
-    from llmgw_core.serve.serve import ServeRequest
+    from llmgw_core.serve.start import ServeRequest
 
 # The serving modules (SSH, engines) are imported when a page needs them, so the
 # console's first frame never waits for them.
@@ -486,7 +486,7 @@ class ServeScreen(KeptScreen[None]):
     def request(self) -> ServeRequest:
         """What the pages say, as the request `serve` takes."""
         from llmgw_core.serve.choice import Overrides
-        from llmgw_core.serve.serve import ServeRequest
+        from llmgw_core.serve.start import ServeRequest
 
         way = self.way or {}
         gpu_class = way.get("gpu_class")

@@ -18,7 +18,7 @@ import asyncssh
 import pytest
 
 from llmgw_agent.discover import collect_facts
-from llmgw_agent.fabric_test import HalfOptions, fabric_client, fabric_server, ib_write_bw_argv
+from llmgw_agent.fabric.run import HalfOptions, fabric_client, fabric_server, ib_write_bw_argv
 from llmgw_agent.op_args import OpError
 from llmgw_agent.sim.profiles import write_profile
 from llmgw_core.fabric.perftest import parse_ib_write_bw, read_tcp_result
@@ -39,7 +39,7 @@ AGENT_ROOT = Path(__file__).resolve().parents[2] / "agent"
 HALF = """
 import json, sys
 sys.path.insert(0, {root!r})
-from llmgw_agent.fabric_test import fabric_client, fabric_server
+from llmgw_agent.fabric.run import fabric_client, fabric_server
 def emit(event):
     print(json.dumps({{"event": event}}), flush=True)
 half = fabric_server if sys.argv[1] == "server" else fabric_client
@@ -177,7 +177,9 @@ def test_an_adapter_name_that_could_reach_a_shell_is_refused() -> None:
 
 WITH_FABRIC_OPS = """
 import sys
-from llmgw_agent import fabric_allreduce, fabric_test, protocol
+from llmgw_agent import protocol
+from llmgw_agent.fabric import allreduce as fabric_allreduce
+from llmgw_agent.fabric import run as fabric_test
 
 _init = protocol.Server.__init__
 
@@ -399,9 +401,9 @@ def test_all_reduce_across_the_two_h100_nodes_is_judged_against_the_slowest_node
 
 def test_the_fabric_test_step_on_the_demo_h100s_and_a_cpu_node(tmp_path: Path) -> None:
     """Through the real inventory, SSH, deployed agent and step: rails, then TCP."""
-    from llmgw_core.fleet.demo import demo_nodes, start_demo_fleet
+    from llmgw_core.fleet.sim.demo import demo_nodes, start_demo_fleet
     from llmgw_core.script.registry import StepContext, all_steps
-    from llmgw_core.script.steps.fabric_test import FabricTestArgs
+    from llmgw_core.script.steps.fabric import FabricTestArgs
 
     wanted = ("h100-a-01", "h100-a-02", "cpu-01")
 
@@ -597,7 +599,7 @@ def _tools_on_path(folder: Path, mpirun_body: str, monkeypatch: pytest.MonkeyPat
 
 
 def test_a_real_all_reduce_run_returns_what_mpirun_printed(tmp_path, monkeypatch):
-    from llmgw_agent.fabric_allreduce import all_reduce
+    from llmgw_agent.fabric.allreduce import all_reduce
 
     _tools_on_path(tmp_path / "bin", 'echo "# nccl-tests: $*"', monkeypatch)
     result = all_reduce({"hosts": ["n1", "n2"], "gpus_per_node": 2})
@@ -606,7 +608,7 @@ def test_a_real_all_reduce_run_returns_what_mpirun_printed(tmp_path, monkeypatch
 
 
 def test_an_all_reduce_past_its_timeout_is_stopped_and_says_so(tmp_path, monkeypatch):
-    from llmgw_agent.fabric_allreduce import all_reduce
+    from llmgw_agent.fabric.allreduce import all_reduce
 
     _tools_on_path(tmp_path / "bin", "echo started; exec sleep 30", monkeypatch)
     result = all_reduce({"hosts": ["n1"], "timeout_s": 1})

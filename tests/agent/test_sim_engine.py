@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from agent_process import AgentClient, agent_env
 
-from llmgw_agent.sim.engine_args import engine_kind, parse_engine_argv
-from llmgw_agent.sim.engine_lines import nccl_lines
+from llmgw_agent.sim.engine.args import engine_kind, parse_engine_argv
+from llmgw_agent.sim.engine.lines import nccl_lines
 
 CARD_MIB = 81559
 CAPTURE_XML = (

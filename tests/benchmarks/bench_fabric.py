@@ -25,8 +25,8 @@ from llmgw_core.fabric.verdicts import AdapterEnd, judge_rail, pair_rails
 AGENT_ROOT = Path(__file__).resolve().parents[2] / "agent"
 sys.path.insert(0, str(AGENT_ROOT))
 
-from llmgw_agent.fabric_allreduce import all_reduce  # noqa: E402
-from llmgw_agent.sim.engine_lines import nccl_lines  # noqa: E402
+from llmgw_agent.fabric.allreduce import all_reduce  # noqa: E402
+from llmgw_agent.sim.engine.lines import nccl_lines  # noqa: E402
 from llmgw_agent.sim.profiles import write_profile  # noqa: E402
 
 
@@ -69,7 +69,7 @@ def main() -> None:
 
         half = (
             f"import json, sys; sys.path.insert(0, {str(AGENT_ROOT)!r});"
-            "from llmgw_agent.fabric_test import fabric_client, fabric_server;"
+            "from llmgw_agent.fabric.run import fabric_client, fabric_server;"
             "f = fabric_server if sys.argv[1] == 'server' else fabric_client;"
             "print(json.dumps(f(json.loads(sys.argv[2]), lambda e: print(json.dumps(e), flush=True), replay=sys.argv[3])), flush=True)"
         )

@@ -27,7 +27,7 @@ from serve_demo_harness import Demo
 
 from llmgw_core.gateway.run import change_workers, find_gateway, router_workers
 from llmgw_core.gateway.spec import Worker
-from llmgw_core.serve.session import fleet_and_reach
+from llmgw_core.serve.tunnels import fleet_and_reach
 
 MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"
 REQUESTS = 400

@@ -17,7 +17,7 @@ from pathlib import Path
 from llmgw_agent.discover import collect_facts
 from llmgw_agent.sim.profiles import write_profile
 from llmgw_core.facts import parse_facts
-from llmgw_core.fleet.demo import demo_nodes
+from llmgw_core.fleet.sim.demo import demo_nodes
 from llmgw_core.fleet.state import FleetState, NodeState
 from llmgw_core.inventory import Fabric, NodeSpec
 from llmgw_core.placement import Want, explain, place

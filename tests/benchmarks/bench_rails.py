@@ -22,7 +22,7 @@ from llmgw_core.facts import RailVerdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "agent"))
 
-from llmgw_agent.rail_verdicts import read_verdicts, record_verdicts
+from llmgw_agent.fabric.verdicts import read_verdicts, record_verdicts
 
 RAILS = [f"mlx5_{i}" for i in range(8)]
 AT = 1_796_150_400.0

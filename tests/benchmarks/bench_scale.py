@@ -5,7 +5,7 @@
 The fleet of issue 11 (28 GB200 NVL72 racks = 504 trays, HGX H100 pods on
 four InfiniBand fabrics of 8 rails, A100 MIG, L40S and CPU nodes; one node
 in 20 silent: it accepts TCP and never speaks SSH), reached through one
-bastion. What is real and what is simulated: `llmgw_core/fleet/sim_fleet.py`
+bastion. What is real and what is simulated: `llmgw_core/fleet/sim/fleet.py`
 and docs/scale.md (real SSH servers, handshakes, bastion forwarding, agent
 protocol and discovery code; the agents run in a few pool processes and the
 node side shares this machine's CPUs with the console).
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw_core.fleet.fleet import Fleet
-from llmgw_core.fleet.sim_fleet import RACK_TRAYS, SimFleet, scale_nodes, start_sim_fleet
+from llmgw_core.fleet.sim.fleet import RACK_TRAYS, SimFleet, scale_nodes, start_sim_fleet
 from llmgw_core.fleet.ssh import SshConnector
 from llmgw_core.fleet.state import FleetState
 

@@ -14,8 +14,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from llmgw_core.fleet.demo import DemoFleet, start_demo_fleet
 from llmgw_core.fleet.fleet import Fleet
+from llmgw_core.fleet.sim.demo import DemoFleet, start_demo_fleet
 from llmgw_core.fleet.ssh import SshConnector
 from llmgw_core.script.registry import StepContext, StepOutcome, all_steps
 

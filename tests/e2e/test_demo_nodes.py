@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw_core.fleet.demo import demo_nodes, processes_rooted_in
+from llmgw_core.fleet.sim.demo import demo_nodes, processes_rooted_in
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "import sys; from llmgw_tui.cli import main; sys.exit(main())"]
@@ -151,7 +151,7 @@ def test_ctrl_c_ends_the_demo_with_its_agents_and_their_shards(tmp_path: Path):
 
 
 def test_a_killed_console_leaves_shards_that_the_next_demo_sweeps(tmp_path: Path):
-    from llmgw_core.fleet.demo import sweep_abandoned
+    from llmgw_core.fleet.sim.demo import sweep_abandoned
 
     console = _demo_console(tmp_path)
     try:

@@ -21,7 +21,7 @@ import pytest
 from serve_demo_harness import Demo, open_console
 
 from llmgw_core.errors import BadInput, LlmgwError
-from llmgw_core.fleet.demo import demo_router
+from llmgw_core.fleet.sim.demo import demo_router
 from llmgw_core.gateway.run import router_workers, start_gateway
 
 pytestmark = [

@@ -51,8 +51,8 @@ from test_llamacpp_real import (
 from tiny_gguf import REPLY, write_tiny_llama_gguf
 
 from llmgw_core.errors import LlmgwError
-from llmgw_core.fleet.demo import demo_router
 from llmgw_core.fleet.fleet import Fleet
+from llmgw_core.fleet.sim.demo import demo_router
 
 pytestmark = [
     pytest.mark.slow,

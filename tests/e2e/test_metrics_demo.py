@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from serve_demo_harness import Demo, step
 
-from llmgw_core.fleet.demo import DEGRADED_TRAY, NOT_JOINED_TRAY
+from llmgw_core.fleet.sim.demo import DEGRADED_TRAY, NOT_JOINED_TRAY
 
 pytestmark = pytest.mark.slow
 

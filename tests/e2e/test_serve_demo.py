@@ -395,7 +395,7 @@ def test_a_nodes_download_of_the_weights_counts_as_progress(demo: Demo):
     import asyncio
     import contextlib
 
-    from llmgw_core.serve.serve import StartProgress, Trace, hub_cache_dir, watch_download
+    from llmgw_core.serve.start import StartProgress, Trace, hub_cache_dir, watch_download
 
     cache = hub_cache_dir("example-org/example-model")
     folder = demo.demo.servers["cpu-01"].home / cache
@@ -534,7 +534,7 @@ def test_a_dry_run_shows_the_command_and_environment_of_each_node_and_starts_not
 def test_a_dry_run_hides_the_hub_token_and_names_the_fallbacks(demo: Demo):
     from llmgw_core.script.steps.plan import step_model
     from llmgw_core.serve.choice import Overrides
-    from llmgw_core.serve.serve import ServeRequest, preview_serve
+    from llmgw_core.serve.start import ServeRequest, preview_serve
 
     request = ServeRequest(
         model=LLAMA,

@@ -110,7 +110,7 @@ def test_a_model_folder_is_copied_from_a_node_that_holds_it_to_one_that_does_not
 def test_a_hub_model_no_node_holds_is_fetched_before_any_card_is_claimed(demo: Demo):
     from llmgw_core.script.steps.plan import step_model
     from llmgw_core.serve.choice import Overrides
-    from llmgw_core.serve.serve import ServeRequest, serve
+    from llmgw_core.serve.start import ServeRequest, serve
 
     model = step_model("catalog:meta-llama/Llama-3.1-8B-Instruct", demo.ctx)
     request = ServeRequest(

@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 
 from serve_demo_harness import FleetContext, LoopThread, open_console, step
 
-from llmgw_core.fleet.demo import DemoFleet, DemoNode, start_demo_fleet
 from llmgw_core.fleet.fleet import Fleet
 from llmgw_core.fleet.loopback import LoopbackSshd
+from llmgw_core.fleet.sim.demo import DemoFleet, DemoNode, start_demo_fleet
 from llmgw_core.script.registry import StepOutcome
 
 LLAMA = "catalog:meta-llama/Llama-3.3-70B-Instruct"

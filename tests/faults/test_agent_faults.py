@@ -124,7 +124,7 @@ def test_an_engine_logging_on_a_full_disk_is_never_blocked_and_its_end_frees_its
 RACER = r"""
 import sys, time
 sys.path.insert(0, sys.argv[3])
-from llmgw_agent import claims
+from llmgw_agent.shards import claims
 from llmgw_agent.op_args import OpError
 
 def dead(holder):

@@ -55,7 +55,7 @@ class OpenSshFleet:
     settings: SshSettings
 
     async def stop(self) -> None:
-        from llmgw_core.fleet.demo import sweep
+        from llmgw_core.fleet.sim.demo import sweep
 
         for node in self.servers.values():
             node.sshd.stop()

@@ -11,8 +11,8 @@ import pytest
 
 from llmgw_agent.discover import collect_facts
 from llmgw_core.fleet.gates import CoalescedWrites
-from llmgw_core.fleet.sim_fleet import scale_nodes, write_captures
-from llmgw_core.fleet.sim_pool import KindFacts
+from llmgw_core.fleet.sim.fleet import scale_nodes, write_captures
+from llmgw_core.fleet.sim.pool import KindFacts
 from llmgw_core.fleet.ssh import SshTarget, Unreachable
 
 from .conftest import ClientKey, asyncssh_node, connector_for

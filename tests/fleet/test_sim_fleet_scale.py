@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmgw_core.fleet.fleet import Fleet
-from llmgw_core.fleet.sim_fleet import scale_nodes, start_sim_fleet
+from llmgw_core.fleet.sim.fleet import scale_nodes, start_sim_fleet
 from llmgw_core.fleet.ssh import SshConnector
 
 BANNER_TIMEOUT_S = 20.0

@@ -13,7 +13,7 @@ import pytest
 from live_walk import ready_nodes, until
 from textual.widgets import Checkbox, Static
 
-from llmgw_core.fleet.demo import demo_router
+from llmgw_core.fleet.sim.demo import demo_router
 from llmgw_core.gateway.run import gateways_now, stop_gateway
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import LiveFeed

@@ -24,7 +24,7 @@ import pytest
 from live_walk import ready_nodes, until
 from textual.widgets import DataTable, Log, Static
 
-from llmgw_core.fleet.demo import demo_router
+from llmgw_core.fleet.sim.demo import demo_router
 from llmgw_core.gateway.run import gateways_now
 from llmgw_core.script.registry import StepOutcome, all_steps
 from llmgw_tui.app import LlmgwApp

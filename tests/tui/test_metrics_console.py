@@ -153,7 +153,7 @@ def test_a_bad_metrics_flag_is_one_sentence_and_exit_2(argv, sentence, capsys):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_console_on_the_live_demo_fleet_exports_every_node_and_the_rails_it_tested():
-    from llmgw_core.fleet.demo import NOT_JOINED_TRAY, demo_nodes
+    from llmgw_core.fleet.sim.demo import NOT_JOINED_TRAY, demo_nodes
     from llmgw_tui.feed import LiveFeed
 
     port = _free_port()

@@ -205,3 +205,52 @@ def test_no_two_agent_modules_import_each_other():
 
 def test_no_two_core_modules_import_each_other():
     assert _circles(_import_graph(CORE_ROOT, "llmgw_core")) == []
+
+
+# The agent's packages: what each holds, and what it must not reach into.
+AGENT_NEVER_IMPORTS = {
+    "discover": {"shards", "sim"},  # facts come from the machine (or its captures), not from us
+    "fabric": {"shards", "sim"},  # a fabric test runs tools; it starts no shard
+    "shards": {"fabric"},  # a shard runs whatever its spec says (the sim engine included)
+    "sim": {"shards", "fabric"},  # simulated hardware and engine sit below the agent's ops
+}
+
+
+def _subpackage(module: str, package: str) -> str | None:
+    """`llmgw_agent.fabric.run` → `fabric`; a module at the package's top → None."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == package else None
+
+
+def test_the_agents_packages_keep_to_their_own():
+    graph = _import_graph(AGENT_ROOT, "llmgw_agent")
+    assert {_subpackage(m, "llmgw_agent") for m in graph} >= set(AGENT_NEVER_IMPORTS), (
+        "a package of the rule is gone"
+    )
+    broken = [
+        f"{module} imports {imported}"
+        for module, imports in graph.items()
+        for imported in imports
+        if _subpackage(imported, "llmgw_agent")
+        in AGENT_NEVER_IMPORTS.get(_subpackage(module, "llmgw_agent") or "", set())
+    ]
+    assert not broken, broken
+
+
+FLEET_OPENS_THE_DEMO = {"llmgw_core.fleet.session"}
+"""The one fleet module that may start the simulated fleet: it opens a fleet for a face."""
+
+
+def test_the_fleets_transport_never_reaches_into_the_simulated_fleet():
+    graph = _import_graph(CORE_ROOT, "llmgw_core")
+    assert any(m.startswith("llmgw_core.fleet.sim.") for m in graph)
+    broken = [
+        f"{module} imports {imported}"
+        for module, imports in graph.items()
+        if module.startswith("llmgw_core.fleet.")
+        and not module.startswith("llmgw_core.fleet.sim")
+        and module not in FLEET_OPENS_THE_DEMO
+        for imported in imports
+        if imported.startswith("llmgw_core.fleet.sim")
+    ]
+    assert not broken, broken

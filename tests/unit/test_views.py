@@ -141,7 +141,7 @@ def test_validated_facts_models_give_the_same_summary_as_the_agent_json(gb200_tr
 
 def test_the_demo_nvl72_rack_holds_18_trays_with_the_not_joined_one_in_red_and_its_reason(tmp_path):
     from llmgw_agent.sim.profiles import write_profile
-    from llmgw_core.fleet.demo import demo_nodes
+    from llmgw_core.fleet.sim.demo import demo_nodes
 
     pairs = [
         (

@@ -1,9 +1,9 @@
-"""A replica and its shards as words and a download bar (`llmgw_core.views.serve`)."""
+"""A replica and its shards as words and a download bar (`llmgw_core.views.replicas`)."""
 
 from __future__ import annotations
 
 from llmgw_core.serve.view import ReplicaView, ShardView
-from llmgw_core.views.serve import download_bar, replica_row, shard_row
+from llmgw_core.views.replicas import download_bar, replica_row, shard_row
 
 
 def _replica() -> ReplicaView:

@@ -21,7 +21,7 @@
   ({path: {state, shared, fs_type, models}}), `keepalive` ({method, reason}:
   how shards outlive the SSH session; method None when nothing can),
   `rail_verdicts` (the fabric verdicts kept here, per peer node and adapter:
-  `rail_verdicts.read_verdicts`).
+  `fabric.verdicts.read_verdicts`).
 
 Simulated memory (replay mode only): each running sim engine writes
 `paths.sim_usage_dir()/<pid>.json` =
@@ -299,7 +299,7 @@ def collect_facts(replay: Optional[str] = None, model_dirs: Iterable[str] = ()) 
 
 def _rail_verdicts() -> List[Dict[str, Any]]:
     try:
-        from llmgw_agent.rail_verdicts import read_verdicts
+        from llmgw_agent.fabric.verdicts import read_verdicts
     except ImportError:
         return []  # an agent built without fabric verdicts
     return read_verdicts()

@@ -11,7 +11,7 @@ STEP_MODULES: dict[str, str] = {
     "doctor": "llmgw_core.script.steps.doctor",
     "estimate": "llmgw_core.script.steps.estimate",
     "explain": "llmgw_core.script.steps.explain",
-    "fabric-test": "llmgw_core.script.steps.fabric_test",
+    "fabric-test": "llmgw_core.script.steps.fabric",
     "gateway": "llmgw_core.script.steps.gateway",
     "logs": "llmgw_core.script.steps.logs",
     "metrics": "llmgw_core.script.steps.metrics",

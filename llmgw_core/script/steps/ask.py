@@ -40,7 +40,7 @@ class AskArgs(StepArgs):
 async def engine_target(args: Any, ctx: StepContext) -> tuple[Any, Any, str, int, str, Any]:
     """The fleet, tunnels, node, port and served name a question goes to, and the gateway if any."""
     from llmgw_core.serve.replicas import find_replica
-    from llmgw_core.serve.session import fleet_and_reach
+    from llmgw_core.serve.tunnels import fleet_and_reach
 
     fleet, reach = await fleet_and_reach(ctx)
     if args.gateway is None:

@@ -26,7 +26,7 @@ class GatewayStepArgs(StepArgs, GatewayArgs):
 async def run_gateway(args: GatewayStepArgs, ctx: StepContext) -> StepOutcome:
     """Start or adopt the gateway; its result names its address and workers."""
     from llmgw_core.gateway.run import start_gateway
-    from llmgw_core.serve.session import fleet_and_reach
+    from llmgw_core.serve.tunnels import fleet_and_reach
 
     fleet, reach = await fleet_and_reach(ctx)
     gateway = GatewayArgs.model_validate(args.model_dump())

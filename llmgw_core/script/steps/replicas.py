@@ -43,7 +43,7 @@ async def run_replicas(args: ReplicasArgs, ctx: StepContext) -> StepOutcome:
     healed: list[dict[str, Any]] = []
     if args.heal:
         from llmgw_core.serve.heal import heal
-        from llmgw_core.serve.session import fleet_and_reach
+        from llmgw_core.serve.tunnels import fleet_and_reach
 
         _, reach = await fleet_and_reach(ctx)
         healed = await heal(fleet, reach, grace_s=args.grace)

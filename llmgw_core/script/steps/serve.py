@@ -95,9 +95,9 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     from llmgw_core.script.steps.plan import step_model
     from llmgw_core.serve.choice import Overrides
     from llmgw_core.serve.replicas import find_replica
-    from llmgw_core.serve.serve import ServeRequest, preview_serve, serve
-    from llmgw_core.serve.session import fleet_and_reach
+    from llmgw_core.serve.start import ServeRequest, preview_serve, serve
     from llmgw_core.serve.transport import with_transport
+    from llmgw_core.serve.tunnels import fleet_and_reach
 
     env = checked_env(args.env)
     fleet, reach = await fleet_and_reach(ctx)

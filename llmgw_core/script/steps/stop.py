@@ -35,7 +35,7 @@ async def run_stop(args: StopArgs, ctx: StepContext) -> StepOutcome:
     """Stop and forget the replica's shards on every node that answers."""
     from llmgw_core.gateway.run import follow_all, stop_gateway
     from llmgw_core.serve.replicas import stop_replica
-    from llmgw_core.serve.session import fleet_and_reach
+    from llmgw_core.serve.tunnels import fleet_and_reach
 
     fleet, reach = await fleet_and_reach(ctx)
     if args.gateway is not None:

@@ -1,7 +1,7 @@
 """The sim engine reads the very command lines the builders make.
 
 In replay mode the agent runs the sim engine in place of the real one with
-the real argv (`llmgw_agent.sim.engine_args`). If the sim misread a built
+the real argv (`llmgw_agent.sim.engine.args`). If the sim misread a built
 command, the demo would pass while a real fleet failed — so every kind of
 command is fed to the sim's own recogniser and parser here.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from engine_nodes import LLAMA_70B, h100_cards, h100_node, request, two_h100_nodes
 
-from llmgw_agent.sim.engine_args import engine_kind, parse_engine_argv
+from llmgw_agent.sim.engine.args import engine_kind, parse_engine_argv
 from llmgw_core.engines import build_launch
 
 GGUF = "/var/lib/llmgw-models/qwen-7b-q4_k_m.gguf"

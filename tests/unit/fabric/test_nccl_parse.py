@@ -157,7 +157,7 @@ def test_mpirun_tags_and_na_wrong_counts_are_read() -> None:
 
 def sim_rank_lines(env: dict[str, str], node_rank: int) -> list[str]:
     """What the demo's sim engine prints for one rank of a 2-node, 16-card replica."""
-    from llmgw_agent.sim.engine_lines import nccl_lines
+    from llmgw_agent.sim.engine.lines import nccl_lines
 
     engine = {"nnodes": 2, "tp": 8, "pp": 2, "node_rank": node_rank}
     return nccl_lines({"NCCL_DEBUG": "INFO", **env}, f"h100-a-0{node_rank + 1}", 4242, engine)

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 from rich.console import Console
 
-from llmgw_core.script.steps.fabric_test import FabricTestArgs, render_fabric_test
+from llmgw_core.script.steps.fabric import FabricTestArgs, render_fabric_test
 
 
 def test_two_nodes_or_a_fabric_must_be_named() -> None:

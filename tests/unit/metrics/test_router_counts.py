@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from llmgw_core.fleet.demo import demo_router
+from llmgw_core.fleet.sim.demo import demo_router
 from llmgw_core.metrics.gateway import GatewayScrape, GatewayTarget, router_counts
 
 pytestmark = pytest.mark.skipif(

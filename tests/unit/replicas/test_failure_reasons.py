@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmgw_core.serve.serve import port_taken
+from llmgw_core.serve.start import port_taken
 
 UVICORN_BIND_ERROR = (
     "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): "

@@ -10,9 +10,9 @@ import re
 from typing import Any, List, Optional
 
 from llmgw_agent import allowed_paths
-from llmgw_agent.claims import valid_gpu_id
 from llmgw_agent.logcap import DEFAULT_LOG_MAX_BYTES
 from llmgw_agent.op_args import OpError, arg, number_arg
+from llmgw_agent.shards.claims import valid_gpu_id
 
 SHARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 """Used with `match`: `\\Z`, not `$`, so a trailing newline is refused too."""

@@ -30,9 +30,10 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from llmgw_agent import claims, keepalive, paths, proc_identity
+from llmgw_agent import keepalive, paths, proc_identity
 from llmgw_agent.op_args import OpError
-from llmgw_agent.shard_spec import SHARD_ID, normalise_spec
+from llmgw_agent.shards import claims
+from llmgw_agent.shards.spec import SHARD_ID, normalise_spec
 
 TERMINAL_PHASES = ("exited", "failed", "stopped")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -100,7 +101,7 @@ def _run_argv(argv: List[str], replay: Optional[str]) -> List[str]:
     """The argv to execute: the real one, or in replay mode the sim engine standing in."""
     if not replay:
         return argv
-    from llmgw_agent.sim.engine_args import engine_kind
+    from llmgw_agent.sim.engine.args import engine_kind
 
     kind = engine_kind(argv)
     if kind is None:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from llmgw_agent.fabric_half import (
+from llmgw_agent.fabric.half import (
     Emit,
     HalfOptions,
     accept_one,

@@ -1,6 +1,6 @@
 """One process standing in for many nodes of a simulated fleet (`sim_fleet`).
 
-    python -m llmgw_core.fleet.sim_pool SPEC.json
+    python -m llmgw_core.fleet.sim.pool SPEC.json
 
 Each node gets its own SSH server (asyncssh) on its own loopback address,
 with its own host key: the console's handshakes, logins and channels are
@@ -265,7 +265,7 @@ async def serve_spec(spec: dict[str, Any]) -> None:
 def main(argv: list[str]) -> int:
     """Read the spec file named in argv and serve it."""
     if len(argv) != 1:
-        sys.stderr.write("usage: python -m llmgw_core.fleet.sim_pool SPEC.json\n")
+        sys.stderr.write("usage: python -m llmgw_core.fleet.sim.pool SPEC.json\n")
         return 2
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     os.environ.setdefault("LLMGW_AGENT_STATE", str(Path(argv[0]).parent / "agent-state"))

@@ -23,7 +23,7 @@ Methods:
 In replay mode (a simulated node) `ib_write_bw` is not run: the two halves
 meet over a real loopback socket, exchange their adapters' speeds, and print
 text in ib_write_bw's own format with the figure the simulated hardware
-allows (see `fabric_replay`).
+allows (see `fabric.replay`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from llmgw_agent import fabric_replay
-from llmgw_agent.fabric_half import (
+from llmgw_agent.fabric import replay as fabric_replay
+from llmgw_agent.fabric.half import (
     LISTEN_WAIT_S,
     OUTPUT_LIMIT_BYTES,
     PERFTEST,

@@ -2,7 +2,7 @@
 
 The options a half is given (checked: an adapter name or an address reaches
 argv), the command line `ib_write_bw` gets, and the shape of what a half
-answers. `fabric_test` (the real tools) and `fabric_replay` (the simulated
+answers. `fabric.run` (the real tools) and `fabric.replay` (the simulated
 nodes) both build on this module, which imports neither.
 """
 

@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-from llmgw_agent.fabric_test import CappedOutput, start_tool, wait_or_stop
+from llmgw_agent.fabric.run import CappedOutput, start_tool, wait_or_stop
 from llmgw_agent.op_args import OpError, arg, number_arg
 
 ALL_REDUCE = "all_reduce_perf"
@@ -131,7 +131,7 @@ def _hca_names(env: Dict[str, str]) -> Optional[List[str]]:
 
 def _node_gbps(options: Dict[str, Any], replay: str) -> tuple:
     """(Gb/s one simulated node puts on the network, adapter names used)."""
-    from llmgw_agent.fabric_replay import replay_adapters
+    from llmgw_agent.fabric.replay import replay_adapters
 
     adapters = replay_adapters(replay)
     wanted = _hca_names(options["env"])

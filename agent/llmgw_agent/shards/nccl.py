@@ -25,7 +25,7 @@ def nccl_lines(shard_id: str, limit: int) -> dict:
     Raises:
         OpError: `not_found` for an unknown shard.
     """
-    from llmgw_agent.shards import shard_directory
+    from llmgw_agent.shards.records import shard_directory
 
     directory = shard_directory(shard_id)
     found: List[str] = []

@@ -6,7 +6,7 @@ reflecting the environment it was given), serves `/health` (503 while
 loading, then 200), `/v1/models`, `/v1/chat/completions`, `/v1/completions`
 and `/metrics` on 127.0.0.1, and records the memory it holds on its simulated
 cards in `sim_usage_dir()/<pid>.json` until it exits. In replay mode the
-agent's supervisor runs it in place of the real binary (`engine_args.engine_kind`
+agent's supervisor runs it in place of the real binary (`engine.args.engine_kind`
 says which commands).
 
 Environment: `LLMGW_SIM_LOAD_S` (seconds of loading, default 1.5),
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import List, Optional
 
 from llmgw_agent import paths
-from llmgw_agent.sim.engine_args import KINDS, engine_kind, parse_engine_argv
-from llmgw_agent.sim.engine_lines import (
+from llmgw_agent.sim.engine.args import KINDS, engine_kind, parse_engine_argv
+from llmgw_agent.sim.engine.lines import (
     loading_lines,
     memory_plan,
     nccl_lines,

@@ -226,7 +226,7 @@ async def start_sim_fleet(
                     await asyncio.create_subprocess_exec(
                         sys.executable,
                         "-m",
-                        "llmgw_core.fleet.sim_pool",
+                        "llmgw_core.fleet.sim.pool",
                         str(spec_file),
                         stdin=asyncio.subprocess.PIPE,
                         stdout=asyncio.subprocess.PIPE,

@@ -10,7 +10,7 @@ import threading
 from typing import Callable, List
 
 from llmgw_agent.logcap import LOG_NAME, LogFollower, tail_lines
-from llmgw_agent.shards import shard_directory, shard_phase
+from llmgw_agent.shards.records import shard_directory, shard_phase
 
 _EVENT_LINES = 500
 """At most this many lines travel in one `{"lines": [...]}` event."""

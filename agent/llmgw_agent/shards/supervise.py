@@ -23,9 +23,10 @@ import urllib.request
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from llmgw_agent import claims, paths, proc_identity
+from llmgw_agent import paths, proc_identity
 from llmgw_agent.logcap import CappedLog, LineSplitter
-from llmgw_agent.shards import read_record, terminate_groups, write_record
+from llmgw_agent.shards import claims
+from llmgw_agent.shards.records import read_record, terminate_groups, write_record
 
 _WATCH_POLL_S = 0.1
 _HEALTH_POLL_S = 1.0
