@@ -109,8 +109,8 @@ def sync_rows(table: DataTable[object], rows: dict[str, dict[str, object]]) -> N
     Changed cells are updated in place, new rows appended, vanished rows
     removed: the cursor and the scroll position stay where the reader left them.
     """
-    for key in [k.value for k in table.rows if k.value not in rows]:
-        table.remove_row(key)
+    for gone in [k for k in table.rows if k.value not in rows]:
+        table.remove_row(gone)
     for key, cells in rows.items():
         if key in table.rows:
             for column, value in cells.items():

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+if TYPE_CHECKING:
+    from llmgw_tui.app import LlmgwApp
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,7 @@ class ConsoleCommands(Provider):
         for repo_id in known_models():
             ref = f"catalog:{repo_id}"
             entries.append((f"plan {ref}", f"open_plan({ref!r})", "Plan a model known offline"))
-        fleet = getattr(self.app, "fleet", None)
+        fleet = cast("LlmgwApp", self.app).fleet
         for node in fleet.nodes if fleet is not None else ():
             entries.append((f"node {node.name}", f"open_node({node.name!r})", "Open the node page"))
         return entries

@@ -23,6 +23,7 @@ from llmgw_tui.feed_gateways import LOG_TAIL_LINES, LiveGateways
 
 if TYPE_CHECKING:
     from llmgw_core.metrics.families import MetricsSnapshot
+    from llmgw_core.serve.prepare import ServePreview
     from llmgw_core.serve.start import ServeOutcome, ServeRequest
     from llmgw_core.serve.view import ReplicaView
 
@@ -97,6 +98,18 @@ class FleetFeed(Protocol):
         """What `--metrics-port` exports now: the fleet and replicas as last polled."""
         ...
 
+    async def fabric_test(self, node_a: str, node_b: str) -> tuple[dict[str, Any], str | None]:
+        """Rail by rail between two nodes: the `fabric-test` step's result and its error."""
+        ...
+
+    async def preview(self, request: ServeRequest) -> ServePreview | None:
+        """What `serve` would start, per node; None where the feed cannot say (a fixed fleet)."""
+        ...
+
+    async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
+        """Per node, the bytes of the replica's Hub weights fetched so far."""
+        ...
+
 
 def shard_prefix(rank: int, node: str) -> str:
     """`[r1 gpu-a-02] `: what each merged log line starts with."""
@@ -168,6 +181,14 @@ class StaticFeed:
     async def bench(self, view: ReplicaView) -> dict[str, Any]:
         """A fixed fleet has no engine to measure."""
         raise BadInput(f"{view.name} runs on a fixed fleet", "bench it on a live fleet")
+
+    async def preview(self, request: ServeRequest) -> ServePreview | None:
+        """None: a fixed fleet has no agents to ask what would start."""
+        return None
+
+    async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
+        """Nothing is fetched on a fixed fleet."""
+        return {}
 
     async def fabric_test(self, node_a: str, node_b: str) -> tuple[dict[str, Any], str | None]:
         """The result given for this pair (a recorded run); a fixed fleet runs no traffic itself."""
@@ -431,7 +452,7 @@ class LiveFeed(LiveGateways):
                     await stream.cancel()
         return found
 
-    async def preview(self, request: ServeRequest) -> Any:
+    async def preview(self, request: ServeRequest) -> ServePreview | None:
         """What `serve` would start, per node, without starting it (`preview_serve`)."""
         from llmgw_core.script.steps.plan import model_for
         from llmgw_core.serve.prepare import preview_serve

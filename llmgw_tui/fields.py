@@ -204,8 +204,10 @@ class CheckedInput(Input):
     def validate(self, value: str) -> ValidationResult | None:
         """Textual's validation (the `-invalid` class), and the first reason on the border."""
         result = super().validate(value)
-        refused = result is not None and not result.is_valid
-        self.border_subtitle = first_reason(result.failure_descriptions) if refused else ""
+        if result is not None and not result.is_valid:
+            self.border_subtitle = first_reason(result.failure_descriptions)
+        else:
+            self.border_subtitle = ""
         return result
 
 

@@ -33,15 +33,18 @@ import contextlib
 import os
 import time
 import traceback
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from llmgw_core.errors import LlmgwError
 
 if TYPE_CHECKING:
     from textual.app import App
     from textual.message import Message
+
+    from llmgw_tui.app import LlmgwApp
 
 ERROR_LOG_NAME = "console-errors.log"
 QUIET_S = 5.0
@@ -71,6 +74,7 @@ class ConsoleGuard:
 
     def __init__(self, app: App[Any]) -> None:
         self._app = app
+        _GUARDS[app] = self
         self.caught: list[Caught] = []
         """What reached the guard, oldest first (at most `KEPT_CAUGHT`)."""
         self._shown_at: dict[str, float] = {}
@@ -126,6 +130,10 @@ def where_of(node: object) -> str:
     return str(sub_title or type(node).__name__)
 
 
+_GUARDS: weakref.WeakKeyDictionary[App[Any], ConsoleGuard] = weakref.WeakKeyDictionary()
+"""Each guarded app's guard (an app without one lets what its screens raise end it)."""
+
+
 class Guarded:
     """A mixin for the app and each screen: an exception from any of its handlers is caught.
 
@@ -133,11 +141,18 @@ class Guarded:
     it stands in for a public per-handler error hook.
     """
 
+    app: App[Any]
+
+    @property
+    def console_app(self) -> LlmgwApp:
+        """The app, typed: what every screen may reach of it (`LlmgwApp`'s attributes)."""
+        return cast("LlmgwApp", self.app)
+
     async def _on_message(self, message: Message) -> None:
         try:
             await super()._on_message(message)  # type: ignore[misc]
         except Exception as error:
-            guard: ConsoleGuard | None = getattr(self.app, "guard", None)  # type: ignore[attr-defined]
+            guard = _GUARDS.get(self.app)  # None: a screen mounted on a bare App (a test)
             if guard is None:
                 raise
             guard.catch(error, where_of(self))

@@ -67,8 +67,8 @@ def demo_replica(fleet_state: FleetState) -> ReplicaView:
         "http_port": 8000,
         "created_at": at - 30,
     }
-    listings = {
-        entry["node"]: [
+    listings: dict[str, list[dict[str, object]]] = {
+        str(entry["node"]): [
             {
                 "shard_id": f"llama-405b-r{entry['rank']}",
                 "replica": "llama-405b",

@@ -9,7 +9,7 @@ recolours everything at once.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich.style import Style
 from textual.theme import Theme
@@ -57,7 +57,7 @@ def theme_style(app: App[object], name: str, *, bold: bool = False) -> Style:
     return Style(color=colour, bold=bold)
 
 
-def use_theme_before_start(app: App[object], theme: Theme) -> None:
+def use_theme_before_start(app: App[Any], theme: Theme) -> None:
     """Make `theme` the app's theme before it runs, so its first frame is styled once.
 
     Setting `App.theme` queues a restyle of the whole app with every stylesheet

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 from urllib.parse import quote
 
@@ -303,7 +303,7 @@ async def stop_gateway(fleet: Any, name: str) -> dict[str, Any]:
 
 async def gateway_log_batches(
     fleet: Any, name: str, *, lines: int = 200, follow: bool = False
-) -> AsyncIterator[list[str]]:
+) -> AsyncGenerator[list[str], None]:
     """The router's last `lines` lines, then (with `follow`) what it writes next, in batches.
 
     Each line is `[gateway node] …` without the router's colours. The

@@ -18,7 +18,7 @@ import importlib
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -102,12 +102,15 @@ class Step:
 _STEPS: dict[str, Step] = {}
 
 
+Registered = TypeVar("Registered", bound=StepFunction)
+
+
 def step(
     name: str, *, args: type[StepArgs], render: Renderer | None = None
-) -> Callable[[StepFunction], StepFunction]:
-    """Register a step function under `name` with its argument model."""
+) -> Callable[[Registered], Registered]:
+    """Register a step function under `name` with its argument model (it keeps its own type)."""
 
-    def register(function: StepFunction) -> StepFunction:
+    def register(function: Registered) -> Registered:
         if name in _STEPS:
             raise RuntimeError(f"step {name!r} is registered twice")
         _STEPS[name] = Step(name=name, args_model=args, run=function, render=render)

@@ -8,7 +8,7 @@ back: FAIL, then WARN, then PASS.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -79,8 +79,8 @@ class DoctorScreen(Guarded, Screen[None]):
     @work(group="doctor", exclusive=True, exit_on_error=False, description="Doctor")
     async def run_checks(self) -> None:
         """Every ready node's checks (a node that fails to answer is one FAIL row)."""
-        feed: Any = self.app.feed  # type: ignore[attr-defined]
-        fleet = getattr(self.app, "fleet", None)
+        feed = self.console_app.feed
+        fleet = self.console_app.fleet
         if self.node is not None:
             names = [self.node]
         else:

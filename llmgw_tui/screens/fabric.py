@@ -64,7 +64,7 @@ class FabricScreen(Guarded, Screen[None]):
 
     def action_run_again(self) -> None:
         """Run the test (again)."""
-        self.query_one("#fabric-running").display = self.app.animation_level != "none"  # type: ignore[attr-defined]
+        self.query_one("#fabric-running").display = self.app.animation_level != "none"
         self.query_one("#fabric-status", Static).update(
             f"testing {self.node_a} ↔ {self.node_b}, one rail at a time…"
         )
@@ -75,7 +75,7 @@ class FabricScreen(Guarded, Screen[None]):
         """The rails about to run, from the inventory's fabric of each node (pending)."""
         table = self.query_one("#fabric-rails", DataTable)
         table.clear()
-        fleet = getattr(self.app, "fleet", None)
+        fleet = self.console_app.fleet
         fabrics = (fleet.fabrics or {}) if fleet is not None else {}
         shared = set(fabrics.get(self.node_a, ())) & set(fabrics.get(self.node_b, ()))
         label = ", ".join(sorted(shared)) or "no shared fabric: TCP"
@@ -91,7 +91,7 @@ class FabricScreen(Guarded, Screen[None]):
     @work(group="fabric", exclusive=True, exit_on_error=False, description="Fabric test")
     async def run_test_pair(self) -> None:
         """Run the pair; the rows, or the sentence why it could not run."""
-        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        feed = self.console_app.feed
         try:
             result, error = await feed.fabric_test(self.node_a, self.node_b)
         except LlmgwError as exc:

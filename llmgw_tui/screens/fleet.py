@@ -97,9 +97,9 @@ class FleetScreen(KeptScreen[None]):
         """Show the fleet the app already has, and follow its updates."""
         self.title = "llmgw"
         self.sub_title = "fleet"
-        self.app.fleet_changed.subscribe(self, self.show_fleet)  # type: ignore[attr-defined]
-        self.app.fleet_failed.subscribe(self, self.show_failure)  # type: ignore[attr-defined]
-        fleet = getattr(self.app, "fleet", None)
+        self.console_app.fleet_changed.subscribe(self, self.show_fleet)
+        self.console_app.fleet_failed.subscribe(self, self.show_failure)
+        fleet = self.console_app.fleet
         if fleet is not None:
             self.show_fleet(fleet)
 
@@ -261,7 +261,7 @@ class FleetScreen(KeptScreen[None]):
         """Open the page of the node under the cursor."""
         name = self.selected_node()
         if name is not None:
-            self.app.action_open_node(name)  # type: ignore[attr-defined]
+            self.console_app.action_open_node(name)
 
     def _filter_field(self) -> Input | None:
         """The filter, once `/` has mounted it."""

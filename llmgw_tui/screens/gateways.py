@@ -96,7 +96,7 @@ class GatewaysScreen(KeptScreen[None]):
     @work(group="gateways-poll", exclusive=True, exit_on_error=False, description="Gateways")
     async def poll_gateways(self) -> None:
         """Read the gateways every few seconds; a failed read is a red line, and reading goes on."""
-        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        feed = self.console_app.feed
         while True:
             if not self.is_current:
                 # Another mode (or a log over this one) is shown: no node or router is asked.
@@ -239,7 +239,7 @@ class GatewaysScreen(KeptScreen[None]):
     @work(group="gateway-action", exit_on_error=False, description="Stopping")
     async def stop_gateway(self, name: str) -> None:
         """Stop the router; say so, then read the gateways again."""
-        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        feed = self.console_app.feed
         try:
             result = await feed.stop_gateway(name)
         except LlmgwError as exc:

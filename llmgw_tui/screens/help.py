@@ -30,7 +30,9 @@ class HelpScreen(Guarded, ModalScreen[None]):
         """The title and one row per key."""
         with Vertical(id="help-box"):
             yield Static(f"Keys of {self._screen_title}", id="help-title", markup=False)
-            table: DataTable[str] = DataTable(id="help-keys", cursor_type="row", zebra_stripes=True)
+            table: DataTable[Text] = DataTable(
+                id="help-keys", cursor_type="row", zebra_stripes=True
+            )
             table.add_columns("KEY", "WHAT IT DOES")
             for key, description in self._keys:
                 table.add_row(Text(key), Text(description))

@@ -99,7 +99,7 @@ class LogsScreen(Guarded, Screen[None]):
     @work(group="logs", exclusive=True, exit_on_error=False, description="Reading the logs")
     async def read_logs(self) -> None:
         """Find the replica or gateway, then follow its shards until they end or the view closes."""
-        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        feed = self.console_app.feed
         if self.gateway:
             await self._read_gateway_log(feed)
             return

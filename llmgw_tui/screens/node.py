@@ -123,8 +123,8 @@ class NodeScreen(Guarded, Screen[None]):
         """Show the node from the app's latest snapshot and follow updates."""
         self.title = "llmgw"
         self.sub_title = f"node {self.node_name}"
-        self.app.fleet_changed.subscribe(self, self.show_fleet)  # type: ignore[attr-defined]
-        fleet = getattr(self.app, "fleet", None)
+        self.console_app.fleet_changed.subscribe(self, self.show_fleet)
+        fleet = self.console_app.fleet
         if fleet is not None:
             self.show_fleet(fleet)
         self.query_one("#devices", DataTable).focus()
@@ -137,7 +137,7 @@ class NodeScreen(Guarded, Screen[None]):
         """The shards this node runs, each with the path its NCCL took (read from its log)."""
         shown = self.query_one("#node-replicas", Static)
         try:
-            views = await self.app.feed.replicas(transports=True)  # type: ignore[attr-defined]
+            views = await self.console_app.feed.replicas(transports=True)
         except LlmgwError as error:
             shown.update(Content.from_markup("[$error]$sentence[/]", sentence=str(error)))
             return
@@ -153,7 +153,7 @@ class NodeScreen(Guarded, Screen[None]):
     async def _run_doctor(self) -> None:
         doctor = self.query_one("#doctor", Static)
         try:
-            checks = await self.app.feed.doctor(self.node_name)  # type: ignore[attr-defined]
+            checks = await self.console_app.feed.doctor(self.node_name)
         except LlmgwError as error:
             doctor.update(Content.from_markup("[$error]$sentence[/]", sentence=str(error)))
             return

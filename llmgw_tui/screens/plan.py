@@ -192,7 +192,7 @@ class PlanScreen(KeptScreen[None]):
 
     @work(thread=True, group="plan", exclusive=True, exit_on_error=False, description="Planning")
     def _run_plan(self, model_ref: str, context: int | None, concurrency: int, format: str) -> None:
-        fleet = getattr(self.app, "fleet", None)
+        fleet = self.console_app.fleet
         try:
             body = plan_model(
                 model_ref, fleet, context=context, concurrency=concurrency, format=format

@@ -47,8 +47,8 @@ class RacksScreen(KeptScreen[None]):
         """Draw the racks of the app's latest snapshot and follow updates."""
         self.title = "llmgw"
         self.sub_title = "NVLink racks"
-        self.app.fleet_changed.subscribe(self, self.show_fleet)  # type: ignore[attr-defined]
-        fleet = getattr(self.app, "fleet", None)
+        self.console_app.fleet_changed.subscribe(self, self.show_fleet)
+        fleet = self.console_app.fleet
         if fleet is not None:
             await self.show_fleet(fleet)
         else:

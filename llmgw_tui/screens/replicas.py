@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -32,6 +32,9 @@ from llmgw_tui.screens.logs import LogsScreen
 from llmgw_tui.theme import theme_style
 from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar
+
+if TYPE_CHECKING:
+    from llmgw_tui.feed import FleetFeed
 
 REPLICA_COLUMNS = (
     ("name", "REPLICA"),
@@ -158,7 +161,7 @@ class ReplicasScreen(KeptScreen[None]):
     @work(group="replicas-poll", exclusive=True, exit_on_error=False, description="Replicas")
     async def poll_replicas(self) -> None:
         """Read the replicas every second; a failed read is a red line, and reading goes on."""
-        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        feed = self.console_app.feed
         polls = 0
         while True:
             try:
@@ -175,11 +178,10 @@ class ReplicasScreen(KeptScreen[None]):
                 return
             await asyncio.sleep(POLL_S)
 
-    async def _read_gateways(self, feed: Any) -> None:
+    async def _read_gateways(self, feed: FleetFeed) -> None:
         """One line per running gateway (`gateway_line`); hidden while there is none."""
-        reader = getattr(feed, "gateways", None)
         try:
-            self.gateways = await reader() if reader is not None else []
+            self.gateways = await feed.gateways()
         except LlmgwError as exc:
             self.gateways = [{"name": "?", "error": exc.sentence()}]
         line = self.query_one("#gateways", Static)
@@ -207,14 +209,11 @@ class ReplicasScreen(KeptScreen[None]):
             self.app.push_screen(LogsScreen(names[0], gateway=True))
 
     async def _read_downloads(
-        self, feed: Any, views: tuple[ReplicaView, ...]
+        self, feed: FleetFeed, views: tuple[ReplicaView, ...]
     ) -> dict[tuple[str, str], int]:
-        reader = getattr(feed, "downloaded_bytes", None)
-        if reader is None:
-            return {}
         found: dict[tuple[str, str], int] = {}
         for view in views:
-            for node, fetched in (await reader(view)).items():
+            for node, fetched in (await feed.downloaded_bytes(view)).items():
                 found[(view.name, node)] = fetched
         return found
 
@@ -356,7 +355,7 @@ class ReplicasScreen(KeptScreen[None]):
     @work(group="replica-action", exit_on_error=False, description="Stopping")
     async def stop_replica(self, name: str) -> None:
         """Stop every shard of `name`; say what was stopped and what could not be reached."""
-        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        feed = self.console_app.feed
         try:
             result = await feed.stop_replica(name)
         except LlmgwError as exc:
@@ -377,7 +376,7 @@ class ReplicasScreen(KeptScreen[None]):
     @work(group="replica-action", exit_on_error=False, description="Bench")
     async def bench(self, view: ReplicaView) -> None:
         """Sixteen completions, four at a time; the figures in the answer line."""
-        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        feed = self.console_app.feed
         try:
             figures = await feed.bench(view)
         except LlmgwError as exc:
@@ -420,7 +419,7 @@ class ReplicasScreen(KeptScreen[None]):
     @work(group="replica-action", exit_on_error=False, description="Ask")
     async def ask(self, view: ReplicaView, prompt: str) -> None:
         """Send one prompt; the answer in the answer line."""
-        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        feed = self.console_app.feed
         try:
             text = await feed.ask(view, prompt)
         except LlmgwError as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -190,8 +190,11 @@ class ServeScreen(KeptScreen[None]):
         self._show_step()
         self.query_one("#serve-model", Input).focus()
 
-    def on_screen_resume(self) -> None:
-        """Shown again with nothing focused: the page's first field."""
+    def on_screen_resume(self, event: events.ScreenResume) -> None:
+        """Shown again with nothing focused: the page's first field.
+
+        (Textual calls `KeptScreen`'s handler too, after this one: not called here.)
+        """
         if self.focused is None:
             self._focus_page()
 
@@ -365,7 +368,7 @@ class ServeScreen(KeptScreen[None]):
     @work(group="serve-plan", exclusive=True, thread=True, exit_on_error=False, description="Plan")
     def plan_ways(self, model_ref: str, context: int | None, concurrency: int) -> None:
         """Plan the model on the fleet shown (blocking: the Hub may be read), then the ways page."""
-        fleet = getattr(self.app, "fleet", None)
+        fleet = self.console_app.fleet
         try:
             body = plan_model(
                 model_ref, fleet, context=context, concurrency=concurrency, format="both"
@@ -430,7 +433,7 @@ class ServeScreen(KeptScreen[None]):
     @work(group="serve-size", exclusive=True, thread=True, exit_on_error=False, description="Fit")
     def replan_size(self, model_ref: str, context: int, concurrency: int) -> None:
         """Whether the chosen way holds `context` × `concurrency` (the planner's figure)."""
-        fleet = getattr(self.app, "fleet", None)
+        fleet = self.console_app.fleet
         try:
             body = plan_model(
                 model_ref, fleet, context=context, concurrency=concurrency, format="both"
@@ -510,18 +513,17 @@ class ServeScreen(KeptScreen[None]):
     @work(group="serve-preview", exclusive=True, exit_on_error=False, description="Preview")
     async def preview_commands(self, request: ServeRequest) -> None:
         """The exact commands and environment per node, from the core's preview."""
-        feed: Any = self.app.feed  # type: ignore[attr-defined]
-        preview_of = getattr(feed, "preview", None)
+        feed = self.console_app.feed
         page = self.query_one("#serve-preview", Static)
-        if preview_of is None:
-            page.update(confirm_text_from_way(request, self.way or {}))
-            self._block(None)
-            return
         try:
-            preview = await preview_of(request)
+            preview = await feed.preview(request)
         except LlmgwError as exc:
             page.update(exc.sentence())
             self._block(exc.sentence())
+            return
+        if preview is None:  # a feed that cannot say: the way's own words
+            page.update(confirm_text_from_way(request, self.way or {}))
+            self._block(None)
             return
         self.preview = preview
         page.update(confirm_text(request, preview.as_dict()))
@@ -532,7 +534,7 @@ class ServeScreen(KeptScreen[None]):
         """Run `serve`, show the replicas screen on it at once, and say how it ended."""
         from llmgw_core.serve.launch import replica_name
 
-        feed: Any = self.app.feed  # type: ignore[attr-defined]
+        feed = self.console_app.feed
         name = request.name or replica_name(request.model.removeprefix("catalog:"))
         self.notify(f"Serving {name}…", title="Serve")
         await self.app.run_action(f"open_replica({name!r})")

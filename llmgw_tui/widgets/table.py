@@ -88,9 +88,13 @@ class SteadyTable(DataTable[object]):
         if plain is None:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         cell, height = plain
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        if row_key is None or column_key is None:  # `_plain_cell` found both: never
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         key = (
-            self._row_locations.get_key(row_index),
-            self._column_locations.get_key(column_index),
+            row_key,
+            column_key,
             base_style,
             cursor,
             hover,
