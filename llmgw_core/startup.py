@@ -4,10 +4,9 @@ pydantic's plugins off (`pydantic_plugins_off`).
 Importing a path of this program (pydantic's models, asyncssh, the steps)
 allocates a few hundred thousand objects, all of which live as long as the
 process: modules, classes, functions, schemas. With the collector on, a
-headless run that discovered 8 nodes spent 100-150 ms of its 2 s in 117
-collections that freed nothing worth having, one of them a full walk of
-every object (40-70 ms). So the heavy imports run with the collector
-paused, and what they loaded is then frozen (never walked again, still
+start spends a noticeable share of its time in collections that free
+nothing worth having (docs/scale.md). So the heavy imports run with the
+collector paused, and what they loaded is then frozen (never walked again, still
 freed if it stops being referenced). The collector is on for everything
 else a script does, which may run for hours.
 """
@@ -44,7 +43,7 @@ def pydantic_plugins_off() -> None:
     """Turn pydantic's plugins off unless the user set the variable, before any model is built.
 
     pydantic looks for plugins by reading the entry points of every installed
-    distribution when the first model is built: 40-90 ms of every start, for
+    distribution when the first model is built: time every start pays for
     plugins this program never uses. Set the variable empty to have them back.
     """
     os.environ.setdefault(PYDANTIC_PLUGINS_VARIABLE, PYDANTIC_PLUGINS_OFF_VALUES[0])
@@ -55,8 +54,7 @@ def skip_pydantic_plugin_lookup() -> bool:
     """With every pydantic plugin off, do not import pydantic's plugin loader; whether skipped.
 
     At its first model pydantic imports its plugin loader, which imports
-    `importlib.metadata` (and the `email` package with it): about 25 ms of a
-    headless run's 330 ms to its first step, spent even when
+    `importlib.metadata` (and the `email` package with it), spent even when
     PYDANTIC_DISABLE_PLUGINS turns every plugin off, as the loader reads the
     variable only after that import. With the variable so set (the CLI sets
     it unless the user did), the loader's one function would answer "no

@@ -297,11 +297,11 @@ class LlmgwApp(Guarded, App[int]):
             await self.run_action(command.action)
 
     async def action_show_fleet(self) -> None:
-        """The fleet screen."""
+        """Key 1: every node, its state and cards (kept: shown again as it was left)."""
         await self._to_mode("fleet")
 
     async def action_show_racks(self) -> None:
-        """The NVLink racks screen."""
+        """Key 2: the NVLink domains drawn as racks of trays."""
         await self._to_mode("racks")
 
     async def action_show_plan(self) -> None:
@@ -318,7 +318,7 @@ class LlmgwApp(Guarded, App[int]):
             screen.plan(model_ref)
 
     async def action_show_replicas(self) -> None:
-        """The replicas screen."""
+        """Key 4: every replica, its shards, and what can be done to it."""
         await self._to_mode("replicas")
 
     async def action_show_serve(self) -> None:
@@ -371,8 +371,11 @@ class LlmgwApp(Guarded, App[int]):
         self.push_screen(FabricScreen(names[0], names[1]))
 
     def start_preparing_screens(self) -> None:
-        """Prepare the other screens in the background (a task of its own, not a worker:
-        what waits for the console's work to be done does not wait for this)."""
+        """Prepare the other screens in the background.
+
+        A plain task, not a Textual worker: `workers.wait_for_complete()` (tests,
+        and anything waiting for the console to settle) must not wait for it.
+        """
         if self._preparing is None:
             self._preparing = asyncio.create_task(self._prepare_screens_or_say_why())
 
@@ -387,11 +390,11 @@ class LlmgwApp(Guarded, App[int]):
     async def prepare_screens(self) -> None:
         """Build every other mode's screen while the console is idle, one at a time.
 
-        The first time a screen was shown its key waited for its module to be
-        imported (0.3 s for the replicas' at 2,048 nodes) and for its widgets to
-        be built and laid out. Here each module is imported in a thread, off the
-        UI loop, and each screen is built and laid out on the loop, a screen per
-        turn with a pause between: its key then only shows it.
+        Shown for the first time, a screen's key would wait for its module to be
+        imported and its widgets to be built and laid out. Here each module is
+        imported in a thread, off the UI loop, and each screen is built and laid
+        out on the loop, a screen per turn with a pause between: its key then
+        only shows it.
         """
         await asyncio.sleep(PREPARE_AFTER_S)
         fleet = self._screen_stacks.get("fleet")

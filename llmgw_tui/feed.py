@@ -543,8 +543,8 @@ async def summary_off_loop(
 ) -> FleetSummary:
     """The fleet summary of a snapshot (with running shards), computed in a worker thread.
 
-    The first summary of 2,048 nodes takes seconds of CPU; on the UI loop it
-    would hold every key until done. The caller never shares `cache` between
+    A big fleet's first summary takes seconds of CPU; on the UI loop it would
+    hold every key until done. The caller never shares `cache` between
     two calls at once (the app never overlaps two polls).
     """
     return await asyncio.to_thread(

@@ -1,24 +1,21 @@
 """Keeping Python's garbage collector from pausing the console while keys are handled.
 
-At 2,048 nodes the console holds a few hundred thousand objects (modules,
-widgets, the fleet's rows and Textual's caches of rendered lines), and each
-poll and each frame allocates more. With Python's default thresholds a full
-collection walked all of them a dozen times a minute while keys were pressed:
-pauses of 0.1 to 0.9 s, 3.6 s (quiet machine) to 7 s (busy) in all over the
-benchmark's keys (tests/benchmarks/bench_scale_console.py prints them).
+A big fleet's console holds a few hundred thousand long-lived objects
+(modules, widgets, the fleet's rows, Textual's caches of rendered lines), and
+each poll and frame allocates more. With Python's default thresholds a full
+collection walks all of them often, and each walk lands on whatever key was
+pressed.
 
 So, once the fleet is first drawn: one collection, then `gc.freeze` (what is
 alive then is never walked again, though still freed when unreferenced), and
 thresholds that make full collections rare. Only objects caught in reference
-cycles wait longer to be freed (the benchmark's RSS with every screen drawn
-stayed at 94 MiB).
+cycles wait longer to be freed.
 
 The young threshold is a trade: each young collection walks what is young,
-each middle one what the last ten young ones left. At 10,000 a middle
-collection walked up to ~100,000 objects, 220-230 ms on the benchmark's
-machine, landing on whatever key was pressed; at 2,000 the longest was
-41-48 ms, and the collector's CPU over the benchmark's keys went down
-(680-690 ms in all, against 820 ms).
+each middle one what the last ten young ones left; too high a threshold makes
+each middle collection a pause a key can feel, too low makes many more of them.
+The figures behind the chosen values are in docs/scale.md
+(tests/benchmarks/bench_scale_console.py prints them).
 """
 
 from __future__ import annotations

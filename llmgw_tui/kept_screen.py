@@ -41,8 +41,11 @@ class KeptScreen(Guarded, Screen[ResultType]):
             self.on_first_show()
 
     def on_first_show(self) -> None:
-        """Start what runs only once the screen has been shown (a screen prepared in the
-        background reads nothing before)."""
+        """Start the screen's readers (polls, workers) the first time it is shown.
+
+        A screen built ahead of time, while the console was idle, must not
+        read the fleet or the agents before anyone looks at it.
+        """
 
     async def prepare(self) -> None:
         """Build, while the console is idle, what the screen's first frame left out."""

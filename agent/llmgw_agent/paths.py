@@ -1,7 +1,9 @@
 """Where the agent keeps its state, and where replay reads from.
 
-One place for the environment variables that steer the agent, so discovery,
-supervision and the sim engine agree on them.
+The variables that say where things are (the state folder, the replay
+directory) live here, so discovery, supervision and the sim engine agree on
+them; a variable that steers one module only is defined beside it
+(`LLMGW_CPU_ONLY` in discovery, `LLMGW_SHARD_TOKEN` in `proc_identity`).
 """
 
 from __future__ import annotations

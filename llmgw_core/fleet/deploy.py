@@ -64,7 +64,7 @@ class AgentBundle:
     The name is a hash of the entries (names and contents, in order) and of the
     zip's layout, so it changes exactly when the zip's bytes would; the zip
     itself is built only when an upload needs it. Every headless run needs the
-    name, few need the bytes: compressing them took ~40 ms of each start.
+    name, few need the bytes, and compressing them is a share of a start.
     """
 
     entries: tuple[tuple[str, bytes], ...]

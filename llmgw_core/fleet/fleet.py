@@ -33,7 +33,7 @@ PUBLISH_WINDOW_S = 0.1
 """Listeners and waiters hear of changes at most once per this moment (all of them together)."""
 PUBLISH_WINDOW_S_PER_NODE = 50e-6
 """A small fleet's window is shorter: a snapshot costs in proportion to the nodes it holds, so
-the window does too (8 nodes: 0.4 ms; from 2,000 nodes on, `PUBLISH_WINDOW_S`)."""
+the window does too, up to `PUBLISH_WINDOW_S`."""
 
 Listener = Callable[[FleetState], None]
 
@@ -183,8 +183,8 @@ class Fleet:
 
         `wait_for_agents=False` (a headless run ending) does not wait for each
         agent to exit: its channel gets end of input, then its connection is
-        closed, and the agent exits on its node as it does when a link drops.
-        8 agents exiting at once took ~120 ms of a 2 s run.
+        closed, and the agent exits on its node as it does when a link drops;
+        waiting for each to exit would add to every run's end.
         """
         self._closing = True
         self._wait_for_agents_on_close = wait_for_agents

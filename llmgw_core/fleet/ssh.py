@@ -162,8 +162,8 @@ class SshConnector:
     def _known_hosts(self) -> asyncssh.SSHKnownHosts:
         """Read again whenever the file changed, so a key accepted a moment ago counts.
 
-        Parsed once per change, not once per connect: at 2,048 nodes a
-        2,048-line file parsed per connect is seconds of CPU per node.
+        Parsed once per change, not once per connect: a big fleet's file,
+        parsed per connect, costs in proportion to the fleet for every node.
         """
         try:
             stat = self.settings.known_hosts.stat()
@@ -432,7 +432,7 @@ def _may_name_ciphers(paths: Sequence[str]) -> bool:
     """Whether an ssh config file may set `Ciphers` (it says so, or includes other files).
 
     Only then are the options parsed twice (to see whether this host's
-    ciphers were chosen); a parse is about 1 ms of CPU, per node.
+    ciphers were chosen), since each parse is paid per node.
     """
     for path in paths:
         try:

@@ -75,12 +75,13 @@ class FleetScreen(KeptScreen[None]):
         self._fleet: FleetSummary | None = None
         self._shown: list[str] = []
         self._drawn: dict[str, tuple[NodeSummary, dict[str, object]]] = {}
+        """Per node: the summary its row was drawn from, and that row's cells."""
         self._filter_timer: Timer | None = None
         self._build_generation = 0
         self._building: tuple[list[str], str | None] | None = None
         """The rows being added a chunk per frame, and the node to put the cursor on."""
         self._texts: dict[str, str] = {}
-        """Per node: the summary its row was drawn from, and that row's cells."""
+        """Per widget id: the text it shows now (a line is updated only when it changes)."""
 
     def compose(self) -> ComposeResult:
         """Header, a status line, the table and the footer (the filter is mounted on `/`)."""

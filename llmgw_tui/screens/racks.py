@@ -19,8 +19,8 @@ ISLANDS_NAMED = 24
 def islands_line(islands: tuple[str, ...] | list[str]) -> str:
     """The hosts in no NVLink domain: a few by name, then how many more.
 
-    At 2,048 nodes a line of every island's name was some 1,500 names, wrapped
-    into a screen of text each time the racks were laid out.
+    A fleet of many islands would otherwise wrap their every name into a
+    screen of text each time the racks are laid out.
     """
     named = ", ".join(islands[:ISLANDS_NAMED]) or "none"
     more = len(islands) - ISLANDS_NAMED
@@ -92,8 +92,8 @@ class RacksScreen(KeptScreen[None]):
     def _redraw_in_place(self, before: RacksSummary | None, now: RacksSummary) -> bool:
         """Redraw the racks already shown when only their trays changed; whether it could.
 
-        Removing and mounting 28 racks for one tray that changed state held
-        the screen for a few hundred milliseconds at 2,048 nodes.
+        Removing and mounting every rack for one tray that changed state would
+        hold the screen while a big fleet's racks are built again.
         """
         if before is None or now.islands != before.islands:
             return False

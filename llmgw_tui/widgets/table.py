@@ -3,9 +3,9 @@
 Textual's `DataTable` renders a cell through Rich's whole pipeline (padding,
 wrapping, cropping, then the row's styles) and caches the result under a key
 that holds the row's position, the cursor, the hover and a counter bumped by
-every `update_cell` or `add_row`. At 2,048 rows that pipeline costs about
-0.3 ms a cell, so a page of never-seen rows (~250 cells) took ~100 ms, and a
-poll that changed one cell made every cell on screen go through it again.
+every `update_cell` or `add_row`. So a page of never-seen rows goes through
+the whole pipeline cell by cell, and a poll that changes one cell sends every
+cell on screen through it again (docs/scale.md has the figures).
 
 This table splits the work where Textual's own renderable does (`Styled` is
 "render, then apply the styles to each segment"): the expensive part, the
@@ -34,7 +34,7 @@ from textual.widgets.data_table import RowKey
 CELLS_KEPT = 40_000
 """Drawn cells kept (2,048 rows of 6 columns, at two widths each, fit)."""
 WARM_ROWS_PER_STEP = 24
-"""Rows drawn ahead per step while idle: about 15 ms at 6 columns, the most a key waits on it."""
+"""Rows drawn ahead per step while idle: one step is the most a key waits on this."""
 WARM_PAUSE_S = 0.002
 """The timer between two steps: the loop takes keys and draws frames in between."""
 
