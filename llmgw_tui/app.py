@@ -24,9 +24,17 @@ from textual.signal import Signal
 from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
-from llmgw_tui.guard import ConsoleGuard, Guarded, where_of
+from llmgw_tui.guard import ConsoleGuard, where_of
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.screens.fleet import FleetScreen
+from llmgw_tui.textual_hooks import (
+    GuardedApp,
+    forget_mode_screen,
+    lay_out_hidden,
+    lay_out_pending,
+    mode_screen,
+    prepare_mode_screen,
+)
 from llmgw_tui.theme import (
     LLMGW_THEME,
     AnimationLevel,
@@ -85,7 +93,7 @@ def _mode_screen(mode: str) -> Callable[[], Screen[Any]]:
     return build
 
 
-class LlmgwApp(Guarded, App[int]):
+class LlmgwApp(GuardedApp, App[int]):
     """llmgw's console over one fleet feed."""
 
     CSS_PATH: ClassVar[list[str | PurePath]] = ["styles/app.tcss"]
@@ -153,20 +161,6 @@ class LlmgwApp(Guarded, App[int]):
         except Exception as error:
             self.guard.catch(error, where_of(self.screen))
             return True
-
-    def _handle_exception(self, error: Exception) -> None:
-        """A timer's, worker's or widget's exception is a red line; the console goes on.
-
-        Textual's private hook (see `llmgw_tui.guard`): its own exits the app.
-        Before the first screen is up there is nothing to go on with.
-        """
-        from textual.worker import WorkerFailed
-
-        if not self.is_running or not self.screen_stack:
-            super()._handle_exception(error)
-            return
-        cause = error.error if isinstance(error, WorkerFailed) else error
-        self.guard.catch(cause, where_of(self.screen))
 
     def on_mount(self) -> None:
         """Start polling the fleet (and exporting metrics, when asked)."""
@@ -397,9 +391,9 @@ class LlmgwApp(Guarded, App[int]):
         only shows it.
         """
         await asyncio.sleep(PREPARE_AFTER_S)
-        fleet = self._screen_stacks.get("fleet")
-        if fleet and isinstance(fleet[0], KeptScreen):
-            await fleet[0].prepare()
+        fleet = mode_screen(self, "fleet")
+        if isinstance(fleet, KeptScreen):
+            await fleet.prepare()
             await asyncio.sleep(PREPARE_PAUSE_S)
         for mode, (module, _) in SCREEN_MODULES.items():
             await asyncio.to_thread(import_module, module)
@@ -408,21 +402,15 @@ class LlmgwApp(Guarded, App[int]):
 
     async def prepare_mode(self, mode: str) -> None:
         """Build, mount and lay out a mode's screen without showing it (as `switch_mode` would)."""
-        if mode in self._screen_stacks or not self.is_running:
+        if mode_screen(self, mode) is not None or not self.is_running:
             return  # shown before, or prepared; or the app is closing its screens
-        screen, mounted = self._get_screen(self._modes[mode]())  # type: ignore[operator]
-        self._load_screen_css(screen)
-        self._screen_stacks[mode] = [screen]
+        screen, mounted = prepare_mode_screen(self, mode)
         self._mounting[mode] = done = asyncio.Event()  # its key waits for the mount
         try:
             await mounted
         except BaseException:
-            if (
-                self.is_running
-                and self._screen_stacks.get(mode) == [screen]
-                and not screen.is_current
-            ):
-                del self._screen_stacks[mode]  # its key builds it again, and says why it fails
+            if self.is_running:
+                forget_mode_screen(self, mode, screen)  # its key builds it again, saying why
             raise
         finally:
             done.set()
@@ -432,11 +420,9 @@ class LlmgwApp(Guarded, App[int]):
         for _ in range(PREPARE_LAYOUTS):
             if screen.is_current or not self.is_running:
                 break  # shown meanwhile (its own timer lays it out), or closing
-            screen._layout_required = False
-            screen._dirty_widgets.clear()
-            screen._refresh_layout(self.size)
+            lay_out_hidden(screen, self.size)
             await asyncio.sleep(PREPARE_SETTLE_S)
-            if not screen._layout_required:
+            if not lay_out_pending(screen):
                 break
 
     def delay_update(self, delay: float = 0.05) -> None:
@@ -449,7 +435,7 @@ class LlmgwApp(Guarded, App[int]):
             mounting = self._mounting.get(mode)
             if mounting is not None:
                 await mounting.wait()  # being prepared: shown once its widgets are in
-            self._showing_built_screen = mode in self._screen_stacks
+            self._showing_built_screen = mode_screen(self, mode) is not None
             try:
                 await self.switch_mode(mode)
             finally:

@@ -17,14 +17,9 @@ The same sentence is not repeated while it keeps coming (a draw that fails
 at every frame says so once). Everything caught is kept in `caught`, so a
 test can assert that nothing reached the guard at all.
 
-Textual has no public hook for "a handler raised". Two private members are
-overridden, here only, each standing in for a public API Textual lacks
-(`tests/tui/test_guard.py` fails if either stops being called):
-
-- `MessagePump._on_message`, on the app and every screen of ours: the
-  try/except around each handler that a public `on_error` would be;
-- `App._handle_exception`: what reaches it from timers, workers and
-  widgets' handlers, which would otherwise end the app.
+Textual has no public hook for "a handler raised": the two private members
+that stand in for one are overridden in `llmgw_tui.textual_hooks` (`Guarded`
+and `GuardedApp`), which hand what they catch to this guard.
 """
 
 from __future__ import annotations
@@ -36,15 +31,12 @@ import traceback
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from llmgw_core.errors import LlmgwError
 
 if TYPE_CHECKING:
     from textual.app import App
-    from textual.message import Message
-
-    from llmgw_tui.app import LlmgwApp
 
 ERROR_LOG_NAME = "console-errors.log"
 QUIET_S = 5.0
@@ -134,28 +126,9 @@ _GUARDS: weakref.WeakKeyDictionary[App[Any], ConsoleGuard] = weakref.WeakKeyDict
 """Each guarded app's guard (an app without one lets what its screens raise end it)."""
 
 
-class Guarded:
-    """A mixin for the app and each screen: an exception from any of its handlers is caught.
-
-    `_on_message` is Textual's private dispatcher (see the module docstring);
-    it stands in for a public per-handler error hook.
-    """
-
-    app: App[Any]
-
-    @property
-    def console_app(self) -> LlmgwApp:
-        """The app, typed: what every screen may reach of it (`LlmgwApp`'s attributes)."""
-        return cast("LlmgwApp", self.app)
-
-    async def _on_message(self, message: Message) -> None:
-        try:
-            await super()._on_message(message)  # type: ignore[misc]
-        except Exception as error:
-            guard = _GUARDS.get(self.app)  # None: a screen mounted on a bare App (a test)
-            if guard is None:
-                raise
-            guard.catch(error, where_of(self))
+def guard_of(app: App[Any]) -> ConsoleGuard | None:
+    """The app's guard; None for an app without one (a screen mounted on a bare App in a test)."""
+    return _GUARDS.get(app)
 
 
-__all__ = ["ERROR_LOG_NAME", "Caught", "ConsoleGuard", "Guarded", "state_dir", "where_of"]
+__all__ = ["ERROR_LOG_NAME", "Caught", "ConsoleGuard", "guard_of", "state_dir", "where_of"]

@@ -15,7 +15,7 @@ from typing import TypeVar
 from textual import events
 from textual.screen import Screen
 
-from llmgw_tui.guard import Guarded
+from llmgw_tui.textual_hooks import Guarded, mark_styles_current
 
 ResultType = TypeVar("ResultType")
 
@@ -25,12 +25,7 @@ class KeptScreen(Guarded, Screen[ResultType]):
 
     def __init__(self) -> None:
         super().__init__()
-        # Textual 8.2.8 marks a new screen's styles stale, so the switch that
-        # makes it re-parses every stylesheet and restyles the whole app, and so
-        # does the switch after (the mark is set before the screen mounts). Its
-        # widgets are styled as they mount with the stylesheet of the moment;
-        # a theme changed later bumps the app's count and restyles as it should.
-        self._css_update_count = self.app._css_update_count
+        mark_styles_current(self, self.app)
         self._first_shown = False
 
     def on_screen_resume(self, event: events.ScreenResume) -> None:

@@ -13,7 +13,7 @@ from textual.widgets import Input, Static
 
 from llmgw_tui.commands import CommandError, ParsedCommand, known_names, parse_command
 from llmgw_tui.fields import Checked, command_refusal, reason
-from llmgw_tui.guard import Guarded
+from llmgw_tui.textual_hooks import Guarded
 
 
 class CommandLine(Guarded, ModalScreen[ParsedCommand | None]):

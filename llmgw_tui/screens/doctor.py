@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain
-from llmgw_tui.guard import Guarded
+from llmgw_tui.textual_hooks import Guarded
 from llmgw_tui.theme import theme_style
 
 SEVERITY = {"fail": 0, "warn": 1, "pass": 2}

@@ -19,7 +19,7 @@ from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain
-from llmgw_tui.guard import Guarded
+from llmgw_tui.textual_hooks import Guarded
 from llmgw_tui.theme import theme_style
 
 VERDICT_COLOURS = {"pass": "success", "warn": "warning", "fail": "error", "untested": "accent"}

@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from llmgw_tui.guard import Guarded
+from llmgw_tui.textual_hooks import Guarded
 
 
 class HelpScreen(Guarded, ModalScreen[None]):

@@ -21,8 +21,8 @@ from textual.widgets import Footer, Header, Input, Log, Static
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fabric.paths import NvlinkMatrix
 from llmgw_tui.fields import Checked, CheckedInput, filter_refusal, reason, save_path_refusal
-from llmgw_tui.guard import Guarded
 from llmgw_tui.log_lines import LogLines, ShowOptions, shown
+from llmgw_tui.textual_hooks import Guarded
 
 FLUSH_HZ = 15
 SHOWN_LINES = 50_000

@@ -27,7 +27,7 @@ from llmgw_tui.cells import (
     state_cell,
     sync_rows,
 )
-from llmgw_tui.guard import Guarded
+from llmgw_tui.textual_hooks import Guarded
 from llmgw_tui.theme import theme_style
 
 DEVICE_COLUMNS = (

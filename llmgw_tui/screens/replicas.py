@@ -26,9 +26,9 @@ from llmgw_core.serve.view import ReplicaView
 from llmgw_core.views.replicas import download_bar, replica_row, shard_row, shard_transport
 from llmgw_tui.cells import redraw_table, state_cell
 from llmgw_tui.fields import Checked, CheckedInput, prompt_refusal, reason
-from llmgw_tui.guard import Guarded
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.screens.logs import LogsScreen
+from llmgw_tui.textual_hooks import Guarded
 from llmgw_tui.theme import theme_style
 from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar

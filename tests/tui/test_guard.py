@@ -24,8 +24,9 @@ import llmgw_tui.app
 from llmgw_core.errors import BadInput
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import StaticFeed
-from llmgw_tui.guard import ERROR_LOG_NAME, Guarded
+from llmgw_tui.guard import ERROR_LOG_NAME
 from llmgw_tui.screens.fleet import FleetScreen
+from llmgw_tui.textual_hooks import Guarded
 
 
 class Raise(Message):
