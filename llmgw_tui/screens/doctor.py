@@ -15,12 +15,13 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Static
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain
 from llmgw_tui.textual_hooks import Guarded
 from llmgw_tui.theme import theme_style
+from llmgw_tui.widgets.header import TitleBar
 
 SEVERITY = {"fail": 0, "warn": 1, "pass": 2}
 STATUS_COLOURS = {"fail": "error", "warn": "warning", "pass": "success"}
@@ -51,7 +52,7 @@ class DoctorScreen(Guarded, Screen[None]):
 
     def compose(self) -> ComposeResult:
         """A status line and one row per check."""
-        yield Header(icon="▦")
+        yield TitleBar(icon="▦")
         yield Static("asking the nodes…", id="doctor-status", markup=False)
         table: DataTable[object] = DataTable(id="doctor-checks", cursor_type="row")
         table.add_columns("STATUS", "NODE", "CHECK", "WHAT IT SAYS")

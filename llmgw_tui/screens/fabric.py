@@ -14,13 +14,14 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, LoadingIndicator, Static
+from textual.widgets import DataTable, Footer, LoadingIndicator, Static
 from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain
 from llmgw_tui.textual_hooks import Guarded
 from llmgw_tui.theme import theme_style
+from llmgw_tui.widgets.header import TitleBar
 
 VERDICT_COLOURS = {"pass": "success", "warn": "warning", "fail": "error", "untested": "accent"}
 
@@ -47,7 +48,7 @@ class FabricScreen(Guarded, Screen[None]):
 
     def compose(self) -> ComposeResult:
         """Status, a progress indicator while it runs, the rails, the reasons."""
-        yield Header(icon="▦")
+        yield TitleBar(icon="▦")
         yield Static("", id="fabric-status", markup=False)
         yield LoadingIndicator(id="fabric-running")
         table: DataTable[object] = DataTable(id="fabric-rails", cursor_type="row")

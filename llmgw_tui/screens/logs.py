@@ -16,13 +16,14 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Log, Static
+from textual.widgets import Footer, Input, Log, Static
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fabric.paths import NvlinkMatrix
 from llmgw_tui.fields import Checked, CheckedInput, filter_refusal, reason, save_path_refusal
 from llmgw_tui.log_lines import LogLines, ShowOptions, shown
 from llmgw_tui.textual_hooks import Guarded
+from llmgw_tui.widgets.header import TitleBar
 
 FLUSH_HZ = 15
 SHOWN_LINES = 50_000
@@ -64,7 +65,7 @@ class LogsScreen(Guarded, Screen[None]):
 
     def compose(self) -> ComposeResult:
         """Status line, the NCCL banner, filter and save fields, the log, the badge."""
-        yield Header(icon="▦")
+        yield TitleBar(icon="▦")
         yield Static("", id="logs-status", markup=False)
         yield Static("", id="nccl-banner", markup=False)
         yield CheckedInput(

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.markup import escape
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Static
 from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
@@ -29,6 +29,7 @@ from llmgw_tui.cells import (
 )
 from llmgw_tui.textual_hooks import Guarded
 from llmgw_tui.theme import theme_style
+from llmgw_tui.widgets.header import TitleBar
 
 DEVICE_COLUMNS = (
     ("label", "GPU"),
@@ -96,7 +97,7 @@ class NodeScreen(Guarded, Screen[None]):
 
     def compose(self) -> ComposeResult:
         """A summary line, the devices, the NVLink matrix beside the adapters."""
-        yield Header(icon="▦")
+        yield TitleBar(icon="▦")
         with VerticalScroll(id="node-body"):
             yield Static("", id="node-summary")
             devices: DataTable[object] = DataTable(id="devices", cursor_type="row")

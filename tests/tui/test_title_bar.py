@@ -62,3 +62,79 @@ def test_a_new_sub_title_is_drawn_centred_on_the_title_line(make_app):
     words_at = after.index("llmgw")
     middle = 120 - 8 - 10
     assert words_at == 8 + (middle - len("llmgw — fleet, filtered")) // 2
+
+
+def test_every_screen_of_ours_draws_its_title_line_with_the_one_title_bar():
+    """Kept screens and pushed pages alike: one `TitleBar`, never Textual's four-widget `Header`."""
+    import ast
+    from pathlib import Path
+
+    screens = Path(__file__).resolve().parents[2] / "llmgw_tui" / "screens"
+    composing = []
+    for path in sorted(screens.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        calls = {
+            node.func.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        }
+        assert "Header" not in calls, path.name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "compose":
+                yielded = {
+                    sub.value.func.id
+                    for sub in ast.walk(node)
+                    if isinstance(sub, ast.Yield)
+                    and isinstance(sub.value, ast.Call)
+                    and isinstance(sub.value.func, ast.Name)
+                }
+                composing.append((path.name, "TitleBar" in yielded))
+    full_screens = {"doctor.py", "fabric.py", "fleet.py", "gateways.py", "logs.py", "node.py"}
+    full_screens |= {"plan.py", "racks.py", "replicas.py", "serve.py"}
+    assert {name for name, has_bar in composing if has_bar} == full_screens
+
+
+def test_the_title_bar_draws_textuals_header_line_cell_by_cell():
+    """The same characters in the same styles as Textual's `Header`, at two widths."""
+    from rich.style import Style
+    from textual.app import App, ComposeResult
+    from textual.widgets import Header
+
+    class Titled(App[None]):
+        def __init__(self, bar: bool) -> None:
+            super().__init__()
+            self.bar = bar
+
+        def compose(self) -> ComposeResult:
+            yield TitleBar(icon="▦") if self.bar else Header(icon="▦")
+
+        def on_mount(self) -> None:
+            self.title = "llmgw"
+            self.sub_title = "node h100-a-01"
+
+    async def top(bar: bool, width: int) -> list[tuple[object, ...]]:
+        """Each cell of the top line as a terminal shows it: character, colours, attributes."""
+        app = Titled(bar)
+        async with app.run_test(size=(width, 5)) as pilot:
+            await pilot.pause()
+            strip = app.screen._compositor.render_strips()[0]
+            return [
+                (
+                    char,
+                    style.bgcolor,
+                    style.color if char.strip() else None,  # a blank's ink is not seen
+                    bool(style.bold),
+                    bool(style.dim),
+                    bool(style.italic),
+                    bool(style.underline),
+                    bool(style.reverse),
+                )
+                for segment in strip
+                for char in segment.text
+                for style in (segment.style or Style(),)
+            ]
+
+    for width in (120, 60):
+        ours = asyncio.run(top(True, width))
+        assert ours == asyncio.run(top(False, width)), width
+        assert "llmgw — node h100-a-01" in "".join(str(cell[0]) for cell in ours)
