@@ -26,6 +26,7 @@ from textual.worker import Worker, WorkerState
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.guard import ConsoleGuard, where_of
 from llmgw_tui.kept_screen import KeptScreen
+from llmgw_tui.messages import OpenLogs, OpenNode, OpenReplica
 from llmgw_tui.screens.fleet import FleetScreen
 from llmgw_tui.textual_hooks import (
     GuardedApp,
@@ -331,6 +332,20 @@ class LlmgwApp(GuardedApp, App[int]):
         screen = self.screen
         if isinstance(screen, ReplicasScreen):
             screen.show_replica(name)
+
+    async def on_open_replica(self, message: OpenReplica) -> None:
+        """A screen asked for a replica: the replicas screen, the cursor on it."""
+        await self.action_open_replica(message.name)
+
+    def on_open_logs(self, message: OpenLogs) -> None:
+        """A screen asked for a replica's or a gateway's log."""
+        from llmgw_tui.screens.logs import LogsScreen
+
+        self.push_screen(LogsScreen(message.name, message.rank, gateway=message.gateway))
+
+    def on_open_node(self, message: OpenNode) -> None:
+        """A screen asked for a node's page."""
+        self.action_open_node(message.name)
 
     async def action_open_logs(self, name: str) -> None:
         """The merged log of replica `name` (`NAME rN` or `NAME@N`: one rank's; `gateway NAME`)."""

@@ -15,6 +15,7 @@ from llmgw_tui.cells import classes_cell, plain, redraw_table, state_cell
 from llmgw_tui.fields import Checked, CheckedInput, filter_refusal, reason
 from llmgw_tui.heap import freeze_long_lived
 from llmgw_tui.kept_screen import KeptScreen
+from llmgw_tui.messages import OpenNode
 from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar
 from llmgw_tui.widgets.table import SteadyTable
@@ -262,7 +263,7 @@ class FleetScreen(KeptScreen[None]):
         """Open the page of the node under the cursor."""
         name = self.selected_node()
         if name is not None:
-            self.console_app.action_open_node(name)
+            self.post_message(OpenNode(name))
 
     def _filter_field(self) -> Input | None:
         """The filter, once `/` has mounted it."""

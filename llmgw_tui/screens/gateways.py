@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Static
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import redraw_table, state_cell
 from llmgw_tui.kept_screen import KeptScreen
-from llmgw_tui.screens.logs import LogsScreen
+from llmgw_tui.messages import OpenLogs
 from llmgw_tui.screens.replicas import ConfirmStop
 from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar
@@ -217,7 +217,7 @@ class GatewaysScreen(KeptScreen[None]):
         """The router's log of the selected gateway, followed live."""
         detail = self._need_detail()
         if detail is not None:
-            self.app.push_screen(LogsScreen(str(detail["name"]), gateway=True))
+            self.post_message(OpenLogs(str(detail["name"]), gateway=True))
 
     def action_stop(self) -> None:
         """Ask, then stop the selected gateway's router."""

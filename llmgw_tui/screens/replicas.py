@@ -27,7 +27,7 @@ from llmgw_core.views.replicas import download_bar, replica_row, shard_row, shar
 from llmgw_tui.cells import redraw_table, state_cell
 from llmgw_tui.fields import Checked, CheckedInput, prompt_refusal, reason
 from llmgw_tui.kept_screen import KeptScreen
-from llmgw_tui.screens.logs import LogsScreen
+from llmgw_tui.messages import OpenLogs
 from llmgw_tui.textual_hooks import Guarded
 from llmgw_tui.theme import theme_style
 from llmgw_tui.widgets.footer import SteadyFooter
@@ -206,7 +206,7 @@ class ReplicasScreen(KeptScreen[None]):
         elif len(names) > 1:
             await self.app.run_action("show_gateways")  # pick one there; `l` opens its log
         else:
-            self.app.push_screen(LogsScreen(names[0], gateway=True))
+            self.post_message(OpenLogs(names[0], gateway=True))
 
     async def _read_downloads(
         self, feed: FleetFeed, views: tuple[ReplicaView, ...]
@@ -337,7 +337,7 @@ class ReplicasScreen(KeptScreen[None]):
         """Every rank's log of the selected replica, merged."""
         view = self._need_view()
         if view is not None:
-            self.app.push_screen(LogsScreen(view.name))
+            self.post_message(OpenLogs(view.name))
 
     def action_stop(self) -> None:
         """Ask, then stop the selected replica."""

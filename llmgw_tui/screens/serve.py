@@ -39,6 +39,7 @@ from llmgw_tui.fields import (
     replica_name_refusal,
 )
 from llmgw_tui.kept_screen import KeptScreen
+from llmgw_tui.messages import OpenReplica
 from llmgw_tui.screens.plan import plan_model
 from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar
@@ -537,7 +538,7 @@ class ServeScreen(KeptScreen[None]):
         feed = self.console_app.feed
         name = request.name or replica_name(request.model.removeprefix("catalog:"))
         self.notify(f"Serving {name}…", title="Serve")
-        await self.app.run_action(f"open_replica({name!r})")
+        self.post_message(OpenReplica(name))
         try:
             outcome = await feed.serve(request)
         except LlmgwError as exc:
