@@ -10,7 +10,7 @@ engines print under the label "GB".
 from __future__ import annotations
 
 from llmgw_core.errors import BadInput
-from llmgw_core.memory.need import DEFAULT_USABLE_FRACTION, CardNeed, Layout
+from llmgw_core.memory.need import DEFAULT_USABLE_FRACTION, CardNeed, Layout, NeedQuery
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.shape import ModelShape
 
@@ -66,44 +66,27 @@ def card_need(
         cpu_only: llama.cpp on a CPU node: everything (embeddings too) in RAM,
             no CUDA context; `card_memory_gib` is then the node's RAM.
     """
-    usable = usable_gib(engine, card_memory_gib, gpu_memory_utilization)
+    query = NeedQuery(
+        artifact=artifact,
+        shape=shape,
+        layout=layout,
+        context=context,
+        concurrency=concurrency,
+        usable_gib=usable_gib(engine, card_memory_gib, gpu_memory_utilization),
+        card_memory_gib=card_memory_gib,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_dtype=kv_cache_dtype,
+        engine_version=engine_version,
+        cpu_only=cpu_only,
+    )
     if engine == "vllm":
         from llmgw_core.memory import vllm
 
-        return vllm.card_need(
-            artifact,
-            shape,
-            layout,
-            context=context,
-            concurrency=concurrency,
-            usable_gib=usable,
-            kv_cache_dtype=kv_cache_dtype,
-            engine_version=engine_version,
-            card_memory_gib=card_memory_gib,
-        )
+        return vllm.card_need(query)
     if engine == "sglang":
         from llmgw_core.memory import sglang
 
-        return sglang.card_need(
-            artifact,
-            shape,
-            layout,
-            context=context,
-            concurrency=concurrency,
-            usable_gib=usable,
-            kv_cache_dtype=kv_cache_dtype,
-            card_memory_gib=card_memory_gib,
-            mem_fraction_static=gpu_memory_utilization,
-        )
+        return sglang.card_need(query)
     from llmgw_core.memory import llamacpp
 
-    return llamacpp.card_need(
-        artifact,
-        shape,
-        layout,
-        context=context,
-        concurrency=concurrency,
-        usable_gib=usable,
-        kv_cache_dtype=kv_cache_dtype,
-        cpu_only=cpu_only,
-    )
+    return llamacpp.card_need(query)

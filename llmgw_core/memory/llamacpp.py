@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from llmgw_core.errors import BadInput
 from llmgw_core.memory.kv_vllm import kv_token_bytes
-from llmgw_core.memory.need import CardNeed, Layout
+from llmgw_core.memory.need import CardNeed, NeedQuery
 from llmgw_core.model.artifacts import GIB, Artifact
 from llmgw_core.model.params import count_parameters
 from llmgw_core.model.shape import SLIDING, ModelShape
@@ -306,23 +306,16 @@ def estimate(
     )
 
 
-def card_need(
-    artifact: Artifact,
-    shape: ModelShape,
-    layout: Layout,
-    *,
-    context: int,
-    concurrency: int,
-    usable_gib: float,
-    kv_cache_dtype: str | None = None,
-    cpu_only: bool = False,
-) -> CardNeed:
+def card_need(query: NeedQuery) -> CardNeed:
     """The worst device's need under llama.cpp (a layer split over `pipeline_parallel` devices).
 
     `tensor_parallel` > 1 is treated as more devices of the same split:
     llama.cpp's row split is not planned. `cpu_only` plans a CPU node: one
     device, its RAM, the embeddings included, no CUDA context.
     """
+    artifact, shape, layout = query.artifact, query.shape, query.layout
+    context, concurrency, usable_gib = query.context, query.concurrency, query.usable_gib
+    kv_cache_dtype, cpu_only = query.kv_cache_dtype, query.cpu_only
     devices = 1 if cpu_only else layout.tensor_parallel * layout.pipeline_parallel
     kv_type = kv_cache_dtype if kv_cache_dtype and kv_cache_dtype != "auto" else "f16"
     common = dict(devices=devices, context=context, kv_type=kv_type, cpu_only=cpu_only)

@@ -8,6 +8,11 @@ import it one way only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llmgw_core.model.artifacts import Artifact
+    from llmgw_core.model.shape import ModelShape
 
 DEFAULT_USABLE_FRACTION = 0.90
 
@@ -68,3 +73,34 @@ class CardNeed:
         if self.card_memory_gib is None:
             return True
         return self.usable_gib + self.outside_gib <= self.card_memory_gib + 1e-9
+
+
+@dataclass(frozen=True)
+class NeedQuery:
+    """One question to an engine's rule: this artifact, split so, this much context, on this card.
+
+    Attributes:
+        artifact: the weights served (their real bytes).
+        shape: the model's shape (for a GGUF artifact, its header's shape when read).
+        layout: tensor / pipeline parallel widths (llama.cpp: devices of a layer split).
+        context: tokens of context per sequence.
+        concurrency: sequences of `context` served at once.
+        usable_gib: what the engine may use of the card (`usable_gib`).
+        card_memory_gib: the card's memory as CUDA reports it (a CPU node: its RAM).
+        gpu_memory_utilization: the operator's usable fraction, None for the engine's default.
+        kv_cache_dtype: "auto" / None (the model's dtype), "fp8", "f16", "q8_0" ...
+        engine_version: the engine's version; None = the newest rules known.
+        cpu_only: llama.cpp on a CPU node (everything in RAM, no CUDA context).
+    """
+
+    artifact: Artifact
+    shape: ModelShape
+    layout: Layout
+    context: int
+    concurrency: int
+    usable_gib: float
+    card_memory_gib: float
+    gpu_memory_utilization: float | None = None
+    kv_cache_dtype: str | None = None
+    engine_version: str | None = None
+    cpu_only: bool = False

@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmgw_core.memory.kv_vllm import kv_dtype_bytes, kv_token_bytes
-from llmgw_core.memory.need import CardNeed, Layout
+from llmgw_core.memory.need import CardNeed, NeedQuery
 from llmgw_core.memory.weights import serve_dtype_for, stage_weights
-from llmgw_core.model.artifacts import GIB, Artifact
+from llmgw_core.model.artifacts import GIB
 from llmgw_core.model.shape import SLIDING, ModelShape
 
 INIT_SINGLE_GIB = 0.5
@@ -131,24 +131,17 @@ def estimate(
     )
 
 
-def card_need(
-    artifact: Artifact,
-    shape: ModelShape,
-    layout: Layout,
-    *,
-    context: int,
-    concurrency: int,
-    usable_gib: float,
-    kv_cache_dtype: str | None = None,
-    card_memory_gib: float | None = None,
-    mem_fraction_static: float | None = None,
-) -> CardNeed:
+def card_need(query: NeedQuery) -> CardNeed:
     """One rank's need under SGLang; activations and graphs live outside the usable share.
 
     Without an explicit `mem_fraction_static`, SGLang keeps its own default
     share (0.81–0.88 by width), not llmgw's 90 %: the difference is counted
     as engine memory so a fit here is a fit in SGLang.
     """
+    artifact, shape, layout = query.artifact, query.shape, query.layout
+    context, concurrency, usable_gib = query.context, query.concurrency, query.usable_gib
+    kv_cache_dtype, card_memory_gib = query.kv_cache_dtype, query.card_memory_gib
+    mem_fraction_static = query.gpu_memory_utilization
     tp = layout.tensor_parallel
     serve_dtype = serve_dtype_for(shape, None)
     stages = stage_weights(

@@ -32,7 +32,7 @@ from llmgw_core.memory.kv_vllm import (
     kv_pool,
     page_bytes,
 )
-from llmgw_core.memory.need import DEFAULT_USABLE_FRACTION, CardNeed, Layout
+from llmgw_core.memory.need import DEFAULT_USABLE_FRACTION, CardNeed, NeedQuery
 from llmgw_core.memory.vllm_overheads import (
     NEWEST_KNOWN,
     activation_bytes,
@@ -47,7 +47,7 @@ from llmgw_core.memory.weights import (
     serve_dtype_for,
     stage_weights,
 )
-from llmgw_core.model.artifacts import GIB, Artifact
+from llmgw_core.model.artifacts import GIB
 from llmgw_core.model.quantization import Quantization, online_fp8
 from llmgw_core.model.shape import FULL, ModelShape
 
@@ -427,18 +427,7 @@ def _refusal(
     return None
 
 
-def card_need(
-    artifact: Artifact,
-    shape: ModelShape,
-    layout: Layout,
-    *,
-    context: int,
-    concurrency: int,
-    usable_gib: float,
-    kv_cache_dtype: str | None = None,
-    engine_version: str | None = None,
-    card_memory_gib: float | None = None,
-) -> CardNeed:
+def card_need(query: NeedQuery) -> CardNeed:
     """What the worst card needs under vLLM, for the planner.
 
     The engine part is what vLLM itself subtracts from its budget before the
@@ -446,6 +435,10 @@ def card_need(
     0.19, the CUDA graphs sit outside the budget and are checked against the
     rest of the card, as vLLM's own start-up would find them.
     """
+    artifact, shape, layout = query.artifact, query.shape, query.layout
+    context, concurrency, usable_gib = query.context, query.concurrency, query.usable_gib
+    kv_cache_dtype, engine_version = query.kv_cache_dtype, query.engine_version
+    card_memory_gib = query.card_memory_gib
     tp, pp = layout.tensor_parallel, layout.pipeline_parallel
     if _check_layout(shape, tp, pp):
         raise BadInput(str(_check_layout(shape, tp, pp)))
