@@ -20,7 +20,8 @@ from serve_demo_harness import FleetContext, LoopThread, open_console, step
 
 from llmgw_core.fleet.fleet import Fleet
 from llmgw_core.fleet.loopback import LoopbackSshd
-from llmgw_core.fleet.sim.demo import DemoFleet, DemoNode, start_demo_fleet
+from llmgw_core.fleet.sim.demo import DemoFleet, start_demo_fleet
+from llmgw_core.fleet.sim.nodes import SimNode
 from llmgw_core.script.registry import StepOutcome
 
 LLAMA = "catalog:meta-llama/Llama-3.3-70B-Instruct"
@@ -29,9 +30,9 @@ SIM_LOAD_S = "0.3"
 """How long the sim engine 'loads' here: short, so a hundred races take seconds each."""
 
 
-def bench_nodes() -> list[DemoNode]:
+def bench_nodes() -> list[SimNode]:
     """Three H100 nodes on one fabric (enough to place a lost node's replica elsewhere)."""
-    return [DemoNode(name, "hgx-h100", fabric="ib-a", labels={"rack": "r01"}) for name in NODES]
+    return [SimNode(name, "hgx-h100", fabric="ib-a", labels={"rack": "r01"}) for name in NODES]
 
 
 class Bench:

@@ -27,7 +27,7 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ import asyncssh
 import yaml
 
 from llmgw_core.fleet.loopback import LoopbackSshd
+from llmgw_core.fleet.sim.nodes import SimNode
 from llmgw_core.fleet.ssh import SshSettings
 from llmgw_core.inventory import Inventory, parse_inventory
 
@@ -48,22 +49,11 @@ DEMO_PREFIX = "llmgw-demo-"
 OWNER_FILE = "owner.pid"
 
 
-@dataclass(frozen=True)
-class DemoNode:
-    """One simulated node: its name, hardware profile and fabric."""
-
-    name: str
-    profile: str
-    options: dict[str, Any] = field(default_factory=dict)
-    fabric: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-
-
-def demo_nodes() -> list[DemoNode]:
+def demo_nodes() -> list[SimNode]:
     """The nodes of the demo fleet, in the order the console lists them."""
     nodes = [
-        DemoNode("h100-a-01", "hgx-h100", fabric="ib-a", labels={"rack": "r01"}),
-        DemoNode(
+        SimNode("h100-a-01", "hgx-h100", fabric="ib-a", labels={"rack": "r01"}),
+        SimNode(
             "h100-a-02",
             "hgx-h100",
             options={"degraded_rail": "mlx5_5"},
@@ -78,7 +68,7 @@ def demo_nodes() -> list[DemoNode]:
         elif tray == NOT_JOINED_TRAY:
             state = "not-joined"
         nodes.append(
-            DemoNode(
+            SimNode(
                 f"gb200-r1-t{tray:02d}",
                 "gb200-tray",
                 options={
@@ -92,9 +82,9 @@ def demo_nodes() -> list[DemoNode]:
             )
         )
     nodes += [
-        DemoNode("a100-mig-01", "a100-mig", labels={"rack": "r02"}),
-        DemoNode("l40s-01", "l40s", labels={"rack": "r02"}),
-        DemoNode("cpu-01", "cpu", labels={"rack": "r03"}),
+        SimNode("a100-mig-01", "a100-mig", labels={"rack": "r02"}),
+        SimNode("l40s-01", "l40s", labels={"rack": "r02"}),
+        SimNode("cpu-01", "cpu", labels={"rack": "r03"}),
     ]
     return nodes
 
@@ -126,7 +116,7 @@ class DemoFleet:
 
 
 async def start_demo_fleet(
-    root: Path | None = None, nodes: list[DemoNode] | None = None
+    root: Path | None = None, nodes: list[SimNode] | None = None
 ) -> DemoFleet:
     """Write the captures and keys, start one SSH server per node; returns at once.
 
@@ -188,7 +178,7 @@ async def start_demo_fleet(
     return DemoFleet(root=root, servers=servers, inventory=inventory, settings=settings)
 
 
-def _inventory_entry(node: DemoNode, port: int, capture: Path, key_file: Path) -> dict[str, Any]:
+def _inventory_entry(node: SimNode, port: int, capture: Path, key_file: Path) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "name": node.name,
         "host": "127.0.0.1",

@@ -26,13 +26,14 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 import yaml
 
+from llmgw_core.fleet.sim.nodes import SimNode
 from llmgw_core.fleet.ssh import SshSettings
 from llmgw_core.inventory import Inventory, parse_inventory
 
@@ -40,18 +41,6 @@ RACK_TRAYS = 18
 H100_RAILS = tuple(f"mlx5_{i}" for i in range(8))
 RAIL_RATE_GBPS = 400
 POOL_START_TIMEOUT_S = 120.0
-
-
-@dataclass(frozen=True)
-class SimNode:
-    """One simulated node: its name, hardware profile, fabric and whether it is silent."""
-
-    name: str
-    profile: str
-    options: dict[str, Any] = field(default_factory=dict)
-    fabric: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    silent: bool = False
 
 
 def scale_nodes(
