@@ -16,6 +16,7 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.reactive import var
 from textual.suggester import SuggestFromList
 from textual.widgets import (
     Button,
@@ -99,14 +100,16 @@ class ServeScreen(KeptScreen[None]):
         Binding("escape", "toggle_field", "Field", show=False, id="serve-field"),
     ]
 
+    step: var[str] = var("model", init=False)
+    """The page shown (one of `STEPS`): setting it shows it (`watch_step`)."""
+    blocked: var[str | None] = var("type a model", init=False)
+    """Why Next is greyed out, None when it may be pressed: setting it draws it."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.step = "model"
         self.plan_body: dict[str, Any] | None = None
         self.way: dict[str, Any] | None = None
         self.preview: Any = None
-        self.blocked: str | None = "type a model"
-        """Why Next is greyed out, None when it may be pressed."""
         self._size_checked = False
         self.last_served: str | None = None
         """The model of the last replica this wizard served (offered first, visibly)."""
@@ -201,6 +204,14 @@ class ServeScreen(KeptScreen[None]):
 
     # --- the pages -------------------------------------------------------------------------
 
+    def watch_step(self) -> None:
+        """Show the page, and Next's state and label for it."""
+        self._show_step()
+
+    def watch_blocked(self, reason: str | None) -> None:
+        """Grey out Next with the reason, or let it be pressed."""
+        self._draw_block(reason)
+
     def _show_step(self) -> None:
         pages = self.query_one("#serve-pages", ContentSwitcher)
         focused = self.focused
@@ -214,11 +225,13 @@ class ServeScreen(KeptScreen[None]):
         self.query_one("#serve-step", Static).update(
             "  ".join(f"[{STEP_TITLES[s]}]" if s == self.step else STEP_TITLES[s] for s in STEPS)
         )
-        self._block(self.blocked)
+        self._draw_block(self.blocked)
 
     def _block(self, reason: str | None) -> None:
         """Grey out Next with the reason, or let it be pressed."""
         self.blocked = reason
+
+    def _draw_block(self, reason: str | None) -> None:
         button = self.query_one("#serve-next-button", Button)
         button.disabled = reason is not None
         button.label = "Serve" if self.step == "confirm" else "Next"
@@ -244,9 +257,8 @@ class ServeScreen(KeptScreen[None]):
         """The previous page."""
         index = STEPS.index(self.step)
         if index:
-            self.step = STEPS[index - 1]
             self.blocked = None
-            self._show_step()
+            self.step = STEPS[index - 1]
             self._focus_page()
 
     async def action_next(self) -> None:
@@ -329,9 +341,8 @@ class ServeScreen(KeptScreen[None]):
         self._go("model", "type a model")
 
     def _go(self, step: str, blocked: str | None) -> None:
-        self.step = step
         self.blocked = blocked
-        self._show_step()
+        self.step = step
         self._focus_page()
 
     @on(Button.Pressed, "#serve-next-button")
