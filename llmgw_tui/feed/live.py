@@ -1,8 +1,10 @@
-"""Where the console's fleet snapshots come from: the live fleet, or a fixed one for tests.
+"""The live feed: the fleet of an inventory, or the embedded demo, over SSH.
 
-A feed hands the app one `FleetSummary` at a time; the app polls it from a
-worker and never overlaps two polls. The live feed opens the fleet on its first
-poll (SSH handshakes take seconds) so the first frame never waits for it.
+It opens the fleet on its first poll (SSH handshakes take seconds) so the
+first frame never waits for it, hands the app one `FleetSummary` at a time
+(the app never overlaps two polls), and makes every other call of
+`FleetFeed` as one call into the core over the open fleet and its engine
+tunnels, gateways included.
 """
 
 from __future__ import annotations
@@ -11,15 +13,14 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.script.context import StepContext
 from llmgw_core.views.fleet import FleetSummary, SummaryCache, fleet_summary
-from llmgw_tui.feed_gateways import LOG_TAIL_LINES, LiveGateways
+from llmgw_tui.feed.protocol import running_shards, shard_prefix, with_shards
 
 if TYPE_CHECKING:
     from llmgw_core.metrics.families import MetricsSnapshot
@@ -28,206 +29,8 @@ if TYPE_CHECKING:
     from llmgw_core.serve.view import ReplicaView
 
 
-class FleetFeed(Protocol):
-    """A source of fleet snapshots."""
-
-    refresh_s: float | None
-    """Seconds between polls; None polls once (a fixed fleet)."""
-
-    async def snapshot(self) -> FleetSummary:
-        """The fleet as it is now."""
-        ...
-
-    async def doctor(self, node: str) -> list[dict[str, str]]:
-        """The node's doctor checks: `check`, `status` (pass, warn, fail), `message`, `fix`."""
-        ...
-
-    async def refresh(self) -> None:
-        """Re-read every node's facts now rather than at the next scheduled refresh."""
-        ...
-
-    async def close(self) -> None:
-        """Release what the feed opened (SSH connections, the demo fleet)."""
-        ...
-
-    async def replicas(self, *, transports: bool = False) -> tuple[ReplicaView, ...]:
-        """Every replica the nodes run now (with NCCL's transport per shard when asked)."""
-        ...
-
-    async def stop_replica(self, name: str) -> dict[str, Any]:
-        """Stop every shard of `name` (the `stop` step's answer)."""
-        ...
-
-    def follow_logs(self, view: ReplicaView, rank: int | None) -> AsyncIterator[list[str]]:
-        """Batches of a shard's log lines (every rank merged, `[rN node]` first, when None)."""
-        ...
-
-    async def serve(self, request: ServeRequest) -> ServeOutcome:
-        """Bring `request.model` up on the fleet and wait until it answers."""
-        ...
-
-    async def ask(self, view: ReplicaView, prompt: str) -> str:
-        """One chat answer of a ready replica."""
-        ...
-
-    async def gateways(self) -> list[dict[str, Any]]:
-        """Every running gateway: `GatewayView.as_dict()` with its router's `workers`."""
-        ...
-
-    async def put_behind_gateway(self, name: str) -> dict[str, Any]:
-        """Start (or adopt) the gateway `name` in front of every ready replica."""
-        ...
-
-    def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
-        """Batches of the gateway's router log (`[gateway node] …`), followed live."""
-        ...
-
-    async def gateway_details(self) -> list[dict[str, Any]]:
-        """Every running gateway with its workers' health and its router's counts."""
-        ...
-
-    async def stop_gateway(self, name: str) -> dict[str, Any]:
-        """Stop and forget the gateway `name` (the `stop` step's answer)."""
-        ...
-
-    async def bench(self, view: ReplicaView) -> dict[str, Any]:
-        """Tokens a second of a ready replica (`replica_http.bench`'s figures)."""
-        ...
-
-    async def metrics_snapshot(self) -> MetricsSnapshot:
-        """What `--metrics-port` exports now: the fleet and replicas as last polled."""
-        ...
-
-    async def fabric_test(self, node_a: str, node_b: str) -> tuple[dict[str, Any], str | None]:
-        """Rail by rail between two nodes: the `fabric-test` step's result and its error."""
-        ...
-
-    async def preview(self, request: ServeRequest) -> ServePreview | None:
-        """What `serve` would start, per node; None where the feed cannot say (a fixed fleet)."""
-        ...
-
-    async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
-        """Per node, the bytes of the replica's Hub weights fetched so far."""
-        ...
-
-
-def shard_prefix(rank: int, node: str) -> str:
-    """`[r1 gpu-a-02] `: what each merged log line starts with."""
-    return f"[r{rank} {node}] "
-
-
-class StaticFeed:
-    """A fleet that never changes: tests and screenshots, built from real agent facts."""
-
-    def __init__(
-        self,
-        fleet_state: Any,
-        fabrics: Mapping[str, Iterable[str]] | None = None,
-        *,
-        replicas: Sequence[ReplicaView] = (),
-        logs: Mapping[str, Sequence[str]] | None = None,
-        fabric_results: Mapping[tuple[str, str], tuple[dict[str, Any], str | None]] | None = None,
-    ) -> None:
-        self.refresh_s: float | None = None
-        self._fabric_results = dict(fabric_results or {})
-        self._summary = with_shards(fleet_summary(fleet_state, fabrics), running_shards(replicas))
-        self._replicas = tuple(replicas)
-        self._logs = dict(logs or {})
-
-    async def replicas(self, *, transports: bool = False) -> tuple[ReplicaView, ...]:
-        """The replicas the fixed fleet was given (as given: their transports included)."""
-        return self._replicas
-
-    async def stop_replica(self, name: str) -> dict[str, Any]:
-        """A fixed fleet runs nothing it could stop."""
-        raise BadInput(f"{name} runs on a fixed fleet", "stop it on a live fleet")
-
-    async def follow_logs(self, view: ReplicaView, rank: int | None) -> AsyncIterator[list[str]]:
-        """The fixed lines given per shard id, in one batch per shard."""
-        for shard in view.shards:
-            if rank is None or shard.rank == rank:
-                prefix = shard_prefix(shard.rank, shard.node) if rank is None else ""
-                yield [prefix + line for line in self._logs.get(shard.shard_id, ())]
-
-    async def gateways(self) -> list[dict[str, Any]]:
-        """A fixed fleet runs no gateway."""
-        return []
-
-    async def put_behind_gateway(self, name: str) -> dict[str, Any]:
-        """A fixed fleet starts nothing."""
-        raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
-
-    async def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
-        """A fixed fleet runs no gateway, so it has no router log."""
-        raise BadInput(f"no gateway is named {name!r}", "a fixed fleet runs no gateway")
-        yield []  # an async generator, as the live feed's
-
-    async def gateway_details(self) -> list[dict[str, Any]]:
-        """A fixed fleet runs no gateway."""
-        return []
-
-    async def stop_gateway(self, name: str) -> dict[str, Any]:
-        """A fixed fleet runs no gateway to stop."""
-        raise BadInput(f"no gateway is named {name!r}", "a fixed fleet runs no gateway")
-
-    async def serve(self, request: ServeRequest) -> ServeOutcome:
-        """A fixed fleet starts nothing."""
-        raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
-
-    async def ask(self, view: ReplicaView, prompt: str) -> str:
-        """A fixed fleet has no engine to ask."""
-        raise BadInput(f"{view.name} runs on a fixed fleet", "ask it on a live fleet")
-
-    async def bench(self, view: ReplicaView) -> dict[str, Any]:
-        """A fixed fleet has no engine to measure."""
-        raise BadInput(f"{view.name} runs on a fixed fleet", "bench it on a live fleet")
-
-    async def preview(self, request: ServeRequest) -> ServePreview | None:
-        """None: a fixed fleet has no agents to ask what would start."""
-        return None
-
-    async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
-        """Nothing is fetched on a fixed fleet."""
-        return {}
-
-    async def fabric_test(self, node_a: str, node_b: str) -> tuple[dict[str, Any], str | None]:
-        """The result given for this pair (a recorded run); a fixed fleet runs no traffic itself."""
-        recorded = self._fabric_results.get((node_a, node_b))
-        if recorded is None:
-            raise BadInput("a fixed fleet runs no traffic", "test the fabric on a live fleet")
-        return recorded
-
-    async def metrics_snapshot(self) -> MetricsSnapshot:
-        """The fixed fleet (its facts carry the fabric verdicts its nodes keep) and its replicas."""
-        from llmgw_core.metrics.families import MetricsSnapshot
-
-        state = self._summary.fleet_state
-        if state is None:
-            raise BadInput("a fixed fleet without a snapshot has nothing to export")
-        return MetricsSnapshot(fleet=state, replicas=self._replicas)
-
-    async def snapshot(self) -> FleetSummary:
-        """The one fixed snapshot."""
-        return self._summary
-
-    async def refresh(self) -> None:
-        """A fixed fleet has nothing to re-read."""
-
-    async def doctor(self, node: str) -> list[dict[str, str]]:
-        """The agent's own checks over the node's facts, run here (no node to ask)."""
-        from llmgw_agent.doctor import run_checks
-        from llmgw_core.errors import BadInput
-        from llmgw_core.views.fleet import facts_mapping
-
-        state = self._summary.fleet_state
-        known = state.nodes.get(node) if state is not None else None
-        if known is None or known.facts is None:
-            raise BadInput(f"no facts for {node!r} to check", "pick a node of the fleet")
-        return list(run_checks(dict(facts_mapping(known.facts))))
-
-    async def close(self) -> None:
-        """Nothing to release."""
-
+LOG_TAIL_LINES = 500
+"""Lines of a shard's log shown before following what it writes next."""
 
 HEAL_EVERY_S = 10.0
 """How often the console tries again to place replicas that lost a node."""
@@ -237,7 +40,7 @@ SHARDS_EVERY_S = 30.0
 """Above that, how often a poll lists them (2,048 listings take seconds of the console's loop)."""
 
 
-class LiveFeed(LiveGateways):
+class LiveFeed:
     """The fleet of an inventory, or the embedded demo fleet, over SSH."""
 
     def __init__(self, *, inventory: str | None, demo: bool, refresh_s: float = 2.0) -> None:
@@ -534,6 +337,44 @@ class LiveFeed(LiveGateways):
         if closer is not None:
             await closer()
 
+    # --- gateways: one call into the core each (`gateway.run`, `metrics.gateway`) ---
+
+    async def gateways(self) -> list[dict[str, Any]]:
+        """Every running gateway with its router's workers (`gateway.run.gateway_summaries`)."""
+        from llmgw_core.gateway.run import gateway_summaries
+
+        return await gateway_summaries(self._live(), self._engines())
+
+    async def put_behind_gateway(self, name: str) -> dict[str, Any]:
+        """Start the gateway `name` on its default node, or make the running one follow."""
+        from llmgw_core.gateway.run import start_gateway
+        from llmgw_core.gateway.spec import GatewayArgs
+
+        return await start_gateway(self._live(), self._engines(), GatewayArgs(name=name))
+
+    async def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
+        """The router's last lines, then what it writes next (`gateway.run.gateway_log_batches`)."""
+        from llmgw_core.gateway.run import gateway_log_batches
+
+        batches = gateway_log_batches(self._live(), name, lines=LOG_TAIL_LINES, follow=True)
+        try:
+            async for batch in batches:
+                yield batch
+        finally:
+            await batches.aclose()
+
+    async def gateway_details(self) -> list[dict[str, Any]]:
+        """Every running gateway, its workers and its router's counts (`metrics.gateway`)."""
+        from llmgw_core.metrics.gateway import gateway_details
+
+        return await gateway_details(self._live(), self._engines())
+
+    async def stop_gateway(self, name: str) -> dict[str, Any]:
+        """Stop and forget the gateway's router (`gateway.run.stop_gateway`)."""
+        from llmgw_core.gateway.run import stop_gateway
+
+        return await stop_gateway(self._live(), name)
+
 
 async def summary_off_loop(
     state: Any,
@@ -552,33 +393,11 @@ async def summary_off_loop(
     )
 
 
-def running_shards(views: Iterable[ReplicaView]) -> dict[str, int]:
-    """Per node, the shards of replicas still running there (the fleet's SHARDS column)."""
-    counts: dict[str, int] = {}
-    for view in views:
-        for shard in view.live_shards():
-            counts[shard.node] = counts.get(shard.node, 0) + 1
-    return counts
-
-
 def inventory_fabrics(inventory: Any) -> dict[str, tuple[str, ...]]:
     """Each node's fabric names, as the operator's inventory gives them."""
     return {
         spec.name: tuple(fabric.name for fabric in spec.fabrics) for spec in inventory.node_specs()
     }
-
-
-def with_shards(summary: FleetSummary, counts: Mapping[str, int]) -> FleetSummary:
-    """The summary with each node's running shards as the replicas say."""
-    if not counts:
-        return summary
-    nodes = tuple(
-        node
-        if node.running_shards == counts.get(node.name, 0)
-        else replace(node, running_shards=counts.get(node.name, 0))
-        for node in summary.nodes
-    )
-    return replace(summary, nodes=nodes)
 
 
 class ConsoleContext(StepContext):

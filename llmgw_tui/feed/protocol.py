@@ -1,0 +1,125 @@
+"""What the console asks of its feed: `FleetFeed`, the one contract every screen reaches it through."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from llmgw_core.views.fleet import FleetSummary
+
+if TYPE_CHECKING:
+    from llmgw_core.metrics.families import MetricsSnapshot
+    from llmgw_core.serve.prepare import ServePreview
+    from llmgw_core.serve.start import ServeOutcome, ServeRequest
+    from llmgw_core.serve.view import ReplicaView
+
+
+class FleetFeed(Protocol):
+    """A source of fleet snapshots."""
+
+    refresh_s: float | None
+    """Seconds between polls; None polls once (a fixed fleet)."""
+
+    async def snapshot(self) -> FleetSummary:
+        """The fleet as it is now."""
+        ...
+
+    async def doctor(self, node: str) -> list[dict[str, str]]:
+        """The node's doctor checks: `check`, `status` (pass, warn, fail), `message`, `fix`."""
+        ...
+
+    async def refresh(self) -> None:
+        """Re-read every node's facts now rather than at the next scheduled refresh."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the feed opened (SSH connections, the demo fleet)."""
+        ...
+
+    async def replicas(self, *, transports: bool = False) -> tuple[ReplicaView, ...]:
+        """Every replica the nodes run now (with NCCL's transport per shard when asked)."""
+        ...
+
+    async def stop_replica(self, name: str) -> dict[str, Any]:
+        """Stop every shard of `name` (the `stop` step's answer)."""
+        ...
+
+    def follow_logs(self, view: ReplicaView, rank: int | None) -> AsyncIterator[list[str]]:
+        """Batches of a shard's log lines (every rank merged, `[rN node]` first, when None)."""
+        ...
+
+    async def serve(self, request: ServeRequest) -> ServeOutcome:
+        """Bring `request.model` up on the fleet and wait until it answers."""
+        ...
+
+    async def ask(self, view: ReplicaView, prompt: str) -> str:
+        """One chat answer of a ready replica."""
+        ...
+
+    async def gateways(self) -> list[dict[str, Any]]:
+        """Every running gateway: `GatewayView.as_dict()` with its router's `workers`."""
+        ...
+
+    async def put_behind_gateway(self, name: str) -> dict[str, Any]:
+        """Start (or adopt) the gateway `name` in front of every ready replica."""
+        ...
+
+    def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
+        """Batches of the gateway's router log (`[gateway node] …`), followed live."""
+        ...
+
+    async def gateway_details(self) -> list[dict[str, Any]]:
+        """Every running gateway with its workers' health and its router's counts."""
+        ...
+
+    async def stop_gateway(self, name: str) -> dict[str, Any]:
+        """Stop and forget the gateway `name` (the `stop` step's answer)."""
+        ...
+
+    async def bench(self, view: ReplicaView) -> dict[str, Any]:
+        """Tokens a second of a ready replica (`replica_http.bench`'s figures)."""
+        ...
+
+    async def metrics_snapshot(self) -> MetricsSnapshot:
+        """What `--metrics-port` exports now: the fleet and replicas as last polled."""
+        ...
+
+    async def fabric_test(self, node_a: str, node_b: str) -> tuple[dict[str, Any], str | None]:
+        """Rail by rail between two nodes: the `fabric-test` step's result and its error."""
+        ...
+
+    async def preview(self, request: ServeRequest) -> ServePreview | None:
+        """What `serve` would start, per node; None where the feed cannot say (a fixed fleet)."""
+        ...
+
+    async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
+        """Per node, the bytes of the replica's Hub weights fetched so far."""
+        ...
+
+
+def shard_prefix(rank: int, node: str) -> str:
+    """`[r1 gpu-a-02] `: what each merged log line starts with."""
+    return f"[r{rank} {node}] "
+
+
+def running_shards(views: Iterable[ReplicaView]) -> dict[str, int]:
+    """Per node, the shards of replicas still running there (the fleet's SHARDS column)."""
+    counts: dict[str, int] = {}
+    for view in views:
+        for shard in view.live_shards():
+            counts[shard.node] = counts.get(shard.node, 0) + 1
+    return counts
+
+
+def with_shards(summary: FleetSummary, counts: Mapping[str, int]) -> FleetSummary:
+    """The summary with each node's running shards as the replicas say."""
+    if not counts:
+        return summary
+    nodes = tuple(
+        node
+        if node.running_shards == counts.get(node.name, 0)
+        else replace(node, running_shards=counts.get(node.name, 0))
+        for node in summary.nodes
+    )
+    return replace(summary, nodes=nodes)

@@ -1,0 +1,129 @@
+"""A feed of a fleet that never changes: tests and screenshots, built from real agent facts."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from llmgw_core.errors import BadInput
+from llmgw_core.views.fleet import FleetSummary, fleet_summary
+from llmgw_tui.feed.protocol import running_shards, shard_prefix, with_shards
+
+if TYPE_CHECKING:
+    from llmgw_core.metrics.families import MetricsSnapshot
+    from llmgw_core.serve.prepare import ServePreview
+    from llmgw_core.serve.start import ServeOutcome, ServeRequest
+    from llmgw_core.serve.view import ReplicaView
+
+
+class StaticFeed:
+    """A fleet that never changes: tests and screenshots, built from real agent facts."""
+
+    def __init__(
+        self,
+        fleet_state: Any,
+        fabrics: Mapping[str, Iterable[str]] | None = None,
+        *,
+        replicas: Sequence[ReplicaView] = (),
+        logs: Mapping[str, Sequence[str]] | None = None,
+        fabric_results: Mapping[tuple[str, str], tuple[dict[str, Any], str | None]] | None = None,
+    ) -> None:
+        self.refresh_s: float | None = None
+        self._fabric_results = dict(fabric_results or {})
+        self._summary = with_shards(fleet_summary(fleet_state, fabrics), running_shards(replicas))
+        self._replicas = tuple(replicas)
+        self._logs = dict(logs or {})
+
+    async def replicas(self, *, transports: bool = False) -> tuple[ReplicaView, ...]:
+        """The replicas the fixed fleet was given (as given: their transports included)."""
+        return self._replicas
+
+    async def stop_replica(self, name: str) -> dict[str, Any]:
+        """A fixed fleet runs nothing it could stop."""
+        raise BadInput(f"{name} runs on a fixed fleet", "stop it on a live fleet")
+
+    async def follow_logs(self, view: ReplicaView, rank: int | None) -> AsyncIterator[list[str]]:
+        """The fixed lines given per shard id, in one batch per shard."""
+        for shard in view.shards:
+            if rank is None or shard.rank == rank:
+                prefix = shard_prefix(shard.rank, shard.node) if rank is None else ""
+                yield [prefix + line for line in self._logs.get(shard.shard_id, ())]
+
+    async def gateways(self) -> list[dict[str, Any]]:
+        """A fixed fleet runs no gateway."""
+        return []
+
+    async def put_behind_gateway(self, name: str) -> dict[str, Any]:
+        """A fixed fleet starts nothing."""
+        raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
+
+    async def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
+        """A fixed fleet runs no gateway, so it has no router log."""
+        raise BadInput(f"no gateway is named {name!r}", "a fixed fleet runs no gateway")
+        yield []  # an async generator, as the live feed's
+
+    async def gateway_details(self) -> list[dict[str, Any]]:
+        """A fixed fleet runs no gateway."""
+        return []
+
+    async def stop_gateway(self, name: str) -> dict[str, Any]:
+        """A fixed fleet runs no gateway to stop."""
+        raise BadInput(f"no gateway is named {name!r}", "a fixed fleet runs no gateway")
+
+    async def serve(self, request: ServeRequest) -> ServeOutcome:
+        """A fixed fleet starts nothing."""
+        raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
+
+    async def ask(self, view: ReplicaView, prompt: str) -> str:
+        """A fixed fleet has no engine to ask."""
+        raise BadInput(f"{view.name} runs on a fixed fleet", "ask it on a live fleet")
+
+    async def bench(self, view: ReplicaView) -> dict[str, Any]:
+        """A fixed fleet has no engine to measure."""
+        raise BadInput(f"{view.name} runs on a fixed fleet", "bench it on a live fleet")
+
+    async def preview(self, request: ServeRequest) -> ServePreview | None:
+        """None: a fixed fleet has no agents to ask what would start."""
+        return None
+
+    async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
+        """Nothing is fetched on a fixed fleet."""
+        return {}
+
+    async def fabric_test(self, node_a: str, node_b: str) -> tuple[dict[str, Any], str | None]:
+        """The result given for this pair (a recorded run); a fixed fleet runs no traffic itself."""
+        recorded = self._fabric_results.get((node_a, node_b))
+        if recorded is None:
+            raise BadInput("a fixed fleet runs no traffic", "test the fabric on a live fleet")
+        return recorded
+
+    async def metrics_snapshot(self) -> MetricsSnapshot:
+        """The fixed fleet (its facts carry the fabric verdicts its nodes keep) and its replicas."""
+        from llmgw_core.metrics.families import MetricsSnapshot
+
+        state = self._summary.fleet_state
+        if state is None:
+            raise BadInput("a fixed fleet without a snapshot has nothing to export")
+        return MetricsSnapshot(fleet=state, replicas=self._replicas)
+
+    async def snapshot(self) -> FleetSummary:
+        """The one fixed snapshot."""
+        return self._summary
+
+    async def refresh(self) -> None:
+        """A fixed fleet has nothing to re-read."""
+
+    async def doctor(self, node: str) -> list[dict[str, str]]:
+        """The agent's own checks over the node's facts, run here (no node to ask)."""
+        from llmgw_agent.doctor import run_checks
+        from llmgw_core.errors import BadInput
+        from llmgw_core.views.fleet import facts_mapping
+
+        state = self._summary.fleet_state
+        known = state.nodes.get(node) if state is not None else None
+        if known is None or known.facts is None:
+            raise BadInput(f"no facts for {node!r} to check", "pick a node of the fleet")
+        return list(run_checks(dict(facts_mapping(known.facts))))
+
+    async def close(self) -> None:
+        """Nothing to release."""
