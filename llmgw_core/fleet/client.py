@@ -192,6 +192,9 @@ class AgentClient:
         pending = PendingRequest(
             op=op, future=loop.create_future(), events=asyncio.Queue() if stream else None
         )
+        # A caller that stopped waiting (cancelled, or a `first` request never asked for)
+        # leaves its answer to nobody: the agent's loss failing it is no error to report.
+        pending.future.add_done_callback(_nobody_waits)
         self._pending[request_id] = pending
         line = json.dumps({"id": request_id, "op": op, "args": args or {}}) + "\n"
         try:
@@ -371,3 +374,9 @@ def _parse(line: str) -> Any:
         return json.loads(line)
     except ValueError:
         return None
+
+
+def _nobody_waits(future: asyncio.Future[Any]) -> None:
+    """Mark a request's failure as seen; whoever awaits the future still gets it raised."""
+    if not future.cancelled():
+        future.exception()
