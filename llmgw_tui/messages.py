@@ -35,3 +35,49 @@ class OpenLogs(Message):
         self.name = name
         self.rank = rank
         self.gateway = gateway
+
+
+# --- what a worker read, handed to its screen to draw -----------------------------------
+# A worker asks the fleet (seconds, on other machines) and posts what it found; the
+# screen's handler draws it. No worker writes into a widget.
+
+
+class Read(Message):
+    """What a worker read, or the sentence why it could not (`error`).
+
+    `found` is whatever the reader returns (the replicas, a node's checks, the
+    gateways' details …); each screen's handler knows which.
+    """
+
+    def __init__(self, found: object = None, *, error: str | None = None) -> None:
+        super().__init__()
+        self.found = found
+        self.error = error
+
+
+class NodeShardsRead(Read):
+    """The lines of the shards a node runs (`views.replicas.shards_on_node`)."""
+
+
+class NodeDoctorRead(Read):
+    """A node's doctor checks."""
+
+
+class DoctorRowsRead(Read):
+    """Every asked node's doctor checks, one row each (`found`: (rows, node count))."""
+
+
+class FabricTested(Read):
+    """A fabric test's result (`found`: (result, its failure sentence or None))."""
+
+
+class GatewaysRead(Read):
+    """Every running gateway's details (`gateway_details`)."""
+
+
+class ReplicasRead(Read):
+    """The replicas and their downloads (`found`: (views, downloads))."""
+
+
+class PreviewRead(Read):
+    """What `serve` would start (`found`: (request, the preview or None))."""

@@ -8,7 +8,7 @@ back: FAIL, then WARN, then PASS.
 from __future__ import annotations
 
 import asyncio
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from rich.text import Text
 from textual import on, work
@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain
+from llmgw_tui.messages import DoctorRowsRead
 from llmgw_tui.textual_hooks import Guarded
 from llmgw_tui.theme import theme_style
 from llmgw_tui.widgets.header import TitleBar
@@ -105,7 +106,12 @@ class DoctorScreen(Guarded, Screen[None]):
             return [{"node": name, **check} for check in checks]
 
         found = await asyncio.gather(*(one(name) for name in names))
-        self.show([row for rows in found for row in rows], len(names))
+        self.post_message(DoctorRowsRead(([row for rows in found for row in rows], len(names))))
+
+    def on_doctor_rows_read(self, read: DoctorRowsRead) -> None:
+        """Draw every node's checks, worst first."""
+        rows, nodes = cast("tuple[list[dict[str, str]], int]", read.found)
+        self.show(rows, nodes)
 
     def show(self, rows: list[dict[str, str]], nodes: int) -> None:
         """The rows worst first, and the counts."""

@@ -7,7 +7,7 @@ shows its figure against the rail's rated speed, coloured by verdict.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from rich.text import Text
 from textual import work
@@ -19,6 +19,7 @@ from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain
+from llmgw_tui.messages import FabricTested
 from llmgw_tui.textual_hooks import Guarded
 from llmgw_tui.theme import theme_style
 from llmgw_tui.widgets.header import TitleBar
@@ -94,10 +95,18 @@ class FabricScreen(Guarded, Screen[None]):
         """Run the pair; the rows, or the sentence why it could not run."""
         feed = self.console_app.feed
         try:
-            result, error = await feed.fabric_test(self.node_a, self.node_b)
+            found = await feed.fabric_test(self.node_a, self.node_b)
         except LlmgwError as exc:
-            self._done(exc.sentence(), error=True)
+            self.post_message(FabricTested(error=exc.sentence()))
             return
+        self.post_message(FabricTested(found))
+
+    def on_fabric_tested(self, read: FabricTested) -> None:
+        """Draw the rails (or the sentence why the test could not run)."""
+        if read.error is not None:
+            self._done(read.error, error=True)
+            return
+        result, error = cast("tuple[dict[str, Any], str | None]", read.found)
         self.show(result, error)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

@@ -10,7 +10,7 @@ the core's (`metrics.gateway.gateway_details`). `l` opens the router's log,
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from rich.text import Text
 from textual import on, work
@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Static
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import redraw_table, state_cell
 from llmgw_tui.kept_screen import KeptScreen
-from llmgw_tui.messages import OpenLogs
+from llmgw_tui.messages import GatewaysRead, OpenLogs
 from llmgw_tui.screens.replicas import ConfirmStop
 from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar
@@ -103,11 +103,9 @@ class GatewaysScreen(KeptScreen[None]):
                 await asyncio.sleep(POLL_S)
                 continue
             try:
-                details = await feed.gateway_details()
+                self.post_message(GatewaysRead(await feed.gateway_details()))
             except LlmgwError as exc:
-                self._status(exc.sentence(), error=True)
-            else:
-                self.show(details)
+                self.post_message(GatewaysRead(error=exc.sentence()))
             if feed.refresh_s is None:
                 return
             await asyncio.sleep(POLL_S)
@@ -247,6 +245,13 @@ class GatewaysScreen(KeptScreen[None]):
             return
         self.notify(f"gateway {name} on {result.get('node')} stopped.", title="Stop")
         try:
-            self.show(await feed.gateway_details())
+            self.post_message(GatewaysRead(await feed.gateway_details()))
         except LlmgwError as exc:
-            self._status(exc.sentence(), error=True)
+            self.post_message(GatewaysRead(error=exc.sentence()))
+
+    def on_gateways_read(self, read: GatewaysRead) -> None:
+        """Draw the gateways (or the sentence why they could not be read)."""
+        if read.error is not None:
+            self._status(read.error, error=True)
+            return
+        self.show(cast("list[dict[str, Any]]", read.found))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from rich.text import Text
 from textual import work
@@ -27,6 +27,7 @@ from llmgw_tui.cells import (
     state_cell,
     sync_rows,
 )
+from llmgw_tui.messages import NodeDoctorRead, NodeShardsRead
 from llmgw_tui.textual_hooks import Guarded
 from llmgw_tui.theme import theme_style
 from llmgw_tui.widgets.header import TitleBar
@@ -136,13 +137,20 @@ class NodeScreen(Guarded, Screen[None]):
     @work(group="node-replicas", exclusive=True, exit_on_error=False, description="Replicas")
     async def _read_replicas(self) -> None:
         """The shards this node runs, each with the path its NCCL took (read from its log)."""
-        shown = self.query_one("#node-replicas", Static)
         try:
             views = await self.console_app.feed.replicas(transports=True)
         except LlmgwError as error:
-            shown.update(Content.from_markup("[$error]$sentence[/]", sentence=str(error)))
+            self.post_message(NodeShardsRead(error=str(error)))
             return
-        lines = shards_on_node(views, self.node_name)
+        self.post_message(NodeShardsRead(shards_on_node(views, self.node_name)))
+
+    def on_node_shards_read(self, read: NodeShardsRead) -> None:
+        """Draw the shards this node runs (or why they could not be read)."""
+        shown = self.query_one("#node-replicas", Static)
+        if read.error is not None:
+            shown.update(Content.from_markup("[$error]$sentence[/]", sentence=read.error))
+            return
+        lines = cast("list[str]", read.found)
         shown.update(Content("\n".join(lines)) if lines else "none")
 
     def action_doctor(self) -> None:
@@ -152,13 +160,20 @@ class NodeScreen(Guarded, Screen[None]):
 
     @work(group="doctor", exclusive=True, exit_on_error=False, description="The doctor")
     async def _run_doctor(self) -> None:
-        doctor = self.query_one("#doctor", Static)
         try:
             checks = await self.console_app.feed.doctor(self.node_name)
         except LlmgwError as error:
-            doctor.update(Content.from_markup("[$error]$sentence[/]", sentence=str(error)))
+            self.post_message(NodeDoctorRead(error=str(error)))
             return
-        doctor.update(doctor_content(checks))
+        self.post_message(NodeDoctorRead(checks))
+
+    def on_node_doctor_read(self, read: NodeDoctorRead) -> None:
+        """Draw the node's checks (or why the doctor could not run)."""
+        doctor = self.query_one("#doctor", Static)
+        if read.error is not None:
+            doctor.update(Content.from_markup("[$error]$sentence[/]", sentence=read.error))
+            return
+        doctor.update(doctor_content(cast("list[dict[str, str]]", read.found)))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A doctor that died of an unexpected error says so in its place (the app notifies)."""

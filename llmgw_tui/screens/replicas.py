@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rich.text import Text
 from textual import on, work
@@ -27,7 +27,7 @@ from llmgw_core.views.replicas import download_bar, replica_row, shard_row, shar
 from llmgw_tui.cells import redraw_table, state_cell
 from llmgw_tui.fields import Checked, CheckedInput, prompt_refusal, reason
 from llmgw_tui.kept_screen import KeptScreen
-from llmgw_tui.messages import OpenLogs
+from llmgw_tui.messages import OpenLogs, ReplicasRead
 from llmgw_tui.textual_hooks import Guarded
 from llmgw_tui.theme import theme_style
 from llmgw_tui.widgets.footer import SteadyFooter
@@ -168,9 +168,9 @@ class ReplicasScreen(KeptScreen[None]):
                 views = await feed.replicas(transports=True)
                 downloads = await self._read_downloads(feed, views)
             except LlmgwError as exc:
-                self._status(exc.sentence(), error=True)
+                self.post_message(ReplicasRead(error=exc.sentence()))
             else:
-                self.show(views, downloads)
+                self.post_message(ReplicasRead((views, downloads)))
             if polls % GATEWAY_POLLS == 0:
                 await self._read_gateways(feed)
             polls += 1
@@ -216,6 +216,16 @@ class ReplicasScreen(KeptScreen[None]):
             for node, fetched in (await feed.downloaded_bytes(view)).items():
                 found[(view.name, node)] = fetched
         return found
+
+    def on_replicas_read(self, read: ReplicasRead) -> None:
+        """Draw the replicas read (or the sentence why they could not be)."""
+        if read.error is not None:
+            self._status(read.error, error=True)
+            return
+        views, downloads = cast(
+            "tuple[tuple[ReplicaView, ...], dict[tuple[str, str], int]]", read.found
+        )
+        self.show(views, downloads)
 
     def show(
         self, views: tuple[ReplicaView, ...], downloads: dict[tuple[str, str], int] | None = None

@@ -9,7 +9,7 @@ replicas screen on the new replica as it comes up.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rich.text import Text
 from textual import events, on, work
@@ -40,12 +40,13 @@ from llmgw_tui.fields import (
     replica_name_refusal,
 )
 from llmgw_tui.kept_screen import KeptScreen
-from llmgw_tui.messages import OpenReplica
+from llmgw_tui.messages import OpenReplica, PreviewRead
 from llmgw_tui.screens.plan import plan_model
 from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar
 
 if TYPE_CHECKING:
+    from llmgw_core.serve.prepare import ServePreview
     from llmgw_core.serve.start import ServeRequest
 
 # The serving modules (SSH, engines) are imported when a page needs them, so the
@@ -525,14 +526,21 @@ class ServeScreen(KeptScreen[None]):
     @work(group="serve-preview", exclusive=True, exit_on_error=False, description="Preview")
     async def preview_commands(self, request: ServeRequest) -> None:
         """The exact commands and environment per node, from the core's preview."""
-        feed = self.console_app.feed
-        page = self.query_one("#serve-preview", Static)
         try:
-            preview = await feed.preview(request)
+            preview = await self.console_app.feed.preview(request)
         except LlmgwError as exc:
-            page.update(exc.sentence())
-            self._block(exc.sentence())
+            self.post_message(PreviewRead(error=exc.sentence()))
             return
+        self.post_message(PreviewRead((request, preview)))
+
+    def on_preview_read(self, read: PreviewRead) -> None:
+        """Draw the commands per node (or why there are none), and let Next be pressed or not."""
+        page = self.query_one("#serve-preview", Static)
+        if read.error is not None:
+            page.update(read.error)
+            self._block(read.error)
+            return
+        request, preview = cast("tuple[ServeRequest, ServePreview | None]", read.found)
         if preview is None:  # a feed that cannot say: the way's own words
             page.update(confirm_text_from_way(request, self.way or {}))
             self._block(None)
