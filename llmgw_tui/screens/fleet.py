@@ -8,6 +8,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.reactive import var
 from textual.timer import Timer
 from textual.widgets import DataTable, Input, Static
 
@@ -63,6 +64,9 @@ class FleetScreen(KeptScreen[None]):
     """Nodes with state, classes and free/total cards, fabrics, NVLink domain, shards."""
 
     BINDING_GROUP_TITLE = "Fleet"
+
+    needle: var[str] = var("", init=False)
+    """The `/` filter the rows are shown through (a refused value filters nothing)."""
     AUTO_FOCUS = "#nodes"
     """The table has the keys from the first frame (focusing it later rebuilt the footer twice)."""
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -170,9 +174,7 @@ class FleetScreen(KeptScreen[None]):
         if self._fleet is None:
             return
         table = self.query_one("#nodes", NodeTable)
-        field = self._filter_field()
-        needle = field.value.strip() if field is not None and reason(field) is None else ""
-        wanted = [n for n in self._fleet.nodes if matches(n, needle)]
+        wanted = [n for n in self._fleet.nodes if matches(n, self.needle)]
         wanted_names = [n.name for n in wanted]
         if wanted_names != self._shown:
             # The set of rows changed (a filter, a node added): rebuild in name order.
@@ -294,6 +296,14 @@ class FleetScreen(KeptScreen[None]):
         field.add_class("-visible")
         field.focus()
 
+    def watch_needle(self) -> None:
+        """Show the rows the filter keeps."""
+        self._sync_rows()
+
+    def _apply_filter(self) -> None:
+        field = self._filter_field()
+        self.needle = field.value.strip() if field is not None and reason(field) is None else ""
+
     @on(Input.Changed, "#filter")
     def _filter_changed(self) -> None:
         if self._filter_timer is not None:
@@ -301,16 +311,16 @@ class FleetScreen(KeptScreen[None]):
             self._filter_timer = None
         if self._fleet is not None and len(self._fleet.nodes) > FILTER_AFTER_TYPING_ROWS:
             # Rebuilding thousands of rows per key would make typing lag: wait for a pause.
-            self._filter_timer = self.set_timer(FILTER_PAUSE_S, self._sync_rows)
+            self._filter_timer = self.set_timer(FILTER_PAUSE_S, self._apply_filter)
         else:
-            self._sync_rows()
+            self._apply_filter()
 
     @on(Input.Submitted, "#filter")
     def _filter_done(self) -> None:
         if self._filter_timer is not None:
             self._filter_timer.stop()
             self._filter_timer = None
-            self._sync_rows()
+            self._apply_filter()
         self.query_one("#nodes", DataTable).focus()
 
     def action_clear_filter(self) -> None:

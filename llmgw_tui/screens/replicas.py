@@ -17,6 +17,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
+from textual.reactive import var
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, Static
 
@@ -108,13 +109,14 @@ class ReplicasScreen(KeptScreen[None]):
         Binding("escape", "close_ask", "Close", show=False, id="replicas-close"),
     ]
 
+    focus_name: var[str | None] = var(None, init=False, always_update=True)
+    """The replica to put the cursor on, now or when it appears (the wizard's): set it to move."""
+
     def __init__(self) -> None:
         super().__init__()
         self.views: tuple[ReplicaView, ...] = ()
         self.gateways: list[dict[str, Any]] = []
         """The running gateways as the feed last gave them (`gateway_line` draws each)."""
-        self.focus_name: str | None = None
-        """The replica to put the cursor on when it appears (the wizard's)."""
         self._shown: list[str] = []
         self._downloads: dict[tuple[str, str], tuple[float, int, float]] = {}
 
@@ -155,7 +157,10 @@ class ReplicasScreen(KeptScreen[None]):
     def show_replica(self, name: str) -> None:
         """Put the cursor on `name` once it is listed (now, or when it appears)."""
         self.focus_name = name
-        if name in self._shown:
+
+    def watch_focus_name(self, name: str | None) -> None:
+        """The cursor on the replica asked for, if it is listed already."""
+        if name is not None and name in self._shown:
             self.query_one("#replicas", DataTable).move_cursor(row=self._shown.index(name))
 
     @work(group="replicas-poll", exclusive=True, exit_on_error=False, description="Replicas")
