@@ -1,7 +1,8 @@
 """The Prometheus families llmgw exports, built from one snapshot (pure).
 
 Names follow Prometheus conventions: an `llmgw_` prefix, base units
-(`_bytes`, `_ratio`, `_bits_per_second`, `_timestamp_seconds`), and one-hot
+(`_bytes`, `_ratio`, `_bytes_per_second`, `_timestamp_seconds`: `promtool check
+metrics` finds nothing to say), and one-hot
 gauges (`llmgw_node_state{state=...}`) where a thing is in one of a few
 states, so an alert reads `== 1` instead of matching strings.
 """
@@ -18,7 +19,7 @@ from llmgw_core.fleet.state import FleetState
 from llmgw_core.serve.view import ReplicaView, ShardView
 
 MIB_BYTES = 1024 * 1024
-GBPS_BITS_PER_S = 1e9
+GBPS_BYTES_PER_S = 1e9 / 8
 NODE_STATES = ("connecting", "ready", "unreachable", "refused")
 REPLICA_PHASES = ("starting", "loading", "ready", "unreachable", "failed", "stopped")
 RAIL_VERDICTS = ("pass", "warn", "fail")
@@ -182,9 +183,15 @@ def fabric_families(fleet: FleetState) -> list[Metric]:
         "llmgw_fabric_rail_ratio", "Measured over rated speed of each rail, last test.", labels
     )
     measured = _gauge(
-        "llmgw_fabric_rail_measured_bits_per_second", "Each rail's measured speed.", labels
+        "llmgw_fabric_rail_measured_bytes_per_second",
+        "Each rail's measured speed (a 400 Gb/s rail is 5e10 bytes a second).",
+        labels,
     )
-    rated = _gauge("llmgw_fabric_rail_rated_bits_per_second", "Each rail's rated speed.", labels)
+    rated = _gauge(
+        "llmgw_fabric_rail_rated_bytes_per_second",
+        "Each rail's rated speed, in bytes a second.",
+        labels,
+    )
     when = _gauge(
         "llmgw_fabric_rail_measured_timestamp_seconds",
         "When each rail's last verdict was measured (Unix time).",
@@ -197,9 +204,9 @@ def fabric_families(fleet: FleetState) -> list[Metric]:
         if kept.ratio is not None:
             ratio.add_metric(key, kept.ratio)
         if kept.measured_gbps is not None:
-            measured.add_metric(key, kept.measured_gbps * GBPS_BITS_PER_S)
+            measured.add_metric(key, kept.measured_gbps * GBPS_BYTES_PER_S)
         if kept.rated_gbps is not None:
-            rated.add_metric(key, kept.rated_gbps * GBPS_BITS_PER_S)
+            rated.add_metric(key, kept.rated_gbps * GBPS_BYTES_PER_S)
         when.add_metric(key, kept.measured_at)
     return [verdict, ratio, measured, rated, when]
 

@@ -119,7 +119,11 @@ def relabel(scrapes: Iterable[GatewayScrape]) -> tuple[tuple[Metric, ...], dict[
                 continue
             into = merged.get(family.name)
             if into is None:
-                into = Metric(family.name, family.documentation, family.type, family.unit)
+                # promtool wants a help text on every family; vllm-router leaves some bare.
+                helped = family.documentation or (
+                    f"vllm-router's {family.name}, with the gateway and node it came from"
+                )
+                into = Metric(family.name, helped, family.type, family.unit)
                 merged[family.name] = into
             for sample in family.samples:
                 labels = dict(sample.labels)

@@ -10,7 +10,9 @@ serves while this test scrapes it over HTTP.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -61,8 +63,8 @@ EXPECTED_LABELS = {
     "llmgw_replica_ready_shards": {"replica"},
     "llmgw_fabric_rail_verdict": {"node", "peer", "adapter", "rail", "verdict"},
     "llmgw_fabric_rail_ratio": {"node", "peer", "adapter", "rail"},
-    "llmgw_fabric_rail_measured_bits_per_second": {"node", "peer", "adapter", "rail"},
-    "llmgw_fabric_rail_rated_bits_per_second": {"node", "peer", "adapter", "rail"},
+    "llmgw_fabric_rail_measured_bytes_per_second": {"node", "peer", "adapter", "rail"},
+    "llmgw_fabric_rail_rated_bytes_per_second": {"node", "peer", "adapter", "rail"},
     "llmgw_fabric_rail_measured_timestamp_seconds": {"node", "peer", "adapter", "rail"},
     "llmgw_gateway_up": {"gateway", "node"},
     "vllm_router_requests": {"route", "gateway", "node"},
@@ -171,6 +173,21 @@ def _scrape_while_serving(demo: Demo, **args: Any) -> tuple[str, Any]:
     return text, running.result(120)
 
 
+def _promtool_finds_nothing(text: str) -> None:
+    """Prometheus's own linter on what the endpoint served (where promtool is installed:
+    Debian's `prometheus` package has it, and `.ci/run` installs it)."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        print("promtool is not installed: the exposition was not linted")
+        return
+    done = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and not done.stdout.strip() and not done.stderr.strip(), (
+        done.stdout + done.stderr
+    )
+
+
 def _samples(text: str) -> dict[str, list[Any]]:
     return {family.name: family.samples for family in text_string_to_metric_families(text)}
 
@@ -208,6 +225,7 @@ def test_every_family_is_exported_with_its_labels_and_the_facts_of_the_demo_flee
     assert outcome.ok and outcome.result["refreshes"] >= 1, outcome
     assert "gw-gone" in outcome.result["gateways_unread"]
 
+    _promtool_finds_nothing(text)
     families = _samples(text)
     for name, labels in EXPECTED_LABELS.items():
         assert families.get(name), f"{name} is missing"

@@ -91,8 +91,8 @@ def test_each_node_exports_the_verdicts_it_keeps_per_peer_and_adapter_with_when_
     }
     assert verdicts[(*on_a, ("verdict", "pass"))] == 0
     assert _values(families, "llmgw_fabric_rail_ratio") == {on_a: 0.6, on_b: 0.6}
-    assert _values(families, "llmgw_fabric_rail_measured_bits_per_second")[on_a] == 240e9
-    assert _values(families, "llmgw_fabric_rail_rated_bits_per_second")[on_b] == 400e9
+    assert _values(families, "llmgw_fabric_rail_measured_bytes_per_second")[on_a] == 240e9 / 8
+    assert _values(families, "llmgw_fabric_rail_rated_bytes_per_second")[on_b] == 400e9 / 8
     assert _values(families, "llmgw_fabric_rail_measured_timestamp_seconds") == {
         on_a: measured_at,
         on_b: measured_at,
@@ -106,7 +106,7 @@ def test_a_verdict_kept_without_its_rail_position_or_speeds_has_an_empty_rail_an
     end = (("adapter", "mlx5_0"), ("node", "a"), ("peer", "b"), ("rail", ""))
     assert _values(families, "llmgw_fabric_rail_verdict")[(*end, ("verdict", "pass"))] == 1
     assert _values(families, "llmgw_fabric_rail_ratio") == {}
-    assert _values(families, "llmgw_fabric_rail_measured_bits_per_second") == {}
+    assert _values(families, "llmgw_fabric_rail_measured_bytes_per_second") == {}
     assert _values(families, "llmgw_fabric_rail_measured_timestamp_seconds") == {end: 1.7e9}
 
 
