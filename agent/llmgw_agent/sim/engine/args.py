@@ -145,6 +145,7 @@ def parse_engine_argv(kind: str, argv: List[str]) -> dict:
         "kind": kind,
         "model": model,
         "served_name": served_name,
+        "served_names": list(names) or [served_name],
         "host": options.host,
         "port": options.port,
         "tp": tp,

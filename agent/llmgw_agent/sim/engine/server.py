@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from llmgw_agent import paths
+from llmgw_agent.sim.engine import api
 from llmgw_agent.sim.engine.args import KINDS, engine_kind, parse_engine_argv
 from llmgw_agent.sim.engine.lines import (
     loading_lines,
@@ -152,24 +153,14 @@ class SimState:
         self.requests_total = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self.started = int(time.time())
+        """When the engine started: its model card's `created`."""
 
 
 def _answer_text(state: SimState) -> str:
     return "Hello from the simulated {} engine serving {}.".format(
         state.engine["kind"], state.engine["served_name"]
     )
-
-
-def _prompt_words(body: dict) -> int:
-    if isinstance(body.get("messages"), list):
-        text = " ".join(
-            str(message.get("content", ""))
-            for message in body["messages"]
-            if isinstance(message, dict)
-        )
-    else:
-        text = str(body.get("prompt", ""))
-    return max(1, len(text.split()))
 
 
 class SimHandler(BaseHTTPRequestHandler):
@@ -210,15 +201,7 @@ class SimHandler(BaseHTTPRequestHandler):
             if not self._loading():
                 self._send(200, {"status": "ok"})
         elif route == "/v1/models":
-            context = self.sim.engine.get("context_tokens") or 32768
-            model = {
-                "id": self.sim.engine["served_name"],
-                "object": "model",
-                "created": 0,
-                "owned_by": "llmgw-sim",
-                "max_model_len": context,
-            }
-            self._send(200, {"object": "list", "data": [model]})
+            self._send(200, api.model_list(self.sim.engine, self.sim.started))
         elif route == "/metrics":
             self._send(200, self._metrics(), "text/plain; version=0.0.4")
         elif route == "/openapi.json":
@@ -227,7 +210,7 @@ class SimHandler(BaseHTTPRequestHandler):
         elif route == "/version":
             self._send(200, {"version": "sim"})
         else:
-            self._send(404, {"error": {"code": 404, "message": "no route " + route}})
+            self._send(*api.error(404, "Not Found", "NotFoundError"))
 
     def _metrics(self) -> str:
         prefix = {"vllm": "vllm:", "sglang": "sglang:"}.get(self.sim.engine["kind"], "llamacpp:")
@@ -244,68 +227,42 @@ class SimHandler(BaseHTTPRequestHandler):
         return "".join("{}{}{} {}\n".format(prefix, name, label, value) for name, value in values)
 
     def do_POST(self) -> None:
-        """`/v1/chat/completions` and `/v1/completions`: a short deterministic answer."""
+        """`/v1/chat/completions` and `/v1/completions`: the sim's answer, as vLLM shapes it."""
         route = self.path.split("?")[0]
         length = int(self.headers.get("Content-Length") or 0)
+        if route not in ("/v1/chat/completions", "/v1/completions"):
+            self._send(*api.error(404, "Not Found", "NotFoundError"))
+            return
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
         except ValueError:
-            self._send(400, {"error": {"code": 400, "message": "the body is not JSON"}})
-            return
-        if route not in ("/v1/chat/completions", "/v1/completions") or not isinstance(body, dict):
-            self._send(404, {"error": {"code": 404, "message": "no route " + route}})
+            self._send(*api.bad_request("the request body is not JSON"))
             return
         if self._loading():
             return
-        words = _answer_text(self.sim).split()
-        max_tokens = body.get("max_tokens")
-        if isinstance(max_tokens, int) and max_tokens > 0:
-            words = words[:max_tokens]
-        prompt_tokens = _prompt_words(body)
+        found, refused = api.plan(route, body, self.sim.engine, _answer_text(self.sim))
+        if refused is not None or found is None:
+            self._send(*(refused or api.bad_request("the request could not be read")))
+            return
         with self.sim.lock:
             self.sim.requests_total += 1
-            self.sim.prompt_tokens_total += prompt_tokens
-            self.sim.generation_tokens_total += len(words)
-        chat = route == "/v1/chat/completions"
-        if body.get("stream"):
-            self._stream(words, chat)
+            self.sim.prompt_tokens_total += found.prompt_tokens
+            self.sim.generation_tokens_total += found.completion_tokens
+            number = self.sim.requests_total
+        request_id = api.request_id(found.chat, number)
+        created = api.now()
+        if isinstance(body, dict) and body.get("stream"):
+            self._stream(api.chunks(found, request_id, created))
             return
-        text = " ".join(words)
-        choice = (
-            {"index": 0, "message": {"role": "assistant", "content": text}}
-            if chat
-            else {"index": 0, "text": text}
-        )
-        choice["finish_reason"] = "stop"
-        self._send(
-            200,
-            {
-                "id": "sim-{}".format(self.sim.requests_total),
-                "object": "chat.completion" if chat else "text_completion",
-                "created": int(time.time()),
-                "model": self.sim.engine["served_name"],
-                "choices": [choice],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": len(words),
-                    "total_tokens": prompt_tokens + len(words),
-                },
-            },
-        )
+        self._send(200, api.completion(found, request_id, created))
 
-    def _stream(self, words: List[str], chat: bool) -> None:
+    def _stream(self, chunks) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        for index, word in enumerate(words):
-            piece = word if index == 0 else " " + word
-            delta = (
-                {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
-            )
-            chunk = {"object": "chat.completion.chunk", "model": self.sim.engine["served_name"]}
-            chunk["choices"] = [delta]
+        for chunk in chunks:
             self.wfile.write("data: {}\n\n".format(json.dumps(chunk)).encode())
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()

@@ -1,0 +1,138 @@
+"""The simulated engine answers a client as vLLM does: models, errors, n, max_tokens, stop,
+logprobs, and a stream that ends with its usage when asked (read as raw server-sent events)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from llmgw_agent.sim.engine.args import parse_engine_argv
+from llmgw_agent.sim.engine.server import SimHandler, SimState
+
+ANSWER = "Hello from the simulated vllm engine serving llama."  # eight words: eight tokens
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[str]:
+    argv = [
+        "vllm",
+        "serve",
+        "/models/llama",
+        "--served-model-name",
+        "llama",
+        "--max-model-len",
+        "8192",
+    ]
+    state = SimState(parse_engine_argv("vllm", argv), {})
+    state.ready.set()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Bound", (SimHandler,), {"sim": state}))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _chat(engine: str, **body: object) -> httpx.Response:
+    messages = [{"role": "user", "content": "Say hello"}]
+    return httpx.post(f"{engine}/v1/chat/completions", json={"messages": messages, **body})
+
+
+def test_models_lists_the_served_name_with_vllms_card_fields(engine: str):
+    (card,) = httpx.get(f"{engine}/v1/models").json()["data"]
+    assert (card["id"], card["object"], card["owned_by"]) == ("llama", "model", "vllm")
+    assert (card["root"], card["parent"], card["max_model_len"]) == ("/models/llama", None, 8192)
+    assert card["permission"][0]["object"] == "model_permission"
+
+
+def test_a_model_nobody_serves_is_a_404_with_vllms_error_body(engine: str):
+    answer = _chat(engine, model="gpt-4o")
+    assert answer.status_code == 404
+    assert answer.json() == {
+        "error": {
+            "message": "The model `gpt-4o` does not exist.",
+            "type": "NotFoundError",
+            "param": None,
+            "code": 404,
+        }
+    }
+
+
+def test_a_bad_request_is_a_400_naming_its_parameter(engine: str):
+    answer = _chat(engine, model="llama", n=0)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == "n"
+    assert answer.json()["error"]["type"] == "BadRequestError"
+    no_messages = httpx.post(f"{engine}/v1/chat/completions", json={"model": "llama"})
+    assert no_messages.status_code == 400 and no_messages.json()["error"]["param"] == "messages"
+    assert httpx.post(f"{engine}/v1/completions", content=b"{").status_code == 400
+
+
+def test_n_gives_as_many_choices_and_usage_counts_them_all(engine: str):
+    body = _chat(engine, model="llama", n=2).json()
+    assert [c["index"] for c in body["choices"]] == [0, 1]
+    assert {c["message"]["content"] for c in body["choices"]} == {ANSWER}
+    assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 16, "total_tokens": 18}
+
+
+def test_max_tokens_cuts_the_text_and_says_length(engine: str):
+    body = _chat(engine, model="llama", max_tokens=3).json()
+    (choice,) = body["choices"]
+    assert choice["message"]["content"] == "Hello from the"
+    assert choice["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] == 3
+    whole = _chat(engine, model="llama").json()["choices"][0]
+    assert whole["finish_reason"] == "stop"
+
+
+def test_a_stop_sequence_ends_the_text_before_it(engine: str):
+    (choice,) = _chat(engine, model="llama", stop=["engine"]).json()["choices"]
+    assert choice["message"]["content"] == "Hello from the simulated vllm"
+    assert choice["finish_reason"] == "stop"
+
+
+def test_logprobs_are_given_when_asked_for_chat_and_completions(engine: str):
+    (choice,) = _chat(engine, model="llama", logprobs=True, top_logprobs=1).json()["choices"]
+    tokens = [entry["token"] for entry in choice["logprobs"]["content"]]
+    assert " ".join(tokens) == ANSWER
+    legacy = httpx.post(
+        f"{engine}/v1/completions", json={"model": "llama", "prompt": "Say", "logprobs": 1}
+    ).json()["choices"][0]
+    assert legacy["text"] == ANSWER and len(legacy["logprobs"]["tokens"]) == 8
+
+
+def test_a_stream_read_as_raw_events_ends_with_usage_then_done(engine: str):
+    frames = []
+    with httpx.stream(
+        "POST",
+        f"{engine}/v1/chat/completions",
+        json={
+            "model": "llama",
+            "messages": [{"role": "user", "content": "Say hello"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": 4,
+        },
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line:
+                assert line.startswith("data: "), line
+                frames.append(line.removeprefix("data: "))
+    assert frames[-1] == "[DONE]"
+    chunks = [json.loads(frame) for frame in frames[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert text == "Hello from the simulated"
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert finishes[-1] == "length" and set(finishes[:-1]) == {None}
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"] == {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6}
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
