@@ -136,3 +136,40 @@ def test_a_stream_read_as_raw_events_ends_with_usage_then_done(engine: str):
     assert chunks[-1]["choices"] == []
     assert chunks[-1]["usage"] == {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6}
     assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+
+
+# --- the official SDK, as a client of the sim engine --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client(engine: str):
+    import openai
+
+    return openai.OpenAI(base_url=f"{engine}/v1", api_key="unused", max_retries=0)
+
+
+def test_the_sdk_lists_the_model(client):
+    assert [model.id for model in client.models.list()] == ["llama"]
+
+
+def test_the_sdk_raises_not_found_for_a_model_nobody_serves(client):
+    import openai
+
+    with pytest.raises(openai.NotFoundError) as raised:
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert raised.value.status_code == 404 and "does not exist" in str(raised.value)
+
+
+def test_the_sdk_gets_two_choices_a_length_finish_and_the_usage_of_a_stream(client):
+    messages = [{"role": "user", "content": "Say hello"}]
+    two = client.chat.completions.create(model="llama", messages=messages, n=2)
+    assert len(two.choices) == 2 and two.usage.completion_tokens == 16
+    cut = client.chat.completions.create(model="llama", messages=messages, max_tokens=3)
+    assert cut.choices[0].finish_reason == "length"
+    stream = client.chat.completions.create(
+        model="llama", messages=messages, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 8
+    legacy = client.completions.create(model="llama", prompt="Say hello", max_tokens=2)
+    assert legacy.choices[0].text == "Hello from" and legacy.choices[0].finish_reason == "length"
