@@ -130,14 +130,10 @@ def demo_replica_with_logs(fleet_state: FleetState) -> tuple[ReplicaView, dict[s
     from dataclasses import replace
 
     from llmgw_core.fabric.verdicts import replica_transport
-    from llmgw_core.serve.transport import transport_dict
+    from llmgw_core.serve.transport import node_topology, transport_dict
 
     view = demo_replica(fleet_state)
-    topology = {
-        name: node.facts.nvlink
-        for name, node in fleet_state.nodes.items()
-        if node.facts is not None and node.facts.nvlink
-    }
+    topology = node_topology(fleet_state, fleet_state.nodes)
     logs = demo_logs(view, topology=topology)
     by_node = {s.shard_id: s.node for s in view.shards}
     transports, warnings = replica_transport(

@@ -148,11 +148,6 @@ class NcclTransport(BaseModel):
     paths: tuple[NcclPath, ...] = ()
 
     @property
-    def crosses_nodes(self) -> bool:
-        """True when NCCL connected ranks over the network (or said it spans nodes)."""
-        return any(p.kind == "net" for p in self.paths) or (self.nodes or 1) > 1
-
-    @property
     def label(self) -> str:
         """A short name for people: `IB + GDR`, `IB (IBext_v8) + GDR`, `Socket`, `MNNVL`."""
         if self.network is None:

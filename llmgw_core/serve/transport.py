@@ -26,6 +26,7 @@ from llmgw_core.fabric.nccl import NcclTransport
 from llmgw_core.fabric.paths import NvlinkMatrix, inside_path, transport_label
 from llmgw_core.fabric.verdicts import replica_transport
 from llmgw_core.fleet.client import AgentError, AgentLost
+from llmgw_core.fleet.state import FleetState
 from llmgw_core.serve.view import ReplicaView, ShardView
 
 NCCL_LINES = 400
@@ -127,7 +128,7 @@ async def with_transport(fleet: Any, view: ReplicaView) -> ReplicaView:
     found = await asyncio.gather(*(read(s) for s in view.shards))
     logs = {shard.node: lines for shard, lines in found if lines is not None}
     node_count = len(view.spec.get("placement", {}).get("nodes", [])) or len(view.shards)
-    topology = node_topology(fleet, logs)
+    topology = node_topology(fleet.snapshot(), logs)
     transports, warnings = replica_transport(
         view.name, logs, fabric_adapters(fleet, view), node_count, topology
     )
@@ -148,12 +149,11 @@ async def with_transport(fleet: Any, view: ReplicaView) -> ReplicaView:
     return dataclasses.replace(view, transports=by_shard, transport_warnings=tuple(warnings))
 
 
-def node_topology(fleet: Any, nodes: Iterable[str]) -> dict[str, NvlinkMatrix]:
+def node_topology(snapshot: FleetState, nodes: Iterable[str]) -> dict[str, NvlinkMatrix]:
     """Each named node's card-to-card matrix from its last facts (absent when unknown)."""
-    states = fleet.snapshot().nodes
     found: dict[str, NvlinkMatrix] = {}
     for name in nodes:
-        state = states.get(name)
+        state = snapshot.nodes.get(name)
         if state is not None and state.facts is not None and state.facts.nvlink:
             found[name] = state.facts.nvlink
     return found

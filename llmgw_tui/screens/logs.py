@@ -20,6 +20,7 @@ from textual.widgets import Footer, Input, Log, Static
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fabric.paths import NvlinkMatrix
+from llmgw_core.serve.view import ReplicaView
 from llmgw_tui.fields import Checked, CheckedInput, filter_refusal, reason, save_path_refusal
 from llmgw_tui.log_lines import LogLines, ShowOptions, shown
 from llmgw_tui.textual_hooks import Guarded
@@ -113,7 +114,7 @@ class LogsScreen(Guarded, Screen[None]):
                     f"no replica is named {self.replica!r}", f"the replicas are: {names}"
                 )
             self.node_count = len(view.spec.get("placement", {}).get("nodes", [])) or None
-            self.topology = await self._topology(feed, view)
+            self.topology = self._topology(view)
             async for batch in feed.follow_logs(view, self.rank):
                 self.lines.add(batch, time.time())
         except LlmgwError as exc:
@@ -123,15 +124,17 @@ class LogsScreen(Guarded, Screen[None]):
             self.stream_ended = "the shards ended; no more lines"
         self._show_status()
 
-    async def _topology(self, feed: Any, view: Any) -> NvlinkMatrix | None:
-        """The card-to-card matrix of the shown shards' nodes, when they share one."""
-        summary = await feed.snapshot()
-        states = summary.fleet_state.nodes if summary.fleet_state is not None else {}
-        shards = [s for s in view.shards if self.rank is None or s.rank == self.rank]
-        found = []
-        for shard in shards:
-            state = states.get(shard.node)
-            found.append(state.facts.nvlink if state is not None and state.facts else None)
+    def _topology(self, view: ReplicaView) -> NvlinkMatrix | None:
+        """The card-to-card matrix of the shown shards' nodes (the app's last snapshot),
+        when they share one."""
+        from llmgw_core.serve.transport import node_topology
+
+        fleet = self.console_app.fleet
+        if fleet is None or fleet.fleet_state is None:
+            return None
+        nodes = [s.node for s in view.shards if self.rank is None or s.rank == self.rank]
+        known = node_topology(fleet.fleet_state, nodes)
+        found = [known.get(node) for node in nodes]
         return found[0] if found and all(f == found[0] for f in found) else None
 
     async def _read_gateway_log(self, feed: Any) -> None:

@@ -137,6 +137,8 @@ class NodeScreen(Guarded, Screen[None]):
     @work(group="node-replicas", exclusive=True, exit_on_error=False, description="Replicas")
     async def _read_replicas(self) -> None:
         """The shards this node runs, each with the path its NCCL took (read from its log)."""
+        if not self.is_current:
+            return  # a page over this one is shown: no agent is asked for what nobody sees
         try:
             views = await self.console_app.feed.replicas(transports=True)
         except LlmgwError as error:

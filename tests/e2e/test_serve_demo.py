@@ -193,7 +193,6 @@ def test_two_l40s_cards_behind_different_host_bridges_talk_through_host_memory_u
 
 
 def test_nvlink_cards_whose_nccl_took_host_memory_are_warned_in_red(demo: Demo):
-    listed = None
     _served(
         demo,
         model=LLAMA,

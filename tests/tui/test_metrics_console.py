@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Callable
 
 import httpx
 import pytest
+from live_walk import until
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmgw_core.fabric.rails import verdicts_to_record
@@ -25,14 +25,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-async def _until(pilot, condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout_s:g} s for {what}")
-        await pilot.pause(0.1)
 
 
 async def _families(url: str) -> dict[str, list]:
@@ -75,7 +67,9 @@ def test_the_console_exports_its_fleet_replicas_and_the_fabric_verdicts_its_node
     async def run() -> None:
         app = LlmgwApp(feed, animation="none", metrics_port=port)
         async with app.run_test(size=(120, 40)) as pilot:
-            await _until(pilot, lambda: app.metrics_url is not None, "the metrics endpoint")
+            await until(
+                pilot, lambda: app.metrics_url is not None, "the metrics endpoint", timeout_s=30
+            )
             assert app.metrics_url == f"http://127.0.0.1:{port}/metrics"
             families = await _families(app.metrics_url)
             assert {s.labels["node"] for s in families["llmgw_node_up"]} == set(state.nodes)
@@ -116,7 +110,7 @@ def test_a_metrics_port_already_taken_is_a_red_notification_and_the_console_stay
             port = taken.getsockname()[1]
             app = LlmgwApp(StaticFeed(state, fabrics), animation="none", metrics_port=port)
             async with app.run_test(size=(120, 40), notifications=True) as pilot:
-                await _until(pilot, lambda: bool(app._notifications), "a notification")
+                await until(pilot, lambda: bool(app._notifications), "a notification", timeout_s=30)
                 [notification] = list(app._notifications)
                 assert notification.severity == "error"
                 assert notification.message.startswith(f"cannot serve metrics on 127.0.0.1:{port}")
@@ -163,7 +157,9 @@ def test_the_console_on_the_live_demo_fleet_exports_every_node_and_the_rails_it_
         feed = LiveFeed(inventory=None, demo=True, refresh_s=1.0)
         app = LlmgwApp(feed, animation="none", metrics_port=port)
         async with app.run_test(size=(120, 40)) as pilot:
-            await _until(pilot, lambda: app.metrics_url is not None, "the metrics endpoint")
+            await until(
+                pilot, lambda: app.metrics_url is not None, "the metrics endpoint", timeout_s=30
+            )
             families: dict[str, list] = {}
             deadline = time.monotonic() + 240
             while time.monotonic() < deadline:

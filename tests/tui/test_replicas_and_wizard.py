@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from live_walk import until
 from textual.widgets import Button, Static
 
 from llmgw_tui.fields import env_lines, replica_name_refusal
@@ -112,32 +113,34 @@ def test_the_wizard_greys_out_next_with_the_reason_until_the_input_is_valid(make
             next_button = wizard.query_one("#serve-next-button", Button)
             assert next_button.disabled and wizard.blocked == "type a model"
             await pilot.press(*"catalog:meta-llama/Llama-3.3-70B-Instruct", "enter")
-            for _ in range(100):
-                await pilot.pause(0.05)
-                if wizard.step == "way":
-                    break
+            await until(pilot, lambda: wizard.step == "way", 'wizard.step == "way"', timeout_s=10)
             assert wizard.plan_body is not None and len(wizard.plan_body["options"]) == 8
             await pilot.press("enter")
-            for _ in range(100):
-                await pilot.pause(0.05)
-                if wizard.step == "size" and wizard.blocked is None:
-                    break
+            await until(
+                pilot,
+                lambda: wizard.step == "size" and wizard.blocked is None,
+                'wizard.step == "size" and wizard.blocked is None',
+                timeout_s=10,
+            )
             context = wizard.query_one("#serve-context")
             context.value = "0"
             await pilot.pause()
             assert wizard.blocked == "context: 0 is not between 1 and 16777216"
             assert next_button.disabled and context.has_class("-invalid")
             context.value = "10000000"
-            for _ in range(100):
-                await pilot.pause(0.05)
-                if wizard.blocked not in (None, "checking…"):
-                    break
+            await pilot.pause()  # the change is handled before the wait looks
+            await until(
+                pilot,
+                lambda: wizard.blocked not in (None, "checking…"),
+                'wizard.blocked not in (None, "checking…")',
+                timeout_s=10,
+            )
             assert "longer than the 131072 tokens the model was trained for" in wizard.blocked
             context.value = "32768"
-            for _ in range(100):
-                await pilot.pause(0.05)
-                if wizard.blocked is None:
-                    break
+            await pilot.pause()  # the change is handled before the wait looks
+            await until(
+                pilot, lambda: wizard.blocked is None, "wizard.blocked is None", timeout_s=10
+            )
             assert not next_button.disabled
 
     asyncio.run(run())
@@ -176,15 +179,14 @@ def test_a_fit_answered_for_an_older_context_never_clears_the_refusal_of_the_new
             wizard = app.screen
             assert isinstance(wizard, ServeScreen)
             await pilot.press(*"catalog:meta-llama/Llama-3.1-8B-Instruct", "enter")
-            for _ in range(100):
-                await pilot.pause(0.05)
-                if wizard.step == "way":
-                    break
+            await until(pilot, lambda: wizard.step == "way", 'wizard.step == "way"', timeout_s=10)
             await pilot.press("enter")
-            for _ in range(100):
-                await pilot.pause(0.05)
-                if wizard.step == "size" and wizard.blocked is None:
-                    break
+            await until(
+                pilot,
+                lambda: wizard.step == "size" and wizard.blocked is None,
+                'wizard.step == "size" and wizard.blocked is None',
+                timeout_s=10,
+            )
             checked_for = (int(wizard.query_one("#serve-context").value), 1)
             wizard.query_one("#serve-context").value = "9" * 33
             await pilot.pause()

@@ -109,7 +109,7 @@ def inside_expected(fleet: Any, placement: Any) -> dict[str, str]:
     from llmgw_core.serve.transport import node_topology
 
     nodes = {placed.node: placed.gpu_ids for placed in placement.nodes}
-    topology = node_topology(fleet, nodes)
+    topology = node_topology(fleet.snapshot(), nodes)
     said: dict[str, str] = {}
     for node, gpu_ids in nodes.items():
         cards = [int(g) for g in gpu_ids if g.isdigit()]
