@@ -22,6 +22,13 @@ def main(argv=None):
         print(__doc__.split("\n", 2)[2].rstrip())
         return 0 if args else 2
     command, rest = args[0], args[1:]
+    import os
+
+    from llmgw_agent.paths import PRIVATE_UMASK
+
+    # Shared nodes: nothing the agent writes (records, logs, its engines'
+    # files) is readable by the node's other users.
+    os.umask(PRIVATE_UMASK)
     if command == "serve":
         from llmgw_agent.protocol import serve_main
 

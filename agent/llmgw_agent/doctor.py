@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -484,7 +485,33 @@ def _state_checks(state_dir: Optional[Path]) -> List[Check]:
                 "fix its permissions or set LLMGW_AGENT_STATE to a writable directory",
             )
         ]
-    return [_check("state", "pass", "state dir {}".format(state_dir))]
+    mode = state_dir.stat().st_mode & 0o777
+    if mode & 0o077:
+        return [
+            _check(
+                "state",
+                "warn",
+                "the agent's state dir {} is open to other users of this node ({:04o}): "
+                "its shard records and engine logs can be read".format(state_dir, mode),
+                "chmod 700 {} (the agent could not: is it another user's?)".format(state_dir),
+            )
+        ]
+    note = paths.tightened(state_dir)
+    if note is not None:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(note.get("at") or 0)))
+        return [
+            _check(
+                "state",
+                "warn",
+                "the agent found its state dir {} open to other users ({}) and closed it "
+                "(0700) at {}: what it held before may have been read".format(
+                    state_dir, note.get("was"), when
+                ),
+                "rotate any key or token used on this node before then; "
+                "remove {} to clear this".format(state_dir / paths.TIGHTENED_NOTE),
+            )
+        ]
+    return [_check("state", "pass", "state dir {} (0700, this user's only)".format(state_dir))]
 
 
 def run_checks(facts: Dict[str, Any], state_dir: Optional[Path] = None) -> List[Check]:

@@ -65,6 +65,8 @@ def number_arg(
     value = arg(args, name, (int, float), default)
     if value is None:
         return None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise OpError("bad_args", "argument {!r} must be a finite number".format(name))
     if value < minimum or (maximum is not None and value > maximum):
         bound = "between {} and {}".format(minimum, maximum) if maximum is not None else None
         raise OpError(

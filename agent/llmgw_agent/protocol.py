@@ -113,6 +113,10 @@ if TYPE_CHECKING:
     Handler = Callable[[dict, Stream], Any]
 
 
+def _failure(request_id: Any, code: str, message: str) -> dict:
+    return {"id": request_id, "ok": False, "error": {"code": code, "message": message}}
+
+
 class Server:
     """Reads requests, runs each on a thread, answers on the channel."""
 
@@ -159,9 +163,7 @@ class Server:
 
     def error(self, request_id: Any, code: str, message: str) -> None:
         """Answer one request (or an unreadable line, id null) with an error."""
-        self.channel.send(
-            {"id": request_id, "ok": False, "error": {"code": code, "message": message}}
-        )
+        self.channel.send(_failure(request_id, code, message))
 
     def handle_line(self, raw: bytes) -> None:
         """Parse one request line and answer it (now, or from its own thread)."""
@@ -193,7 +195,7 @@ class Server:
             self.error(request_id, "bad_args", "args must be a JSON object")
             return
         if op == "cancel":
-            self._answer(request_id, self._cancel, args, None)
+            self.channel.send(self._outcome(request_id, self._cancel, args, None))
             return
         handler = self.ops.get(op)
         if handler is None:
@@ -219,27 +221,32 @@ class Server:
         thread.start()
 
     def _run(self, request_id: Any, handler: Handler, args: dict, stream: Stream) -> None:
+        answer = None
         try:
-            self._answer(request_id, handler, args, stream)
+            answer = self._outcome(request_id, handler, args, stream)
         finally:
+            # The id is free before its answer is sent: a client may reuse it
+            # as soon as it reads the answer.
             with self._lock:
                 self._in_flight.pop(request_id, None)
                 self._threads.pop(request_id, None)
+            if answer is not None:
+                self.channel.send(answer)
 
-    def _answer(self, request_id: Any, handler: Handler, args: dict, stream) -> None:
+    def _outcome(self, request_id: Any, handler: Handler, args: dict, stream) -> dict:
+        """The final message for one request: its result, or its error."""
         try:
             result = handler(args, stream)
         except OpError as exc:
-            self.error(request_id, exc.code, exc.message)
+            return _failure(request_id, exc.code, exc.message)
         except ImportError as exc:
-            self.error(request_id, "unavailable", "this agent lacks a part: {}".format(exc))
+            return _failure(request_id, "unavailable", "this agent lacks a part: {}".format(exc))
         except Exception as exc:  # the edge: report, never crash the channel
             import traceback
 
             traceback.print_exc(file=sys.stderr)
-            self.error(request_id, "internal", "{}: {}".format(type(exc).__name__, exc))
-        else:
-            self.channel.send({"id": request_id, "ok": True, "result": result})
+            return _failure(request_id, "internal", "{}: {}".format(type(exc).__name__, exc))
+        return {"id": request_id, "ok": True, "result": result}
 
     def _cancel(self, args: dict, _stream) -> dict:
         target = arg(args, "target", (str, int))

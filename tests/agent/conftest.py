@@ -22,7 +22,7 @@ from agent_process import AgentClient, agent_env, processes_with_state
 def state_dir(tmp_path: Path) -> Iterator[Path]:
     """A private agent state dir; fails the test if it leaves processes behind."""
     path = tmp_path / "state"
-    path.mkdir()
+    path.mkdir(mode=0o700)  # as the agent makes it (test_private_state tries an open one)
     yield path
     deadline = time.monotonic() + 5
     while (left := processes_with_state(path)) and time.monotonic() < deadline:

@@ -14,6 +14,11 @@ from llmgw_agent.logcap import DEFAULT_LOG_MAX_BYTES
 from llmgw_agent.op_args import OpError, arg, number_arg
 from llmgw_agent.shards.claims import valid_gpu_id
 
+SECRET_NAME = re.compile(
+    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)"
+)
+"""A variable that holds a secret (`HF_TOKEN`, `VLLM_API_KEY`, `DB_PASSWORD`): the same rule
+as the console's allowlist (`llmgw_core.engines.allowlist`), kept here in the standard library."""
 SHARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 """Used with `match`: `\\Z`, not `$`, so a trailing newline is refused too."""
 DEFAULT_STOP_TIMEOUT_S = 30.0
@@ -40,6 +45,15 @@ def _command(index: int, raw: Any, last: bool) -> dict:
         isinstance(k, str) and isinstance(v, str) and k and "=" not in k for k, v in env.items()
     ):
         raise _bad("{}.env must map names to string values".format(where))
+    secrets = sorted(key for key in env if SECRET_NAME.search(key.upper()))
+    if secrets:
+        # shard.json holds every command's env, readable on the node's disk:
+        # a secret there is one a caller forgot to send apart.
+        raise _bad(
+            "{}.env names {}, a secret: send it in secret_env, which never reaches the disk".format(
+                where, ", ".join(secrets)
+            )
+        )
     cwd = raw.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
         raise _bad("{}.cwd must be a path".format(where))
