@@ -9,6 +9,7 @@ health. Nothing here starts a process.
 from __future__ import annotations
 
 from llmgw_core.engines import llamacpp, sglang, sim, vllm
+from llmgw_core.engines.keys import key_env
 from llmgw_core.engines.programs import DEFAULT_PROGRAMS
 from llmgw_core.engines.spec import (
     LLAMA_CPP,
@@ -90,6 +91,7 @@ def build_launch(request: LaunchRequest) -> LaunchPlan:
                 if serves
                 else None,
                 http_port=node.http_port,
+                secret_env={**request.secret_env, **key_env(request, program)},
             )
         )
     executor = _executor(request)

@@ -5,8 +5,9 @@ variable gives a replica that starts, passes its health check and then
 hangs on its first all-reduce. Each rule says which failure it prevents.
 
 The operator's allowed `--env` variables go on top (they are the escape
-hatch for per-cluster tuning), then the secrets from the token store; the
-cards placement claimed are never overridden.
+hatch for per-cluster tuning); the cards placement claimed are never
+overridden. Secrets are not here: they travel as the shard's `secret_env`
+(`ShardLaunch.secret_env`), which the agent keeps off the node's disk.
 """
 
 from __future__ import annotations
@@ -97,8 +98,9 @@ def fabric_env(request: LaunchRequest, node: LaunchNode) -> dict[str, str]:
 def shard_env(request: LaunchRequest, node: LaunchNode) -> dict[str, str]:
     """Every variable a node's engine processes are given, in the order they win.
 
-    The launcher's (cards, fabric), then the operator's allowed `--env`,
-    then the secrets; the cards are set again last so nothing moves them.
+    The launcher's (cards, fabric), then the operator's allowed `--env`; the
+    cards are set again last so nothing moves them. No secret: those go in
+    the shard's `secret_env`.
 
     Raises:
         BadInput: an operator variable the allowlist refuses.
@@ -110,6 +112,5 @@ def shard_env(request: LaunchRequest, node: LaunchNode) -> dict[str, str]:
         # multi-homed node their guess may be an address the others cannot reach.
         env["VLLM_HOST_IP"] = node.address
     env.update(checked_env(request.extra_env))
-    env.update(request.secret_env)
     env.update({key: cards[key] for key in PLACEMENT_KEYS})
     return env

@@ -12,6 +12,7 @@ matches three flags.
 from __future__ import annotations
 
 from llmgw_core.engines.environment import shard_env
+from llmgw_core.engines.keys import keyed_program
 from llmgw_core.engines.programs import DEFAULT_PROGRAMS
 from llmgw_core.engines.spec import SGLANG, LaunchNode, LaunchRequest, ShardCommand, host_port
 
@@ -20,7 +21,8 @@ DEFAULT_DIST_INIT_PORT = 20000
 
 def commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ...]:
     """The one process of `node`'s shard."""
-    argv = [*(node.program or DEFAULT_PROGRAMS[SGLANG]), "--model-path", request.source]
+    program = keyed_program(request, node.program or DEFAULT_PROGRAMS[SGLANG])
+    argv = [*program, "--model-path", request.source]
     argv += ["--served-model-name", request.served_name]
     argv += ["--host", request.http_host, "--port", str(node.http_port)]
     argv += ["--tp-size", str(request.tensor_parallel)]

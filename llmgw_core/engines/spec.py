@@ -147,7 +147,10 @@ class LaunchRequest:
         concurrency: sequences of `context` served at once.
         extra_env: the operator's `--env KEY=VALUE`s, checked against the allowlist.
         secret_env: secrets the launcher adds from the operator's token store
-            (`HF_TOKEN`): environment only, never argv, never shown.
+            (`HF_TOKEN`) and the engine's key: each shard's `secret_env`, never
+            a command's `env`, argv or anything shown.
+        api_key: the key clients must present (`engines.keys` gives it to each
+            engine off its command line); None: the engine takes any request.
         rendezvous_port: the Ray head's, vLLM's master or SGLang's dist-init port
             on rank 0; None: the engine's usual one.
         http_host: the address the engine binds for HTTP.
@@ -170,7 +173,8 @@ class LaunchRequest:
     gpu_memory_utilization: float | None = None
     concurrency: int = 1
     extra_env: Mapping[str, str] = field(default_factory=dict)
-    secret_env: Mapping[str, str] = field(default_factory=dict)
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    api_key: str | None = field(default=None, repr=False)
     rendezvous_port: int | None = None
     http_host: str = "0.0.0.0"
     executor: str | None = None
@@ -238,6 +242,9 @@ class ShardLaunch:
         serves_http: True on the rank that answers the OpenAI API.
         health_url: what the agent polls on the node (rank 0 only), else None.
         http_port: the port the engine listens on (meaningful where it serves HTTP).
+        secret_env: variables for every command that must never reach a disk
+            (the Hub token, the engine's key): sent apart as `secret_env`, kept
+            by the agent in the processes' environment only.
     """
 
     node: str
@@ -247,6 +254,7 @@ class ShardLaunch:
     serves_http: bool
     health_url: str | None
     http_port: int
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def main(self) -> ShardCommand:
@@ -274,6 +282,8 @@ class ShardLaunch:
             args["shard_id"] = shard_id
         if self.health_url is not None:
             args["health_url"] = self.health_url
+        if self.secret_env:
+            args["secret_env"] = dict(self.secret_env)
         return args
 
 

@@ -38,6 +38,7 @@ from llmgw_core.gateway.spec import (
     worker_changes,
 )
 from llmgw_core.serve.http import EngineReach, health_status
+from llmgw_core.serve.keys import operator_key
 from llmgw_core.serve.replicas import replicas_now, shard_lines, shard_listings, stop_shard
 
 START_TIMEOUT_S = 60.0
@@ -212,12 +213,7 @@ async def start_gateway(
     spec = fleet.inventory.node_spec(node)  # BadInput naming the nodes there are
     key = None
     if args.api_key_env is not None:
-        key = environ.get(args.api_key_env)
-        if not key:
-            raise BadInput(
-                f"the variable {args.api_key_env} holding the gateway's key is not set",
-                f"export {args.api_key_env}=… before running, or leave api_key_env out",
-            )
+        key = operator_key(args.api_key_env, "the gateway's key", environ)
     state = fleet.snapshot().nodes.get(node)
     if state is None or state.state != "ready":
         raise LlmgwError(f"{node} does not answer, so no gateway can start there")

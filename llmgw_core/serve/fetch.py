@@ -170,14 +170,13 @@ def download_command(
     repo: str,
     revision: str | None,
     local_dir: str | None,
-    token_env: Mapping[str, str],
     pattern: str | None = None,
 ) -> ShardCommand:
-    """The node's download of `repo`: the token in its environment only, never in argv."""
+    """The node's download of `repo`; the token goes apart (`run_fetch`'s `secret_env`)."""
     return ShardCommand(
         name="fetch",
         argv=(python, "-c", DOWNLOAD_SCRIPT, repo, revision or "", local_dir or "", pattern or ""),
-        env=dict(token_env),
+        env={},
     )
 
 
@@ -199,8 +198,12 @@ async def run_fetch(
     trace: Trace,
     *,
     replica: str,
+    secret_env: Mapping[str, str] | None = None,
 ) -> str:
     """Run one fetch process on `node` until it ends; the timeout counts from the last byte.
+
+    `secret_env` (the Hub token) reaches the process's environment only: the
+    agent keeps it off the node's disk, as it does an engine's.
 
     Returns:
         what the watch saw: `12.3 GB at 410 MB/s`.
@@ -218,6 +221,8 @@ async def run_fetch(
         "commands": [command.to_wire()],
         "spec": {"kind": FETCH_SPEC_KIND, "replica": replica, "path": watch_path},
     }
+    if secret_env:
+        args["secret_env"] = dict(secret_env)
     try:
         started = await fleet.request(node, "shard.start", args)
     except (LlmgwError, AgentLost) as exc:
@@ -342,10 +347,12 @@ async def fetch_weights(
 
     async def download(node: str) -> None:
         command = download_command(
-            node_python(specs[node]), repo, revision, plan.path, token_env, plan.pattern
+            node_python(specs[node]), repo, revision, plan.path, plan.pattern
         )
         watch = home_relative(plan.path) if plan.path else hub_cache_dir(repo)
-        await run_fetch(fleet, node, command, watch, timeout_s, trace, replica=replica)
+        await run_fetch(
+            fleet, node, command, watch, timeout_s, trace, replica=replica, secret_env=token_env
+        )
 
     jobs = [copy(n, s) for n, s in plan.copy_from.items()] + [download(n) for n in plan.download]
     results = await asyncio.gather(*jobs, return_exceptions=True)

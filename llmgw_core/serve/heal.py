@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from llmgw_core.errors import BadInput
 from llmgw_core.placement import explain, place, want_summary
 from llmgw_core.serve.choice import Choice
 from llmgw_core.serve.http import EngineReach
+from llmgw_core.serve.keys import hub_token_env, operator_key
 from llmgw_core.serve.replicas import fleet_views, replicas_now, stop_replica
 from llmgw_core.serve.start import ServeOutcome, ServeRequest, serve_way
 from llmgw_core.serve.view import ReplicaView
@@ -61,6 +63,12 @@ async def heal(fleet: Any, reach: EngineReach, *, grace_s: float) -> list[dict[s
                 }
             )
             continue
+        key_env = asked.get("api_key_env")
+        try:
+            api_key = operator_key(key_env, "the replica's key") if key_env else None
+        except BadInput as exc:
+            done.append({"name": view.name, "outcome": "not healed", "reason": exc.sentence()})
+            continue
         await stop_replica(fleet, view.name)  # forget the ended shards: a new attempt replaces them
         request = ServeRequest(
             model=str(spec.get("model")),
@@ -72,6 +80,9 @@ async def heal(fleet: Any, reach: EngineReach, *, grace_s: float) -> list[dict[s
             source=asked.get("source"),
             hub_repo=asked.get("hub_repo"),
             revision=asked.get("revision"),
+            secret_env=hub_token_env() if asked.get("hub_repo") else {},
+            api_key=api_key,
+            api_key_env=key_env,
             rails="all" if asked.get("rails") == "all" else "tested",
         )
         outcome = ServeOutcome(name=view.name, phase="failed")

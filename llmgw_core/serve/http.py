@@ -29,6 +29,10 @@ class TunnelRefused(LlmgwError):
     """The node's sshd would not forward a port to the engine."""
 
 
+class KeyRefused(LlmgwError):
+    """The engine (or gateway) answered 401: the request lacked its key, or had another."""
+
+
 class EngineReach:
     """Tunnels to engines' ports on the nodes of one fleet, over the fleet's own connections.
 
@@ -133,8 +137,9 @@ async def chat(
     *,
     max_tokens: int = 64,
     client: httpx.AsyncClient | None = None,
+    api_key: str | None = None,
 ) -> Answer:
-    """One OpenAI chat completion from the engine on `node:port`.
+    """One OpenAI chat completion from the engine on `node:port`, presenting `api_key` if given.
 
     Raises:
         LlmgwError: the engine did not answer, or answered with an error.
@@ -145,18 +150,29 @@ async def chat(
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
     }
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     started = time.perf_counter()
     try:
         if client is None:
             async with httpx.AsyncClient(timeout=ASK_TIMEOUT_S) as own:
-                response = await own.post(base + "/v1/chat/completions", json=body)
+                response = await own.post(base + "/v1/chat/completions", json=body, headers=headers)
         else:
-            response = await client.post(base + "/v1/chat/completions", json=body)
+            response = await client.post(base + "/v1/chat/completions", json=body, headers=headers)
     except httpx.HTTPError as exc:
         raise LlmgwError(
             f"the engine on {node} did not answer: {exc or type(exc).__name__}"
         ) from None
     latency = time.perf_counter() - started
+    if response.status_code == 401:
+        raise KeyRefused(
+            f"the engine on {node} refused the request (401): "
+            + (
+                "it wants a key, and none was sent"
+                if not api_key
+                else "the key sent is not its key"
+            ),
+            "give api_key_env: the variable holding the key it was started with",
+        )
     if response.status_code != 200:
         raise LlmgwError(
             f"the engine on {node} answered {response.status_code}: {response.text[:200]}"
@@ -189,6 +205,7 @@ async def bench(
     concurrency: int,
     max_tokens: int = 64,
     prompt: str = "Write a short paragraph about GPUs.",
+    api_key: str | None = None,
 ) -> dict[str, Any]:
     """`requests` completions, `concurrency` at a time: tokens a second and latency percentiles."""
     gate = asyncio.Semaphore(concurrency)
@@ -200,7 +217,14 @@ async def bench(
             async with gate:
                 answers.append(
                     await chat(
-                        reach, node, port, served_name, prompt, max_tokens=max_tokens, client=client
+                        reach,
+                        node,
+                        port,
+                        served_name,
+                        prompt,
+                        max_tokens=max_tokens,
+                        client=client,
+                        api_key=api_key,
                     )
                 )
 

@@ -58,6 +58,7 @@ def launch_request(
     rendezvous_port: int | None,
     extra_env: Mapping[str, str],
     secret_env: Mapping[str, str] | None = None,
+    api_key: str | None = None,
     source: str | None = None,
     rails: RailChoice | None = None,
 ) -> LaunchRequest:
@@ -100,6 +101,7 @@ def launch_request(
         concurrency=concurrency,
         extra_env=dict(extra_env),
         secret_env=dict(secret_env or {}),
+        api_key=api_key,
         rendezvous_port=rendezvous_port,
     )
 

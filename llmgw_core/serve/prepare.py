@@ -64,6 +64,9 @@ class ServeRequest:
         startup_timeout_s: how long without progress before failing.
         source: what the engines load instead of the way's own (a path on the nodes).
         secret_env: secrets for the engines' environment only (`HF_TOKEN`).
+        api_key: the key the engines demand of clients (from `api_key_env`); None: none.
+        api_key_env: the operator's variable it came from, recorded (never the value)
+            so `ask`, `bench` and a heal find it again.
         hub_repo: the Hub repository the nodes fetch when they lack it; None: no fetch.
         revision: the Hub revision fetched (None: the default branch).
         all_reduce: run nccl-tests' all_reduce_perf across a multi-node replica's
@@ -83,7 +86,9 @@ class ServeRequest:
     wait_ready: bool = True
     startup_timeout_s: float = STARTUP_TIMEOUT_S
     source: str | None = None
-    secret_env: Mapping[str, str] = field(default_factory=dict)
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    api_key: str | None = field(default=None, repr=False)
+    api_key_env: str | None = None
     hub_repo: str | None = None
     revision: str | None = None
     all_reduce: bool = False
@@ -268,6 +273,7 @@ async def launch_for(
             rendezvous_port=rendezvous_port,
             extra_env=request.env,
             secret_env=request.secret_env,
+            api_key=request.api_key,
             source=request.source,
             rails=rails
             if rails is not None
@@ -346,6 +352,7 @@ def shard_preview(launch: LaunchPlan) -> tuple[dict[str, Any], ...]:
             "http_port": shard.http_port,
             "serves_http": shard.serves_http,
             "health_url": shard.health_url,
+            "secrets": sorted(shard.secret_env),
             "commands": [
                 {
                     "name": command.name,

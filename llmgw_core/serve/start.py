@@ -461,6 +461,7 @@ async def serve_way(
         )
         replica["rendezvous_port"] = rendezvous
         replica["heals"] = heals
+        replica["api_key_env"] = request.api_key_env  # the variable's name, never its value
         # What placing it again needs, for a console that never saw this serve.
         replica["request"] = {
             "choice": asdict(choice),
@@ -472,6 +473,7 @@ async def serve_way(
             "models": list(models),
             "env": dict(request.env),
             "rails": request.rails,
+            "api_key_env": request.api_key_env,
         }
         try:
             started = await _start(fleet, name, launch, replica, trace)

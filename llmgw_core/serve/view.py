@@ -111,6 +111,12 @@ class ReplicaView:
         port = self.spec.get("http_port")
         return f"{head}:{port}" if head and port else None
 
+    @property
+    def api_key_env(self) -> str | None:
+        """The operator's variable holding the key its engines demand (None: they demand none)."""
+        value = self.spec.get("api_key_env")
+        return value if isinstance(value, str) and value else None
+
     def ready_engine(self) -> tuple[str, int, str]:
         """Rank 0's node, HTTP port and served name, for asking or measuring the engine.
 
@@ -138,6 +144,7 @@ class ReplicaView:
             "reason": self.reason,
             "engine": self.spec.get("engine"),
             "endpoint": self.endpoint,
+            "api_key_env": self.api_key_env,
             "way": self.spec.get("way", {}).get("label"),
             "fabric": self.spec.get("fabric"),
             "nvlink_domain": self.spec.get("nvlink_domain"),

@@ -293,19 +293,25 @@ class LiveFeed:
         return snapshot
 
     async def ask(self, view: ReplicaView, prompt: str) -> str:
-        """Rank 0's chat answer to `prompt`."""
+        """Rank 0's chat answer to `prompt`, with the key the replica was started with."""
         from llmgw_core.serve.http import chat
+        from llmgw_core.serve.keys import client_key
 
         node, port, served = view.ready_engine()
-        answer = await chat(self._engines(), node, port, served, prompt)
+        key = client_key(None, view.api_key_env)
+        answer = await chat(self._engines(), node, port, served, prompt, api_key=key)
         return answer.text
 
     async def bench(self, view: ReplicaView) -> dict[str, Any]:
         """Sixteen completions, four at a time: tokens a second and latency."""
         from llmgw_core.serve.http import bench
+        from llmgw_core.serve.keys import client_key
 
         node, port, served = view.ready_engine()
-        return await bench(self._engines(), node, port, served, requests=16, concurrency=4)
+        key = client_key(None, view.api_key_env)
+        return await bench(
+            self._engines(), node, port, served, requests=16, concurrency=4, api_key=key
+        )
 
     async def refresh(self) -> None:
         """Ask every ready node for its facts again (the fleet never overlaps two refreshes)."""

@@ -139,11 +139,15 @@ def test_the_key_reaches_the_router_through_its_environment_and_nowhere_else(dem
         started = demo.step(
             "gateway", name="keyed", port=30500, api_key_env="LLMGW_TEST_GATEWAY_KEY"
         )
+        # `ask` presents the key of the variable the gateway was started with.
+        assert demo.step("ask", gateway="keyed", prompt="Hi.").result["text"]
     finally:
         del os.environ["LLMGW_TEST_GATEWAY_KEY"]
+    with pytest.raises(BadInput, match="LLMGW_TEST_GATEWAY_KEY holding the key to present"):
+        demo.step("ask", gateway="keyed", prompt="Hi.")
+    assert demo.step("ask", gateway="keyed", prompt="Hi.", api_key_env="none").result["text"]
     assert secret not in json.dumps(started.result)
     assert started.result["api_key_env"] == "LLMGW_TEST_GATEWAY_KEY"
-    assert demo.step("ask", gateway="keyed", prompt="Hi.").result["text"]
     (shard,) = [s for s in _gateway_shards(demo) if s["spec"]["gateway"]["name"] == "keyed"]
     pid = int(shard["main_pid"])
     assert secret.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()

@@ -547,7 +547,8 @@ def test_a_dry_run_hides_the_hub_token_and_names_the_fallbacks(demo: Demo):
     preview = demo.loop.run(preview_serve(demo.fleet, request, model))
     shown = json.dumps(preview.as_dict())
     assert "hf_not_for_your_eyes" not in shown
-    assert preview.shards[0]["commands"][-1]["env"]["HF_TOKEN"] == "***"
+    assert "HF_TOKEN" not in preview.shards[0]["commands"][-1]["env"]
+    assert preview.shards[0]["secrets"] == ["HF_TOKEN"]  # named, never shown
     assert preview.way is not None and preview.way["label"] == "4 × h100-80g"
     assert preview.fallbacks == ("4 × h100-80g",)  # the same cards with the next engine
     assert demo.claims() == {}
@@ -636,3 +637,30 @@ def test_explain_says_what_the_chosen_cards_should_talk_over_by_their_topology(d
     console = Console(record=True, width=300)
     console.print(render_explain(pcie.result))
     assert "its cards talk over host memory (SHM)" in console.export_text()
+
+
+def test_the_keys_example_answers_with_the_key_and_refuses_without(
+    demo: Demo, monkeypatch: pytest.MonkeyPatch
+):
+    from llmgw_core.script.runner import parse_script
+
+    key = "sk-example-7e3c1f0a9b"
+    monkeypatch.setenv("LLAMA_KEY", key)
+    example = REPO / "examples" / "demo-keys.yaml"
+    script = parse_script(example.read_text(), folder=example.parent, source=str(example))
+    done = [(p.step.name, demo.loop.run(p.step.call(p.args, demo.ctx), 300)) for p in script.steps]
+    assert [name for name, _ in done] == ["serve", "ask", "ask", "bench", "stop"]
+    assert all(outcome.ok for _, outcome in done), [o.error for _, o in done]
+    (_, served), (_, asked), (_, refused), (_, bench) = done[:4]
+    assert served.result["replica"]["api_key_env"] == "LLAMA_KEY"
+    assert asked.result["text"] and refused.result["refused"] is True
+    assert "it wants a key, and none was sent" in refused.result["why"]
+    assert bench.result["completion_tokens"] > 0
+    assert key not in json.dumps([outcome.result for _, outcome in done])
+    # Without the variable the replica's key cannot be found, and serve says which it is.
+    monkeypatch.delenv("LLAMA_KEY")
+    with pytest.raises(
+        Exception, match="the variable LLAMA_KEY holding the replica's key is not set"
+    ):
+        demo.loop.run(script.steps[0].step.call(script.steps[0].args, demo.ctx))
+    assert demo.claims() == {}

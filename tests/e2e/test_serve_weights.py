@@ -77,12 +77,19 @@ def test_the_real_download_script_failing_says_why_and_never_shows_the_token(
         "example-org/not-on-this-node",
         None,
         str(tmp_path / "dl"),
-        {"HF_TOKEN": "hf_not_for_your_eyes", "HF_HUB_OFFLINE": "1"},
     )
+    secrets = {"HF_TOKEN": "hf_not_for_your_eyes", "HF_HUB_OFFLINE": "1"}
     with pytest.raises(FetchFailed) as failed:
         demo.loop.run(
             run_fetch(
-                demo.fleet, "cpu-01", command, str(tmp_path / "dl"), 30.0, Trace(), replica="x"
+                demo.fleet,
+                "cpu-01",
+                command,
+                str(tmp_path / "dl"),
+                30.0,
+                Trace(),
+                replica="x",
+                secret_env=secrets,
             )
         )
     reason = failed.value.sentence()

@@ -38,16 +38,22 @@ def bench_nodes() -> list[SimNode]:
 class Bench:
     """The demo fleet of the matrix, the consoles opened on it, and a way to run steps."""
 
-    def __init__(self, root: Path, *, node_env: dict[str, dict[str, str]] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        node_env: dict[str, dict[str, str]] | None = None,
+        nodes: list[SimNode] | None = None,
+    ) -> None:
         self.root = root
         self.loop = LoopThread()
-        self.demo: DemoFleet = self.loop.run(self._start(node_env or {}))
+        self.demo: DemoFleet = self.loop.run(self._start(node_env or {}, nodes or bench_nodes()))
         self.consoles: list[tuple[Fleet, FleetContext]] = []
 
-    async def _start(self, node_env: dict[str, dict[str, str]]) -> DemoFleet:
+    async def _start(self, node_env: dict[str, dict[str, str]], nodes: list[SimNode]) -> DemoFleet:
         root = self.root / "demo"
         root.mkdir(parents=True, exist_ok=True)
-        demo = await start_demo_fleet(root, bench_nodes())
+        demo = await start_demo_fleet(root, nodes)
         for name, server in demo.servers.items():
             server.env["LLMGW_SIM_LOAD_S"] = SIM_LOAD_S
             server.env.update(node_env.get(name, {}))

@@ -65,7 +65,8 @@ class OpenSshFleet:
 class OpenSshBench(Bench):
     """The matrix's bench on three OpenSSH nodes."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, router: str | None = None) -> None:
+        """`router`: a vllm-router every node's inventory entry names (for a gateway)."""
         self.root = root
         self.loop = LoopThread()
         self.consoles = []
@@ -89,6 +90,7 @@ class OpenSshBench(Bench):
                 f"    user: {sshd.user}\n    identity_file: {key_path}\n"
                 f"    replay: {capture}\n    work_dir: {state}\n"
                 f"    fabrics: [{{name: ib-a, hcas: [{', '.join(hcas)}], rate_gbps: 400}}]\n"
+                + (f"    engines: {{router: {{bin: {router}}}}}\n" if router else "")
             )
         (root / "known_hosts").write_text(known)
         text = f"known_hosts: {root / 'known_hosts'}\nnodes:\n" + "".join(entries)

@@ -14,48 +14,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
-from llmgw_core.script.registry import StepArgs, StepContext, StepOutcome, step
+from llmgw_core.script.registry import StepContext, StepOutcome, step
+from llmgw_core.script.steps.ask import TargetArgs, engine_target
 
 
-class BenchArgs(StepArgs):
+class BenchArgs(TargetArgs):
     """Arguments of `bench`."""
 
-    replica: str | None = Field(default=None, min_length=1)
-    gateway: str | None = Field(default=None, min_length=1)
-    model: str | None = Field(default=None, min_length=1)
     requests: int = Field(default=16, ge=1, le=100_000)
     concurrency: int = Field(default=4, ge=1, le=4096)
     max_tokens: int = Field(default=64, ge=1, le=32_768)
 
-    @model_validator(mode="after")
-    def _one_target(self) -> BenchArgs:
-        if (self.replica is None) == (self.gateway is None):
-            raise ValueError("give either replica or gateway")
-        if self.model is not None and self.gateway is None:
-            raise ValueError("model is for a gateway; a replica serves one model")
-        return self
-
 
 async def run_bench(args: BenchArgs, ctx: StepContext) -> StepOutcome:
     """Send `requests` completions, `concurrency` at a time, through the tunnel to rank 0 or the router."""
-    from llmgw_core.script.steps.ask import engine_target
     from llmgw_core.serve.http import bench
 
-    _fleet, reach, head, port, served_name, gateway = await engine_target(args, ctx)
+    target = await engine_target(args, ctx)
+    reach, gateway, served_name = target.reach, target.gateway, target.served_name
     if gateway is not None:
         from llmgw_core.gateway.run import processed_by_worker
 
         before = await processed_by_worker(reach, gateway)
     figures = await bench(
         reach,
-        head,
-        port,
+        target.node,
+        target.port,
         served_name,
         requests=args.requests,
         concurrency=args.concurrency,
         max_tokens=args.max_tokens,
+        api_key=target.api_key,
     )
     figures["requests_per_s"] = (
         round(figures["requests"] / figures["wall_s"], 1) if figures["wall_s"] else None

@@ -14,6 +14,7 @@ steps:
       dry_run: false             # true: plan, place and build the commands; start nothing
       all_reduce: false          # true: all_reduce_perf across the nodes first (multi-node)
       rails: tested              # `all`: use a rail even when its last fabric test failed
+      api_key_env: LLAMA_KEY     # the engines refuse requests without this variable's key
 ```
 
 The result is the replica's name and phase, the way and placement, every
@@ -43,6 +44,7 @@ from llmgw_core.script.registry import (
     StepOutcome,
     step,
 )
+from llmgw_core.serve.keys import ENV_NAME, hub_token_env, operator_key
 
 
 class ServeArgs(StepArgs):
@@ -65,6 +67,7 @@ class ServeArgs(StepArgs):
     dry_run: bool = False
     all_reduce: bool = False
     rails: Literal["tested", "all"] = "tested"
+    api_key_env: str | None = Field(default=None, pattern=ENV_NAME)
 
 
 def local_source(ref: str, script_dir: Path) -> str | None:
@@ -75,18 +78,6 @@ def local_source(ref: str, script_dir: Path) -> str | None:
     if ref.startswith(("/", "~")) or path.exists():
         return str(path.resolve())
     return None
-
-
-def hub_token_env() -> dict[str, str]:
-    """`HF_TOKEN` from the operator's own Hugging Face login, for the nodes to download with.
-
-    It travels in the engine's environment only — never argv, never shown
-    (`replicas` prints it as `***`).
-    """
-    from huggingface_hub import get_token
-
-    token = get_token()
-    return {"HF_TOKEN": token} if token else {}
 
 
 async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
@@ -100,6 +91,7 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     from llmgw_core.serve.tunnels import fleet_and_reach
 
     env = checked_env(args.env)
+    api_key = operator_key(args.api_key_env, "the replica's key") if args.api_key_env else None
     fleet, reach = await fleet_and_reach(ctx)
     model = step_model(args.model, ctx)
     source = local_source(args.model, ctx.script_dir)
@@ -125,6 +117,8 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
         startup_timeout_s=args.timeout,
         source=source,
         secret_env=hub_token_env() if hub_repo else {},
+        api_key=api_key,
+        api_key_env=args.api_key_env,
         hub_repo=hub_repo,
         revision=model.revision if hub_repo else None,
         all_reduce=args.all_reduce,

@@ -145,13 +145,17 @@ def test_the_operator_may_steer_nccl_past_what_the_launcher_chose():
     assert env["NCCL_IB_HCA"] == "=mlx5_1"
 
 
-def test_the_hub_token_reaches_the_environment_and_never_the_command_line():
+def test_the_hub_token_goes_apart_as_each_shards_secret_env_never_in_a_command():
     token = "hf_abcdefghijklmnopqrstuvwxyz012345"
     plan = build_launch(request(nodes=two_h100_nodes(), secret_env={"HF_TOKEN": token}))
     for shard in plan.shards:
+        assert shard.secret_env == {"HF_TOKEN": token}
         for command in shard.commands:
-            assert command.env["HF_TOKEN"] == token
+            assert "HF_TOKEN" not in command.env
             assert not any(token in arg for arg in command.argv)
+        # shard.json is written from everything but secret_env: the token is not in it.
+        written = {k: v for k, v in shard.start_args("r").items() if k != "secret_env"}
+        assert token not in str(written)
 
 
 def test_the_environment_is_the_same_function_for_every_process_of_a_shard():

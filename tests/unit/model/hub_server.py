@@ -52,6 +52,7 @@ class HubLog:
 
 
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
+_TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)/?$")
 _API = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+?)(?:/revision/(?P<rev>[^/]+))?$")
 
 
@@ -98,6 +99,11 @@ def _handler(repos: dict[str, FakeRepo], log: HubLog) -> type[BaseHTTPRequestHan
 
         def do_GET(self) -> None:
             path = self.path.split("?")[0]
+            tree = _TREE.match(path)
+            if tree:
+                if tree.group("rev") not in ("main", COMMIT):
+                    return self._error(404, "RevisionNotFound", "Invalid rev id")
+                return self._tree(tree.group("repo"))
             api = _API.match(path)
             if api:
                 if api.group("rev") not in (None, "main", COMMIT):
@@ -109,6 +115,22 @@ def _handler(repos: dict[str, FakeRepo], log: HubLog) -> type[BaseHTTPRequestHan
                     return self._error(404, "RevisionNotFound", "Invalid rev id")
                 return self._resolve(resolve.group("repo"), resolve.group("path"))
             return self._error(404, "EntryNotFound", "no such route")
+
+        def _tree(self, repo_id: str) -> None:
+            """The repository's files, as `list_repo_tree` (which `snapshot_download` calls) reads them."""
+            repo = repos.get(repo_id)
+            if repo is None:
+                return self._error(401, "RepoNotFound", "Repository not found")
+            entries = [
+                {
+                    "type": "file",
+                    "path": name,
+                    "size": repo.size(name),
+                    "oid": hashlib.sha1(name.encode()).hexdigest(),
+                }
+                for name in sorted(repo.files)
+            ]
+            self._send(200, json.dumps(entries).encode(), {"Content-Type": "application/json"})
 
         def _model_api(self, repo_id: str) -> None:
             repo = repos.get(repo_id)

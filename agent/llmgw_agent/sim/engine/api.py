@@ -32,6 +32,33 @@ def bad_request(message: str, param: Optional[str] = None) -> Answer:
     return error(400, message, "BadRequestError", param)
 
 
+_LLAMA_SERVER_OPEN = ("/health", "/v1/health", "/models", "/v1/models", "/api/tags")
+"""llama-server's routes that take no key (its `public_endpoints`)."""
+
+
+def needs_key(kind: str, route: str) -> bool:
+    """Whether `route` needs the client key on an engine started with one.
+
+    vLLM checks only routes under `/v1` (its `/health`, `/metrics`, `/tokenize`,
+    `/version` stay open); SGLang every route but `/health*` and `/metrics`;
+    llama-server every route but its public ones.
+    """
+    if kind == "vllm":
+        return route == "/v1" or route.startswith("/v1/")
+    if kind == "sglang":
+        return not route.startswith(("/health", "/metrics"))
+    return route not in _LLAMA_SERVER_OPEN
+
+
+def unauthorized(kind: str) -> Answer:
+    """The 401 each engine answers a request without its key."""
+    if kind == "llama.cpp":
+        return 401, {
+            "error": {"code": 401, "message": "Invalid API Key", "type": "authentication_error"}
+        }
+    return 401, {"error": "Unauthorized"}
+
+
 def model_list(engine: Dict[str, Any], created: int) -> Dict[str, Any]:
     """`GET /v1/models`: one card per served name, as vLLM's `ModelList`."""
     context = engine.get("context_tokens") or 32768

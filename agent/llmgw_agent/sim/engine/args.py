@@ -40,6 +40,26 @@ _DEFAULT_PORTS = {
 _DEFAULT_MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88}
 
 
+KEY_VARIABLES = {
+    "vllm": ("VLLM_API_KEY",),
+    "llama.cpp": ("LLAMA_API_KEY", "API_KEY"),
+    "sglang": ("LLMGW_ENGINE_API_KEY",),
+}
+"""Where each engine finds its client key in its environment (`llmgw_core.engines.keys`);
+SGLang's is the console's key shim's, which the sim stands in for."""
+
+
+def _module_of(argv: List[str]) -> Optional[str]:
+    """The module a Python argv runs: `python -m M …`, or the key shim's `python -c SHIM M …`."""
+    if not os.path.basename(argv[0]).startswith("python") or len(argv) < 3:
+        return None
+    if argv[1] == "-m":
+        return argv[2]
+    if argv[1] == "-c" and len(argv) >= 4 and "runpy.run_module" in argv[2]:
+        return argv[3]
+    return None
+
+
 def engine_kind(argv: List[str]) -> Optional[str]:
     """The engine an argv starts (`vllm`, `sglang`, `llama.cpp`, `rpc-server`, `ray`), or None."""
     if not argv:
@@ -47,16 +67,32 @@ def engine_kind(argv: List[str]) -> Optional[str]:
     program = os.path.basename(argv[0])
     if program in _BY_PROGRAM:
         return _BY_PROGRAM[program]
-    if program.startswith("python") and len(argv) >= 3 and argv[1] == "-m":
-        return _BY_MODULE.get(argv[2])
-    return None
+    module = _module_of(argv)
+    return _BY_MODULE.get(module) if module else None
 
 
 def _engine_args(argv: List[str]) -> List[str]:
-    """The flags after the program (and `-m module`, and a `serve`/`start` verb)."""
-    if os.path.basename(argv[0]).startswith("python") and argv[1:2] == ["-m"]:
-        return list(argv[3:])
+    """The flags after the program (and `-m module` or the shim, and a `serve`/`start` verb)."""
+    if _module_of(argv) is not None:
+        return list(argv[3:] if argv[1] == "-m" else argv[4:])
     return list(argv[1:])
+
+
+def client_key(kind: str, argv: List[str], environ: dict) -> Optional[str]:
+    """The key clients must present: `--api-key`, else the engine's variable (taken out of
+    `environ`, as the shim does, so no child inherits it); None: every request is taken."""
+    options, _unknown = _key_parser().parse_known_args(_engine_args(argv))
+    found = options.api_key
+    for name in KEY_VARIABLES.get(kind, ()):
+        value = environ.pop(name, None)
+        found = found or value
+    return found or None
+
+
+def _key_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--api-key", "--api_key", dest="api_key", default=None)
+    return parser
 
 
 def _parser(kind: str) -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hmac
 import json
 import os
 import re
@@ -32,7 +33,7 @@ from typing import List, Optional
 
 from llmgw_agent import paths
 from llmgw_agent.sim.engine import api
-from llmgw_agent.sim.engine.args import KINDS, engine_kind, parse_engine_argv
+from llmgw_agent.sim.engine.args import KINDS, client_key, engine_kind, parse_engine_argv
 from llmgw_agent.sim.engine.lines import (
     loading_lines,
     memory_plan,
@@ -145,9 +146,11 @@ def _weights(model: Optional[str]) -> tuple:
 class SimState:
     """What the HTTP side needs to know: loading or ready, and counters for /metrics."""
 
-    def __init__(self, engine: dict, plan: dict) -> None:
+    def __init__(self, engine: dict, plan: dict, api_key: Optional[str] = None) -> None:
         self.engine = engine
         self.plan = plan
+        self.api_key = api_key
+        """The key clients must present (None: any request is taken); never printed."""
         self.ready = threading.Event()
         self.lock = threading.Lock()
         self.requests_total = 0
@@ -187,6 +190,17 @@ class SimHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(raw)
 
+    def _refused(self, route: str) -> bool:
+        """Answer 401 when the route needs the key and the request lacks it (as the engine does)."""
+        key = self.sim.api_key
+        if key is None or not api.needs_key(self.sim.engine["kind"], route):
+            return False
+        given = self.headers.get("Authorization") or ""
+        if hmac.compare_digest(given.encode(), "Bearer {}".format(key).encode()):
+            return False
+        self._send(*api.unauthorized(self.sim.engine["kind"]))
+        return True
+
     def _loading(self) -> bool:
         if self.sim.ready.is_set():
             return False
@@ -197,6 +211,8 @@ class SimHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         """`/health`, `/v1/models`, `/metrics`, `/openapi.json`, `/version`."""
         route = self.path.split("?")[0]
+        if self._refused(route):
+            return
         if route in ("/health", "/v1/health", "/health_generate"):
             if not self._loading():
                 self._send(200, {"status": "ok"})
@@ -230,6 +246,9 @@ class SimHandler(BaseHTTPRequestHandler):
         """`/v1/chat/completions` and `/v1/completions`: the sim's answer, as vLLM shapes it."""
         route = self.path.split("?")[0]
         length = int(self.headers.get("Content-Length") or 0)
+        if self._refused(route):
+            self.close_connection = True  # the body is left unread
+            return
         if route not in ("/v1/chat/completions", "/v1/completions"):
             self._send(*api.error(404, "Not Found", "NotFoundError"))
             return
@@ -323,7 +342,7 @@ def run_engine(kind: str, real_argv: List[str]) -> int:
     gpus = _card_gpus()
     weights_bytes, shard_count = _weights(engine["model"])
     plan = memory_plan(engine, _card_mib(gpus), weights_bytes)
-    state = SimState(engine, plan)
+    state = SimState(engine, plan, client_key(kind, real_argv, os.environ))
     say(
         "INFO {} sim {} engine, model={} served as {!r}, tp={} pp={} nnodes={} node_rank={}".format(
             time.strftime("%m-%d %H:%M:%S"),
