@@ -5,13 +5,14 @@ Subcommands:
   doctor      check this node; `--facts --json` prints its facts
   supervise   (internal) the small process that owns one detached shard
   sim-engine  (internal) the simulated inference engine used by the demo and tests
+  front       (internal) a gateway's network port: client keys in front of its router
 """
 
 from __future__ import annotations
 
 import sys
 
-USAGE = "usage: llmgw {serve,doctor,supervise,sim-engine} [options]"
+USAGE = "usage: llmgw {serve,doctor,supervise,sim-engine,front} [options]"
 
 
 def main(argv=None):
@@ -45,6 +46,10 @@ def main(argv=None):
         from llmgw_agent.sim.engine.server import main as sim_engine_main
 
         return sim_engine_main(rest)
+    if command == "front":
+        from llmgw_agent.front.server import main as front_main
+
+        return front_main(rest)
     sys.stderr.write("llmgw: unknown command {!r}; {}\n".format(command, USAGE))
     return 2
 

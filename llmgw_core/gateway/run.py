@@ -20,13 +20,16 @@ import httpx
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.client import AgentError, AgentLost
+from llmgw_core.gateway.keys import client_keys, front_config, upstream_key_envs
 from llmgw_core.gateway.spec import (
-    API_KEY_VARIABLE,
+    FRONT_CONFIG_VARIABLE,
     ROUTER_INSTALL,
     GatewayArgs,
+    GatewayPorts,
     GatewayView,
     Worker,
     gateway_views,
+    keyed_for,
     live_gateway,
     plain_line,
     processed_requests,
@@ -38,7 +41,6 @@ from llmgw_core.gateway.spec import (
     worker_changes,
 )
 from llmgw_core.serve.http import EngineReach, health_status
-from llmgw_core.serve.keys import operator_key
 from llmgw_core.serve.replicas import replicas_now, shard_lines, shard_listings, stop_shard
 
 START_TIMEOUT_S = 60.0
@@ -70,7 +72,8 @@ def _hosts(fleet: Any) -> dict[str, str]:
 
 
 async def _router(reach: EngineReach, gateway: GatewayView) -> str:
-    return await reach.base_url(gateway.node, gateway.port)
+    """The router's own API (its loopback port), through a tunnel: never the front's."""
+    return await reach.base_url(gateway.node, gateway.api_port)
 
 
 async def router_workers(reach: EngineReach, gateway: GatewayView) -> dict[str, dict[str, Any]]:
@@ -129,7 +132,8 @@ async def follow(fleet: Any, reach: EngineReach, gateway: GatewayView) -> dict[s
         LlmgwError: the router does not answer or refuses a change.
     """
     replicas = await replicas_now(fleet)
-    wanted = wanted_workers(replicas, gateway.node, _hosts(fleet))
+    fronted, unkeyed = keyed_for(replicas, gateway)
+    wanted = wanted_workers(fronted, gateway.node, _hosts(fleet))
     try:
         present = await router_workers(reach, gateway)
         add, remove = worker_changes(wanted, {u: w["model"] for u, w in present.items()})
@@ -141,7 +145,7 @@ async def follow(fleet: Any, reach: EngineReach, gateway: GatewayView) -> dict[s
         "workers": [{"url": w.url, "model": w.model, "replica": w.replica} for w in wanted],
         "added": [w.url for w in add],
         "removed": list(remove),
-        "warnings": list(unchecked_workers(replicas)),
+        "warnings": [*unchecked_workers(replicas), *unkeyed],
     }
 
 
@@ -182,13 +186,14 @@ async def _port_is_free(fleet: Any, node: str, port: int) -> bool:
     return (answer.get("ports") or [None])[0] == port
 
 
-async def _free_port_after(fleet: Any, node: str, port: int) -> int:
-    start = port + 1 if port < 65535 else 1024
-    answer = await fleet.request(node, "port.free", {"start": start, "count": 1, "avoid": [port]})
-    ports = answer.get("ports") or []
-    if not ports:
-        raise LlmgwError(f"{node} has no free port for the router's metrics from {start}")
-    return int(ports[0])
+async def _ports(fleet: Any, node: str, port: int) -> GatewayPorts:
+    """The front's `port`, then three free ones after it: the router's, its metrics, the front's."""
+    start = port + 1 if port < 65533 else 1024
+    answer = await fleet.request(node, "port.free", {"start": start, "count": 3, "avoid": [port]})
+    found = [int(p) for p in answer.get("ports") or []]
+    if len(found) < 3:
+        raise LlmgwError(f"{node} has no three free ports for the gateway's router from {start}")
+    return GatewayPorts(port=port, router=found[0], prometheus=found[1], front_metrics=found[2])
 
 
 async def start_gateway(
@@ -211,14 +216,15 @@ async def start_gateway(
     environ = dict(os.environ) if environ is None else environ
     node = args.node or _default_node(fleet)
     spec = fleet.inventory.node_spec(node)  # BadInput naming the nodes there are
-    key = None
-    if args.api_key_env is not None:
-        key = operator_key(args.api_key_env, "the gateway's key", environ)
+    keys = client_keys(args.api_key_env, args.keys_file, environ)
     state = fleet.snapshot().nodes.get(node)
     if state is None or state.state != "ready":
         raise LlmgwError(f"{node} does not answer, so no gateway can start there")
-    if not wanted_workers(await replicas_now(fleet), node, _hosts(fleet)):
+    replicas = await replicas_now(fleet)
+    if not wanted_workers(replicas, node, _hosts(fleet)):
         raise BadInput(f"no replica is ready for gateway {args.name} to front", "serve one first")
+    key_envs = upstream_key_envs(replicas)
+    config = front_config(keys, key_envs, environ)
     installed = state.facts.engines if state.facts is not None else {}
     program = router_program(spec.engines, installed)
     if program is None:
@@ -229,13 +235,16 @@ async def start_gateway(
         )
     if not await _port_is_free(fleet, node, args.port):
         raise BadInput(f"port {args.port} on {node} is in use", "give the gateway another port")
-    metrics_port = await _free_port_after(fleet, node, args.port)
-    argv = router_argv(program, args, prometheus_port=metrics_port, with_key=key is not None)
+    ports = await _ports(fleet, node, args.port)
     request = shard_args(
-        args, argv, node=node, prometheus_port=metrics_port, created_at=time.time()
+        args,
+        router_argv(program, args, ports),
+        node=node,
+        ports=ports,
+        created_at=time.time(),
+        upstream_key_envs=key_envs,
     )
-    if key is not None:
-        request["secret_env"] = {API_KEY_VARIABLE: key}
+    request["secret_env"] = {FRONT_CONFIG_VARIABLE: config}
     for old in ended:  # the record of its last run (crashed or killed), once all checks passed
         await stop_shard(fleet, old.node, old.shard_id, forget=True)
     started = await fleet.request(node, "shard.start", request, timeout_s=30.0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -19,29 +19,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from llmgw_core.errors import BadInput
 from llmgw_core.facts import Engine
 from llmgw_core.inventory import EngineLocations
+from llmgw_core.serve.keys import ENV_NAME
 
 GATEWAY_KIND = "llmgw-gateway"
 """The `kind` of a gateway shard's spec (a replica's is `llmgw-replica`)."""
 ROUTER = "vllm-router"
 ROUTER_INSTALL = "pip install vllm-router==0.1.17"
-API_KEY_VARIABLE = "LLMGW_ROUTER_API_KEY"
-"""Where the key waits in the router's environment (it arrives on the SSH channel's stdin)."""
+FRONT_CONFIG_VARIABLE = "LLMGW_FRONT_CONFIG"
+"""Where the front's keys wait in its environment (they arrive as the shard's `secret_env`)."""
 DEFAULT_PORT = 30000
 HEALTH_INTERVAL_S = 2
 """How often the router checks its workers' health (its own default is 60 s)."""
 Policy = Literal["round_robin", "cache_aware", "power_of_two"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-# vllm-router takes its key only as `--api-key`; this runs its console script
-# with the key appended to sys.argv inside the process, so no argv (ps,
-# /proc/*/cmdline), record or log ever holds it.
-_KEY_SHIM = (
-    "import os, runpy, sys; "
-    f"key = os.environ.pop({API_KEY_VARIABLE!r}, ''); "
-    "sys.argv = sys.argv[1:] + (['--api-key', key] if key else []); "
-    "runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 
 
 class GatewayArgs(BaseModel):
@@ -55,7 +45,9 @@ class GatewayArgs(BaseModel):
     port: int = Field(default=DEFAULT_PORT, ge=1, le=65535)
     policy: Policy = "round_robin"
     api_key_env: str | None = None
-    """The operator's environment variable holding the key the router presents to engines."""
+    """The operator's variable holding the key clients must present (key id: the variable's name)."""
+    keys_file: str | None = None
+    """A file on the operator's machine of more client keys, each maybe limited to some models."""
     health_path: str = "/health"
     """The engines' health route for the router; 0.1.17 ignores it for the workers we add (/health)."""
 
@@ -69,7 +61,7 @@ class GatewayArgs(BaseModel):
     @field_validator("api_key_env")
     @classmethod
     def _env_name(cls, name: str | None) -> str | None:
-        if name is not None and not _ENV_NAME.match(name):
+        if name is not None and not re.match(ENV_NAME, name):
             raise ValueError("must be an environment variable's name")
         return name
 
@@ -94,40 +86,42 @@ def router_program(
     return found.path if found is not None and found.path else None
 
 
-def python_of(program: str) -> str:
-    """The interpreter beside a console script (`…/bin/vllm-router` → `…/bin/python3`)."""
-    head, _, _ = program.rpartition("/")
-    return f"{head}/python3" if head else "python3"
+@dataclass(frozen=True)
+class GatewayPorts:
+    """The ports of one gateway on its node.
 
-
-def router_argv(
-    program: str,
-    args: GatewayArgs,
-    *,
-    prometheus_port: int,
-    with_key: bool,
-) -> list[str]:
-    """The router's command line: every model behind one port, workers added later.
-
-    Args:
-        program: the router's console script on the node.
-        prometheus_port: where its own metrics are served (recorded in the spec).
-        with_key: whether the key arrives in the environment (then a shim passes it on).
+    Attributes:
+        port: the front's, on the network: what clients reach.
+        router: the router's, on the node's loopback only (its admin API is there too).
+        prometheus: the router's own metrics.
+        front_metrics: the front's counters per client key, on loopback.
     """
-    prefix = [python_of(program), "-c", _KEY_SHIM, program] if with_key else [program]
+
+    port: int
+    router: int
+    prometheus: int
+    front_metrics: int
+
+
+def router_argv(program: str, args: GatewayArgs, ports: GatewayPorts) -> list[str]:
+    """The router's command line: every model behind one loopback port, workers added later.
+
+    No key: vllm-router 0.1.17 checks none, and passes the client's
+    `Authorization` on to the engine; the front in front of it does both jobs.
+    """
     return [
-        *prefix,
+        program,
         "--host",
-        "0.0.0.0",
+        "127.0.0.1",
         "--port",
-        str(args.port),
+        str(ports.router),
         "--enable-igw",
         "--policy",
         args.policy,
         "--prometheus-host",
         "0.0.0.0",
         "--prometheus-port",
-        str(prometheus_port),
+        str(ports.prometheus),
         "--health-check-interval-secs",
         str(HEALTH_INTERVAL_S),
         "--health-check-endpoint",
@@ -137,19 +131,50 @@ def router_argv(
     ]
 
 
+def front_argv(ports: GatewayPorts) -> list[str]:
+    """The front's subcommand of the agent (`llmgw front …`): the network port, the router's."""
+    return [
+        "front",
+        "--listen",
+        f"0.0.0.0:{ports.port}",
+        "--router",
+        f"127.0.0.1:{ports.router}",
+        "--metrics",
+        f"127.0.0.1:{ports.front_metrics}",
+    ]
+
+
 def shard_args(
-    args: GatewayArgs, argv: Sequence[str], *, node: str, prometheus_port: int, created_at: float
+    args: GatewayArgs,
+    argv: Sequence[str],
+    *,
+    node: str,
+    ports: GatewayPorts,
+    created_at: float,
+    upstream_key_envs: Mapping[str, str],
 ) -> dict[str, Any]:
-    """The agent's `shard.start` arguments for a gateway (no GPUs; the key goes apart)."""
+    """The agent's `shard.start` arguments for a gateway (no GPUs; the keys go apart).
+
+    The router runs beside the front (a sidecar, its port awaited first); the
+    front is the shard's main process and its health is the router's
+    liveness, asked through the front.
+
+    Args:
+        upstream_key_envs: served model → the variable holding its engines' key.
+    """
     spec = {
         "kind": GATEWAY_KIND,
         "gateway": {
             "name": args.name,
             "node": node,
-            "port": args.port,
-            "prometheus_port": prometheus_port,
+            "port": ports.port,
+            "router_port": ports.router,
+            "prometheus_port": ports.prometheus,
+            "front_metrics_port": ports.front_metrics,
             "policy": args.policy,
             "api_key_env": args.api_key_env,
+            "keys_file": args.keys_file,
+            "upstream_key_envs": dict(upstream_key_envs),
             "health_path": args.health_path,
             "created_at": created_at,
         },
@@ -159,9 +184,15 @@ def shard_args(
         "rank": 0,
         "gpus": [],
         "commands": [
-            {"name": "router", "argv": list(argv), "wait_for_port": args.port, "role": "main"}
+            {
+                "name": "router",
+                "argv": list(argv),
+                "wait_for_port": ports.router,
+                "role": "sidecar",
+            },
+            {"name": "front", "argv": front_argv(ports), "agent": True, "role": "main"},
         ],
-        "health_url": f"http://127.0.0.1:{args.port}/liveness",
+        "health_url": f"http://127.0.0.1:{ports.port}/liveness",
         "stop_timeout_s": 10,
         "spec": spec,
     }
@@ -192,6 +223,16 @@ class GatewayView:
     api_key_env: str | None = None
     health_path: str = "/health"
     created_at: float = 0.0
+    router_port: int = 0
+    """The router's loopback port (its API); a gateway of an older console had none: `port`."""
+    front_metrics_port: int = 0
+    keys_file: str | None = None
+    upstream_key_envs: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def api_port(self) -> int:
+        """Where the router's own API (`/workers`) answers on the node's loopback."""
+        return self.router_port or self.port
 
     @property
     def live(self) -> bool:
@@ -211,6 +252,9 @@ class GatewayView:
             "healthy": self.healthy,
             "reason": self.reason,
             "api_key_env": self.api_key_env,
+            "keys_file": self.keys_file,
+            "router_port": self.router_port,
+            "front_metrics_port": self.front_metrics_port,
             "shard_id": self.shard_id,
         }
 
@@ -238,6 +282,12 @@ def gateway_views(listings: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[
                     api_key_env=gateway.get("api_key_env"),
                     health_path=str(gateway.get("health_path") or "/health"),
                     created_at=_recorded_time(gateway.get("created_at")),
+                    router_port=_recorded_port(gateway.get("router_port")),
+                    front_metrics_port=_recorded_port(gateway.get("front_metrics_port")),
+                    keys_file=gateway.get("keys_file")
+                    if isinstance(gateway.get("keys_file"), str)
+                    else None,
+                    upstream_key_envs=_recorded_names(gateway.get("upstream_key_envs")),
                 )
             )
     found.sort(key=lambda view: (not view.live, -view.created_at))
@@ -247,6 +297,13 @@ def gateway_views(listings: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[
 def _recorded_port(value: Any) -> int:
     """A port as a shard recorded it; 0 for anything that is not one (an agent's word is data)."""
     return value if isinstance(value, int) and 0 < value < 65536 else 0
+
+
+def _recorded_names(value: Any) -> dict[str, str]:
+    """A recorded map of names to names; empty for anything else."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, str)}
 
 
 def _recorded_time(value: Any) -> float:
@@ -289,6 +346,30 @@ def wanted_workers(
         model = str(replica.spec.get("served_name") or replica.name)
         workers.append(Worker(url=f"http://{host}:{port}", model=model, replica=replica.name))
     return tuple(sorted(workers, key=lambda w: (w.model, w.url)))
+
+
+def keyed_for(
+    replicas: Sequence[Any], gateway: GatewayView
+) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    """The replicas `gateway` can front, and a sentence for each left out.
+
+    Its front presents each model's engines the key it was given at start; a
+    replica whose engines take their key from another variable (served later
+    with another `api_key_env`) would refuse every request sent on.
+    """
+    fronted, left_out = [], []
+    for replica in replicas:
+        variable = replica.api_key_env
+        model = str(replica.spec.get("served_name") or replica.name)
+        if variable is not None and gateway.upstream_key_envs.get(model) != variable:
+            left_out.append(
+                f"{replica.name} is not fronted by gateway {gateway.name}: its engines take their "
+                f"key from {variable}, which the gateway was not given when it started "
+                "(stop and start the gateway to front it)"
+            )
+            continue
+        fronted.append(replica)
+    return tuple(fronted), tuple(left_out)
 
 
 def unchecked_workers(replicas: Sequence[Any]) -> tuple[str, ...]:

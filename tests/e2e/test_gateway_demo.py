@@ -121,7 +121,8 @@ def test_two_replicas_behind_the_gateway_both_get_traffic(demo: Demo):
 def test_the_routers_log_is_read_like_an_engines(demo: Demo):
     logs = demo.step("logs", gateway="front", lines=50).result["lines"]
     assert logs and all(line.startswith("[gateway cpu-01] ") for line in logs)
-    assert any("Starting server on 0.0.0.0:30400" in line for line in logs)
+    assert any("llmgw front on 0.0.0.0:30400" in line for line in logs), logs
+    assert any("Starting server on 127.0.0.1:" in line for line in logs), logs
 
 
 def test_a_port_in_use_is_refused(demo: Demo):
@@ -132,7 +133,7 @@ def test_a_port_in_use_is_refused(demo: Demo):
     )
 
 
-def test_the_key_reaches_the_router_through_its_environment_and_nowhere_else(demo: Demo):
+def test_the_gateway_refuses_a_client_without_its_key_and_keeps_the_key_off_disk(demo: Demo):
     secret = "sk-gateway-test-4c1d9e"
     os.environ["LLMGW_TEST_GATEWAY_KEY"] = secret
     try:
@@ -145,13 +146,16 @@ def test_the_key_reaches_the_router_through_its_environment_and_nowhere_else(dem
         del os.environ["LLMGW_TEST_GATEWAY_KEY"]
     with pytest.raises(BadInput, match="LLMGW_TEST_GATEWAY_KEY holding the key to present"):
         demo.step("ask", gateway="keyed", prompt="Hi.")
-    assert demo.step("ask", gateway="keyed", prompt="Hi.", api_key_env="none").result["text"]
+    refused = demo.step(
+        "ask", gateway="keyed", prompt="Hi.", api_key_env="none", expect="refused"
+    ).result
+    assert refused["refused"] is True
     assert secret not in json.dumps(started.result)
     assert started.result["api_key_env"] == "LLMGW_TEST_GATEWAY_KEY"
     (shard,) = [s for s in _gateway_shards(demo) if s["spec"]["gateway"]["name"] == "keyed"]
-    pid = int(shard["main_pid"])
+    pid = int(shard["main_pid"])  # the front
     assert secret.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
-    assert f"LLMGW_ROUTER_API_KEY={secret}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    assert secret.encode() in Path(f"/proc/{pid}/environ").read_bytes()  # the user's alone
     assert secret not in json.dumps(shard)
     written = [
         path
@@ -175,6 +179,87 @@ def test_a_second_model_is_routed_by_its_name_and_the_worker_list_follows_a_serv
     with pytest.raises(BadInput) as unnamed:
         demo.step("ask", gateway="front", prompt="Hi.")
     assert unnamed.value.message == "gateway front serves 2 models"
+
+
+def test_a_keys_file_limits_each_key_to_its_models_and_counts_per_key(demo: Demo, tmp_path: Path):
+    import httpx
+    import openai
+
+    from llmgw_core.gateway.run import find_gateway
+    from llmgw_core.serve.http import EngineReach
+
+    team, ops = "sk-team-a-0123456789abcdef", "sk-ops-fedcba9876543210"
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(
+        f"keys:\n  - {{id: team-a, key: {team}, models: [meta-llama/Llama-3.1-8B-Instruct]}}\n"
+        f"  - {{id: ops, key: {ops}}}\n"
+    )
+    keys.chmod(0o644)
+    with pytest.raises(
+        BadInput, match=r"can be read by other users of this machine \(-rw-r--r--\)"
+    ):
+        demo.step("gateway", name="keys", port=30600, keys_file=str(keys))
+    keys.chmod(0o600)
+    started = demo.step("gateway", name="keys", port=30600, keys_file=str(keys)).result
+    assert team not in json.dumps(started) and ops not in json.dumps(started)
+    gateway = demo.loop.run(find_gateway(demo.fleet, "keys"))
+    reach = EngineReach(demo.fleet)
+    try:
+        base = demo.loop.run(reach.base_url("cpu-01", 30600))
+        metrics = demo.loop.run(reach.base_url("cpu-01", gateway.front_metrics_port))
+        chat = base + "/v1/chat/completions"
+        llama = {
+            "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "messages": [{"role": "user", "content": "Hi"}],
+        }
+        qwen = {**llama, "model": "Qwen/Qwen2.5-7B-Instruct"}
+
+        def auth(key: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {key}"}
+
+        none = httpx.post(chat, json=llama)
+        assert none.status_code == 401 and none.json()["error"]["type"] == "invalid_request_error"
+        wrong = httpx.post(chat, json=llama, headers=auth("sk-not-a-key-at-all-000"))
+        assert (wrong.status_code, wrong.json()["error"]["code"]) == (401, "invalid_api_key")
+        assert httpx.post(chat, json=llama, headers=auth(team)).status_code == 200
+        limited = httpx.post(chat, json=qwen, headers=auth(team))
+        assert (limited.status_code, limited.json()["error"]["code"]) == (404, "model_not_found")
+        assert httpx.post(chat, json=qwen, headers=auth(ops)).status_code == 200
+        nobody = httpx.post(chat, json={**llama, "model": "gpt-4o"}, headers=auth(ops))
+        assert (nobody.status_code, nobody.json()["error"]["code"]) == (404, "model_not_found")
+        listed = httpx.get(base + "/v1/models", headers=auth(team)).json()["data"]
+        assert [card["id"] for card in listed] == ["meta-llama/Llama-3.1-8B-Instruct"]
+        # The router's worker API is not reachable through the network port.
+        admin = httpx.post(base + "/workers", json={"url": "http://evil:1", "model_id": "x"})
+        assert admin.status_code == 404
+        assert httpx.get(base + "/health").status_code == 200  # no key: load balancers probe it
+        # A real OpenAI client, streaming through the front.
+        client = openai.OpenAI(base_url=base + "/v1", api_key=ops)
+        stream = client.chat.completions.create(
+            model="Qwen/Qwen2.5-7B-Instruct",
+            messages=[{"role": "user", "content": "Hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = list(stream)
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert "Qwen/Qwen2.5-7B-Instruct" in text
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=base + "/v1", api_key="sk-wrong-wrong-wrong").models.list()
+        counted = httpx.get(metrics + "/metrics").text
+    finally:
+        demo.loop.run(reach.close())
+    for line in (
+        'llmgw_gateway_requests_total{key="team-a",outcome="answered"} 2',
+        'llmgw_gateway_requests_total{key="team-a",outcome="model_refused"} 1',
+        'llmgw_gateway_requests_total{key="ops",outcome="no_such_model"} 1',
+        'llmgw_gateway_requests_total{key="none",outcome="no_key"} 1',
+        'llmgw_gateway_requests_total{key="unknown",outcome="bad_key"} 2',
+    ):
+        assert line in counted, counted
+    assert team not in counted and ops not in counted
+    demo.step("stop", gateway="keys")
 
 
 def test_the_worker_list_follows_a_stop(demo: Demo):

@@ -12,10 +12,13 @@ from llmgw_core.errors import BadInput
 from llmgw_core.facts import Engine
 from llmgw_core.gateway.spec import (
     GatewayArgs,
+    GatewayPorts,
     Worker,
     choose_model,
+    front_argv,
     gateway_line,
     gateway_views,
+    keyed_for,
     load_split,
     plain_line,
     processed_requests,
@@ -42,21 +45,27 @@ def _replica(name: str, head: str, port: int, served: str, phase: str = "ready")
     return Replica(name, phase, {"head": head, "http_port": port, "served_name": served})
 
 
-def test_the_router_argv_fronts_every_model_on_one_port_and_never_holds_the_key():
+PORTS = GatewayPorts(port=30000, router=30001, prometheus=30002, front_metrics=30003)
+
+
+def test_the_router_fronts_every_model_on_the_loopback_and_the_front_takes_the_port():
     args = GatewayArgs(name="front", port=30000, policy="power_of_two", api_key_env="MY_KEY")
-    argv = router_argv("/opt/r/bin/vllm-router", args, prometheus_port=30001, with_key=True)
-    assert argv[:2] == ["/opt/r/bin/python3", "-c"] and argv[3] == "/opt/r/bin/vllm-router"
-    tail = argv[4:]
-    assert tail[tail.index("--port") + 1] == "30000"
-    assert tail[tail.index("--policy") + 1] == "power_of_two"
-    assert tail[tail.index("--prometheus-port") + 1] == "30001"
-    assert "--enable-igw" in tail and "--api-key" not in argv
-    assert "LLMGW_ROUTER_API_KEY" in argv[2]
-
-
-def test_without_a_key_the_router_runs_as_its_own_program():
-    argv = router_argv("vllm-router", GatewayArgs(name="g"), prometheus_port=9, with_key=False)
-    assert argv[0] == "vllm-router" and "-c" not in argv
+    argv = router_argv("/opt/r/bin/vllm-router", args, PORTS)
+    assert argv[0] == "/opt/r/bin/vllm-router"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"  # its admin API is not on the network
+    assert argv[argv.index("--port") + 1] == "30001"
+    assert argv[argv.index("--policy") + 1] == "power_of_two"
+    assert argv[argv.index("--prometheus-port") + 1] == "30002"
+    assert "--enable-igw" in argv and "--api-key" not in argv
+    assert front_argv(PORTS) == [
+        "front",
+        "--listen",
+        "0.0.0.0:30000",
+        "--router",
+        "127.0.0.1:30001",
+        "--metrics",
+        "127.0.0.1:30003",
+    ]
 
 
 def test_the_inventory_names_the_router_before_what_the_node_found():
@@ -67,14 +76,31 @@ def test_the_inventory_names_the_router_before_what_the_node_found():
     assert router_program(EngineLocations(), {}) is None
 
 
-def test_a_gateway_shard_claims_no_card_and_records_its_metrics_port():
-    args = GatewayArgs(name="front", port=30000)
-    request = shard_args(
-        args, ["vllm-router"], node="cpu-01", prometheus_port=30001, created_at=1.0
+def _shard(args: GatewayArgs, key_envs: dict[str, str] | None = None) -> dict[str, Any]:
+    return shard_args(
+        args,
+        ["vllm-router"],
+        node="cpu-01",
+        ports=PORTS,
+        created_at=1.0,
+        upstream_key_envs=key_envs or {},
     )
+
+
+def test_a_gateway_shard_claims_no_card_runs_the_router_beside_the_front_and_records_ports():
+    request = _shard(GatewayArgs(name="front", port=30000), {"llama": "LLAMA_KEY"})
     assert request["gpus"] == [] and request["spec"]["kind"] == "llmgw-gateway"
-    assert request["spec"]["gateway"]["prometheus_port"] == 30001
-    assert request["health_url"] == "http://127.0.0.1:30000/liveness"
+    recorded = request["spec"]["gateway"]
+    assert (recorded["port"], recorded["router_port"], recorded["prometheus_port"]) == (
+        30000,
+        30001,
+        30002,
+    )
+    assert recorded["upstream_key_envs"] == {"llama": "LLAMA_KEY"}  # names, never keys
+    router, front = request["commands"]
+    assert (router["role"], router["wait_for_port"]) == ("sidecar", 30001)
+    assert (front["role"], front["agent"], front["argv"][0]) == ("main", True, "front")
+    assert request["health_url"] == "http://127.0.0.1:30000/liveness"  # through the front
 
 
 def test_only_ready_replicas_become_workers_reached_by_their_node_address():
@@ -134,13 +160,42 @@ def test_a_gateway_is_read_back_from_a_nodes_shard_listing():
         "shard_id": "gateway-front-r0-abc",
         "phase": "running",
         "healthy": True,
-        "spec": shard_args(
-            GatewayArgs(name="front"), ["r"], node="cpu-01", prometheus_port=30001, created_at=5.0
-        )["spec"],
+        "spec": _shard(GatewayArgs(name="front"))["spec"],
     }
     other = {"shard_id": "x", "phase": "running", "spec": {"kind": "llmgw-replica"}}
     (view,) = gateway_views({"cpu-01": [record, other]})
     assert view.live and view.as_dict()["address"] == "cpu-01:30000"
+    assert view.api_port == 30001  # the router's API, on the node's loopback
+    older = {**record, "spec": {"kind": "llmgw-gateway", "gateway": {"name": "g", "port": 30000}}}
+    assert gateway_views({"cpu-01": [older]})[0].api_port == 30000  # a router with no front
+
+
+def test_a_replica_keyed_by_a_variable_the_gateway_was_not_given_is_left_out_saying_why():
+    (view,) = gateway_views(
+        {
+            "cpu-01": [
+                {
+                    "shard_id": "g",
+                    "phase": "running",
+                    "spec": _shard(GatewayArgs(name="front"), {"llama": "LLAMA_KEY"})["spec"],
+                }
+            ]
+        }
+    )
+
+    @dataclass(frozen=True)
+    class Keyed(Replica):
+        api_key_env: str | None = None
+
+    same = Keyed("a", "ready", {"served_name": "llama"}, "LLAMA_KEY")
+    other = Keyed("b", "ready", {"served_name": "llama"}, "OTHER_KEY")
+    open_one = Keyed("c", "ready", {"served_name": "qwen"})
+    fronted, left_out = keyed_for([same, other, open_one], view)
+    assert fronted == (same, open_one)
+    assert left_out == (
+        "b is not fronted by gateway front: its engines take their key from OTHER_KEY, which "
+        "the gateway was not given when it started (stop and start the gateway to front it)",
+    )
 
 
 @pytest.mark.parametrize(

@@ -159,7 +159,9 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
     token = secrets.token_hex(16)
     method, method_reason = keepalive.keepalive_method()
     for command in spec["commands"]:
-        command["run_argv"] = _run_argv(command["argv"], replay)
+        # `agent: true`: argv is this agent's own subcommand (`front …`), run by this agent.
+        run = agent_command(*command["argv"]) if command["agent"] else command["argv"]
+        command["run_argv"] = _run_argv(run, replay)
     record = dict(
         spec,
         shard_id=shard_id,

@@ -66,6 +66,9 @@ def _command(index: int, raw: Any, last: bool) -> dict:
         raise _bad("{}.wait_for_port must be a TCP port number".format(where))
     if port is not None and not 1 <= port <= 65535:
         raise _bad("{}.wait_for_port must be between 1 and 65535".format(where))
+    agent = raw.get("agent", False)
+    if not isinstance(agent, bool):
+        raise _bad("{}.agent must be true or false".format(where))
     role = raw.get("role") or ("main" if last else "sidecar")
     if role not in ROLES:
         raise _bad("{}.role must be sidecar or main".format(where))
@@ -78,6 +81,7 @@ def _command(index: int, raw: Any, last: bool) -> dict:
         "wait_for_port": port,
         "port_timeout_s": float(port_timeout_s),
         "role": role,
+        "agent": agent,
     }
 
 

@@ -1,0 +1,1 @@
+"""The gateway's front door: the one port clients reach, checking their keys (`front.server`)."""

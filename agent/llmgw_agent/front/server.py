@@ -1,0 +1,474 @@
+"""`llmgw front`: the gateway's one network port, in front of its router (standard library).
+
+The router (vllm-router) checks no key on what it is sent and serves its
+worker-admin API (`POST /workers`, `DELETE /workers/…`) on the same port as
+the models, so the gateway's router listens on the node's loopback only and
+this small proxy takes the network port:
+
+* `/v1/…` needs `Authorization: Bearer KEY` with one of the gateway's client
+  keys; without one it is answered 401 as OpenAI answers, and never reaches
+  an engine. A key limited to some models gets 404 `model_not_found` for the
+  others, as OpenAI answers a model one has no access to; so does a model no
+  worker serves. `GET /v1/models` lists what the key may use.
+* The request then goes to the router with the engines' key for its model in
+  place of the client's (the router passes the header on to the engine).
+* `/health` and `/liveness` pass without a key (load balancers probe them);
+  every other route (the router's admin API among them) is 404 here.
+* Requests and refusals are counted per key id (never a key) and served as
+  Prometheus text on a loopback-only port.
+
+Configuration comes from the environment, where the agent put it from the
+shard's `secret_env`; it is taken out of the environment at start.
+`LLMGW_FRONT_CONFIG` is JSON: `{"keys": [{"id", "key", "models"?}],
+"upstream": {model: key}, "upstream_default": key?}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import json
+import os
+import sys
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import List, Optional, Tuple
+
+CONFIG_ENV = "LLMGW_FRONT_CONFIG"
+MAX_HEAD_BYTES = 64 * 1024
+MAX_BODY_BYTES = 64 * 1024 * 1024
+MODELS_TTL_S = 1.0
+"""How long the router's model list is trusted before it is asked again."""
+_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "authorization",
+    "host",
+}
+_OPEN = ("/health", "/liveness")
+
+
+class Config:
+    """The client keys (id, key, models or None for all) and the engines' keys by model."""
+
+    def __init__(self, raw: dict) -> None:
+        self.keys = []  # type: List[Tuple[str, bytes, Optional[frozenset]]]
+        for entry in raw.get("keys") or []:
+            models = entry.get("models")
+            self.keys.append(
+                (
+                    str(entry["id"]),
+                    str(entry["key"]).encode(),
+                    frozenset(models) if models is not None else None,
+                )
+            )
+        self.upstream = {str(k): str(v) for k, v in (raw.get("upstream") or {}).items()}
+        self.upstream_default = raw.get("upstream_default")
+
+    @property
+    def open(self) -> bool:
+        """No client key configured: every request passes (the gateway was started without one)."""
+        return not self.keys
+
+    def who(self, authorization: str) -> Optional[Tuple[str, Optional[frozenset]]]:
+        """The key id and its models for an `Authorization` value, None when it is no key of ours.
+
+        Every key is compared, in constant time, whichever matches: how long
+        the check takes says nothing of which key was near.
+        """
+        given = (
+            authorization[7:].strip().encode() if authorization[:7].lower() == "bearer " else b""
+        )
+        found = None
+        for key_id, key, models in self.keys:
+            if hmac.compare_digest(given, key) and found is None:
+                found = (key_id, models)
+        return found
+
+    def upstream_key(self, model: Optional[str]) -> Optional[str]:
+        """The key the engines serving `model` demand (None: they demand none)."""
+        if model is not None and model in self.upstream:
+            return self.upstream[model]
+        return self.upstream_default
+
+
+class Counters:
+    """Requests per key id and outcome, as Prometheus counters."""
+
+    def __init__(self) -> None:
+        self.counts = {}  # (key id, outcome) → count
+
+    def add(self, key_id: str, outcome: str) -> None:
+        self.counts[(key_id, outcome)] = self.counts.get((key_id, outcome), 0) + 1
+
+    def text(self) -> str:
+        lines = [
+            "# HELP llmgw_gateway_requests_total Requests at the gateway's front by client key id "
+            "and outcome (answered, no_key, bad_key, model_refused, no_such_model, "
+            "router_unreachable).",
+            "# TYPE llmgw_gateway_requests_total counter",
+        ]
+        for (key_id, outcome), count in sorted(self.counts.items()):
+            lines.append(
+                'llmgw_gateway_requests_total{{key="{}",outcome="{}"}} {}'.format(
+                    _label(key_id), outcome, count
+                )
+            )
+        return "\n".join(lines) + "\n"
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _error(status: int, message: str, kind: str, code: Optional[str]) -> Tuple[int, bytes]:
+    """OpenAI's error body."""
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return status, json.dumps(body).encode()
+
+
+def no_key() -> Tuple[int, bytes]:
+    return _error(
+        401,
+        "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
+        "invalid_request_error",
+        None,
+    )
+
+
+def bad_key() -> Tuple[int, bytes]:
+    return _error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+
+
+def no_model(model: str) -> Tuple[int, bytes]:
+    return _error(
+        404,
+        "The model `{}` does not exist or you do not have access to it.".format(model),
+        "invalid_request_error",
+        "model_not_found",
+    )
+
+
+class Front:
+    """The proxy: one per process."""
+
+    def __init__(self, config: Config, router: Tuple[str, int]) -> None:
+        self.config = config
+        self.router = router
+        self.counters = Counters()
+        self._idle = []  # type: List[Tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+        self._models = None  # type: Optional[Tuple[float, List[str]]]
+
+    # --- the router ------------------------------------------------------------
+
+    async def _connection(self) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        while self._idle:
+            reader, writer = self._idle.pop()
+            if not writer.is_closing() and not reader.at_eof():
+                return reader, writer
+            writer.close()
+        return await asyncio.open_connection(*self.router)
+
+    async def served_models(self) -> List[str]:
+        """The models the router's workers serve (asked again after a second)."""
+        now = time.monotonic()
+        if self._models is not None and now - self._models[0] < MODELS_TTL_S:
+            return self._models[1]
+        reader, writer = await asyncio.open_connection(*self.router)
+        try:
+            writer.write(
+                "GET /workers HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\n\r\n".format(
+                    *self.router
+                ).encode()
+            )
+            raw = await reader.read()
+        finally:
+            writer.close()
+        head, _, body = raw.partition(b"\r\n\r\n")
+        if b"chunked" in head.lower():
+            body = _dechunk(body)
+        workers = json.loads(body.decode() or "{}").get("workers") or []
+        models = sorted({str(w.get("model_id")) for w in workers if isinstance(w, dict)})
+        self._models = (now, models)
+        return models
+
+    # --- one client connection -------------------------------------------------
+
+    async def serve_client(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            while await self._one_request(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    async def _one_request(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Read, check and pass on one request; False when the connection is to close."""
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return False
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3:
+            await _answer(writer, 400, b'{"error": "bad request line"}', close=True)
+            return False
+        method, target, version = parts
+        headers = []  # type: List[Tuple[str, str]]
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                headers.append((name.strip(), value.strip()))
+        named = {name.lower(): value for name, value in headers}
+        close = named.get("connection", "").lower() == "close" or version == "HTTP/1.0"
+        if "chunked" in named.get("transfer-encoding", "").lower():
+            await _answer(writer, 411, b'{"error": "send a Content-Length"}', close=True)
+            return False
+        try:
+            length = int(named.get("content-length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY_BYTES:
+            await _answer(writer, 413, b'{"error": "body too large"}', close=True)
+            return False
+        body = await reader.readexactly(length) if length else b""
+        route = target.split("?", 1)[0]
+        if route in _OPEN:
+            return await self._pass(writer, method, target, headers, body, None, close, "-")
+        if route != "/v1" and not route.startswith("/v1/"):
+            await _answer(writer, 404, b'{"error": "Not Found"}', close)
+            return not close
+        key_id = "-"
+        models = None  # type: Optional[frozenset]
+        if not self.config.open:
+            found = self.config.who(named.get("authorization", ""))
+            if found is None:
+                given = bool(named.get("authorization"))
+                key_id = "unknown" if given else "none"
+                self.counters.add(key_id, "bad_key" if given else "no_key")
+                await _answer(writer, *(bad_key() if given else no_key()), close=close)
+                return not close
+            key_id, models = found
+        model = _model_of(body) if method == "POST" else None
+        if method == "GET" and route == "/v1/models":
+            listed = [m for m in await self.served_models() if models is None or m in models]
+            self.counters.add(key_id, "answered")
+            await _answer(writer, 200, _model_list(listed), close)
+            return not close
+        if model is not None:
+            if models is not None and model not in models:
+                self.counters.add(key_id, "model_refused")
+                await _answer(writer, *no_model(model), close=close)
+                return not close
+            if model not in await self.served_models():
+                self.counters.add(key_id, "no_such_model")
+                await _answer(writer, *no_model(model), close=close)
+                return not close
+        return await self._pass(
+            writer, method, target, headers, body, self.config.upstream_key(model), close, key_id
+        )
+
+    async def _pass(
+        self,
+        writer: asyncio.StreamWriter,
+        method: str,
+        target: str,
+        headers: List[Tuple[str, str]],
+        body: bytes,
+        upstream_key: Optional[str],
+        close: bool,
+        key_id: str,
+    ) -> bool:
+        """Send the request to the router and its answer back, as it comes (streams included)."""
+        out = ["{} {} HTTP/1.1".format(method, target), "Host: {}:{}".format(*self.router)]
+        out += ["{}: {}".format(n, v) for n, v in headers if n.lower() not in _HOP]
+        if upstream_key:
+            out.append("Authorization: Bearer {}".format(upstream_key))
+        out.append("Content-Length: {}".format(len(body)))
+        request = ("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + body
+        try:
+            up_reader, up_writer = await self._connection()
+            up_writer.write(request)
+            status_head = await up_reader.readuntil(b"\r\n\r\n")
+        except (OSError, asyncio.IncompleteReadError):
+            self.counters.add(key_id, "router_unreachable")
+            await _answer(writer, 502, b'{"error": "the gateway\'s router did not answer"}', close)
+            return not close
+        self.counters.add(key_id, "answered")
+        reusable = await _relay(status_head, up_reader, writer, method)
+        if reusable:
+            self._idle.append((up_reader, up_writer))
+        else:
+            up_writer.close()
+            close = close or not reusable
+        return not close
+
+
+def _model_of(body: bytes) -> Optional[str]:
+    try:
+        parsed = json.loads(body.decode() or "{}")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    model = parsed.get("model") if isinstance(parsed, dict) else None
+    return model if isinstance(model, str) else None
+
+
+def _model_list(models: List[str]) -> bytes:
+    now = int(time.time())
+    cards = [{"id": m, "object": "model", "created": now, "owned_by": "llmgw"} for m in models]
+    return json.dumps({"object": "list", "data": cards}).encode()
+
+
+def _dechunk(body: bytes) -> bytes:
+    out, rest = b"", body
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line.split(b";")[0] or b"0", 16)
+        if size == 0:
+            break
+        out, rest = out + rest[:size], rest[size + 2 :]
+    return out
+
+
+async def _relay(
+    head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, method: str
+) -> bool:
+    """Copy one response from the router to the client; True when the router's connection
+    may carry another request."""
+    writer.write(head)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ")[1])
+    named = {}
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            named[name.strip().lower()] = value.strip().lower()
+    if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+        await writer.drain()
+        return True
+    if "chunked" in named.get("transfer-encoding", ""):
+        while True:
+            size_line = await reader.readuntil(b"\r\n")
+            writer.write(size_line)
+            size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while True:  # trailers, then the blank line
+                    trailer = await reader.readuntil(b"\r\n")
+                    writer.write(trailer)
+                    if trailer == b"\r\n":
+                        break
+                break
+            writer.write(await reader.readexactly(size + 2))
+            await writer.drain()
+        await writer.drain()
+        return named.get("connection") != "close"
+    if "content-length" in named:
+        left = int(named["content-length"])
+        while left:
+            piece = await reader.read(min(left, 65536))
+            if not piece:
+                raise ConnectionError("the router closed mid-answer")
+            writer.write(piece)
+            left -= len(piece)
+            await writer.drain()
+        return named.get("connection") != "close"
+    while True:  # neither: the body runs to the router closing the connection
+        piece = await reader.read(65536)
+        if not piece:
+            break
+        writer.write(piece)
+        await writer.drain()
+    return False
+
+
+async def _answer(writer: asyncio.StreamWriter, status: int, body: bytes, close: bool) -> None:
+    reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}
+    reason.update({411: "Length Required", 413: "Payload Too Large", 502: "Bad Gateway"})
+    head = "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}\r\n".format(
+        status,
+        reason.get(status, "Error"),
+        "application/json",
+        len(body),
+        "Connection: close\r\n" if close else "",
+    )
+    writer.write(head.encode() + body)
+    await writer.drain()
+
+
+async def _metrics_client(
+    front: Front, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    try:
+        await reader.readuntil(b"\r\n\r\n")
+        body = front.counters.text().encode()
+        head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+        writer.write(
+            (head + "Content-Length: {}\r\nConnection: close\r\n\r\n".format(len(body))).encode()
+            + body
+        )
+        await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        pass
+    finally:
+        writer.close()
+
+
+def _host_port(text: str) -> Tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host or "0.0.0.0", int(port)
+
+
+async def _serve(args: argparse.Namespace, config: Config) -> None:
+    front = Front(config, _host_port(args.router))
+    host, port = _host_port(args.listen)
+    server = await asyncio.start_server(front.serve_client, host, port, limit=MAX_HEAD_BYTES)
+    metrics_host, metrics_port = _host_port(args.metrics)
+    metrics = await asyncio.start_server(
+        lambda r, w: _metrics_client(front, r, w), metrics_host, metrics_port
+    )
+    sys.stdout.write(
+        "llmgw front on {}:{} ({} client key(s)), router at {}, metrics on {}:{}\n".format(
+            host, port, len(config.keys), args.router, metrics_host, metrics_port
+        )
+    )
+    sys.stdout.flush()
+    async with server, metrics:
+        await asyncio.gather(server.serve_forever(), metrics.serve_forever())
+
+
+def main(argv: List[str]) -> int:
+    """`llmgw front --listen HOST:PORT --router HOST:PORT --metrics HOST:PORT`."""
+    parser = argparse.ArgumentParser(prog="llmgw front")
+    parser.add_argument("--listen", required=True, help="HOST:PORT clients reach")
+    parser.add_argument("--router", required=True, help="HOST:PORT of the router (loopback)")
+    parser.add_argument("--metrics", required=True, help="HOST:PORT of the key counters")
+    args = parser.parse_args(argv)
+    raw = os.environ.pop(CONFIG_ENV, "") or "{}"
+    try:
+        config = Config(json.loads(raw))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        sys.stderr.write("llmgw front: {} is not a key configuration: {}\n".format(CONFIG_ENV, exc))
+        return 2
+    try:
+        asyncio.run(_serve(args, config))
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:
+        sys.stderr.write("llmgw front: {}\n".format(exc))
+        return 1
+    return 0

@@ -1,0 +1,154 @@
+"""The gateway's keys: which clients it lets in, and what it presents to the engines behind it.
+
+Client keys come from the operator's machine: the variable `api_key_env`
+names (its key id is the variable's name), and a `keys_file` of more keys,
+each with an id and maybe the models it may use:
+
+```yaml
+keys:
+  - {id: team-a, key: "sk-…", models: [meta-llama/Llama-3.1-8B-Instruct]}
+  - {id: ops, key: "sk-…"}          # every model
+```
+
+The file is refused when other users of the operator's machine can read it.
+The keys reach the gateway's front as its shard's `secret_env`, never a file
+on the node; ids (never keys) are what the metrics and results show.
+
+Towards the engines, the front presents each served model's own key: the
+key of the variable its replicas were started with (`serve: {api_key_env}`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llmgw_core.errors import BadInput
+from llmgw_core.serve.keys import operator_key
+from llmgw_core.yaml_text import load_checked, read_text_file
+
+_KEY_TEXT = re.compile(r"^[\x21-\x7e]{16,512}$")
+
+
+class ClientKey(BaseModel):
+    """One client key: its id (shown), the key (never shown), the models it may use (None: all)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    key: str = Field(repr=False)
+    models: tuple[str, ...] | None = None
+
+
+class KeysFile(BaseModel):
+    """A `keys_file`: its keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    keys: tuple[ClientKey, ...] = Field(min_length=1, max_length=10_000)
+
+
+def read_keys_file(path: Path) -> tuple[ClientKey, ...]:
+    """The keys of a `keys_file`, checked.
+
+    Raises:
+        BadInput: the file is missing, readable by other users, not YAML of
+            keys, a key too short or holding spaces, or an id given twice.
+    """
+    source = f"keys file {path}"
+    try:
+        mode = path.stat().st_mode
+        text = read_text_file(path, source)
+    except OSError as exc:
+        raise BadInput(f"{source} cannot be read: {exc.strerror or exc}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise BadInput(
+            f"{source} can be read by other users of this machine ({stat.filemode(mode)})",
+            f"chmod 600 {path}",
+        )
+    _node, raw = load_checked(text, source)
+    try:
+        keys = KeysFile.model_validate(raw).keys
+    except ValidationError as exc:
+        where = ".".join(str(p) for p in exc.errors()[0]["loc"])
+        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise BadInput(f"{source}: {where} {message}".replace(" : ", ": ")) from None
+    ids = [key.id for key in keys]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise BadInput(f"{source}: the id {twice[0]} is given twice")
+    for key in keys:
+        if not _KEY_TEXT.match(key.key):
+            raise BadInput(
+                f"{source}: the key of {key.id} must be 16 to 512 printable characters, no spaces"
+            )
+    return keys
+
+
+def client_keys(
+    api_key_env: str | None, keys_file: str | None, environ: Mapping[str, str] | None = None
+) -> tuple[ClientKey, ...]:
+    """Every key the gateway lets in: `api_key_env`'s (all models), then the file's.
+
+    Raises:
+        BadInput: the variable is unset, or the file is wrong (see `read_keys_file`).
+    """
+    keys: list[ClientKey] = []
+    if api_key_env is not None:
+        value = operator_key(api_key_env, "the gateway's key", environ)
+        keys.append(ClientKey(id=api_key_env, key=value))
+    if keys_file is not None:
+        keys.extend(read_keys_file(Path(keys_file).expanduser()))
+    ids = [key.id for key in keys]
+    if len(set(ids)) != len(ids):
+        raise BadInput(f"the keys file {keys_file} gives the id {api_key_env} again")
+    return tuple(keys)
+
+
+def upstream_key_envs(replicas: Sequence[Any]) -> dict[str, str]:
+    """Served model → the variable its ready replicas' engines take their key from.
+
+    Raises:
+        BadInput: two replicas of one model were started with different variables
+            (the router picks the replica, so the front could not know which key).
+    """
+    found: dict[str, str] = {}
+    for replica in replicas:
+        variable = replica.api_key_env
+        if replica.phase != "ready" or variable is None:
+            continue
+        model = str(replica.spec.get("served_name") or replica.name)
+        if found.setdefault(model, variable) != variable:
+            raise BadInput(
+                f"the replicas of {model} take their keys from {found[model]} and {variable}",
+                "serve every replica of one model with one api_key_env",
+            )
+    return found
+
+
+def front_config(
+    keys: Sequence[ClientKey],
+    key_envs: Mapping[str, str],
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """The front's configuration, as JSON for its `secret_env` (it holds keys: never shown).
+
+    Raises:
+        BadInput: a replica's key variable is not set here.
+    """
+    upstream = {
+        model: operator_key(variable, f"the key of {model}'s engines", environ)
+        for model, variable in key_envs.items()
+    }
+    return json.dumps(
+        {
+            "keys": [{"id": k.id, "key": k.key, "models": k.models} for k in keys],
+            "upstream": upstream,
+        }
+    )
