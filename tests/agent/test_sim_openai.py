@@ -173,3 +173,23 @@ def test_the_sdk_gets_two_choices_a_length_finish_and_the_usage_of_a_stream(clie
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 8
     legacy = client.completions.create(model="llama", prompt="Say hello", max_tokens=2)
     assert legacy.choices[0].text == "Hello from" and legacy.choices[0].finish_reason == "length"
+
+
+def test_a_refused_post_leaves_no_body_behind_on_a_kept_alive_connection(engine: str):
+    # A router keeps connections open and POSTs routes the sim does not serve
+    # (vllm-router 0.1.17 asks `/v1/chat/completions/render` first): the body
+    # must not be read as the next request.
+    import http.client
+
+    host, port = engine.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port))
+    body = json.dumps({"model": "llama", "messages": [{"role": "user", "content": "Hi"}]})
+    headers = {"Content-Type": "application/json"}
+    connection.request("POST", "/v1/chat/completions/render", body, headers)
+    first = connection.getresponse()
+    first.read()
+    assert first.status == 404
+    connection.request("POST", "/v1/chat/completions", body, headers)
+    second = connection.getresponse()
+    assert second.status == 200 and json.loads(second.read())["model"] == "llama"
+    connection.close()

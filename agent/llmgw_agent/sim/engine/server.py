@@ -42,6 +42,7 @@ from llmgw_agent.sim.engine.lines import (
 )
 
 DEFAULT_LOAD_S = 1.5
+_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_CARD_MIB = 81559
 """An H100 80 GB's memory, when nothing better is known."""
 _DEFAULT_WEIGHTS_BYTES = 16 * 1024**3
@@ -245,15 +246,24 @@ class SimHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         """`/v1/chat/completions` and `/v1/completions`: the sim's answer, as vLLM shapes it."""
         route = self.path.split("?")[0]
-        length = int(self.headers.get("Content-Length") or 0)
+        # The body is read whatever the answer: left in the stream, it would be
+        # taken for the next request on this kept-alive connection.
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= _MAX_BODY_BYTES:
+            self.close_connection = True
+            self._send(*api.bad_request("the request body's length is not taken"))
+            return
+        raw = self.rfile.read(length) if length else b""
         if self._refused(route):
-            self.close_connection = True  # the body is left unread
             return
         if route not in ("/v1/chat/completions", "/v1/completions"):
             self._send(*api.error(404, "Not Found", "NotFoundError"))
             return
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = json.loads(raw or b"{}")
         except ValueError:
             self._send(*api.bad_request("the request body is not JSON"))
             return
