@@ -649,13 +649,16 @@ def test_the_keys_example_answers_with_the_key_and_refuses_without(
     example = REPO / "examples" / "demo-keys.yaml"
     script = parse_script(example.read_text(), folder=example.parent, source=str(example))
     done = [(p.step.name, demo.loop.run(p.step.call(p.args, demo.ctx), 300)) for p in script.steps]
-    assert [name for name, _ in done] == ["serve", "ask", "ask", "bench", "stop"]
+    names = ["serve", "ask", "ask", "bench", "gateway", "ask", "ask", "stop", "stop"]
+    assert [name for name, _ in done] == names
     assert all(outcome.ok for _, outcome in done), [o.error for _, o in done]
-    (_, served), (_, asked), (_, refused), (_, bench) = done[:4]
+    served, asked, refused, bench, fronted, through, turned_away = (o for _, o in done[:7])
     assert served.result["replica"]["api_key_env"] == "LLAMA_KEY"
     assert asked.result["text"] and refused.result["refused"] is True
     assert "it wants a key, and none was sent" in refused.result["why"]
     assert bench.result["completion_tokens"] > 0
+    assert fronted.result["api_key_env"] == "LLAMA_KEY"
+    assert through.result["text"] and turned_away.result["refused"] is True
     assert key not in json.dumps([outcome.result for _, outcome in done])
     # Without the variable the replica's key cannot be found, and serve says which it is.
     monkeypatch.delenv("LLAMA_KEY")
