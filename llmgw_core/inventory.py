@@ -77,6 +77,18 @@ HostText = Annotated[str, _checked(HOST, "a host name, an address or an ssh alia
 UserText = Annotated[str, _checked(USER, "a user name")]
 WordText = Annotated[str, _checked(WORD, "a name of letters, digits, '.', '_', ':' or '-'")]
 PathText = Annotated[str, AfterValidator(_checked_path)]
+
+
+def _checked_address(text: str) -> str:
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise ValueError("must be an IP address (0.0.0.0 for every address)") from None
+
+
+BindText = Annotated[str, AfterValidator(_checked_address)]
 LabelText = Annotated[str, AfterValidator(_checked_label)]
 
 
@@ -121,6 +133,7 @@ class Defaults(_Strict):
     port: Annotated[int, Strict()] | None = Field(default=None, ge=1, le=65535)
     identity_file: PathText | None = None
     mgmt_interface: WordText | None = None
+    engine_bind: BindText | None = None
     model_dirs: tuple[PathText, ...] = ()
     engines: EngineLocations | None = None
     work_dir: PathText | None = None
@@ -136,6 +149,8 @@ class InventoryNode(_Strict):
     user: UserText | None = None
     identity_file: PathText | None = None
     mgmt_interface: WordText | None = None
+    engine_bind: BindText | None = None
+    """The address engines listen on; default: the node's management address."""
     fabrics: tuple[Fabric, ...] = ()
     labels: dict[LabelText, LabelText] = Field(default_factory=dict)
     model_dirs: tuple[PathText, ...] | None = None
@@ -174,6 +189,7 @@ class NodeSpec(_Strict):
     user: str | None = None
     identity_file: str | None = None
     mgmt_interface: str | None = None
+    engine_bind: str | None = None
     fabrics: tuple[Fabric, ...] = ()
     labels: dict[str, str] = Field(default_factory=dict)
     model_dirs: tuple[str, ...] = ()
@@ -242,6 +258,7 @@ def apply_defaults(node: InventoryNode, defaults: Defaults) -> NodeSpec:
         user=node.user or defaults.user,
         identity_file=node.identity_file or defaults.identity_file,
         mgmt_interface=node.mgmt_interface or defaults.mgmt_interface,
+        engine_bind=node.engine_bind or defaults.engine_bind,
         fabrics=node.fabrics,
         labels={**defaults.labels, **node.labels},
         model_dirs=node.model_dirs if node.model_dirs is not None else defaults.model_dirs,

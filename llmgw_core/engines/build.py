@@ -12,6 +12,7 @@ from llmgw_core.engines import llamacpp, sglang, sim, vllm
 from llmgw_core.engines.keys import key_env
 from llmgw_core.engines.programs import DEFAULT_PROGRAMS
 from llmgw_core.engines.spec import (
+    ANY_ADDRESS,
     LLAMA_CPP,
     RAY,
     SGLANG,
@@ -24,8 +25,6 @@ from llmgw_core.engines.spec import (
     host_port,
 )
 from llmgw_core.engines.validate import validate_launch
-
-_ANY_ADDRESS = ("0.0.0.0", "::", "")
 
 
 def health_path(engine: str, program: tuple[str, ...] = ()) -> str:
@@ -43,7 +42,7 @@ def health_path(engine: str, program: tuple[str, ...] = ()) -> str:
 
 def health_url(engine: str, http_host: str, http_port: int, program: tuple[str, ...] = ()) -> str:
     """The URL the agent polls on the node itself (loopback when the engine binds every address)."""
-    host = "127.0.0.1" if http_host in _ANY_ADDRESS else http_host
+    host = "127.0.0.1" if http_host in ANY_ADDRESS else http_host
     return f"http://{host_port(host, http_port)}{health_path(engine, program)}"
 
 
@@ -87,10 +86,11 @@ def build_launch(request: LaunchRequest) -> LaunchPlan:
                 gpus=tuple(gpu.id for gpu in node.gpus),
                 commands=_commands(request, node),
                 serves_http=serves,
-                health_url=health_url(request.engine, request.http_host, node.http_port, program)
+                health_url=health_url(request.engine, node.bind, node.http_port, program)
                 if serves
                 else None,
                 http_port=node.http_port,
+                http_host=node.reached_at,
                 secret_env={**request.secret_env, **key_env(request, program)},
             )
         )

@@ -107,4 +107,24 @@ def launch_node(
         engine_version=installed_version(engine, facts.engines),
         program=engine_program(engine, spec.engines, facts.engines),
         simulated=spec.replay is not None,
+        bind=engine_bind(spec, facts),
     )
+
+
+def engine_bind(spec: NodeSpec, facts: NodeFacts) -> str:
+    """The address a node's engines listen on: the inventory's `engine_bind`, else the
+    management address, so a shared node's other networks never reach them.
+
+    A replayed node's sim engines live on this machine's loopback; a management
+    address that is a name, or none, leaves every address (`0.0.0.0`).
+    """
+    if spec.engine_bind:
+        return spec.engine_bind
+    if spec.replay is not None:
+        return "127.0.0.1"
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_address(facts.host.mgmt_address or ""))
+    except ValueError:
+        return "0.0.0.0"

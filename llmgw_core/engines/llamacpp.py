@@ -25,7 +25,7 @@ def _program(node: LaunchNode) -> tuple[str, ...]:
 
 def _llama_server(request: LaunchRequest, node: LaunchNode) -> list[str]:
     argv = [*_program(node), "--model", request.source, "--alias", request.served_name]
-    argv += ["--host", request.http_host, "--port", str(node.http_port)]
+    argv += ["--host", node.bind, "--port", str(node.http_port)]
     argv += ["--ctx-size", str(request.context * request.concurrency)]
     if request.concurrency > 1:
         argv += ["--parallel", str(request.concurrency)]
@@ -39,7 +39,7 @@ def _llama_cpp_python(request: LaunchRequest, node: LaunchNode) -> list[str]:
     # llama-cpp-python's server takes its settings' field names as flags,
     # and answers one request at a time: its context is one sequence's.
     argv = [*_program(node), "--model", request.source, "--model_alias", request.served_name]
-    argv += ["--host", request.http_host, "--port", str(node.http_port)]
+    argv += ["--host", node.bind, "--port", str(node.http_port)]
     argv += ["--n_ctx", str(request.context)]
     argv += ["--n_gpu_layers", "-1" if node.gpus else "0"]
     # A new request (the health probe included) would otherwise cut a streamed answer short.

@@ -24,7 +24,7 @@ def commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ..
     program = keyed_program(request, node.program or DEFAULT_PROGRAMS[SGLANG])
     argv = [*program, "--model-path", request.source]
     argv += ["--served-model-name", request.served_name]
-    argv += ["--host", request.http_host, "--port", str(node.http_port)]
+    argv += ["--host", node.bind, "--port", str(node.http_port)]
     argv += ["--tp-size", str(request.tensor_parallel)]
     if request.pipeline_parallel > 1:
         argv += ["--pp-size", str(request.pipeline_parallel)]

@@ -108,6 +108,9 @@ class LaunchNode:
             `("/opt/py/bin/python3", "-m", "sglang.launch_server")`); see
             `programs.engine_program`. Empty: the engine's default.
         simulated: the node is a replayed one whose agent runs the sim engine.
+        bind: the address its engine listens on for HTTP: the management
+            address (not every address of a shared node), the inventory's
+            `engine_bind`, or `0.0.0.0` when the address is not known.
     """
 
     name: str
@@ -122,6 +125,16 @@ class LaunchNode:
     engine_version: str | None = None
     program: tuple[str, ...] = ()
     simulated: bool = False
+    bind: str = "0.0.0.0"
+
+    @property
+    def reached_at(self) -> str:
+        """The address a client on the node itself reaches the engine at."""
+        return "127.0.0.1" if self.bind in ANY_ADDRESS else self.bind
+
+
+ANY_ADDRESS = ("0.0.0.0", "::", "")
+"""Bind addresses that mean every address of the node."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +166,6 @@ class LaunchRequest:
             engine off its command line); None: the engine takes any request.
         rendezvous_port: the Ray head's, vLLM's master or SGLang's dist-init port
             on rank 0; None: the engine's usual one.
-        http_host: the address the engine binds for HTTP.
         executor: vLLM across nodes: "ray" or "mp"; None: by the installed version.
     """
 
@@ -176,7 +188,6 @@ class LaunchRequest:
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     api_key: str | None = field(default=None, repr=False)
     rendezvous_port: int | None = None
-    http_host: str = "0.0.0.0"
     executor: str | None = None
 
     @property
@@ -242,6 +253,8 @@ class ShardLaunch:
         serves_http: True on the rank that answers the OpenAI API.
         health_url: what the agent polls on the node (rank 0 only), else None.
         http_port: the port the engine listens on (meaningful where it serves HTTP).
+        http_host: the address it is reached at from the node itself (its bind
+            address, or the loopback when it binds every address).
         secret_env: variables for every command that must never reach a disk
             (the Hub token, the engine's key): sent apart as `secret_env`, kept
             by the agent in the processes' environment only.
@@ -255,6 +268,7 @@ class ShardLaunch:
     health_url: str | None
     http_port: int
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    http_host: str = "127.0.0.1"
 
     @property
     def main(self) -> ShardCommand:

@@ -82,7 +82,7 @@ def model_flags(request: LaunchRequest) -> list[str]:
 
 
 def _http_flags(request: LaunchRequest, node: LaunchNode) -> list[str]:
-    return ["--host", request.http_host, "--port", str(node.http_port)]
+    return ["--host", node.bind, "--port", str(node.http_port)]
 
 
 def _serve(request: LaunchRequest, node: LaunchNode) -> list[str]:

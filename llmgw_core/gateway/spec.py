@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from llmgw_core.engines.spec import host_port
 from llmgw_core.errors import BadInput
 from llmgw_core.facts import Engine
 from llmgw_core.inventory import EngineLocations
@@ -333,7 +334,8 @@ def wanted_workers(
     Args:
         replicas: `ReplicaView`s (only the ready ones count).
         hosts: each node's address in the inventory (an engine on the router's
-            own node is reached on its loopback).
+            own node is reached on its loopback); an engine bound to one address
+            (its node's management address) is reached there.
     """
     workers = []
     for replica in replicas:
@@ -342,9 +344,14 @@ def wanted_workers(
         head, port = replica.spec.get("head"), replica.spec.get("http_port")
         if not head or not isinstance(port, int):
             continue
-        host = "127.0.0.1" if head == router_node else hosts.get(str(head), str(head))
+        bound = replica.spec.get("http_host")
+        if isinstance(bound, str) and bound and not bound.startswith("127."):
+            host = bound  # the engine listens on that address only
+        else:
+            host = "127.0.0.1" if head == router_node else hosts.get(str(head), str(head))
         model = str(replica.spec.get("served_name") or replica.name)
-        workers.append(Worker(url=f"http://{host}:{port}", model=model, replica=replica.name))
+        url = f"http://{host_port(host, port)}"
+        workers.append(Worker(url=url, model=model, replica=replica.name))
     return tuple(sorted(workers, key=lambda w: (w.model, w.url)))
 
 

@@ -42,7 +42,7 @@ class EngineReach:
 
     def __init__(self, fleet: Any) -> None:
         self._fleet = fleet
-        self._tunnels: dict[tuple[str, int], tuple[asyncssh.SSHListener, Any]] = {}
+        self._tunnels: dict[tuple[str, int, str], tuple[asyncssh.SSHListener, Any]] = {}
         self._lock = asyncio.Lock()
 
     async def connection(self, node: str) -> asyncssh.SSHClientConnection:
@@ -53,8 +53,11 @@ class EngineReach:
         """
         return self._fleet.connection(node)
 
-    async def base_url(self, node: str, port: int) -> str:
-        """`http://127.0.0.1:<local>` reaching `127.0.0.1:<port>` on `node` through SSH.
+    async def base_url(self, node: str, port: int, host: str = "127.0.0.1") -> str:
+        """`http://127.0.0.1:<local>` reaching `host:<port>` on `node` through SSH.
+
+        `host` is the address on the node the port listens on: the loopback for
+        the gateway's router, the management address an engine is bound to.
 
         A tunnel is reopened when the node's connection changed (it was lost and came back).
 
@@ -63,7 +66,7 @@ class EngineReach:
             LlmgwError: the node cannot be reached.
         """
         async with self._lock:
-            key = (node, port)
+            key = (node, port, host)
             connection = await self.connection(node)
             found = self._tunnels.get(key)
             if found is not None and found[1] is not connection:
@@ -71,9 +74,7 @@ class EngineReach:
                 found = None
             if found is None:
                 try:
-                    listener = await connection.forward_local_port(
-                        "127.0.0.1", 0, "127.0.0.1", port
-                    )
+                    listener = await connection.forward_local_port("127.0.0.1", 0, host, port)
                 except (asyncssh.Error, OSError) as exc:
                     raise TunnelRefused(
                         f"{node} would not open a tunnel to port {port}: {exc}",
@@ -94,14 +95,16 @@ class EngineReach:
             await self.forget(node)
 
 
-async def health_status(reach: EngineReach, node: str, port: int, path: str) -> int | None:
+async def health_status(
+    reach: EngineReach, node: str, port: int, path: str, host: str = "127.0.0.1"
+) -> int | None:
     """The HTTP status the engine's health route answers through the tunnel; None: port not open.
 
     Raises:
         TunnelRefused: the node's sshd refuses forwarding.
     """
     try:
-        base = await reach.base_url(node, port)
+        base = await reach.base_url(node, port, host)
     except TunnelRefused:
         raise
     except LlmgwError:
@@ -114,9 +117,11 @@ async def health_status(reach: EngineReach, node: str, port: int, path: str) -> 
     return response.status_code
 
 
-async def health_answers(reach: EngineReach, node: str, port: int, path: str) -> bool:
+async def health_answers(
+    reach: EngineReach, node: str, port: int, path: str, host: str = "127.0.0.1"
+) -> bool:
     """True when the engine's health route answers 200 through the tunnel."""
-    return await health_status(reach, node, port, path) == 200
+    return await health_status(reach, node, port, path, host) == 200
 
 
 @dataclass(frozen=True)
@@ -138,13 +143,14 @@ async def chat(
     max_tokens: int = 64,
     client: httpx.AsyncClient | None = None,
     api_key: str | None = None,
+    host: str = "127.0.0.1",
 ) -> Answer:
     """One OpenAI chat completion from the engine on `node:port`, presenting `api_key` if given.
 
     Raises:
         LlmgwError: the engine did not answer, or answered with an error.
     """
-    base = await reach.base_url(node, port)
+    base = await reach.base_url(node, port, host)
     body = {
         "model": served_name,
         "messages": [{"role": "user", "content": prompt}],
@@ -206,6 +212,7 @@ async def bench(
     max_tokens: int = 64,
     prompt: str = "Write a short paragraph about GPUs.",
     api_key: str | None = None,
+    host: str = "127.0.0.1",
 ) -> dict[str, Any]:
     """`requests` completions, `concurrency` at a time: tokens a second and latency percentiles."""
     gate = asyncio.Semaphore(concurrency)
@@ -225,6 +232,7 @@ async def bench(
                         max_tokens=max_tokens,
                         client=client,
                         api_key=api_key,
+                        host=host,
                     )
                 )
 

@@ -135,6 +135,7 @@ def replica_spec(
         "env": redact_env(dict(env)),
         "head": head.node,
         "http_port": head.http_port,
+        "http_host": head.http_host,
         "health_path": plan.health_path,
         "created_at": created_at,
         "attempt": attempt,

@@ -153,6 +153,7 @@ async def _wait_ready(
     with the agent's `download.watch`), health answering.
     """
     head, port, path = spec["head"], int(spec["http_port"]), str(spec["health_path"])
+    host = str(spec.get("http_host") or "127.0.0.1")
     progress = StartProgress()
     watchers = [
         asyncio.ensure_future(watch_download(fleet, node, fetch_path, progress, trace))
@@ -160,7 +161,9 @@ async def _wait_ready(
         if fetch_path is not None
     ]
     try:
-        await _poll_ready(fleet, reach, started, head, port, path, timeout_s, trace, progress)
+        await _poll_ready(
+            fleet, reach, started, head, port, path, timeout_s, trace, progress, host=host
+        )
     finally:
         for watcher in watchers:
             watcher.cancel()
@@ -181,6 +184,8 @@ async def _poll_ready(
     timeout_s: float,
     trace: Trace,
     progress: StartProgress,
+    *,
+    host: str = "127.0.0.1",
 ) -> None:
     seen_running: set[str] = set()
     tunnel_refused: str | None = None
@@ -218,7 +223,7 @@ async def _poll_ready(
                     return
         if len(seen_running) == len(started) and not tunnel_refused and not answered:
             try:
-                status = await health_status(reach, head, port, path)
+                status = await health_status(reach, head, port, path, host)
                 if status is not None and not port_open:
                     port_open = True
                     trace.add("port open", head, f"port {port}, health {status}")

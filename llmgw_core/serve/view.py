@@ -112,6 +112,13 @@ class ReplicaView:
         return f"{head}:{port}" if head and port else None
 
     @property
+    def http_host(self) -> str:
+        """The address rank 0's engine is reached at on its node (a replica of an older
+        console, which bound every address, says nothing: the loopback)."""
+        value = self.spec.get("http_host")
+        return value if isinstance(value, str) and value else "127.0.0.1"
+
+    @property
     def api_key_env(self) -> str | None:
         """The operator's variable holding the key its engines demand (None: they demand none)."""
         value = self.spec.get("api_key_env")
@@ -144,6 +151,7 @@ class ReplicaView:
             "reason": self.reason,
             "engine": self.spec.get("engine"),
             "endpoint": self.endpoint,
+            "http_host": self.http_host,
             "api_key_env": self.api_key_env,
             "way": self.spec.get("way", {}).get("label"),
             "fabric": self.spec.get("fabric"),

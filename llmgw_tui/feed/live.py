@@ -299,7 +299,9 @@ class LiveFeed:
 
         node, port, served = view.ready_engine()
         key = client_key(None, view.api_key_env)
-        answer = await chat(self._engines(), node, port, served, prompt, api_key=key)
+        answer = await chat(
+            self._engines(), node, port, served, prompt, api_key=key, host=view.http_host
+        )
         return answer.text
 
     async def bench(self, view: ReplicaView) -> dict[str, Any]:
@@ -310,7 +312,14 @@ class LiveFeed:
         node, port, served = view.ready_engine()
         key = client_key(None, view.api_key_env)
         return await bench(
-            self._engines(), node, port, served, requests=16, concurrency=4, api_key=key
+            self._engines(),
+            node,
+            port,
+            served,
+            requests=16,
+            concurrency=4,
+            api_key=key,
+            host=view.http_host,
         )
 
     async def refresh(self) -> None:

@@ -228,6 +228,8 @@ def _agent_main_in_process(argv: list[str], env: dict[str, str]) -> tuple[Any, s
     out, err = io.StringIO(), io.StringIO()
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
+    umask = os.umask(0o022)  # the agent's main sets its own (077): this process's is given back
+    os.umask(umask)
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, CASE_TIMEOUT_S)
     got: Any = None
@@ -245,6 +247,7 @@ def _agent_main_in_process(argv: list[str], env: dict[str, str]) -> tuple[Any, s
 
                 traceback.print_exc()
     finally:
+        os.umask(umask)
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         for key, value in saved.items():
@@ -433,8 +436,21 @@ def run_case(case: Case, folder: Path, *, in_subprocess: bool = False) -> Result
 
 
 def run_all(root: Path) -> list[Result]:
-    """Every case of the corpus; protocol cases share one agent."""
+    """Every case of the corpus; protocol cases share one agent.
+
+    The canary secrets are in this process's environment while it runs, and
+    only then: the agents later tests start inherit this environment.
+    """
+    saved = dict(os.environ)
     os.environ.update(ENV)
+    try:
+        return _run_all(root)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _run_all(root: Path) -> list[Result]:
     every = cases()
     results = []
     for case in every:

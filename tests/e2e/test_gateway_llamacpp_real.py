@@ -189,9 +189,11 @@ async def _watch_unhealthy(
 
 
 async def _kill_and_keep_asking(
-    fleet: Fleet, base: str, dead_url: str, seen: dict[str, Any]
+    fleet: Fleet, base: str, admin: str, dead_url: str, seen: dict[str, Any]
 ) -> None:
     """SIGKILL tiny-a's engine while requests go through the gateway, two at a time.
+
+    `base` is the gateway's port (its front), `admin` the router's own API.
 
     They go on until the router has held the dead worker unhealthy for
     `AFTER_UNHEALTHY_S` (at most `AFTER_KILL_CAP_S`).
@@ -205,7 +207,7 @@ async def _kill_and_keep_asking(
         killed_at = time.monotonic()
         *sent, marked = await asyncio.gather(
             *(_send_until(http, base, done) for _ in range(SENDERS)),
-            _watch_unhealthy(http, base, dead_url, done, killed_at + AFTER_KILL_CAP_S),
+            _watch_unhealthy(http, admin, dead_url, done, killed_at + AFTER_KILL_CAP_S),
         )
     results = sorted(result for sender in sent for result in sender)
     seen["after_kill"] = [
@@ -242,13 +244,17 @@ async def _scenario(tmp_path: Path) -> dict[str, Any]:
                 for name in ("tiny-a", "tiny-b")
             }
             urls = {w["replica"]: w["url"] for w in gateway["workers"]}
-            async with engine_url(fleet, NODE, port) as base:
-                await _kill_and_keep_asking(fleet, base, urls["tiny-a"], seen)
+            router_port = int(gateway["router_port"])  # its admin API: on the node's loopback
+            async with (
+                engine_url(fleet, NODE, port) as base,
+                engine_url(fleet, NODE, router_port) as admin,
+            ):
+                await _kill_and_keep_asking(fleet, base, admin, urls["tiny-a"], seen)
                 seen["stopped"] = await _ok(step(ctx, "stop", replica="tiny-a"))
                 async with httpx.AsyncClient(timeout=30) as http:
-                    seen["workers_after_stop"] = await _router_workers(http, base)
+                    seen["workers_after_stop"] = await _router_workers(http, admin)
                     seen["served_c"] = await _serve(ctx, model_path, "tiny-c")
-                    seen["workers_after_serve"] = await _router_workers(http, base)
+                    seen["workers_after_serve"] = await _router_workers(http, admin)
                     seen["b_in_rotation_s"] = time.monotonic() - gateway_at
             seen["ask"] = await _ok(step(ctx, "ask", gateway="front", prompt="Who are you?"))
             seen["bench_after"] = await _ok(

@@ -134,7 +134,6 @@ def launch_plan(spec: NodeSpec, facts: NodeFacts, model_path: Path, http_port: i
         served_name=SERVED_NAME,
         nodes=(node,),
         context=256,
-        http_host="127.0.0.1",
     )
     return build_launch(request)
 
@@ -189,9 +188,12 @@ async def started_shard(client: AgentClient, plan: LaunchPlan, replica: str) -> 
 
 
 @contextlib.asynccontextmanager
-async def engine_url(fleet: Fleet, node: str, http_port: int) -> AsyncIterator[str]:
-    """`http://127.0.0.1:PORT`: the node's engine port through an SSH tunnel on its connection."""
-    tunnel = await fleet.connection(node).forward_local_port("127.0.0.1", 0, "127.0.0.1", http_port)
+async def engine_url(
+    fleet: Fleet, node: str, http_port: int, host: str = "127.0.0.1"
+) -> AsyncIterator[str]:
+    """`http://127.0.0.1:PORT`: the node's engine port (on `host`, the address it is bound to)
+    through an SSH tunnel on its connection."""
+    tunnel = await fleet.connection(node).forward_local_port("127.0.0.1", 0, host, http_port)
     try:
         yield f"http://127.0.0.1:{tunnel.get_port()}"
     finally:
@@ -209,9 +211,14 @@ def chat_body(prompt: str, **options: Any) -> dict[str, Any]:
     }
 
 
-async def ask(fleet: Fleet, node: str, http_port: int, prompt: str) -> dict[str, Any]:
+async def ask(
+    fleet: Fleet, node: str, http_port: int, prompt: str, host: str = "127.0.0.1"
+) -> dict[str, Any]:
     """A chat completion through an SSH tunnel to the node's engine port."""
-    async with engine_url(fleet, node, http_port) as base, httpx.AsyncClient(timeout=60) as http:
+    async with (
+        engine_url(fleet, node, http_port, host) as base,
+        httpx.AsyncClient(timeout=60) as http,
+    ):
         response = await http.post(f"{base}/v1/chat/completions", json=chat_body(prompt))
     response.raise_for_status()
     return response.json()
@@ -279,7 +286,7 @@ def test_llama_cpp_started_by_the_agent_over_ssh_answers_a_chat_completion(tmp_p
             client = fleet.client(NODE)
             async with started_shard(client, plan, "tiny-llama") as shard_id:
                 healthy = await wait_healthy(client, shard_id)
-                answer = await ask(fleet, NODE, http_port, "Who are you?")
+                answer = await ask(fleet, NODE, http_port, "Who are you?", plan.head.http_host)
                 stopped = await client.request("shard.stop", {"shard_id": shard_id}, timeout_s=60)
             lines = await log_lines(client, shard_id)
             return client.hello, node.facts, plan, healthy, answer, stopped, lines
@@ -300,17 +307,22 @@ def test_llama_cpp_started_by_the_agent_over_ssh_answers_a_chat_completion(tmp_p
     assert plan.head.main.env["CUDA_VISIBLE_DEVICES"] == ""
     # The path is the builder's choice (a llama-cpp-python route that answers once loaded).
     assert healthy["health_url"] == plan.head.health_url
-    assert healthy["health_url"].startswith(f"http://127.0.0.1:{http_port}/")
+    # Bound to the node's management address (the loopback where it has none), probed there.
+    bound = plan.head.http_host
+    assert bound == facts.host.mgmt_address or (
+        facts.host.mgmt_address is None and bound == "127.0.0.1"
+    )
+    assert healthy["health_url"].startswith(f"http://{bound}:{http_port}/")
     assert answer["model"] == SERVED_NAME
     assert answer["choices"][0]["message"]["content"].strip() == REPLY
     assert answer["choices"][0]["finish_reason"] == "stop"
     assert answer["usage"]["completion_tokens"] == len(REPLY.split())
     assert stopped["phase"] == "stopped"
-    assert any(f"Uvicorn running on http://127.0.0.1:{http_port}" in line for line in lines)
+    assert any(f"Uvicorn running on http://{bound}:{http_port}" in line for line in lines)
 
 
 async def _stream_slowly_and_ask_again(
-    fleet: Fleet, http_port: int, options: dict[str, Any]
+    fleet: Fleet, http_port: int, options: dict[str, Any], host: str
 ) -> tuple[int, str | None, httpx.Response]:
     """Stream one answer, reading slowly, and ask a second question while it streams.
 
@@ -318,7 +330,10 @@ async def _stream_slowly_and_ask_again(
     the second question's response.
     """
     chunks, cut, second = 0, None, None
-    async with engine_url(fleet, NODE, http_port) as base, httpx.AsyncClient(timeout=60) as http:
+    async with (
+        engine_url(fleet, NODE, http_port, host) as base,
+        httpx.AsyncClient(timeout=60) as http,
+    ):
         url = f"{base}/v1/chat/completions"
         body = chat_body("Go on.", stream=True, **options)
         async with http.stream("POST", url, json=body) as response:
@@ -356,7 +371,7 @@ def test_a_long_streamed_answer_is_not_cut_by_the_health_probe_or_a_second_quest
             async with started_shard(client, plan, "tiny") as shard_id:
                 await wait_healthy(client, shard_id)
                 chunks, cut, answered = await _stream_slowly_and_ask_again(
-                    fleet, http_port, endless
+                    fleet, http_port, endless, plan.head.http_host
                 )
             return chunks, cut, answered.json()
 
@@ -540,7 +555,8 @@ def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(
     assert asked["result"]["completion_tokens"] == len(REPLY.split())
     port = replica["endpoint"].rsplit(":", 1)[1]
     assert any(
-        line.startswith(f"[r0 {NODE}]") and f"Uvicorn running on http://0.0.0.0:{port}" in line
+        line.startswith(f"[r0 {NODE}]")
+        and f"Uvicorn running on http://{replica['http_host']}:{port}" in line
         for line in logged["result"]["lines"]
     )
     assert [entry["shard_id"] for entry in stopped["result"]["stopped"]] == [shard["shard_id"]]

@@ -183,3 +183,17 @@ def test_a_zero_ssh_limit_is_named_with_its_line():
     sentence = refusal(GOOD + "ssh:\n  max_startups: 0\n")
     assert sentence.startswith("inv.yaml: line 18: `ssh.max_startups`:")
     assert "greater than or equal to 1" in sentence
+
+
+def test_engine_bind_is_an_ip_address_taken_from_the_node_or_the_defaults():
+    from llmgw_core.errors import BadInput
+    from llmgw_core.inventory import parse_inventory
+
+    text = (
+        "defaults: {engine_bind: 0.0.0.0}\n"
+        "nodes:\n  - {name: a, host: a.example}\n  - {name: b, host: b, engine_bind: 10.0.0.2}\n"
+    )
+    specs = {s.name: s.engine_bind for s in parse_inventory(text).node_specs()}
+    assert specs == {"a": "0.0.0.0", "b": "10.0.0.2"}
+    with pytest.raises(BadInput, match="must be an IP address"):
+        parse_inventory("nodes:\n  - {name: a, host: a, engine_bind: eth0}\n")

@@ -110,7 +110,8 @@ async def _walk() -> None:
         def said(text: str) -> bool:
             return any(text in line for line in kept())
 
-        await until(pilot, lambda: said(f"Starting server on 0.0.0.0:{GATEWAY_PORT}"), "start")
+        await until(pilot, lambda: said(f"llmgw front on 0.0.0.0:{GATEWAY_PORT}"), "start")
+        await until(pilot, lambda: said("Starting server on 127.0.0.1:"), "the router")
         for url in urls.values():
             await until(pilot, lambda url=url: said(f"with URL {url} for model"), f"{url} added")
         assert all(line.startswith("[gateway cpu-01] ") for line in kept())

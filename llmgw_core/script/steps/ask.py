@@ -65,6 +65,8 @@ class Target:
     served_name: str
     gateway: Any = None
     api_key: str | None = field(default=None, repr=False)
+    host: str = "127.0.0.1"
+    """The address on the node the port listens on (an engine's bind address)."""
 
 
 async def engine_target(args: TargetArgs, ctx: StepContext) -> Target:
@@ -82,7 +84,7 @@ async def engine_target(args: TargetArgs, ctx: StepContext) -> Target:
         view = await find_replica(fleet, args.replica or "")
         head, port, served_name = view.ready_engine()
         key = client_key(args.api_key_env, view.api_key_env)
-        return Target(reach, head, port, served_name, api_key=key)
+        return Target(reach, head, port, served_name, api_key=key, host=view.http_host)
     from llmgw_core.gateway.run import find_gateway, router_workers
     from llmgw_core.gateway.spec import choose_model
 
@@ -107,6 +109,7 @@ async def run_ask(args: AskArgs, ctx: StepContext) -> StepOutcome:
             args.prompt,
             max_tokens=args.max_tokens,
             api_key=target.api_key,
+            host=target.host,
         )
     except KeyRefused as refused:
         if args.expect != "refused":

@@ -181,3 +181,19 @@ def test_an_adapter_left_out_is_missing_from_nccl_ib_hca_and_the_rest_keep_their
         "mlx5_10",
         "mlx5_11",
     ]
+
+
+def test_an_engine_listens_on_its_nodes_management_address_unless_told_otherwise(node_facts):
+    from llmgw_core.engines.from_fleet import engine_bind
+
+    _capture, facts = node_facts("hgx-h100", "n1", mgmt_address="10.20.0.11")
+    real = _spec("nodes:\n  - {name: n1, host: gpu-n1}\n", "n1")
+    assert engine_bind(real, facts) == "10.20.0.11"
+    told = _spec("nodes:\n  - {name: n1, host: gpu-n1, engine_bind: 0.0.0.0}\n", "n1")
+    assert engine_bind(told, facts) == "0.0.0.0"
+    replayed = _spec("nodes:\n  - {name: n1, host: 127.0.0.1, replay: /x}\n", "n1")
+    assert engine_bind(replayed, facts) == "127.0.0.1"  # the sim lives on this machine
+    unknown = facts.model_copy(
+        update={"host": facts.host.model_copy(update={"mgmt_address": None})}
+    )
+    assert engine_bind(real, unknown) == "0.0.0.0"

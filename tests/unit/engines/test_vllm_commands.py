@@ -37,9 +37,17 @@ def test_a_single_node_shard_serves_http_with_its_health_url_on_loopback():
     assert shard.gpus == ("0", "1", "2", "3", "4", "5", "6", "7")
 
 
-def test_an_engine_bound_to_one_address_is_probed_there():
-    shard = build_launch(request(http_host="10.20.0.11")).shards[0]
+def test_an_engine_bound_to_one_address_listens_and_is_probed_there():
+    shard = build_launch(request(nodes=(h100_node(bind="10.20.0.11"),))).shards[0]
+    assert flag(shard.main.argv, "--host") == "10.20.0.11"
     assert shard.health_url == "http://10.20.0.11:8000/health"
+    assert shard.http_host == "10.20.0.11"
+    anywhere = build_launch(request(nodes=(h100_node(bind="0.0.0.0"),))).shards[0]
+    assert flag(anywhere.main.argv, "--host") == "0.0.0.0"
+    assert (anywhere.http_host, anywhere.health_url) == (
+        "127.0.0.1",
+        "http://127.0.0.1:8000/health",
+    )
 
 
 def test_experts_quantisation_dtype_and_concurrency_are_passed_when_the_plan_says_so():
