@@ -41,3 +41,23 @@ class DoesNotFit(LlmgwError):
     """The model fits nowhere in the fleet as described or discovered."""
 
     exit_code = 3
+
+
+def shown_value(value: object) -> str:
+    """A value from an outside file, as a sentence may quote it: short, and safe whatever it is.
+
+    A list or a map is named by its kind (one nested thousands deep cannot even
+    be printed); a 400-digit number is "a huge number"; text is cut at 60 characters.
+    """
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int) and abs(value) >= 10**30:
+        return "a huge number"
+    if isinstance(value, int | float | str):
+        text = repr(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return type(value).__name__

@@ -9,11 +9,12 @@ none of them, so each reader imports it one way only.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmgw_core.errors import BadInput
+from llmgw_core.errors import BadInput, shown_value
 from llmgw_core.model.artifacts import Artifact, RepoFile, artifacts_from_listing, gguf_quant_name
 from llmgw_core.model.shape import ModelShape, is_full_config, shape_from_config
 
@@ -62,7 +63,28 @@ def parse_config_text(text: str, where: str) -> dict[str, Any]:
         raise BadInput(f"{where} holds a value JSON cannot carry ({exc})") from None
     if not isinstance(value, dict):
         raise BadInput(f"{where} is not a JSON object")
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise BadInput(f"{where} nests values more than {MAX_JSON_DEPTH} deep: no model's does")
     return value
+
+
+MAX_JSON_DEPTH = 32
+"""A model's JSON files nest a few levels (`text_config.rope_scaling`); deeper is hostile."""
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and maps nest in `value` (iterative: any depth is measured safely)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth > MAX_JSON_DEPTH:
+                return depth
+            stack.extend(
+                (inner, depth + 1) for inner in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
 
 
 def shape_or_none(
@@ -74,7 +96,55 @@ def shape_or_none(
     try:
         return shape_from_config(config, extra_files=extra)
     except BadInput as exc:
-        raise BadInput(f"{where}: {exc.message}", exc.fix) from None
+        raise BadInput(f"{where}: {exc.message.removeprefix('config.json: ')}", exc.fix) from None
+
+
+MAX_MODEL_BYTES = 2**50
+"""A petabyte: more than any checkpoint; a larger size in an index is a damaged file."""
+MAX_PARAMETERS = 2**46
+
+
+def read_index(index: Any) -> tuple[int | None, set[str], int | None]:
+    """`model.safetensors.index.json` read by its schema: total size, shard files, parameters.
+
+    Raises:
+        BadInput: one sentence naming the file and the field that is wrong.
+    """
+    where = "model.safetensors.index.json"
+    if index is None:
+        return None, set(), None
+    if not isinstance(index, dict):
+        raise BadInput(f"{where} is not a JSON object")
+    metadata = index.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise BadInput(f"{where}: metadata is {shown_value(metadata)}, not an object")
+    total = _count(metadata.get("total_size"), f"{where}: metadata.total_size", MAX_MODEL_BYTES)
+    params = _count(
+        metadata.get("total_parameters"), f"{where}: metadata.total_parameters", MAX_PARAMETERS
+    )
+    weight_map = index.get("weight_map") or {}
+    if not isinstance(weight_map, dict):
+        raise BadInput(f"{where}: weight_map is {shown_value(weight_map)}, not an object")
+    shards = set()
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard or "\0" in shard or shard.startswith("/"):
+            raise BadInput(f"{where}: weight_map[{tensor[:60]!r}] is not a file name")
+        shards.add(shard)
+    return total, shards, params
+
+
+def _count(value: Any, what: str, bound: int) -> int | None:
+    """A whole, positive number within `bound`, or None when absent."""
+    if value is None:
+        return None
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if not whole and not (
+        isinstance(value, float) and math.isfinite(value) and value == int(value)
+    ):
+        raise BadInput(f"{what} is {shown_value(value)}, not a whole number")
+    if not 0 < value <= bound:
+        raise BadInput(f"{what} is {shown_value(value)}, not a size any model has")
+    return int(value)
 
 
 def listing_artifacts(
@@ -84,17 +154,14 @@ def listing_artifacts(
     param_count: int | None,
 ) -> tuple[Artifact, ...]:
     """Artifacts of a listing, with what the safetensors index says."""
-    metadata = (index or {}).get("metadata") or {}
-    total = metadata.get("total_size")
-    weight_map = (index or {}).get("weight_map") or {}
-    shards = set(weight_map.values()) if isinstance(weight_map, dict) else set()
-    params = param_count or metadata.get("total_parameters")
+    total, shards, params = read_index(index)
+    params = param_count or params
     listed = {f.path for f in files}
     # The index names the shards even where the listing lacks them (an offline
     # cache holds the index but not the weights).
     files = files + [RepoFile(name, None) for name in sorted(shards - listed)]
     no_weights_listed = not any(f.path.endswith(".safetensors") for f in files)
-    if isinstance(total, int | float) and shape is not None and no_weights_listed:
+    if total is not None and shape is not None and no_weights_listed:
         # A trimmed index (total_size, no weight_map): the size is still known.
         files = [*files, RepoFile("model.safetensors", None)]
     if params is None and shape is not None:
@@ -104,9 +171,9 @@ def listing_artifacts(
     return artifacts_from_listing(
         files,
         shape=shape,
-        index_total_size=int(total) if isinstance(total, int | float) else None,
+        index_total_size=total,
         index_shards=shards,
-        param_count=int(params) if isinstance(params, int | float) else None,
+        param_count=params,
     )
 
 

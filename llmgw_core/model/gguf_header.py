@@ -28,7 +28,15 @@ from gguf.constants import (
 
 from llmgw_core.errors import BadInput
 from llmgw_core.model.quantization import Quantization
-from llmgw_core.model.shape import FULL, MAX_LAYERS, SLIDING, MlaShape, ModelShape
+from llmgw_core.model.shape import (
+    FULL,
+    MAX_LAYERS,
+    SLIDING,
+    MlaShape,
+    ModelShape,
+    bounded_count,
+    check_shape,
+)
 
 ReadRange = Callable[[int, int], bytes]
 
@@ -153,7 +161,11 @@ class _Cursor:
         return self.take(length).decode("utf-8", errors="replace")
 
 
-def _value(cursor: _Cursor, value_type: int, where: str) -> Any:
+MAX_ARRAY_DEPTH = 4
+"""Arrays of arrays nest this deep at most: real files nest none (a token list is flat)."""
+
+
+def _value(cursor: _Cursor, value_type: int, where: str, depth: int = 0) -> Any:
     try:
         kind = GGUFValueType(value_type)
     except ValueError:
@@ -163,6 +175,11 @@ def _value(cursor: _Cursor, value_type: int, where: str) -> Any:
     if kind == GGUFValueType.STRING:
         return cursor.string()
     if kind == GGUFValueType.ARRAY:
+        if depth >= MAX_ARRAY_DEPTH:
+            raise BadInput(
+                f"{where}: GGUF arrays nested more than {MAX_ARRAY_DEPTH} deep",
+                "the file is damaged",
+            )
         item_type = cursor.unpack("<I")
         length = cursor.unpack("<Q")
         item_kind = GGUFValueType(item_type) if item_type in set(GGUFValueType) else None
@@ -173,9 +190,9 @@ def _value(cursor: _Cursor, value_type: int, where: str) -> Any:
             return LongArray(item_type, length)
         if length > SMALL_ARRAY_ITEMS:
             for _ in range(length):
-                _value(cursor, item_type, where)
+                _value(cursor, item_type, where, depth + 1)
             return LongArray(item_type, length)
-        return [_value(cursor, item_type, where) for _ in range(length)]
+        return [_value(cursor, item_type, where, depth + 1) for _ in range(length)]
     return cursor.unpack(_SCALARS[kind])
 
 
@@ -279,14 +296,45 @@ def _key(metadata: dict[str, Any], template: str, arch: str) -> Any:
     return metadata.get(template.format(arch=arch))
 
 
-def _per_layer_max(value: Any) -> int | None:
-    """A count that may be per layer (a list): its largest value; None unless numeric."""
-    if isinstance(value, list):
-        numbers = [int(v) for v in value if isinstance(v, int | float) and not isinstance(v, bool)]
-        return max(numbers) if numbers else None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+_BOUND_NAMES = {
+    Keys.LLM.BLOCK_COUNT: "num_hidden_layers",
+    Keys.LLM.EMBEDDING_LENGTH: "hidden_size",
+    Keys.Attention.HEAD_COUNT: "num_attention_heads",
+    Keys.Attention.HEAD_COUNT_KV: "num_key_value_heads",
+    Keys.Attention.KEY_LENGTH: "head_dim",
+    Keys.LLM.VOCAB_SIZE: "vocab_size",
+    Keys.LLM.CONTEXT_LENGTH: "max_position_embeddings",
+    Keys.LLM.EXPERT_COUNT: "num_experts",
+    Keys.LLM.EXPERT_USED_COUNT: "num_experts_per_tok",
+    Keys.LLM.FEED_FORWARD_LENGTH: "intermediate_size",
+    Keys.LLM.EXPERT_FEED_FORWARD_LENGTH: "moe_intermediate_size",
+    Keys.Attention.KV_LORA_RANK: "kv_lora_rank",
+    Keys.Attention.Q_LORA_RANK: "q_lora_rank",
+    Keys.Rope.DIMENSION_COUNT: "qk_rope_head_dim",
+    Keys.Attention.SLIDING_WINDOW: "sliding_window",
+}
+"""Each hyper-parameter key llama.cpp writes, by the config.json name its bound is kept under."""
+
+
+def _count(metadata: dict[str, Any], template: str, arch: str, where: str) -> int | None:
+    """A count that may be per layer (a list): its largest value; None when absent or zero.
+
+    Every value is a whole number within the bound `config.json` is held to
+    (`shape.bounded_count`): NaN, infinite, negative or huge is one sentence.
+    """
+    name = template.format(arch=arch)
+    value = metadata.get(name)
+    if value is None or isinstance(value, str):
         return None
-    return int(value) if value > 0 else None
+    values = value if isinstance(value, list) else [value]
+    bound_name = _BOUND_NAMES.get(template, name)
+    numbers = [
+        bounded_count(v, bound_name, where, name)
+        for v in values
+        if not isinstance(v, bool | str | list)
+    ]
+    largest = max(numbers, default=0)
+    return largest or None
 
 
 _MODEL_TYPES = {
@@ -309,9 +357,9 @@ def shape_from_gguf(header: GgufHeader, *, where: str = "GGUF file") -> ModelSha
     arch = header.architecture
     if not arch:
         raise BadInput(f"{where} names no general.architecture", "the file is not a GGUF model")
-    layers = _per_layer_max(_key(metadata, Keys.LLM.BLOCK_COUNT, arch))
-    hidden = _per_layer_max(_key(metadata, Keys.LLM.EMBEDDING_LENGTH, arch))
-    heads = _per_layer_max(_key(metadata, Keys.Attention.HEAD_COUNT, arch))
+    layers = _count(metadata, Keys.LLM.BLOCK_COUNT, arch, where)
+    hidden = _count(metadata, Keys.LLM.EMBEDDING_LENGTH, arch, where)
+    heads = _count(metadata, Keys.Attention.HEAD_COUNT, arch, where)
     if not layers or not hidden or not heads:
         raise BadInput(
             f"{where}: architecture {arch} has no block_count, embedding_length or head_count",
@@ -321,9 +369,9 @@ def shape_from_gguf(header: GgufHeader, *, where: str = "GGUF file") -> ModelSha
         raise BadInput(
             f"{where}: block_count is {layers}, more than any model has", "the file is damaged"
         )
-    kv_heads = _per_layer_max(_key(metadata, Keys.Attention.HEAD_COUNT_KV, arch)) or heads
-    head_dim = _per_layer_max(_key(metadata, Keys.Attention.KEY_LENGTH, arch)) or hidden // heads
-    vocab = _per_layer_max(_key(metadata, Keys.LLM.VOCAB_SIZE, arch))
+    kv_heads = _count(metadata, Keys.Attention.HEAD_COUNT_KV, arch, where) or heads
+    head_dim = _count(metadata, Keys.Attention.KEY_LENGTH, arch, where) or hidden // heads
+    vocab = _count(metadata, Keys.LLM.VOCAB_SIZE, arch, where)
     tokens = metadata.get(Keys.Tokenizer.LIST)
     if not vocab:
         vocab = (
@@ -333,24 +381,24 @@ def shape_from_gguf(header: GgufHeader, *, where: str = "GGUF file") -> ModelSha
             if isinstance(tokens, list)
             else 0
         )
-    experts = _per_layer_max(_key(metadata, Keys.LLM.EXPERT_COUNT, arch))
+    experts = _count(metadata, Keys.LLM.EXPERT_COUNT, arch, where)
     experts = experts if experts and experts > 1 else None
-    used = _per_layer_max(_key(metadata, Keys.LLM.EXPERT_USED_COUNT, arch))
-    ffn = _per_layer_max(_key(metadata, Keys.LLM.FEED_FORWARD_LENGTH, arch)) or 4 * hidden
-    expert_ffn = _per_layer_max(_key(metadata, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, arch))
-    kv_lora = _per_layer_max(_key(metadata, Keys.Attention.KV_LORA_RANK, arch))
-    rope_dims = _per_layer_max(_key(metadata, Keys.Rope.DIMENSION_COUNT, arch))
+    used = _count(metadata, Keys.LLM.EXPERT_USED_COUNT, arch, where)
+    ffn = _count(metadata, Keys.LLM.FEED_FORWARD_LENGTH, arch, where) or 4 * hidden
+    expert_ffn = _count(metadata, Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, arch, where)
+    kv_lora = _count(metadata, Keys.Attention.KV_LORA_RANK, arch, where)
+    rope_dims = _count(metadata, Keys.Rope.DIMENSION_COUNT, arch, where)
     mla = None
     if kv_lora:
         mla = MlaShape(
             kv_lora_rank=int(kv_lora),
             qk_rope_head_dim=int(rope_dims or 64),
-            q_lora_rank=_per_layer_max(_key(metadata, Keys.Attention.Q_LORA_RANK, arch)),
+            q_lora_rank=_count(metadata, Keys.Attention.Q_LORA_RANK, arch, where),
         )
-    window = _per_layer_max(_key(metadata, Keys.Attention.SLIDING_WINDOW, arch))
+    window = _count(metadata, Keys.Attention.SLIDING_WINDOW, arch, where)
     kinds = _gguf_layer_pattern(metadata, arch, layers, window)
     file_type = metadata.get(Keys.General.FILE_TYPE)
-    return ModelShape(
+    shape = ModelShape(
         architecture=arch,
         model_type=_MODEL_TYPES.get(arch, arch),
         num_layers=layers,
@@ -359,7 +407,7 @@ def shape_from_gguf(header: GgufHeader, *, where: str = "GGUF file") -> ModelSha
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         vocab_size=int(vocab),
-        max_context=_per_layer_max(_key(metadata, Keys.LLM.CONTEXT_LENGTH, arch)) or 2048,
+        max_context=_count(metadata, Keys.LLM.CONTEXT_LENGTH, arch, where) or 2048,
         dtype="float16",
         intermediate_size=ffn,
         num_experts=experts,
@@ -375,6 +423,7 @@ def shape_from_gguf(header: GgufHeader, *, where: str = "GGUF file") -> ModelSha
         tie_word_embeddings=not any(t.name == "output.weight" for t in header.tensors),
         rotary_dim=int(rope_dims) if rope_dims else None,
     )
+    return check_shape(shape, where)
 
 
 def _gguf_layer_pattern(

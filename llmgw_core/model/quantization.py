@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from llmgw_core.errors import BadInput
+from llmgw_core.errors import BadInput, shown_value
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,9 @@ def _whole(value: Any, key: str, default: int) -> int:
         or int(value) != value
         or value <= 0
     ):
-        raise BadInput(f"quantization_config: {key} is {value!r}, not a positive whole number")
+        raise BadInput(
+            f"quantization_config: {key} is {shown_value(value)}, not a positive whole number"
+        )
     return int(value)
 
 

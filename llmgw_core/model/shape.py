@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from llmgw_core.errors import BadInput
+from llmgw_core.errors import BadInput, shown_value
 from llmgw_core.model.quantization import Quantization, quantization_from_config
 
 __all__ = [
@@ -235,6 +235,18 @@ def _with_standard_names(body: dict[str, Any]) -> dict[str, Any]:
     return renamed
 
 
+def _name(body: dict[str, Any], key: str) -> str:
+    """A name the config gives (`model_type`, the first of `architectures`): text, or ""."""
+    value = body.get(key)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str) or len(value) > 200 or any(c < " " for c in value):
+        raise BadInput(f"config.json: {key} is {shown_value(value)}, not a name")
+    return value
+
+
 def is_full_config(config: dict[str, Any]) -> bool:
     """True when `config` describes a language model (not a GGUF repo's stub).
 
@@ -262,10 +274,12 @@ def shape_from_config(
     """
     if not isinstance(config, dict):
         raise BadInput("config.json is not a JSON object", "check that the file is a model config")
-    top_type = str(config.get("model_type") or "")
+    top_type = _name(config, "model_type")
     architectures = config.get("architectures") or []
+    if not isinstance(architectures, list):
+        raise BadInput(f"config.json: architectures is {shown_value(architectures)}, not a list")
     architecture = (
-        str(architectures[0]) if isinstance(architectures, list) and architectures else ""
+        _name({"architectures": architectures[:1]}, "architectures") if architectures else ""
     )
     text = config.get("text_config")
     if isinstance(text, dict) and text:
@@ -274,7 +288,7 @@ def shape_from_config(
     else:
         body = dict(config)
         multimodal = False
-    model_type = str(body.get("model_type") or top_type)
+    model_type = _name(body, "model_type") or top_type
     if not model_type and not architecture:
         raise BadInput(
             "config.json names no model_type or architectures",
@@ -296,22 +310,121 @@ def shape_from_config(
             f"config.json of {architecture or model_type} has no num_hidden_layers",
             "it is not a full model config (a GGUF repository's stub?)",
         )
-    return _build(merged, config, architecture, model_type, multimodal, extra_files or {})
+    shape = _build(merged, config, architecture, model_type, multimodal, extra_files or {})
+    return check_shape(shape, "config.json")
 
 
-def _int(body: dict[str, Any], key: str, *, default: int | None = None) -> int:
+def check_shape(shape: ModelShape, where: str) -> ModelShape:
+    """Refuse a shape no model can have, whichever file it was read from.
+
+    Raises:
+        BadInput: more experts per token than experts, more attention heads
+            than the hidden size holds, more key/value heads than heads.
+    """
+    experts, used = shape.num_experts, shape.experts_per_token
+    if experts and used is not None and used > experts:
+        raise BadInput(
+            f"{where}: {used} experts per token, but only {experts} experts",
+            "the file is damaged",
+        )
+    if shape.num_attention_heads > shape.hidden_size:
+        raise BadInput(
+            f"{where}: {shape.num_attention_heads} attention heads, more than the hidden size "
+            f"({shape.hidden_size}) holds",
+            "the file is damaged",
+        )
+    if shape.num_kv_heads > shape.num_attention_heads:
+        raise BadInput(
+            f"{where}: {shape.num_kv_heads} key/value heads, more than its "
+            f"{shape.num_attention_heads} attention heads",
+            "the file is damaged",
+        )
+    return shape
+
+
+def bounded_count(value: Any, key: str, where: str, label: str) -> int:
+    """A whole, non-negative number within the bound `config.json`'s `key` is held to
+    (`_BOUNDS`), read from another format (a GGUF header's `label`).
+
+    Raises:
+        BadInput: naming `where` and `label`.
+    """
+    return _int({key: value}, key, where=where, label=label)
+
+
+_WIDE = 2**20
+_BOUNDS: dict[str, int] = {
+    "num_hidden_layers": MAX_LAYERS,
+    "hidden_size": 2**18,
+    "num_attention_heads": 2**13,
+    "num_key_value_heads": 2**13,
+    "num_kv_heads": 2**13,
+    "head_dim": 2**13,
+    "vocab_size": 2**23,
+    "max_position_embeddings": 2**28,
+    "max_seq_len": 2**28,
+    "seq_length": 2**28,
+    "intermediate_size": _WIDE,
+    "ffn_dim": _WIDE,
+    "moe_intermediate_size": _WIDE,
+    "shared_expert_intermediate_size": _WIDE,
+    "intermediate_size_mlp": _WIDE,
+    "num_local_experts": 2**14,
+    "n_routed_experts": 2**14,
+    "num_experts": 2**14,
+    "num_experts_per_tok": 2**14,
+    "experts_per_token": 2**14,
+    "n_shared_experts": 2**10,
+    "kv_lora_rank": 2**16,
+    "q_lora_rank": 2**16,
+    "qk_rope_head_dim": 2**13,
+    "qk_nope_head_dim": 2**13,
+    "v_head_dim": 2**13,
+    "num_nextn_predict_layers": 2**8,
+    "first_k_dense_replace": MAX_LAYERS,
+    "moe_layer_freq": MAX_LAYERS,
+    "decoder_sparse_step": MAX_LAYERS,
+    "interleave_moe_layer_step": MAX_LAYERS,
+    "sliding_window": 2**28,
+    "attention_chunk_size": 2**28,
+}
+"""The largest value each whole number of a config may hold: every published model sits far
+below (the widest hidden size is tens of thousands); a value above is a damaged or hostile
+file, refused before any size is computed from it."""
+_DEFAULT_BOUND = 2**31
+
+
+def _int(
+    body: dict[str, Any],
+    key: str,
+    *,
+    default: int | None = None,
+    where: str = "config.json",
+    label: str | None = None,
+) -> int:
+    """A whole number of the config, within its domain's bound (`_BOUNDS`).
+
+    Raises:
+        BadInput: absent (with no default), not a whole number (a string, a
+            boolean, NaN, infinite, a fraction), negative, or beyond its bound.
+    """
     value = body.get(key, default)
     if value is None:
-        raise BadInput(f"config.json has no {key}", "it is not a full model config")
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or int(value) != value
+        raise BadInput(f"{where} has no {key}", "it is not a full model config")
+    named = f"{where}: {label or key}"
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if not whole and not (
+        isinstance(value, float) and math.isfinite(value) and value == int(value)
     ):
-        raise BadInput(f"config.json: {key} is {value!r}, not a whole number")
+        raise BadInput(f"{named} is {shown_value(value)}, not a whole number")
     if value < 0:
-        raise BadInput(f"config.json: {key} is negative ({value})")
+        raise BadInput(f"{named} is negative ({shown_value(value)})")
+    bound = _BOUNDS.get(key, _DEFAULT_BOUND)
+    if value > bound:
+        raise BadInput(
+            f"{named} is {shown_value(value)}, more than any model holds (at most {bound})",
+            "the file is damaged",
+        )
     return int(value)
 
 
@@ -326,13 +439,14 @@ def _positive_number(value: Any, key: str) -> float | None:
     """A positive number from the config, None when absent; BadInput when it is not one."""
     if value is None:
         return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise BadInput(f"config.json: {key} is {value!r}, not a positive number")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadInput(f"config.json: {key} is {shown_value(value)}, not a positive number")
+    if isinstance(value, int) and value > _DEFAULT_BOUND:
+        raise BadInput(f"config.json: {key} is {shown_value(value)}, more than any model holds")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadInput(f"config.json: {key} is {shown_value(value)}, not a positive number")
+    if value <= 0 or value > _DEFAULT_BOUND:
+        raise BadInput(f"config.json: {key} is {shown_value(value)}, not a positive number")
     return float(value)
 
 
@@ -344,7 +458,7 @@ def _dtype(body: dict[str, Any], top: dict[str, Any]) -> str:
                 return _DTYPES[value.lower()]
             if value is not None and value != "auto":
                 raise BadInput(
-                    f"config.json: {key} is {value!r}, not a dtype weights are stored in",
+                    f"config.json: {key} is {shown_value(value)}, not a dtype weights are stored in",
                     f"known: {', '.join(sorted(_DTYPES))}",
                 )
     # No dtype key (gpt-oss): the unquantised tensors of every such checkpoint
@@ -398,6 +512,7 @@ def _build(
     experts_per_token = _optional_int(body, "num_experts_per_tok", "experts_per_token")
     if num_experts is not None and num_experts <= 1:
         num_experts, experts_per_token = None, None
+
     moe_intermediate = _optional_int(body, "moe_intermediate_size")
     shared_experts = _optional_int(body, "n_shared_experts") or 0
     shared_intermediate = _optional_int(body, "shared_expert_intermediate_size")
@@ -431,7 +546,7 @@ def _build(
     layer_attention, sliding_window, chunk = _layer_pattern(body, num_layers, model_type)
     rope = body.get("rope_scaling")
     if rope is not None and not isinstance(rope, dict):
-        raise BadInput(f"config.json: rope_scaling is {rope!r}, not an object")
+        raise BadInput(f"config.json: rope_scaling is {shown_value(rope)}, not an object")
     rope = rope or {}
     rope_type = rope.get("rope_type") or rope.get("type") if rope else None
     rope_factor = _positive_number(rope.get("factor"), "rope_scaling.factor") or 1.0
@@ -537,7 +652,7 @@ def _layer_pattern(
                 kinds.append(CHUNKED)
             else:
                 raise BadInput(
-                    f"layer type {name!r} is not supported",
+                    f"layer type {shown_value(name)} is not supported",
                     "llmgw sizes full, sliding-window and chunked attention layers",
                 )
         if SLIDING in kinds and not window:

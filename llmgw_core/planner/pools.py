@@ -24,7 +24,7 @@ Two constructors feed the same `Fleet`:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -242,17 +242,33 @@ class Pool:
         key = (free_only,)
         if key not in self._widths:
             assert self.gpu_class is not None
-            widths = (
-                n.widest_nvlink_set(self.gpu_class.label, free_only=free_only) for n in self.nodes
-            )
+            label = self.gpu_class.label
+            widths = self._per_shape(lambda n: n.widest_nvlink_set(label, free_only=free_only))
             self._widths[key] = tuple(sorted((w for w in widths if w), reverse=True))
         return self._widths[key]
 
     def card_counts(self, *, free_only: bool) -> tuple[int, ...]:
         """Per node, how many cards of this class it has, most first."""
         assert self.gpu_class is not None
-        counts = (n.count_of(self.gpu_class.label, free_only=free_only) for n in self.nodes)
+        label = self.gpu_class.label
+        counts = self._per_shape(lambda n: n.count_of(label, free_only=free_only))
         return tuple(sorted((c for c in counts if c), reverse=True))
+
+    def _per_shape(self, measure: Callable[[Node], int]) -> list[int]:
+        """`measure` of every node, computed once per distinct node shape.
+
+        The nodes of one described entry share their devices and NVLink groups
+        (the same tuples), so a fleet of 100,000 alike nodes is measured once.
+        The tuples' ids are stable while this pool holds its nodes.
+        """
+        seen: dict[tuple[int, int], int] = {}
+        values = []
+        for node in self.nodes:
+            shape = (id(node.devices), id(node.nvlink_groups))
+            if shape not in seen:
+                seen[shape] = measure(node)
+            values.append(seen[shape])
+        return values
 
     def nodes_with(self, width: int, *, free_only: bool, nvlink: bool = True) -> int:
         """How many nodes can give `width` cards (sharing NVLink when `nvlink`)."""
@@ -311,6 +327,7 @@ class Fleet:
         """The pools a replica may come from, keyed by class and interconnect."""
         grouped: dict[tuple[str, str | None, str | None], list[Node]] = {}
         classes: dict[str, GpuClass | None] = {}
+        labels_of: dict[int, tuple[str, ...]] = {}  # per devices tuple: nodes of a shape share one
         for node in self.nodes:
             kind, name = _interconnect_of(node)
             if node.is_cpu:
@@ -318,15 +335,16 @@ class Fleet:
                     grouped.setdefault(("cpu", None, None), []).append(node)
                     classes["cpu"] = None
                 continue
-            for device in node.devices:
-                label = device.gpu_class.label
-                classes[label] = device.gpu_class
+            labels = labels_of.get(id(node.devices))
+            if labels is None:
+                for device in node.devices:
+                    classes.setdefault(device.gpu_class.label, device.gpu_class)
+                labels = tuple(dict.fromkeys(d.gpu_class.label for d in node.devices))
+                labels_of[id(node.devices)] = labels
+            for label in labels:
                 # Nodes with no interconnect pool together by class, but a
                 # replica never spans them (`spans_nodes` is False).
-                key = (label, kind, name)
-                members = grouped.setdefault(key, [])
-                if not members or members[-1] is not node:
-                    members.append(node)
+                grouped.setdefault((label, kind, name), []).append(node)
         pools = []
         for (label, kind, name), nodes in grouped.items():
             interconnect = name if kind else None
@@ -488,6 +506,25 @@ def check_fleet_entry(raw: Any, index: int) -> FleetEntry:
     return entry
 
 
+def check_described_names(entries: Sequence[FleetEntry]) -> None:
+    """Refuse two described nodes of one name (`dgx` × 2 makes `dgx-1`, `dgx-2`), names only.
+
+    Raises:
+        BadInput: as `Fleet.from_nodes` says it.
+    """
+    seen: set[str] = set()
+    for entry in entries:
+        names = (
+            [entry.name]
+            if entry.count == 1
+            else (f"{entry.name}-{i}" for i in range(1, entry.count + 1))
+        )
+        for name in names:
+            if name in seen:
+                raise BadInput(f"two nodes are named {name!r}", "give every node its own name")
+            seen.add(name)
+
+
 def described_fleet(entries: Sequence[Any]) -> Fleet:
     """A fleet from a script's `fleet:` list.
 
@@ -502,8 +539,17 @@ def described_fleet(entries: Sequence[Any]) -> Fleet:
     nodes: list[Node] = []
     for index, raw in enumerate(entries):
         entry = check_fleet_entry(raw, index)
+        template = _node_of(entry, entry.name)
         if entry.count == 1:
-            nodes.append(_node_of(entry, entry.name))
+            nodes.append(template)
         else:
-            nodes.extend(_node_of(entry, f"{entry.name}-{i}") for i in range(1, entry.count + 1))
+            # One shape per entry: every node shares its devices and groups (see `Pool._per_shape`).
+            shared = (
+                template.devices,
+                template.memory_gib,
+                template.fabric,
+                template.nvlink_domain,
+                template.nvlink_groups,
+            )
+            nodes.extend(Node(f"{entry.name}-{i}", *shared) for i in range(1, entry.count + 1))
     return Fleet.from_nodes(nodes)

@@ -18,11 +18,25 @@ import importlib
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, get_args
+from typing import Annotated, Any, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from llmgw_core.script.context import StepContext
+
+
+def _model_reference(ref: str) -> str:
+    """A model reference as a script may give one: no NUL, newline or other control character
+    (a path holding one cannot be opened, and a Hub id never does)."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in ref):
+        raise ValueError("holds a control character (a NUL, a newline …): no model is named so")
+    if len(ref) > 4096:
+        raise ValueError("is longer than any path or Hub id")
+    return ref
+
+
+ModelRef = Annotated[str, Field(min_length=1), AfterValidator(_model_reference)]
+"""The `model:` of every step that names one: `catalog:…`, a Hub `org/name[@rev]`, a path."""
 
 EXIT_OK = 0
 EXIT_STEP_FAILED = 1

@@ -169,16 +169,17 @@ def _check_described_fleet(
     root: yaml.MappingNode, fleet: list[Any], *, source: str, line: int
 ) -> None:
     """Check a described fleet entry by entry, so a bad one is named by its line."""
-    from llmgw_core.planner.pools import check_fleet_entry, described_fleet
+    from llmgw_core.planner.pools import check_described_names, check_fleet_entry
 
     fleet_node = next(v for k, v in root.value if k.value == "fleet")
+    entries = []
     for index, (entry_node, entry) in enumerate(zip(fleet_node.value, fleet, strict=True)):
         try:
-            check_fleet_entry(entry, index)
+            entries.append(check_fleet_entry(entry, index))
         except BadInput as exc:
             raise BadInput(f"{source}: line {_line(entry_node)}: {exc.message}", exc.fix) from None
     try:
-        described_fleet(fleet)
+        check_described_names(entries)
     except BadInput as exc:
         raise BadInput(f"{source}: line {line}: {exc.message}", exc.fix) from None
 

@@ -26,13 +26,13 @@ from pydantic import Field, field_validator, model_validator
 
 from llmgw_core.errors import BadInput
 from llmgw_core.model.artifacts import Artifact
-from llmgw_core.script.registry import StepArgs, StepContext, StepOutcome, step
+from llmgw_core.script.registry import ModelRef, StepArgs, StepContext, StepOutcome, step
 
 
 class EstimateArgs(StepArgs):
     """Arguments of `estimate`."""
 
-    model: str = Field(min_length=1)
+    model: ModelRef
     engine: Literal["vllm", "sglang", "llama.cpp"] = "vllm"
     engine_version: str | None = None
     gpu_memory_gib: float | None = Field(default=None, gt=0, le=4096)

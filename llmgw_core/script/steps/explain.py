@@ -24,13 +24,20 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from llmgw_core.script.registry import EXIT_DOES_NOT_FIT, StepArgs, StepContext, StepOutcome, step
+from llmgw_core.script.registry import (
+    EXIT_DOES_NOT_FIT,
+    ModelRef,
+    StepArgs,
+    StepContext,
+    StepOutcome,
+    step,
+)
 
 
 class ExplainArgs(StepArgs):
     """Arguments of `explain` (the same layout keys as `serve`)."""
 
-    model: str = Field(min_length=1)
+    model: ModelRef
     format: Literal["gguf", "safetensors"] | None = None
     context: int | None = Field(default=None, gt=0, le=16_777_216)
     concurrency: int = Field(default=1, ge=1, le=65_536)

@@ -27,6 +27,7 @@ from pydantic import Field
 from llmgw_core.errors import BadInput
 from llmgw_core.script.registry import (
     EXIT_DOES_NOT_FIT,
+    ModelRef,
     StepArgs,
     StepContext,
     StepOutcome,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 class PlanArgs(StepArgs):
     """Arguments of `plan`."""
 
-    model: str = Field(min_length=1)
+    model: ModelRef
     format: Literal["gguf", "safetensors", "both"] | None = None
     context: int | None = Field(default=None, gt=0, le=16_777_216)
     concurrency: int = Field(default=1, ge=1, le=65_536)

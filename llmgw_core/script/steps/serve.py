@@ -39,6 +39,7 @@ from llmgw_core.errors import DoesNotFit
 from llmgw_core.script.registry import (
     EXIT_DOES_NOT_FIT,
     EXIT_STEP_FAILED,
+    ModelRef,
     StepArgs,
     StepContext,
     StepOutcome,
@@ -50,7 +51,7 @@ from llmgw_core.serve.keys import ENV_NAME, hub_token_env, operator_key
 class ServeArgs(StepArgs):
     """Arguments of `serve`."""
 
-    model: str = Field(min_length=1)
+    model: ModelRef
     format: Literal["gguf", "safetensors"] | None = None
     context: int | None = Field(default=None, gt=0, le=16_777_216)
     concurrency: int = Field(default=1, ge=1, le=65_536)
