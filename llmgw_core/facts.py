@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 # Device rules the console's first frame needs without pydantic; re-exported for existing callers.
 from llmgw_core.devices import BUSY_MEMORY_MIB as BUSY_MEMORY_MIB
@@ -20,9 +20,39 @@ from llmgw_core.devices import device_in_use as device_in_use
 from llmgw_core.devices import is_zero_uuid as is_zero_uuid
 from llmgw_core.errors import BadInput
 
+MAX_FACT_NUMBER = 2**53
+"""The largest number a fact may hold (a float's exact integers): no card, port or byte count
+of any machine comes near; a larger one is a damaged or hostile capture."""
+
+
+def _within(value: object) -> bool:
+    """Every number in `value` (inside lists and maps too) finite and within `MAX_FACT_NUMBER`."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bool):
+            continue
+        if isinstance(item, int | float) and not -MAX_FACT_NUMBER <= item <= MAX_FACT_NUMBER:
+            return False
+        if isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return True
+
 
 class _Snapshot(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True, defer_build=True)
+    model_config = ConfigDict(
+        frozen=True, extra="ignore", populate_by_name=True, defer_build=True, allow_inf_nan=False
+    )
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _numbers_in_bounds(cls, value: object) -> object:
+        # NaN and infinities are refused by `allow_inf_nan`; this refuses the huge.
+        if not _within(value):
+            raise ValueError(f"holds a number beyond {MAX_FACT_NUMBER}: no hardware reports one")
+        return value
 
 
 class FabricHealth(_Snapshot):
@@ -280,6 +310,6 @@ def parse_facts(raw: object, node: str = "the node") -> NodeFacts:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "(top level)"
         raise BadInput(
-            f"{node} sent facts the console cannot read: {where}: {first['msg']}",
+            f"{node} sent facts the console cannot read: {where}: {first['msg'].removeprefix('Value error, ')}",
             "update the agent (the console uploads its own on the next connection)",
         ) from exc

@@ -156,3 +156,12 @@ def test_a_garbled_port_line_of_ibv_devinfo_drops_that_port_and_keeps_the_others
     assert [(a["name"], a["port"], a["link_layer"]) for a in adapters] == [
         ("mlx5_0", 1, "Ethernet")
     ]
+
+
+def test_a_sysfs_value_written_with_non_ascii_digits_is_no_value(tmp_path):
+    from llmgw_agent.discover.ib import _read, rate_gbps
+
+    (tmp_path / "rate").write_text("\u0664\u0660\u0660 Gb/sec (4X NDR)\n")  # Arabic-Indic 400
+    assert _read(tmp_path / "rate") is None
+    assert rate_gbps("\u0664\u0660\u0660 Gb/sec") is None
+    assert rate_gbps("400 Gb/sec (4X NDR)") == 400.0

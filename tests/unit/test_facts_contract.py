@@ -89,3 +89,15 @@ def test_facts_are_frozen_snapshots(tmp_path):
     facts = parse_facts(_agent_facts(write_profile("cpu", tmp_path / "cpu"), tmp_path / "state"))
     with pytest.raises(ValueError):
         facts.host.cpus = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 10**400, 2**60])
+@pytest.mark.parametrize("where", ["memory_mib", "memory_used_mib"])
+def test_a_number_no_hardware_reports_is_refused_naming_the_field(tmp_path, value, where):
+    raw = _agent_facts(write_profile("hgx-h100", tmp_path / "capture"), tmp_path / "state")
+    raw["gpus"][0][where] = value
+    with pytest.raises(BadInput) as refused:
+        parse_facts(raw, node="h100-a-01")
+    assert refused.value.message.startswith(
+        f"h100-a-01 sent facts the console cannot read: gpus.0.{where}: "
+    )

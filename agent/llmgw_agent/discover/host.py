@@ -85,11 +85,13 @@ def _interface_address(interface: str) -> Optional[str]:
 
 
 def _read_text(path: str) -> str:
+    """A /proc file's text; "" when unreadable or not ASCII (the kernel writes ASCII only)."""
     try:
-        with open(path) as handle:
-            return handle.read()
+        with open(path, errors="replace") as handle:
+            text = handle.read()
     except OSError:
         return ""
+    return text if text.isascii() else ""
 
 
 def management_interface() -> Tuple[Optional[str], Optional[str]]:

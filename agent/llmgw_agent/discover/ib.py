@@ -47,7 +47,7 @@ def rate_gbps(text: Optional[str]) -> Optional[float]:
     """`400 Gb/sec (4X NDR)` or `400` -> 400.0."""
     if not text:
         return None
-    match = re.match(r"\s*(\d+(?:\.\d+)?)", text)
+    match = re.match(r"\s*(\d+(?:\.\d+)?)", text, re.ASCII)
     return float(match.group(1)) if match else None
 
 
@@ -79,10 +79,13 @@ def _adapter(name: str, port: int) -> Record:
 
 
 def _read(path: Path) -> Optional[str]:
+    """A sysfs value, None when unreadable — or not ASCII, which the kernel never writes
+    (Python's `int` and `\\d` would take `٤٠٠` for 400)."""
     try:
-        return path.read_text(errors="replace").strip()
+        text = path.read_text(errors="replace").strip()
     except OSError:
         return None
+    return text if text.isascii() else None
 
 
 def roce_gid_index(port_dir: Path) -> Optional[int]:
