@@ -193,3 +193,14 @@ def test_a_refused_post_leaves_no_body_behind_on_a_kept_alive_connection(engine:
     second = connection.getresponse()
     assert second.status == 200 and json.loads(second.read())["model"] == "llama"
     connection.close()
+
+
+def test_tokenize_counts_a_prompt_and_messages_as_vllm_shapes_it(engine: str):
+    counted = httpx.post(f"{engine}/tokenize", json={"model": "llama", "prompt": "one two three"})
+    assert counted.status_code == 200
+    body = counted.json()
+    assert (body["count"], body["max_model_len"], len(body["tokens"])) == (3, 8192, 3)
+    chat = {"model": "llama", "messages": [{"role": "user", "content": "Say hello"}]}
+    assert httpx.post(f"{engine}/tokenize", json=chat).json()["count"] == 2
+    unknown = httpx.post(f"{engine}/tokenize", json={"model": "gpt-4o", "prompt": "x"})
+    assert unknown.status_code == 404

@@ -181,6 +181,62 @@ def test_a_second_model_is_routed_by_its_name_and_the_worker_list_follows_a_serv
     assert unnamed.value.message == "gateway front serves 2 models"
 
 
+def test_the_openai_sdk_gets_from_the_gateway_what_vllm_would_answer(demo: Demo):
+    """The ten ordinary calls of a client, through the gateway fronting two models."""
+    import httpx
+    import openai
+
+    from llmgw_core.serve.http import EngineReach
+
+    llama, qwen = "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct"
+    reach = EngineReach(demo.fleet)
+    try:
+        base = demo.loop.run(reach.base_url("cpu-01", 30400))
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused")
+        hello = [{"role": "user", "content": "Say hello"}]
+        # 1. every model behind the gateway is listed
+        assert sorted(m.id for m in client.models.list()) == sorted([llama, qwen])
+        # 2. a model nobody serves is a 404 from the gateway itself
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model="gpt-4o", messages=hello)
+        # 3. routing by model
+        assert (
+            qwen
+            in client.chat.completions.create(model=qwen, messages=hello).choices[0].message.content
+        )
+        # 4. n choices
+        assert len(client.chat.completions.create(model=llama, messages=hello, n=2).choices) == 2
+        # 5. max_tokens cuts with finish_reason length
+        cut = client.chat.completions.create(model=llama, messages=hello, max_tokens=3)
+        assert cut.choices[0].finish_reason == "length" and cut.usage.completion_tokens == 3
+        # 6. streaming text, 7. the usage chunk of a stream
+        chunks = list(
+            client.chat.completions.create(
+                model=llama, messages=hello, stream=True, stream_options={"include_usage": True}
+            )
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text.startswith("Hello from the simulated vllm engine")
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == len(
+            text.split()
+        )
+        # 8. legacy completions
+        legacy = client.completions.create(model=qwen, prompt="Once upon a time", max_tokens=5)
+        assert legacy.choices[0].finish_reason == "length"
+        # 9. a body that is not JSON is a 400
+        broken = httpx.post(
+            base + "/v1/chat/completions",
+            content=b"{not json",
+            headers={"Content-Type": "application/json"},
+        )
+        assert broken.status_code == 400
+        # 10. a stop sequence
+        stopped = client.chat.completions.create(model=llama, messages=hello, stop=["simulated"])
+        assert stopped.choices[0].message.content.rstrip().endswith("the")
+    finally:
+        demo.loop.run(reach.close())
+
+
 def test_a_keys_file_limits_each_key_to_its_models_and_counts_per_key(demo: Demo, tmp_path: Path):
     import httpx
     import openai

@@ -133,6 +133,30 @@ def _prompt_tokens(body: Dict[str, Any]) -> int:
     return max(1, len(text.split()))
 
 
+def tokenize(body: Any, engine: Dict[str, Any]) -> Answer:
+    """`POST /tokenize` as vLLM answers it: `{count, max_model_len, tokens}`; the sim's token
+    is a word of the prompt (or of the messages' text), its id a stable number under 32,000."""
+    if not isinstance(body, dict):
+        return bad_request("the request body is not a JSON object")
+    model = body.get("model")
+    if model is not None and model not in (engine.get("served_names") or [engine["served_name"]]):
+        return error(404, "The model `{}` does not exist.".format(model), "NotFoundError")
+    if "prompt" in body:
+        text = body["prompt"] if isinstance(body["prompt"], str) else None
+    else:
+        messages = body.get("messages")
+        text = (
+            " ".join(str(m.get("content") or "") for m in messages if isinstance(m, dict))
+            if isinstance(messages, list)
+            else None
+        )
+    if text is None:
+        return bad_request("give a prompt (text) or messages", "prompt")
+    tokens = [sum(word.encode()) % 32000 for word in text.split()]
+    context = engine.get("context_tokens") or 32768
+    return 200, {"count": len(tokens), "max_model_len": context, "tokens": tokens}
+
+
 def plan(
     route: str, body: Any, engine: Dict[str, Any], answer: str
 ) -> Tuple[Optional[Plan], Optional[Answer]]:

@@ -259,13 +259,16 @@ class SimHandler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         if self._refused(route):
             return
-        if route not in ("/v1/chat/completions", "/v1/completions"):
+        if route not in ("/v1/chat/completions", "/v1/completions", "/tokenize"):
             self._send(*api.error(404, "Not Found", "NotFoundError"))
             return
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
             self._send(*api.bad_request("the request body is not JSON"))
+            return
+        if route == "/tokenize":
+            self._send(*api.tokenize(body, self.sim.engine))
             return
         if self._loading():
             return
