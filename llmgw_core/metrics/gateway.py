@@ -30,12 +30,18 @@ ADDED_LABELS = ("gateway", "node")
 
 @dataclass(frozen=True)
 class GatewayTarget:
-    """A gateway's Prometheus port on a node (reached through SSH, on the node's loopback)."""
+    """A gateway's Prometheus port on a node (reached through SSH, on the node's loopback).
+
+    Attributes:
+        front: the gateway's front (its requests per client key, families of
+            ours: `llmgw_gateway_requests_total`), not its router.
+    """
 
     name: str
     node: str
     port: int
     path: str = "/metrics"
+    front: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,12 +67,18 @@ def gateway_targets(
 
 
 def targets_of(views: Iterable[Any]) -> tuple[GatewayTarget, ...]:
-    """Where to scrape each running gateway: its router's metrics port on its node."""
-    return tuple(
-        GatewayTarget(name=view.name, node=view.node, port=view.prometheus_port)
-        for view in views
-        if view.phase == "running" and 0 < view.prometheus_port < 65536
-    )
+    """Where to scrape each running gateway: its router's metrics port on its node, and its
+    front's counters per client key where it has a front."""
+    targets = []
+    for view in views:
+        if view.phase != "running":
+            continue
+        if 0 < view.prometheus_port < 65536:
+            targets.append(GatewayTarget(name=view.name, node=view.node, port=view.prometheus_port))
+        front = view.front_metrics_port
+        if 0 < front < 65536:
+            targets.append(GatewayTarget(name=view.name, node=view.node, port=front, front=True))
+    return tuple(targets)
 
 
 async def scrape_gateway(reach: EngineReach, target: GatewayTarget) -> GatewayScrape:
@@ -115,7 +127,7 @@ def relabel(scrapes: Iterable[GatewayScrape]) -> tuple[tuple[Metric, ...], dict[
             failed[name] = f"{name} on {node} sent text that is not Prometheus text: {exc}"
             continue
         for family in families:
-            if family.name.startswith(OWN_PREFIX):
+            if family.name.startswith(OWN_PREFIX) and not scrape.target.front:
                 continue
             into = merged.get(family.name)
             if into is None:
@@ -195,7 +207,9 @@ async def gateway_details(fleet: Any, reach: EngineReach) -> list[dict[str, Any]
 
     details = []
     for summary in await gateway_summaries(fleet, reach):
-        (target,) = targets_of([SimpleNamespace(**summary)]) or (None,)
+        target = next(
+            (t for t in targets_of([SimpleNamespace(**summary)]) if not t.front), None
+        )
         counts: RouterCounts | None = None
         why: str | None = f"{summary['name']} records no metrics port"
         if target is not None:

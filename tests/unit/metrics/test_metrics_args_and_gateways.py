@@ -113,3 +113,26 @@ def test_a_running_gateway_shard_that_records_its_metrics_port_is_scraped():
         GatewayTarget("main", "cpu-01", 29001),
         GatewayTarget("second", "cpu-02", 29004),
     )
+
+
+def test_the_fronts_requests_per_key_are_scraped_and_re_exported_with_the_gateway():
+    record = _gateway_record("keys", "running", 29001)
+    record["spec"]["gateway"]["front_metrics_port"] = 29003
+    router, front = gateway_targets({"cpu-01": [record]})
+    assert (router.port, router.front) == (29001, False)
+    assert (front.port, front.front) == (29003, True)
+    counted = (
+        "# HELP llmgw_gateway_requests_total Requests at the gateway's front.\n"
+        "# TYPE llmgw_gateway_requests_total counter\n"
+        'llmgw_gateway_requests_total{key="team-a",outcome="answered"} 2\n'
+        'llmgw_gateway_requests_total{key="none",outcome="no_key"} 1\n'
+    )
+    families, failed = relabel(
+        [GatewayScrape(front, text=counted), GatewayScrape(router, text=counted)]
+    )
+    assert failed == {}
+    (family,) = families  # the router's copy of an llmgw_ family is not ours to re-export
+    samples = {
+        (s.labels["key"], s.labels["outcome"], s.labels["gateway"]): s.value for s in family.samples
+    }
+    assert samples == {("team-a", "answered", "keys"): 2.0, ("none", "no_key", "keys"): 1.0}
