@@ -132,10 +132,44 @@ def upstream_key_envs(replicas: Sequence[Any]) -> dict[str, str]:
     return found
 
 
+MAX_PEM_BYTES = 1024 * 1024
+
+
+def read_tls(cert: str, key: str) -> dict[str, str]:
+    """The certificate (with its chain) and key PEM text, read on the operator's machine.
+
+    Raises:
+        BadInput: a file missing, larger than a PEM file is, not PEM, or a key
+            other users of this machine can read.
+    """
+    texts = {}
+    for role, name in (("cert", cert), ("key", key)):
+        path = Path(name).expanduser()
+        source = f"the TLS {'certificate' if role == 'cert' else 'key'} {path}"
+        try:
+            mode = path.stat().st_mode
+            if not stat.S_ISREG(mode) or path.stat().st_size > MAX_PEM_BYTES:
+                raise BadInput(f"{source} is not a PEM file", "give the PEM file's path")
+            text = path.read_text(encoding="ascii", errors="strict")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "it is not PEM text"
+            raise BadInput(f"{source} cannot be read: {why or exc}") from None
+        if role == "key" and mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise BadInput(
+                f"{source} can be read by other users of this machine ({stat.filemode(mode)})",
+                f"chmod 600 {path}",
+            )
+        if "-----BEGIN " not in text:
+            raise BadInput(f"{source} is not PEM text (no -----BEGIN line)")
+        texts[role] = text
+    return texts
+
+
 def front_config(
     keys: Sequence[ClientKey],
     key_envs: Mapping[str, str],
     environ: Mapping[str, str] | None = None,
+    tls: Mapping[str, str] | None = None,
 ) -> str:
     """The front's configuration, as JSON for its `secret_env` (it holds keys: never shown).
 
@@ -146,9 +180,10 @@ def front_config(
         model: operator_key(variable, f"the key of {model}'s engines", environ)
         for model, variable in key_envs.items()
     }
-    return json.dumps(
-        {
-            "keys": [{"id": k.id, "key": k.key, "models": k.models} for k in keys],
-            "upstream": upstream,
-        }
-    )
+    config: dict[str, Any] = {
+        "keys": [{"id": k.id, "key": k.key, "models": k.models} for k in keys],
+        "upstream": upstream,
+    }
+    if tls is not None:
+        config["tls"] = dict(tls)
+    return json.dumps(config)

@@ -20,7 +20,7 @@ import httpx
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.client import AgentError, AgentLost
-from llmgw_core.gateway.keys import client_keys, front_config, upstream_key_envs
+from llmgw_core.gateway.keys import client_keys, front_config, read_tls, upstream_key_envs
 from llmgw_core.gateway.spec import (
     FRONT_CONFIG_VARIABLE,
     ROUTER_INSTALL,
@@ -224,7 +224,8 @@ async def start_gateway(
     if not wanted_workers(replicas, node, _hosts(fleet)):
         raise BadInput(f"no replica is ready for gateway {args.name} to front", "serve one first")
     key_envs = upstream_key_envs(replicas)
-    config = front_config(keys, key_envs, environ)
+    tls = read_tls(args.tls.cert, args.tls.key) if args.tls else None
+    config = front_config(keys, key_envs, environ, tls)
     installed = state.facts.engines if state.facts is not None else {}
     program = router_program(spec.engines, installed)
     if program is None:
@@ -250,7 +251,7 @@ async def start_gateway(
     started = await fleet.request(node, "shard.start", request, timeout_s=30.0)
     shard_id = str(started["shard_id"])
     try:
-        gateway = await _wait_up(fleet, reach, node, shard_id, args.port)
+        gateway = await _wait_up(fleet, reach, node, shard_id, ports.front_metrics)
     except LlmgwError:
         await stop_shard(fleet, node, shard_id, forget=False)
         raise
@@ -260,7 +261,8 @@ async def start_gateway(
 async def _wait_up(
     fleet: Any, reach: EngineReach, node: str, shard_id: str, port: int
 ) -> GatewayView:
-    """Wait until the router answers its liveness route; fail with its last line if it ends."""
+    """Wait until the router answers its liveness route (asked by the front on its loopback
+    `port`); fail with its last line if it ends."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         views = gateway_views({node: (await shard_listings(fleet)).get(node, [])})

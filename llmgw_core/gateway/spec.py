@@ -35,6 +35,15 @@ Policy = Literal["round_robin", "cache_aware", "power_of_two"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
+class TlsFiles(BaseModel):
+    """The operator's certificate (with its chain) and key for the gateway's port, as PEM files."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cert: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+
+
 class GatewayArgs(BaseModel):
     """A gateway as the operator asks for it (`gateway:` step, console screen)."""
 
@@ -49,6 +58,8 @@ class GatewayArgs(BaseModel):
     """The operator's variable holding the key clients must present (key id: the variable's name)."""
     keys_file: str | None = None
     """A file on the operator's machine of more client keys, each maybe limited to some models."""
+    tls: TlsFiles | None = None
+    """HTTPS on the gateway's port with the operator's certificate and key (sent as secrets)."""
     health_path: str = "/health"
     """The engines' health route for the router; 0.1.17 ignores it for the workers we add (/health)."""
 
@@ -158,7 +169,8 @@ def shard_args(
 
     The router runs beside the front (a sidecar, its port awaited first); the
     front is the shard's main process and its health is the router's
-    liveness, asked through the front.
+    liveness, asked by the front on its loopback port (plain HTTP, whether or
+    not the network port speaks TLS).
 
     Args:
         upstream_key_envs: served model → the variable holding its engines' key.
@@ -175,6 +187,7 @@ def shard_args(
             "policy": args.policy,
             "api_key_env": args.api_key_env,
             "keys_file": args.keys_file,
+            "tls": args.tls is not None,
             "upstream_key_envs": dict(upstream_key_envs),
             "health_path": args.health_path,
             "created_at": created_at,
@@ -193,7 +206,7 @@ def shard_args(
             },
             {"name": "front", "argv": front_argv(ports), "agent": True, "role": "main"},
         ],
-        "health_url": f"http://127.0.0.1:{ports.port}/liveness",
+        "health_url": f"http://127.0.0.1:{ports.front_metrics}/liveness",
         "stop_timeout_s": 10,
         "spec": spec,
     }
@@ -229,6 +242,7 @@ class GatewayView:
     front_metrics_port: int = 0
     keys_file: str | None = None
     upstream_key_envs: Mapping[str, str] = field(default_factory=dict)
+    tls: bool = False
 
     @property
     def api_port(self) -> int:
@@ -246,6 +260,7 @@ class GatewayView:
             "name": self.name,
             "node": self.node,
             "address": f"{self.node}:{self.port}",
+            "url": f"{'https' if self.tls else 'http'}://{self.node}:{self.port}/v1",
             "port": self.port,
             "prometheus_port": self.prometheus_port,
             "policy": self.policy,
@@ -254,6 +269,7 @@ class GatewayView:
             "reason": self.reason,
             "api_key_env": self.api_key_env,
             "keys_file": self.keys_file,
+            "tls": self.tls,
             "router_port": self.router_port,
             "front_metrics_port": self.front_metrics_port,
             "shard_id": self.shard_id,
@@ -289,6 +305,7 @@ def gateway_views(listings: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[
                     if isinstance(gateway.get("keys_file"), str)
                     else None,
                     upstream_key_envs=_recorded_names(gateway.get("upstream_key_envs")),
+                    tls=gateway.get("tls") is True,
                 )
             )
     found.sort(key=lambda view: (not view.live, -view.created_at))

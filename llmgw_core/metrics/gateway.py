@@ -207,9 +207,7 @@ async def gateway_details(fleet: Any, reach: EngineReach) -> list[dict[str, Any]
 
     details = []
     for summary in await gateway_summaries(fleet, reach):
-        target = next(
-            (t for t in targets_of([SimpleNamespace(**summary)]) if not t.front), None
-        )
+        target = next((t for t in targets_of([SimpleNamespace(**summary)]) if not t.front), None)
         counts: RouterCounts | None = None
         why: str | None = f"{summary['name']} records no metrics port"
         if target is not None:

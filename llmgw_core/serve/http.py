@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import statistics
 import time
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Any
 import asyncssh
 import httpx
 
-from llmgw_core.errors import LlmgwError
+from llmgw_core.errors import BadInput, LlmgwError
 
 HEALTH_TIMEOUT_S = 5.0
 ASK_TIMEOUT_S = 300.0
@@ -27,6 +28,30 @@ ASK_TIMEOUT_S = 300.0
 
 class TunnelRefused(LlmgwError):
     """The node's sshd would not forward a port to the engine."""
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """How to speak HTTPS to a gateway through the tunnel: the name its certificate is for
+    (checked, and sent as SNI) and the CA file to check it against (None: the system's)."""
+
+    server_name: str
+    ca_file: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """The verifying context.
+
+        Raises:
+            BadInput: the CA file cannot be read as certificates.
+        """
+        try:
+            return ssl.create_default_context(cafile=self.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise BadInput(f"the CA file {self.ca_file} cannot be read: {exc}") from None
+
+
+def _https(base: str, tls: ClientTls | None) -> str:
+    return "https://" + base.removeprefix("http://") if tls is not None else base
 
 
 class KeyRefused(LlmgwError):
@@ -144,26 +169,31 @@ async def chat(
     client: httpx.AsyncClient | None = None,
     api_key: str | None = None,
     host: str = "127.0.0.1",
+    tls: ClientTls | None = None,
 ) -> Answer:
     """One OpenAI chat completion from the engine on `node:port`, presenting `api_key` if given.
 
     Raises:
         LlmgwError: the engine did not answer, or answered with an error.
     """
-    base = await reach.base_url(node, port, host)
+    base = _https(await reach.base_url(node, port, host), tls)
     body = {
         "model": served_name,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
     }
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    # Through the tunnel the address is 127.0.0.1: the certificate is checked for its node's name.
+    extensions = {"sni_hostname": tls.server_name} if tls is not None else {}
+    url = base + "/v1/chat/completions"
     started = time.perf_counter()
     try:
         if client is None:
-            async with httpx.AsyncClient(timeout=ASK_TIMEOUT_S) as own:
-                response = await own.post(base + "/v1/chat/completions", json=body, headers=headers)
+            verify: ssl.SSLContext | bool = tls.context() if tls is not None else True
+            async with httpx.AsyncClient(timeout=ASK_TIMEOUT_S, verify=verify) as own:
+                response = await own.post(url, json=body, headers=headers, extensions=extensions)
         else:
-            response = await client.post(base + "/v1/chat/completions", json=body, headers=headers)
+            response = await client.post(url, json=body, headers=headers, extensions=extensions)
     except httpx.HTTPError as exc:
         raise LlmgwError(
             f"the engine on {node} did not answer: {exc or type(exc).__name__}"
@@ -213,12 +243,14 @@ async def bench(
     prompt: str = "Write a short paragraph about GPUs.",
     api_key: str | None = None,
     host: str = "127.0.0.1",
+    tls: ClientTls | None = None,
 ) -> dict[str, Any]:
     """`requests` completions, `concurrency` at a time: tokens a second and latency percentiles."""
     gate = asyncio.Semaphore(concurrency)
     answers: list[Answer] = []
 
-    async with httpx.AsyncClient(timeout=ASK_TIMEOUT_S) as client:
+    verify: ssl.SSLContext | bool = tls.context() if tls is not None else True
+    async with httpx.AsyncClient(timeout=ASK_TIMEOUT_S, verify=verify) as client:
 
         async def one() -> None:
             async with gate:
@@ -233,6 +265,7 @@ async def bench(
                         client=client,
                         api_key=api_key,
                         host=host,
+                        tls=tls,
                     )
                 )
 

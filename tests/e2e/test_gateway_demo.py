@@ -318,6 +318,91 @@ def test_a_keys_file_limits_each_key_to_its_models_and_counts_per_key(demo: Demo
     demo.step("stop", gateway="keys")
 
 
+def _certificates(folder: Path) -> tuple[Path, Path, Path]:
+    """A CA, and a certificate it signed for 127.0.0.1 (the demo's nodes), as PEM files."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "llmgw test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    import ipaddress
+
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cpu-01")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    (folder / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (folder / "cert.pem").write_bytes(cert.public_bytes(pem) + ca.public_bytes(pem))
+    (folder / "key.pem").write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    (folder / "key.pem").chmod(0o600)
+    return folder / "ca.pem", folder / "cert.pem", folder / "key.pem"
+
+
+def test_a_gateway_speaks_https_with_the_operators_certificate_checked_by_ask(
+    demo: Demo, tmp_path: Path
+):
+    import httpx
+
+    from llmgw_core.serve.http import EngineReach
+
+    ca, cert, key = _certificates(tmp_path)
+    tls = {"cert": str(cert), "key": str(key)}
+    key.chmod(0o644)
+    with pytest.raises(BadInput, match=r"can be read by other users of this machine"):
+        demo.step("gateway", name="tls", port=30700, tls=tls)
+    key.chmod(0o600)
+    started = demo.step("gateway", name="tls", port=30700, tls=tls).result
+    assert started["tls"] is True and started["url"] == "https://cpu-01:30700/v1"
+    llama = "meta-llama/Llama-3.1-8B-Instruct"
+    answer = demo.step("ask", gateway="tls", model=llama, prompt="Hi.", ca_file=str(ca)).result
+    assert answer["text"]
+    # Checked against the system's CAs, the operator's own CA is unknown: refused, said.
+    with pytest.raises(LlmgwError, match="CERTIFICATE_VERIFY_FAILED"):
+        demo.step("ask", gateway="tls", model=llama, prompt="Hi.")
+    reach = EngineReach(demo.fleet)
+    try:
+        base = demo.loop.run(reach.base_url("cpu-01", 30700))
+        with pytest.raises(httpx.HTTPError):  # plain HTTP on the port: no answer
+            httpx.get(base + "/v1/models", timeout=5).raise_for_status()
+    finally:
+        demo.loop.run(reach.close())
+    secret = key.read_bytes().split(b"\n")[1]
+    written = [
+        path for path in demo.demo.root.rglob("*") if path.is_file() and secret in path.read_bytes()
+    ]
+    assert written == []
+    demo.step("stop", gateway="tls")
+
+
 def test_the_worker_list_follows_a_stop(demo: Demo):
     stopped = demo.step("stop", replica="qwen")
     (follow,) = stopped.result["gateways"]

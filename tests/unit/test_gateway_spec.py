@@ -100,7 +100,8 @@ def test_a_gateway_shard_claims_no_card_runs_the_router_beside_the_front_and_rec
     router, front = request["commands"]
     assert (router["role"], router["wait_for_port"]) == ("sidecar", 30001)
     assert (front["role"], front["agent"], front["argv"][0]) == ("main", True, "front")
-    assert request["health_url"] == "http://127.0.0.1:30000/liveness"  # through the front
+    # The router's liveness, asked by the front on its loopback port (plain HTTP even with TLS).
+    assert request["health_url"] == "http://127.0.0.1:30003/liveness"
 
 
 def test_only_ready_replicas_become_workers_reached_by_their_node_address():

@@ -15,12 +15,16 @@ this small proxy takes the network port:
 * `/health` and `/liveness` pass without a key (load balancers probe them);
   every other route (the router's admin API among them) is 404 here.
 * Requests and refusals are counted per key id (never a key) and served as
-  Prometheus text on a loopback-only port.
+  Prometheus text on a loopback-only port, which also answers `/liveness`
+  (the router's, asked in plain HTTP on the loopback) for the agent.
+* With `tls` in its configuration (the operator's certificate and key, PEM)
+  the network port speaks HTTPS only. The PEM text is handed to `ssl` through
+  anonymous in-memory files (`memfd_create`): never a file on the node.
 
 Configuration comes from the environment, where the agent put it from the
 shard's `secret_env`; it is taken out of the environment at start.
 `LLMGW_FRONT_CONFIG` is JSON: `{"keys": [{"id", "key", "models"?}],
-"upstream": {model: key}, "upstream_default": key?}`.
+"upstream": {model: key}, "upstream_default": key?, "tls": {"cert", "key"}?}`.
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ class Config:
             )
         self.upstream = {str(k): str(v) for k, v in (raw.get("upstream") or {}).items()}
         self.upstream_default = raw.get("upstream_default")
+        tls = raw.get("tls")
+        self.tls = (str(tls["cert"]), str(tls["key"])) if tls else None
 
     @property
     def open(self) -> bool:
@@ -414,11 +420,17 @@ async def _metrics_client(
     front: Front, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
     try:
-        await reader.readuntil(b"\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        if head.split(b" ")[1:2] == [b"/liveness"]:
+            status = 200 if await _router_alive(front.router) else 503
+            await _answer(writer, status, b"{}", close=True)
+            return
         body = front.counters.text().encode()
-        head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+        head_out = "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
         writer.write(
-            (head + "Content-Length: {}\r\nConnection: close\r\n\r\n".format(len(body))).encode()
+            (
+                head_out + "Content-Length: {}\r\nConnection: close\r\n\r\n".format(len(body))
+            ).encode()
             + body
         )
         await writer.drain()
@@ -426,6 +438,55 @@ async def _metrics_client(
         pass
     finally:
         writer.close()
+
+
+async def _router_alive(router: Tuple[str, int]) -> bool:
+    """Whether the router answers its `/liveness` (200) on the loopback."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(*router), 5.0)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    try:
+        writer.write(
+            "GET /liveness HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\n\r\n".format(
+                *router
+            ).encode()
+        )
+        line = await asyncio.wait_for(reader.readline(), 5.0)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    finally:
+        writer.close()
+    return line.split(b" ")[1:2] == [b"200"]
+
+
+def tls_context(cert_pem: str, key_pem: str):  # -> ssl.SSLContext
+    """A server context from PEM text, loaded through in-memory files (never the node's disk).
+
+    Raises:
+        ValueError: this system has no `memfd_create`, or the PEM is not a
+            certificate and its key.
+    """
+    import ssl
+
+    if not hasattr(os, "memfd_create"):
+        raise ValueError("this system cannot hold the certificate in memory (no memfd_create)")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    descriptors = []
+    try:
+        for text in (cert_pem, key_pem):
+            fd = os.memfd_create("llmgw-front-tls")
+            descriptors.append(fd)
+            os.write(fd, text.encode())
+        cert_path, key_path = ("/proc/self/fd/{}".format(fd) for fd in descriptors)
+        context.load_cert_chain(cert_path, key_path)
+    except ssl.SSLError as exc:
+        raise ValueError("the certificate or its key is not usable: {}".format(exc)) from None
+    finally:
+        for fd in descriptors:
+            os.close(fd)
+    return context
 
 
 def _host_port(text: str) -> Tuple[str, int]:
@@ -436,14 +497,23 @@ def _host_port(text: str) -> Tuple[str, int]:
 async def _serve(args: argparse.Namespace, config: Config) -> None:
     front = Front(config, _host_port(args.router))
     host, port = _host_port(args.listen)
-    server = await asyncio.start_server(front.serve_client, host, port, limit=MAX_HEAD_BYTES)
+    context = tls_context(*config.tls) if config.tls else None
+    server = await asyncio.start_server(
+        front.serve_client, host, port, limit=MAX_HEAD_BYTES, ssl=context
+    )
     metrics_host, metrics_port = _host_port(args.metrics)
     metrics = await asyncio.start_server(
         lambda r, w: _metrics_client(front, r, w), metrics_host, metrics_port
     )
     sys.stdout.write(
-        "llmgw front on {}:{} ({} client key(s)), router at {}, metrics on {}:{}\n".format(
-            host, port, len(config.keys), args.router, metrics_host, metrics_port
+        "llmgw front on {}:{} ({}, {} client key(s)), router at {}, metrics on {}:{}\n".format(
+            host,
+            port,
+            "https" if context else "http",
+            len(config.keys),
+            args.router,
+            metrics_host,
+            metrics_port,
         )
     )
     sys.stdout.flush()
@@ -468,7 +538,7 @@ def main(argv: List[str]) -> int:
         asyncio.run(_serve(args, config))
     except KeyboardInterrupt:
         return 0
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         sys.stderr.write("llmgw front: {}\n".format(exc))
         return 1
     return 0

@@ -37,6 +37,8 @@ class TargetArgs(StepArgs):
     gateway: str | None = Field(default=None, min_length=1)
     model: str | None = Field(default=None, min_length=1)
     api_key_env: str | None = Field(default=None, pattern=ENV_NAME)
+    ca_file: str | None = Field(default=None, min_length=1)
+    """The CA file a gateway's HTTPS certificate is checked against (default: the system's)."""
 
     @model_validator(mode="after")
     def _one_target(self) -> TargetArgs:
@@ -67,6 +69,8 @@ class Target:
     api_key: str | None = field(default=None, repr=False)
     host: str = "127.0.0.1"
     """The address on the node the port listens on (an engine's bind address)."""
+    tls: Any = None
+    """`ClientTls` for a gateway that speaks HTTPS, else None."""
 
 
 async def engine_target(args: TargetArgs, ctx: StepContext) -> Target:
@@ -92,7 +96,13 @@ async def engine_target(args: TargetArgs, ctx: StepContext) -> Target:
     workers = await router_workers(reach, gateway)
     model = choose_model([w["model"] for w in workers.values()], args.model, gateway.name)
     key = client_key(args.api_key_env, gateway.api_key_env)
-    return Target(reach, gateway.node, gateway.port, model, gateway, api_key=key)
+    tls = None
+    if gateway.tls:
+        from llmgw_core.serve.http import ClientTls
+
+        server_name = fleet.inventory.node_spec(gateway.node).host
+        tls = ClientTls(server_name=server_name, ca_file=args.ca_file)
+    return Target(reach, gateway.node, gateway.port, model, gateway, api_key=key, tls=tls)
 
 
 async def run_ask(args: AskArgs, ctx: StepContext) -> StepOutcome:
@@ -110,6 +120,7 @@ async def run_ask(args: AskArgs, ctx: StepContext) -> StepOutcome:
             max_tokens=args.max_tokens,
             api_key=target.api_key,
             host=target.host,
+            tls=target.tls,
         )
     except KeyRefused as refused:
         if args.expect != "refused":

@@ -48,6 +48,7 @@ async def run_bench(args: BenchArgs, ctx: StepContext) -> StepOutcome:
         max_tokens=args.max_tokens,
         api_key=target.api_key,
         host=target.host,
+        tls=target.tls,
     )
     figures["requests_per_s"] = (
         round(figures["requests"] / figures["wall_s"], 1) if figures["wall_s"] else None
