@@ -1,5 +1,9 @@
 """The error every protocol operation raises, and typed access to request args.
 
+An op declares its arguments in a table of `Arg`s (type, default, finite
+range, list items) and reads them through `checked`: one rule for every op,
+so a NaN, a string or a huge number is `bad_args` wherever it is sent.
+
 An operation that cannot do what it was asked raises `OpError(code, message)`;
 the protocol turns it into `{"ok": false, "error": {"code", "message"}}`.
 The codes are part of the wire contract (see `protocol.py`).
@@ -9,7 +13,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
 if TYPE_CHECKING:
-    from typing import Any, Optional, Tuple
+    from typing import Any, Dict, Optional, Tuple
 
 
 class OpError(Exception):
@@ -74,3 +78,66 @@ def number_arg(
             "argument {!r} must be {}".format(name, bound or "at least {}".format(minimum)),
         )
     return value
+
+
+class Arg:
+    """One argument of an op, declared: its types, default, range and what a list holds.
+
+    Attributes:
+        types: the JSON types taken (`int` never takes a boolean).
+        default: the value when absent (`REQUIRED`: it must be given).
+        minimum, maximum: the range of a number (finite always).
+        items: the types a list's items must have.
+    """
+
+    def __init__(
+        self,
+        types: Tuple[type, ...],
+        default: Any = _MISSING,
+        minimum: Optional[float] = None,
+        maximum: Optional[float] = None,
+        items: Optional[Tuple[type, ...]] = None,
+    ) -> None:
+        self.types = types
+        self.default = default
+        self.minimum = minimum
+        self.maximum = maximum
+        self.items = items
+
+
+REQUIRED = _MISSING
+"""An `Arg` default: the argument must be given."""
+
+
+def checked(args: dict, table: Dict[str, Arg]) -> dict:
+    """`args` checked against an op's table: every declared argument, typed and in range.
+
+    Raises:
+        OpError: `bad_args` naming the first argument that is wrong.
+    """
+    found = {}
+    for name, spec in table.items():
+        numeric = int in spec.types or float in spec.types
+        if numeric and str not in spec.types:
+            value = number_arg(
+                {name: args.get(name)} if name in args else {},
+                name,
+                spec.default,
+                spec.minimum if spec.minimum is not None else float("-inf"),
+                spec.maximum,
+            )
+            if value is not None and float not in spec.types and not isinstance(value, int):
+                raise OpError("bad_args", "argument {!r} must be an integer".format(name))
+        else:
+            value = arg(args, name, spec.types, spec.default)
+        if spec.items is not None and isinstance(value, list):
+            for item in value:
+                if (isinstance(item, bool) and bool not in spec.items) or not isinstance(
+                    item, spec.items
+                ):
+                    raise OpError(
+                        "bad_args",
+                        "argument {!r} must be a list of {}".format(name, _type_names(spec.items)),
+                    )
+        found[name] = value
+    return found

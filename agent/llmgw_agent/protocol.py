@@ -62,7 +62,7 @@ import time
 
 import llmgw_agent
 from llmgw_agent import PROTOCOL_VERSION, __version__, allowed_paths, paths
-from llmgw_agent.op_args import OpError, arg, number_arg
+from llmgw_agent.op_args import REQUIRED, Arg, OpError, checked
 
 TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
 if TYPE_CHECKING:
@@ -111,6 +111,31 @@ class Channel:
 
 if TYPE_CHECKING:
     Handler = Callable[[dict, Stream], Any]
+
+
+PORT = (1, 65535)
+OP_ARGS = {
+    "cancel": {"target": Arg((str, int))},
+    "facts": {"model_dirs": Arg((list,), [], items=(str,))},
+    "doctor": {"model_dirs": Arg((list,), [], items=(str,))},
+    "shard.stop": {"shard_id": Arg((str,)), "timeout_s": Arg((int, float), None, 0, 3600)},
+    "shard.forget": {"shard_id": Arg((str,))},
+    "shard.logs": {
+        "shard_id": Arg((str,)),
+        "tail": Arg((int,), 200, 0, 1_000_000),
+        "follow": Arg((bool,), False),
+    },
+    "shard.nccl": {"shard_id": Arg((str,)), "limit": Arg((int,), 400, 1, 100_000)},
+    "port.free": {
+        "start": Arg((int,), REQUIRED, *PORT),
+        "count": Arg((int,), 1, 1, 64),
+        "avoid": Arg((list,), [], items=(int,)),
+    },
+    "download.watch": {"path": Arg((str,)), "interval_s": Arg((int, float), 2.0, 0.05, 3600)},
+}
+"""Each simple op's arguments, declared (`op_args.checked` reads them); the ops that take a
+whole spec (`shard.start`, the fabric tests) check it in their own module, with the same
+`arg`/`number_arg` rules."""
 
 
 def _failure(request_id: Any, code: str, message: str) -> dict:
@@ -249,7 +274,7 @@ class Server:
         return {"id": request_id, "ok": True, "result": result}
 
     def _cancel(self, args: dict, _stream) -> dict:
-        target = arg(args, "target", (str, int))
+        target = checked(args, OP_ARGS["cancel"])["target"]
         with self._lock:
             stream = self._in_flight.get(target)
         if stream is None:
@@ -274,9 +299,7 @@ class Server:
         return {"pong": True, "time": time.time()}
 
     def _collect(self, args: dict) -> dict:
-        model_dirs = arg(args, "model_dirs", (list,), [])
-        if not all(isinstance(item, str) for item in model_dirs):
-            raise OpError("bad_args", "model_dirs must be a list of paths")
+        model_dirs = checked(args, OP_ARGS["facts"])["model_dirs"]
         for item in model_dirs:
             refusal = allowed_paths.model_dir_refusal(item)
             if refusal:
@@ -339,11 +362,10 @@ def _op_claims(_args: dict, _stream: Stream) -> dict:
 
 
 def _op_shard_stop(args: dict, _stream: Stream) -> dict:
-    shard_id = arg(args, "shard_id", (str,))
-    timeout_s = number_arg(args, "timeout_s", None, maximum=3600.0)
+    given = checked(args, OP_ARGS["shard.stop"])
     from llmgw_agent.shards.records import stop_shard
 
-    return stop_shard(shard_id, timeout_s)
+    return stop_shard(given["shard_id"], given["timeout_s"])
 
 
 def _op_shard_list(_args: dict, _stream: Stream) -> dict:
@@ -353,27 +375,26 @@ def _op_shard_list(_args: dict, _stream: Stream) -> dict:
 
 
 def _op_shard_forget(args: dict, _stream: Stream) -> dict:
-    shard_id = arg(args, "shard_id", (str,))
+    shard_id = checked(args, OP_ARGS["shard.forget"])["shard_id"]
     from llmgw_agent.shards.records import forget_shard
 
     return forget_shard(shard_id)
 
 
 def _op_shard_logs(args: dict, stream: Stream) -> dict:
-    shard_id = arg(args, "shard_id", (str,))
-    tail = int(number_arg(args, "tail", 200, maximum=1_000_000))
-    follow = arg(args, "follow", (bool,), False)
+    given = checked(args, OP_ARGS["shard.logs"])
     from llmgw_agent.shards.logs import stream_shard_log
 
-    return stream_shard_log(shard_id, tail, follow, stream.emit, stream.cancelled)
+    return stream_shard_log(
+        given["shard_id"], given["tail"], given["follow"], stream.emit, stream.cancelled
+    )
 
 
 def _op_shard_nccl(args: dict, _stream: Stream) -> dict:
-    shard_id = arg(args, "shard_id", (str,))
-    limit = int(number_arg(args, "limit", 400, minimum=1, maximum=100_000))
+    given = checked(args, OP_ARGS["shard.nccl"])
     from llmgw_agent.shards.nccl import nccl_lines
 
-    return nccl_lines(shard_id, limit)
+    return nccl_lines(given["shard_id"], given["limit"])
 
 
 def _op_fabric_record(args: dict, _stream: Stream) -> dict:
@@ -389,19 +410,15 @@ def _op_fabric_verdicts(_args: dict, _stream: Stream) -> dict:
 
 
 def _op_port_free(args: dict, _stream: Stream) -> dict:
-    start = int(number_arg(args, "start", minimum=1, maximum=65535))
-    count = int(number_arg(args, "count", 1, minimum=1, maximum=64))
-    avoid = arg(args, "avoid", (list,), [])
-    if not all(isinstance(port, int) and not isinstance(port, bool) for port in avoid):
-        raise OpError("bad_args", "argument 'avoid' must be a list of port numbers")
+    given = checked(args, OP_ARGS["port.free"])
     from llmgw_agent.ports import free_ports
 
-    return free_ports(start, count, avoid)
+    return free_ports(given["start"], given["count"], given["avoid"])
 
 
 def _op_download_watch(args: dict, stream: Stream) -> dict:
-    path = arg(args, "path", (str,))
-    interval_s = number_arg(args, "interval_s", 2.0, minimum=0.05, maximum=3600.0)
+    given = checked(args, OP_ARGS["download.watch"])
+    path, interval_s = given["path"], given["interval_s"]
     refusal = allowed_paths.refusal(path)
     if refusal:
         raise OpError("refused", "path {}".format(refusal))
