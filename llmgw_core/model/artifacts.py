@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from llmgw_core.errors import BadInput
 from llmgw_core.model.quantization import Quantization
 from llmgw_core.model.shape import ModelShape
 
@@ -151,7 +152,35 @@ def gguf_sets(files: Iterable[RepoFile]) -> dict[str, list[RepoFile]]:
         if existing and _SPLIT.sub("", existing[0].path) != base:
             key = base.rsplit("/", 1)[-1].removesuffix(".gguf")
         groups.setdefault(key, []).append(file)
-    return {name: sorted(parts, key=lambda f: f.path) for name, parts in groups.items()}
+    sets = {name: sorted(parts, key=lambda f: f.path) for name, parts in groups.items()}
+    for name, parts in sets.items():
+        _check_split(name, parts)
+    return sets
+
+
+def _check_split(name: str, parts: list[RepoFile]) -> None:
+    """Refuse a split GGUF set with a part missing, or parts that disagree on their count.
+
+    Raises:
+        BadInput: naming the set and the part missing.
+    """
+    numbered = [_SPLIT.search(part.path) for part in parts]
+    if not any(numbered):
+        return
+    if not all(numbered):
+        raise BadInput(f"the GGUF set {name} mixes split parts with whole files")
+    counts = {int(match.group(2)) for match in numbered if match}
+    if len(counts) != 1:
+        raise BadInput(f"the parts of the GGUF set {name} disagree on how many there are")
+    (count,) = counts
+    have = {int(match.group(1)) for match in numbered if match}
+    missing = sorted(set(range(1, count + 1)) - have)
+    if missing or len(parts) != count:
+        raise BadInput(
+            f"the GGUF set {name} is split in {count} parts and part {missing[0] if missing else '?'} "
+            "is missing",
+            "download every part, or remove the others",
+        )
 
 
 def artifacts_from_listing(

@@ -56,6 +56,14 @@ ONE_CARD, ONE_NODE, SEVERAL_NODES, CPU_NODE = 0, 1, 2, 3
 GGUF_DIR = "models"
 
 
+def gguf_source(ref: str, file: str) -> str:
+    """Where the planned command finds a GGUF file: a local model's own path, else the file
+    under the Hub repository's folder in the nodes' model directory."""
+    if ref.startswith("/"):
+        return f"{ref.rstrip('/')}/{file}"
+    return f"{GGUF_DIR}/{ref}/{file}"
+
+
 @dataclass(frozen=True)
 class Way:
     """One way an artifact fits: the engine, the cards, the layout, what each card holds.
@@ -573,7 +581,7 @@ def _way(
     on_cpu = card is None
     cards = 0 if on_cpu else width * pipeline
     gguf = artifact.format == "gguf"
-    source = f"{GGUF_DIR}/{ref}/{artifact.files[0]}" if gguf and artifact.files else ref
+    source = gguf_source(ref, artifact.files[0]) if gguf and artifact.files else ref
     flag = quantization_flag(artifact, engine)
     serve = shlex.join(
         planned_argv(

@@ -393,3 +393,11 @@ def test_processes_on_a_mig_card_land_on_their_instance(tmp_path):
     gpus = {g["label"]: g for g in _facts(smi, listing)["gpus"]}
     assert gpus["0/mig1"]["processes"] == [{"pid": 4242, "name": "python3", "used_mib": 17000}]
     assert gpus["0/mig0"]["processes"] == []
+
+
+def test_a_reading_with_non_ascii_or_four_hundred_digits_is_no_reading():
+    from llmgw_agent.discover.fields import number, whole
+
+    assert number("19968 MiB") == 19968.0 and whole("3.97 W") == 4
+    assert number("\u0661\u0669\u0669\u0666\u0668 MiB") is None  # Arabic-Indic 19968
+    assert number("9" * 400 + " MiB") is None and whole("9" * 400) is None  # no float overflow

@@ -24,7 +24,9 @@ _PLACEHOLDERS = {
     "requested functionality has been deprecated",
 }
 
-_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
+_NUMBER = re.compile(r"^\s*(-?\d{1,18}(?:\.\d{1,18})?)(?!\d)", re.ASCII)
+"""A number as the tools print one: ASCII digits (`\\d` alone takes `٣`), 18 at most (a
+400-digit figure is no reading: it would overflow a float)."""
 
 
 def clean(text: Optional[str]) -> Optional[str]:

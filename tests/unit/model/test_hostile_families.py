@@ -301,3 +301,16 @@ def test_a_hostile_gguf_value_is_read_or_refused_in_a_sentence(key, value):
         assert exc.sentence().startswith("model.gguf") and "\n" not in exc.sentence()
         return
     assert count_parameters(shape).total > 0
+
+
+def test_a_split_gguf_with_a_part_missing_is_refused_naming_the_part():
+    from llmgw_core.model.artifacts import RepoFile, gguf_sets
+
+    parts = [RepoFile(f"q/tiny-Q8_0-0000{i}-of-00003.gguf", 10) for i in (1, 3)]
+    with pytest.raises(BadInput, match=r"split in 3 parts and part 2 is missing"):
+        gguf_sets(parts)
+    whole = [RepoFile(f"q/tiny-Q8_0-0000{i}-of-00003.gguf", 10) for i in (1, 2, 3)]
+    assert [len(v) for v in gguf_sets(whole).values()] == [3]
+    disagree = [RepoFile("a-00001-of-00002.gguf", 1), RepoFile("a-00002-of-00003.gguf", 1)]
+    with pytest.raises(BadInput, match="disagree on how many"):
+        gguf_sets(disagree)
