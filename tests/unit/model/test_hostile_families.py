@@ -264,15 +264,20 @@ def test_a_hostile_value_anywhere_in_a_real_config_is_read_or_refused_in_a_sente
 @given(path=st.sampled_from(["metadata", "total_size", "total_parameters", "weight_map", "shard"]),
        value=hostile_values)  # fmt: skip
 def test_a_hostile_value_anywhere_in_an_index_is_read_or_refused_in_a_sentence(path, value):
-    value = hostile(value)
-    index: dict[str, Any] = {
-        "metadata": {"total_size": 10**9, "total_parameters": 5 * 10**8},
-        "weight_map": {"lm_head.weight": "model-00001-of-00001.safetensors"},
-    }
+    drawn, value = value, hostile(value)
+    real = sorted(MODELS.glob("*/model.safetensors.index.json")) if MODELS.exists() else []
+    index: dict[str, Any] = (
+        json.loads(real[drawn % len(real)].read_text())
+        if real
+        else {"metadata": {"total_size": 10**9}, "weight_map": {"lm_head.weight": "m.safetensors"}}
+    )
+    index.setdefault("metadata", {})
+    index.setdefault("weight_map", {"lm_head.weight": "model-00001-of-00001.safetensors"})
+    first = next(iter(index["weight_map"]), "lm_head.weight")
     if path in ("metadata", "weight_map"):
         index[path] = value
     elif path == "shard":
-        index["weight_map"]["lm_head.weight"] = value
+        index["weight_map"][first] = value
     else:
         index["metadata"][path] = value
     try:
