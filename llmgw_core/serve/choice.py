@@ -21,7 +21,7 @@ from llmgw_core.model.shape import ModelShape
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Want
 from llmgw_core.planner.fit import Sizer
-from llmgw_core.planner.plan import GGUF_DIR, Plan, Way
+from llmgw_core.planner.plan import Plan, Way, gguf_source
 from llmgw_core.planner.pools import Fleet
 from llmgw_core.planner.ways import (
     dtype_flag,
@@ -313,7 +313,7 @@ def _forced(plan: Plan, model: ModelInfo, fleet: Fleet, overrides: Overrides) ->
         )
     gguf = artifact.format == "gguf"
     ref = model.repo_id or model.ref
-    source = f"{GGUF_DIR}/{ref}/{artifact.files[0]}" if gguf and artifact.files else ref
+    source = gguf_source(ref, artifact.files[0]) if gguf and artifact.files else ref
     label = (
         f"{nodes} nodes × {per_node} × {card.label}" if nodes > 1 else f"{per_node} × {card.label}"
     )
