@@ -58,6 +58,7 @@ _HOP = {
     "content-length",
     "authorization",
     "host",
+    "expect",
 }
 _OPEN = ("/health", "/liveness")
 
@@ -252,6 +253,10 @@ class Front:
         if not 0 <= length <= MAX_BODY_BYTES:
             await _answer(writer, 413, b'{"error": "body too large"}', close=True)
             return False
+        if length and named.get("expect", "").lower() == "100-continue":
+            # curl and others wait for this before sending a body over 1 KiB.
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await writer.drain()
         body = await reader.readexactly(length) if length else b""
         route = target.split("?", 1)[0]
         if route in _OPEN:

@@ -1,0 +1,123 @@
+"""The gateway's front as a real process, at the level of HTTP bytes (no router behind it).
+
+What the demo's gateway tests cannot see: how it frames what it refuses, a
+client that waits for `100 Continue`, a body it will not take, and its
+loopback port saying the router is down.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from agent_process import agent_env
+
+KEY = "sk-front-test-0123456789"
+
+
+def _port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
+    state = tmp_path_factory.mktemp("front-state")
+    port, router, metrics = _port(), _port(), _port()  # nothing listens on `router`
+    config = {"keys": [{"id": "ops", "key": KEY, "models": None}], "upstream": {}}
+    env = agent_env(state, LLMGW_FRONT_CONFIG=json.dumps(config))
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-S", "-m", "llmgw_agent", "front"),
+            *("--listen", f"127.0.0.1:{port}", "--router", f"127.0.0.1:{router}"),
+            *("--metrics", f"127.0.0.1:{metrics}"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith(b"llmgw front on 127.0.0.1:")
+    try:
+        yield port, metrics
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _exchange(port: int, raw: bytes, *, read_until_close: bool = True) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(raw)
+        if not read_until_close:
+            return connection.recv(65536)
+        chunks = []
+        while chunk := connection.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def test_a_client_waiting_for_100_continue_gets_it_before_sending_its_body(front):
+    port, _metrics = front
+    body = json.dumps({"model": "m", "prompt": "x" * 5000}).encode()
+    head = (
+        "POST /v1/completions HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(head)
+        assert connection.recv(1024).startswith(b"HTTP/1.1 100 Continue\r\n")
+        connection.sendall(body)
+        answer = b"".join(iter(lambda: connection.recv(65536), b""))
+    assert answer.startswith(b"HTTP/1.1 401 ")
+    error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+    assert error["type"] == "invalid_request_error" and "API key" in error["message"]
+
+
+def test_what_the_front_will_not_take_is_answered_and_closed(front):
+    port, _metrics = front
+    chunked = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n0\r\n\r\n"
+    )
+    assert _exchange(port, chunked).startswith(b"HTTP/1.1 411 ")
+    huge = b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 99999999999\r\n\r\n"
+    assert _exchange(port, huge).startswith(b"HTTP/1.1 413 ")
+    assert _exchange(port, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    admin = b"POST /workers HTTP/1.1\r\nHost: g\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    assert _exchange(port, admin).startswith(b"HTTP/1.1 404 ")
+
+
+def test_a_keyed_request_meets_a_router_that_is_down_with_a_502(front):
+    port, metrics = front
+    request = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 2\r\n"
+        f"Authorization: Bearer {KEY}\r\nConnection: close\r\n\r\n{{}}"
+    ).encode()
+    assert _exchange(port, request).startswith(b"HTTP/1.1 502 ")
+    liveness = b"GET /liveness HTTP/1.1\r\nHost: m\r\n\r\n"
+    assert _exchange(metrics, liveness).startswith(b"HTTP/1.1 503 ")
+    counted = _exchange(metrics, b"GET /metrics HTTP/1.1\r\nHost: m\r\n\r\n").decode()
+    assert 'llmgw_gateway_requests_total{key="ops",outcome="router_unreachable"} 1' in counted
+    assert KEY not in counted
+
+
+def test_a_certificate_that_is_not_one_stops_the_front_with_a_sentence(tmp_path: Path):
+    config = {"keys": [], "upstream": {}, "tls": {"cert": "not pem", "key": "not pem"}}
+    done = subprocess.run(
+        [
+            *(sys.executable, "-S", "-m", "llmgw_agent", "front", "--listen", "127.0.0.1:0"),
+            *("--router", "127.0.0.1:1", "--metrics", "127.0.0.1:0"),
+        ],
+        env=agent_env(tmp_path / "state", LLMGW_FRONT_CONFIG=json.dumps(config)),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith("llmgw front: the certificate or its key is not usable")
