@@ -244,16 +244,26 @@ async def bench(
     api_key: str | None = None,
     host: str = "127.0.0.1",
     tls: ClientTls | None = None,
+    duration_s: float | None = None,
 ) -> dict[str, Any]:
-    """`requests` completions, `concurrency` at a time: tokens a second and latency percentiles."""
-    gate = asyncio.Semaphore(concurrency)
+    """`requests` completions (or, with `duration_s`, as many as fit in it), `concurrency` at
+    a time: tokens a second, latency percentiles, and the requests that failed, counted.
+
+    A request that gets no answer or an error is counted in `failed` (the
+    first three sentences in `errors`) rather than ending the measure: a roll
+    or a fault is measured by how many failed.
+
+    Raises:
+        LlmgwError: not one request was answered (the first failure's own error).
+    """
     answers: list[Answer] = []
+    failures: list[LlmgwError] = []
 
     verify: ssl.SSLContext | bool = tls.context() if tls is not None else True
     async with httpx.AsyncClient(timeout=ASK_TIMEOUT_S, verify=verify) as client:
 
         async def one() -> None:
-            async with gate:
+            try:
                 answers.append(
                     await chat(
                         reach,
@@ -268,15 +278,37 @@ async def bench(
                         tls=tls,
                     )
                 )
+            except LlmgwError as exc:
+                failures.append(exc)
 
         started = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(requests)))
+        if duration_s is not None:
+            deadline = started + duration_s
+
+            async def sender() -> None:
+                while time.perf_counter() < deadline:
+                    await one()
+
+            await asyncio.gather(*(sender() for _ in range(concurrency)))
+        else:
+            gate = asyncio.Semaphore(concurrency)
+
+            async def gated() -> None:
+                async with gate:
+                    await one()
+
+            await asyncio.gather(*(gated() for _ in range(requests)))
         wall_s = time.perf_counter() - started
+    if not answers:
+        if failures:
+            raise failures[0]
+        raise LlmgwError(f"no request was sent to {node} in {duration_s or 0:g} s")
     latencies = [a.latency_s for a in answers]
     tokens = sum(a.completion_tokens for a in answers)
-    return {
-        "requests": requests,
+    figures: dict[str, Any] = {
+        "requests": len(answers) + len(failures),
         "concurrency": concurrency,
+        "failed": len(failures),
         "completion_tokens": tokens,
         "wall_s": round(wall_s, 3),
         "tokens_per_s": round(tokens / wall_s, 1) if wall_s > 0 else None,
@@ -287,6 +319,11 @@ async def bench(
             "mean": round(statistics.fmean(latencies), 3),
         },
     }
+    if failures:
+        figures["errors"] = [exc.sentence() for exc in failures[:3]]
+    if duration_s is not None:
+        figures["duration_s"] = duration_s
+    return figures
 
 
 async def close_quietly(reach: EngineReach) -> None:

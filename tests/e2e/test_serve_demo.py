@@ -667,3 +667,23 @@ def test_the_keys_example_answers_with_the_key_and_refuses_without(
     ):
         demo.loop.run(script.steps[0].step.call(script.steps[0].args, demo.ctx))
     assert demo.claims() == {}
+
+
+def test_bench_for_a_duration_counts_what_failed_instead_of_stopping(
+    demo: Demo, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("LLMGW_TIMED_KEY", "sk-timed-0123456789")
+    served = demo.step(
+        "serve", model="catalog:meta-llama/Llama-3.1-8B-Instruct", context=8192,
+        gpu_class="l40s-48g", name="timed", api_key_env="LLMGW_TIMED_KEY",
+    )  # fmt: skip
+    assert served.ok, served.error
+    try:
+        timed = demo.step("bench", replica="timed", duration_s=1.5, concurrency=2).result
+        assert timed["duration_s"] == 1.5 and timed["failed"] == 0
+        assert timed["requests"] >= 2 and timed["wall_s"] >= 1.5
+        # Every request refused (no key): not one answered, so the step fails with the 401.
+        with pytest.raises(Exception, match=r"refused the request \(401\)"):
+            demo.step("bench", replica="timed", requests=4, api_key_env="none")
+    finally:
+        demo.step("stop", replica="timed")

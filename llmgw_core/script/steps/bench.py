@@ -7,7 +7,9 @@ steps:
 ```
 
 Through a gateway it also says how the load split: the requests each
-engine took, from the router's own counters.
+engine took, from the router's own counters. `duration_s: 40` sends for 40
+seconds instead of a count; a request that fails is counted in `failed`
+(the first errors named in `errors`) rather than ending the step.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class BenchArgs(TargetArgs):
     requests: int = Field(default=16, ge=1, le=100_000)
     concurrency: int = Field(default=4, ge=1, le=4096)
     max_tokens: int = Field(default=64, ge=1, le=32_768)
+    duration_s: float | None = Field(default=None, gt=0, le=86_400)
+    """Send for this long instead of `requests` (to measure a roll or a fault)."""
 
 
 async def run_bench(args: BenchArgs, ctx: StepContext) -> StepOutcome:
@@ -49,6 +53,7 @@ async def run_bench(args: BenchArgs, ctx: StepContext) -> StepOutcome:
         api_key=target.api_key,
         host=target.host,
         tls=target.tls,
+        duration_s=args.duration_s,
     )
     figures["requests_per_s"] = (
         round(figures["requests"] / figures["wall_s"], 1) if figures["wall_s"] else None
@@ -73,6 +78,8 @@ def render_bench(result: dict[str, Any]) -> Any:
         f"over {result.get('requests')} requests, {result.get('concurrency')} at a time\n"
         f"latency p50 {latency.get('p50')} s, p90 {latency.get('p90')} s, p99 {latency.get('p99')} s"
     )
+    if result.get("failed"):
+        text.append(f"\n{result['failed']} failed: " + "; ".join(result.get("errors") or []), "red")
     for url, taken in (result.get("split") or {}).items():
         text.append(f"\n  {url}: {taken} request(s)")
     return text
