@@ -1,4 +1,5 @@
-"""`llmgw-tui`: the console, with `--run` the headless runner, with `--serve-web` the console in a browser.
+"""`llmgw-tui`: the console, with `--run` the headless runner, with `--serve-web` the console in a browser;
+`llmgw-tui demo up|down|status` keeps the demo fleet up between runs.
 
 Nothing is imported before the chosen path needs it: the headless path never
 imports Textual (nor SSH, for a script that plans against a described fleet),
@@ -76,6 +77,11 @@ def before_any_model() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `llmgw-tui` console script."""
     before_any_model()
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["demo"]:
+        from llmgw_core.fleet.sim.kept import demo_main
+
+        return demo_main(given[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.json and not args.run:

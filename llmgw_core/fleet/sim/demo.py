@@ -27,6 +27,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,13 +106,18 @@ class DemoFleet:
     settings: SshSettings
     _stopped: bool = False
 
-    async def stop(self) -> None:
-        """Stop every server and everything still running from the demo's folder."""
+    async def stop(self, spare: Iterable[int] = ()) -> None:
+        """Stop every server and everything still running from the demo's folder.
+
+        Args:
+            spare: processes that name the folder and must live on (the
+                `demo down` that asked for the stop).
+        """
         if self._stopped:
             return
         self._stopped = True
         await asyncio.gather(*(server.stop() for server in self.servers.values()))
-        sweep(self.root)
+        sweep(self.root, spare=spare)
         atexit.unregister(sweep)
 
 
@@ -212,14 +218,14 @@ def _capture_adapters(capture: Path) -> list[str]:
     return sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
 
 
-def processes_rooted_in(root: Path) -> list[int]:
+def processes_rooted_in(root: Path, spare: Iterable[int] = ()) -> list[int]:
     """Our processes that run from `root`: cwd, command line or environment inside it."""
     marker = os.fsencode(str(root.resolve()))
     found = []
-    me = os.getpid()
+    spared = {os.getpid(), *spare}
     uid = os.getuid()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
+        if not entry.name.isdigit() or int(entry.name) in spared:
             continue
         try:
             if entry.stat().st_uid != uid:
@@ -238,9 +244,9 @@ def processes_rooted_in(root: Path) -> list[int]:
     return found
 
 
-def sweep(root: Path, grace_s: float = 2.0) -> None:
+def sweep(root: Path, grace_s: float = 2.0, spare: Iterable[int] = ()) -> None:
     """End every process still running from `root` (TERM, then KILL), then remove it."""
-    pids = processes_rooted_in(root)
+    pids = processes_rooted_in(root, spare)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)

@@ -1,0 +1,181 @@
+"""The demo fleet kept up between runs: `llmgw-tui demo up | down | status [--dir DIR]`.
+
+Like `kind create cluster`: `up` starts the demo fleet (its SSH servers, one
+per simulated node) in a detached process and prints the path of its
+inventory as its last line, so any number of consoles, scripts and browsers
+use one demo fleet with `--inventory THAT_FILE`. Running `up` again while it
+is up prints the same path. `down` stops it, and with it every agent and
+shard its nodes ran: no process is left. `--demo` is untouched: it still
+starts a fleet of its own for one console or script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STOPPING_FILE = "stopping"
+"""The pid of the `down` asking the demo to stop: its sweep spares it (its argv names the folder)."""
+UP_FILE = "up.json"
+"""Written in the demo's folder once its servers listen: `{pid, inventory, started_at}`."""
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 30.0
+
+
+def default_dir() -> Path:
+    """`$XDG_STATE_HOME/llmgw-demo`, else `~/.local/state/llmgw-demo`."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "llmgw-demo"
+
+
+def running(folder: Path) -> dict | None:
+    """The kept-up demo in `folder` when its process is alive, else None."""
+    try:
+        record = json.loads((folder / UP_FILE).read_text(encoding="utf-8"))
+        pid = int(record["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return record
+
+
+def demo_main(argv: list[str]) -> int:
+    """`llmgw-tui demo up|down|status [--dir DIR]` (and the detached `serve` itself)."""
+    parser = argparse.ArgumentParser(prog="llmgw-tui demo", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["up", "down", "status", "serve"])
+    parser.add_argument("--dir", metavar="DIR", help=f"where it lives (default {default_dir()})")
+    args = parser.parse_args(argv)
+    folder = Path(args.dir).expanduser().resolve() if args.dir else default_dir()
+    action = {"up": up, "down": down, "status": status, "serve": serve}[args.action]
+    return action(folder)
+
+
+def up(folder: Path) -> int:
+    """Start the demo fleet detached (unless it is up) and print its inventory's path."""
+    found = running(folder)
+    if found is not None:
+        print(found["inventory"])
+        return 0
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (folder / UP_FILE).unlink(missing_ok=True)
+    with open(folder / "demo.log", "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "llmgw_tui.cli", "demo", "serve", "--dir", str(folder)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives this command and its terminal
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while (found := running(folder)) is None:
+        if process.poll() is not None:
+            print(f"llmgw-tui: the demo fleet did not start: {_last_line(folder)}", file=sys.stderr)
+            return 1
+        if time.monotonic() > deadline:
+            process.kill()
+            print(
+                f"llmgw-tui: the demo fleet did not start in {START_TIMEOUT_S:g} s", file=sys.stderr
+            )
+            return 1
+        time.sleep(0.1)
+    print(f"the demo fleet is up in {folder} (pid {found['pid']}); use it with --inventory:")
+    print(found["inventory"])
+    return 0
+
+
+def down(folder: Path) -> int:
+    """Stop the kept-up demo fleet and everything its nodes run."""
+    found = running(folder)
+    if found is None:
+        print(f"the demo fleet in {folder} is not up")
+        return 0
+    pid = int(found["pid"])
+    (folder / STOPPING_FILE).write_text(str(os.getpid()), encoding="utf-8")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while _alive(pid) and time.monotonic() < deadline:  # it sweeps its nodes' processes first
+        time.sleep(0.1)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        from llmgw_core.fleet.sim.demo import sweep
+
+        sweep(folder, spare=(os.getpid(),))
+    print(f"the demo fleet in {folder} is down")
+    return 0
+
+
+def status(folder: Path) -> int:
+    """Say whether the demo fleet is up, and where its inventory is."""
+    found = running(folder)
+    if found is None:
+        print(f"the demo fleet in {folder} is down")
+        return 3
+    print(f"the demo fleet in {folder} is up (pid {found['pid']}): {found['inventory']}")
+    return 0
+
+
+def serve(folder: Path) -> int:
+    """The detached process: the demo fleet's servers until SIGTERM, then nothing left."""
+    return asyncio.run(_serve(folder))
+
+
+async def _serve(folder: Path) -> int:
+    from llmgw_core.fleet.sim.demo import start_demo_fleet
+
+    demo = await start_demo_fleet(folder)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    record = {
+        "pid": os.getpid(),
+        "inventory": str(folder / "inventory.yaml"),
+        "started_at": time.time(),
+    }
+    temporary = folder / f"{UP_FILE}.tmp"
+    temporary.write_text(json.dumps(record), encoding="utf-8")
+    temporary.replace(folder / UP_FILE)
+    print(f"up: {record['inventory']}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        (folder / UP_FILE).unlink(missing_ok=True)
+        await demo.stop(spare=_stopping(folder))
+    print("down", flush=True)
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not: it only waits to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _stopping(folder: Path) -> tuple[int, ...]:
+    try:
+        return (int((folder / STOPPING_FILE).read_text(encoding="utf-8").strip()),)
+    except (OSError, ValueError):
+        return ()
+
+
+def _last_line(folder: Path) -> str:
+    try:
+        lines = (folder / "demo.log").read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "no output"
+    return lines[-1] if lines else "no output"
