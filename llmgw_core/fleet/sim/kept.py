@@ -68,8 +68,12 @@ def up(folder: Path) -> int:
     if found is not None:
         print(found["inventory"])
         return 0
+    if (folder / UP_FILE).exists():
+        # Its process was killed outright: end what its nodes still run before starting anew.
+        from llmgw_core.fleet.sim.demo import sweep
+
+        sweep(folder, spare=(os.getpid(),))
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (folder / UP_FILE).unlink(missing_ok=True)
     with open(folder / "demo.log", "ab") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "llmgw_tui.cli", "demo", "serve", "--dir", str(folder)],
