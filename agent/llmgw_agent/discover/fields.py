@@ -24,9 +24,8 @@ _PLACEHOLDERS = {
     "requested functionality has been deprecated",
 }
 
-_NUMBER = re.compile(r"^\s*(-?\d{1,18}(?:\.\d{1,18})?)(?!\d)", re.ASCII)
-"""A number as the tools print one: ASCII digits (`\\d` alone takes `٣`), 18 at most (a
-400-digit figure is no reading: it would overflow a float)."""
+_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)", re.ASCII)
+"""A number as the tools print one, in ASCII digits (`\\d` alone takes `٣`)."""
 
 
 def clean(text: Optional[str]) -> Optional[str]:
@@ -51,13 +50,15 @@ def number(text: Optional[str]) -> Optional[float]:
     if value is None:
         return None
     match = _NUMBER.match(value)
-    return float(match.group(1)) if match else None
+    return float(match.group(1)) if match else None  # 400 digits: inf, never an exception
 
 
 def whole(text: Optional[str]) -> Optional[int]:
-    """Like `number`, rounded to an int (MiB, %, counts)."""
+    """Like `number`, rounded to an int (MiB, %, counts); no reading when it is not finite."""
     value = number(text)
-    return None if value is None else round(value)
+    if value is None or value != value or value in (float("inf"), float("-inf")):
+        return None
+    return round(value)
 
 
 def flag(text: Optional[str]) -> Optional[bool]:

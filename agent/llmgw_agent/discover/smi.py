@@ -159,12 +159,13 @@ MAX_CARD_MIB = 16 * 1024 * 1024
 
 def card_memory_mib(text: Optional[str], index: int) -> Optional[int]:
     """A card's total memory in MiB, refused when no card could hold it."""
-    value = whole(text)
-    if value is not None and value > MAX_CARD_MIB:
+    value = number(text)
+    if value is not None and not value <= MAX_CARD_MIB:  # NaN and infinity included
+        shown = "{:.0f}".format(value) if value < 1e30 else "an absurd number of"
         raise SmiParseError(
-            "GPU {} reports {} MiB of memory, more than any card has".format(index, value)
+            "GPU {} reports {} MiB of memory, more than any card has".format(index, shown)
         )
-    return value
+    return whole(text)
 
 
 _ENTITY = re.compile(r"<!ENTITY", re.IGNORECASE)
