@@ -32,6 +32,12 @@ class StepContext:
         self._live: Any = None
         self._closers: list[Callable[[], Awaitable[None]]] = []
 
+    def local_path(self, path: str) -> Path:
+        """A file on the operator's machine a step names: as given when absolute (or under
+        `~`), else from the script's folder, as a local model is."""
+        given = Path(path).expanduser()
+        return given if given.is_absolute() else self.script_dir / given
+
     @property
     def has_live_fleet(self) -> bool:
         """True when the script runs against real (or demo) nodes."""

@@ -101,7 +101,8 @@ async def engine_target(args: TargetArgs, ctx: StepContext) -> Target:
         from llmgw_core.serve.http import ClientTls
 
         server_name = fleet.inventory.node_spec(gateway.node).host
-        tls = ClientTls(server_name=server_name, ca_file=args.ca_file)
+        ca_file = str(ctx.local_path(args.ca_file)) if args.ca_file else None
+        tls = ClientTls(server_name=server_name, ca_file=ca_file)
     return Target(reach, gateway.node, gateway.port, model, gateway, api_key=key, tls=tls)
 
 

@@ -29,7 +29,13 @@ async def run_gateway(args: GatewayStepArgs, ctx: StepContext) -> StepOutcome:
     from llmgw_core.serve.tunnels import fleet_and_reach
 
     fleet, reach = await fleet_and_reach(ctx)
-    gateway = GatewayArgs.model_validate(args.model_dump())
+    given = args.model_dump()
+    # Files on the operator's machine are read from the script's folder, as a local model is.
+    if given.get("keys_file"):
+        given["keys_file"] = str(ctx.local_path(given["keys_file"]))
+    if given.get("tls"):
+        given["tls"] = {role: str(ctx.local_path(path)) for role, path in given["tls"].items()}
+    gateway = GatewayArgs.model_validate(given)
     return StepOutcome(result=await start_gateway(fleet, reach, gateway))
 
 
