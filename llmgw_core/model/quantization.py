@@ -55,17 +55,20 @@ def _whole(value: Any, key: str, default: int) -> int:
     """A whole number from a quantisation block, the default when absent."""
     if value is None:
         return default
+    whole = isinstance(value, int) and not isinstance(value, bool)
     if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or int(value) != value
+        not (whole or (isinstance(value, float) and math.isfinite(value) and value == int(value)))
         or value <= 0
+        or value > MAX_QUANT_NUMBER
     ):
         raise BadInput(
             f"quantization_config: {key} is {shown_value(value)}, not a positive whole number"
         )
     return int(value)
+
+
+MAX_QUANT_NUMBER = 2**20
+"""Bits, group sizes and the like: none comes near (a group of a million weights is none)."""
 
 
 def _grouped_int_bits(bits: int, group_size: int | None, *, zero_point: bool) -> float:

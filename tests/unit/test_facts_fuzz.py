@@ -14,11 +14,17 @@ import copy
 import json
 import math
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "model"))
+
+from json_paths import json_paths, put
 
 from llmgw_core.errors import BadInput
 from llmgw_core.facts import parse_facts
@@ -50,17 +56,6 @@ def real_facts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, 
     return found
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            found += _paths(inner, (*prefix, key))
-    elif isinstance(value, list):
-        for index, inner in enumerate(value[:4]):
-            found += _paths(inner, (*prefix, index))
-    return found
-
-
 @settings(
     max_examples=250,
     deadline=None,
@@ -73,12 +68,8 @@ def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 )
 def test_hostile_facts_are_refused_in_a_sentence_or_read_and_drawn(real_facts, kind, pick, value):  # fmt: skip
     raw = copy.deepcopy(list(real_facts.values())[kind % len(real_facts)])
-    paths = _paths(raw)
-    path = paths[pick % len(paths)]
-    target = raw
-    for step in path[:-1]:
-        target = target[step]
-    target[path[-1]] = copy.deepcopy(HOSTILE[value])
+    paths = json_paths(raw, items=4)
+    put(raw, paths[pick % len(paths)], copy.deepcopy(HOSTILE[value]))
     try:
         facts = parse_facts(raw, "n1")
     except BadInput as exc:

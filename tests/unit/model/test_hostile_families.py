@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from json_paths import json_paths, put
 
 from llmgw_core.errors import BadInput
 from llmgw_core.model.assemble import parse_config_text, read_index
@@ -223,24 +224,6 @@ def test_a_gguf_array_nested_thousands_deep_is_refused_not_recursed():
 # --- the schema-driven fuzz ------------------------------------------------------------
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every path to a value inside a JSON document, maps and lists alike."""
-    found = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            found += _paths(inner, (*prefix, key))
-    elif isinstance(value, list):
-        for index, inner in enumerate(value[:8]):
-            found += _paths(inner, (*prefix, index))
-    return found
-
-
-def _put(document: Any, path: tuple[Any, ...], value: Any) -> None:
-    for step in path[:-1]:
-        document = document[step]
-    document[path[-1]] = value
-
-
 @functools.cache
 def _real_indexes() -> list[dict[str, Any]]:
     found = sorted(MODELS.glob("*/model.safetensors.index.json")) if MODELS.exists() else []
@@ -263,8 +246,8 @@ def test_a_hostile_value_anywhere_in_a_real_config_is_read_or_refused_in_a_sente
     file, pick, value
 ):
     config = json.loads(CONFIGS[file % len(CONFIGS)].read_text())
-    paths = _paths(config)
-    _put(config, paths[pick % len(paths)], hostile(value))
+    paths = json_paths(config)
+    put(config, paths[pick % len(paths)], hostile(value))
     _read_whole(config)
 
 
@@ -327,3 +310,14 @@ def test_a_split_gguf_with_a_part_missing_is_refused_naming_the_part():
     disagree = [RepoFile("a-00001-of-00002.gguf", 1), RepoFile("a-00002-of-00003.gguf", 1)]
     with pytest.raises(BadInput, match="disagree on how many"):
         gguf_sets(disagree)
+
+
+@needs_fixtures
+@pytest.mark.parametrize("value", [10**400, -(10**400), math.nan, 2**40])
+def test_a_quantisation_number_past_any_format_is_refused(value):
+    config = _config()
+    config["quantization_config"] = {"quant_method": "gptq", "bits": value, "group_size": 128}
+    with pytest.raises(
+        BadInput, match=r"quantization_config: bits is .*, not a positive whole number"
+    ):
+        shape_from_config(config)
