@@ -23,7 +23,7 @@ the start, step by step and node by node, with times.
 
 With `dry_run: true` nothing is claimed or started: the result is the
 launch `serve` would start (`replica_prepare.ServePreview`) — per node its
-rank, cards, each command's argv and environment (secrets `***`), the
+rank, cards, each command's argv and environment, the names of its secrets, the
 health URL, the way and the fallbacks.
 """
 
