@@ -47,8 +47,9 @@ KEPT_CAUGHT = 200
 
 def state_dir() -> Path:
     """The user's state folder for the console (`$XDG_STATE_HOME/llmgw`, else ~/.local/state/llmgw)."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "llmgw"
+    from llmgw_core.user_dirs import state_home
+
+    return state_home() / "llmgw"
 
 
 @dataclass(frozen=True)

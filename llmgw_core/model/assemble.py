@@ -9,13 +9,13 @@ none of them, so each reader imports it one way only.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from llmgw_core.errors import BadInput, shown_value
 from llmgw_core.model.artifacts import Artifact, RepoFile, artifacts_from_listing, gguf_quant_name
+from llmgw_core.model.numbers import whole_number
 from llmgw_core.model.shape import ModelShape, is_full_config, shape_from_config
 
 # Small JSON files that can change how the weights are read.
@@ -137,14 +137,12 @@ def _count(value: Any, what: str, bound: int) -> int | None:
     """A whole, positive number within `bound`, or None when absent."""
     if value is None:
         return None
-    whole = isinstance(value, int) and not isinstance(value, bool)
-    if not whole and not (
-        isinstance(value, float) and math.isfinite(value) and value == int(value)
-    ):
+    number = whole_number(value)
+    if number is None:
         raise BadInput(f"{what} is {shown_value(value)}, not a whole number")
-    if not 0 < value <= bound:
+    if not 0 < number <= bound:
         raise BadInput(f"{what} is {shown_value(value)}, not a size any model has")
-    return int(value)
+    return number
 
 
 def listing_artifacts(

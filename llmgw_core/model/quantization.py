@@ -13,11 +13,11 @@ loads the format on; where vLLM falls back to its Marlin weight-only kernels
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from llmgw_core.errors import BadInput, shown_value
+from llmgw_core.model.numbers import whole_number
 
 
 @dataclass(frozen=True)
@@ -55,16 +55,12 @@ def _whole(value: Any, key: str, default: int) -> int:
     """A whole number from a quantisation block, the default when absent."""
     if value is None:
         return default
-    whole = isinstance(value, int) and not isinstance(value, bool)
-    if (
-        not (whole or (isinstance(value, float) and math.isfinite(value) and value == int(value)))
-        or value <= 0
-        or value > MAX_QUANT_NUMBER
-    ):
+    number = whole_number(value)
+    if number is None or not 0 < number <= MAX_QUANT_NUMBER:
         raise BadInput(
             f"quantization_config: {key} is {shown_value(value)}, not a positive whole number"
         )
-    return int(value)
+    return number
 
 
 MAX_QUANT_NUMBER = 2**20

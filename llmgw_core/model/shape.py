@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw_core.errors import BadInput, shown_value
+from llmgw_core.model.numbers import whole_number
 from llmgw_core.model.quantization import Quantization, quantization_from_config
 
 __all__ = [
@@ -412,20 +413,18 @@ def _int(
     if value is None:
         raise BadInput(f"{where} has no {key}", "it is not a full model config")
     named = f"{where}: {label or key}"
-    whole = isinstance(value, int) and not isinstance(value, bool)
-    if not whole and not (
-        isinstance(value, float) and math.isfinite(value) and value == int(value)
-    ):
+    number = whole_number(value)
+    if number is None:
         raise BadInput(f"{named} is {shown_value(value)}, not a whole number")
-    if value < 0:
+    if number < 0:
         raise BadInput(f"{named} is negative ({shown_value(value)})")
     bound = _BOUNDS.get(key, _DEFAULT_BOUND)
-    if value > bound:
+    if number > bound:
         raise BadInput(
             f"{named} is {shown_value(value)}, more than any model holds (at most {bound})",
             "the file is damaged",
         )
-    return int(value)
+    return number
 
 
 def _optional_int(body: dict[str, Any], *keys: str) -> int | None:

@@ -32,7 +32,7 @@ from llmgw_core.fleet.state import NodeState
 from llmgw_core.planner.pools_live import live_node, planner_fleet
 from llmgw_core.views.fleet import node_detail, node_summary
 
-PROFILES = ("hgx-h100", "gb200-nvl72-tray", "a100-mig", "l40s", "cpu")
+PROFILES = ("hgx-h100", "gb200-tray", "a100-mig", "l40s", "cpu")
 HOSTILE: list[Any] = [
     math.nan, math.inf, -math.inf, 1e308, 10**400, -(2**70), -1, 0, "", "x", True, None,
     [], {}, [1, "a"], {"a": [1]},

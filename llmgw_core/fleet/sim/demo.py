@@ -253,7 +253,7 @@ def sweep(root: Path, grace_s: float = 2.0, spare: Iterable[int] = ()) -> None:
     deadline = time.monotonic() + grace_s
     while pids and time.monotonic() < deadline:
         time.sleep(0.05)
-        pids = [pid for pid in pids if _alive(pid)]
+        pids = [pid for pid in pids if alive(pid)]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
@@ -272,13 +272,14 @@ def sweep_abandoned(folder: Path) -> list[Path]:
             owner = int((root / OWNER_FILE).read_text(encoding="utf-8").strip())
         except (OSError, ValueError):
             continue
-        if owner != os.getpid() and not _alive(owner):
+        if owner != os.getpid() and not alive(owner):
             sweep(root)
             swept.append(root)
     return swept
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not: it only waits to be reaped)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             state = stat.read().rsplit(b")", 1)[1].split()[0]

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from llmgw_core.fleet.sim.demo import alive, sweep
+
 STOPPING_FILE = "stopping"
 """The pid of the `down` asking the demo to stop: its sweep spares it (its argv names the folder)."""
 UP_FILE = "up.json"
@@ -31,8 +33,9 @@ STOP_TIMEOUT_S = 30.0
 
 def default_dir() -> Path:
     """`$XDG_STATE_HOME/llmgw-demo`, else `~/.local/state/llmgw-demo`."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "llmgw-demo"
+    from llmgw_core.user_dirs import state_home
+
+    return state_home() / "llmgw-demo"
 
 
 def running(folder: Path) -> dict | None:
@@ -42,13 +45,7 @@ def running(folder: Path) -> dict | None:
         pid = int(record["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return record
+    return record if alive(pid) else None
 
 
 def demo_main(argv: list[str]) -> int:
@@ -70,8 +67,6 @@ def up(folder: Path) -> int:
         return 0
     if (folder / UP_FILE).exists():
         # Its process was killed outright: end what its nodes still run before starting anew.
-        from llmgw_core.fleet.sim.demo import sweep
-
         sweep(folder, spare=(os.getpid(),))
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(folder / "demo.log", "ab") as log:
@@ -109,12 +104,10 @@ def down(folder: Path) -> int:
     (folder / STOPPING_FILE).write_text(str(os.getpid()), encoding="utf-8")
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while _alive(pid) and time.monotonic() < deadline:  # it sweeps its nodes' processes first
+    while alive(pid) and time.monotonic() < deadline:  # it sweeps its nodes' processes first
         time.sleep(0.1)
-    if _alive(pid):
+    if alive(pid):
         os.kill(pid, signal.SIGKILL)
-        from llmgw_core.fleet.sim.demo import sweep
-
         sweep(folder, spare=(os.getpid(),))
     print(f"the demo fleet in {folder} is down")
     return 0
@@ -159,15 +152,6 @@ async def _serve(folder: Path) -> int:
         await demo.stop(spare=_stopping(folder))
     print("down", flush=True)
     return 0
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie does not: it only waits to be reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _stopping(folder: Path) -> tuple[int, ...]:
