@@ -191,7 +191,15 @@ async def _poll_ready(
     tunnel_refused: str | None = None
     answered = False
     port_open = False
+
+    def stalled() -> None:
+        if time.monotonic() - progress.last_moved > timeout_s:
+            raise _Failed(f"nothing moved for {timeout_s:g} s (startup timeout)")
+
     while True:
+        # Judged before a poll as well as after it: on a loaded machine one poll may span
+        # the whole stall, and what it then sees (the health answering) must not hide it.
+        stalled()
         for node, shard_id, rank in started:
             if fleet.snapshot().nodes[node].state != "ready":
                 raise _Failed(
@@ -234,8 +242,7 @@ async def _poll_ready(
                     progress.moved()
             except TunnelRefused as exc:
                 tunnel_refused = exc.sentence()
-        if time.monotonic() - progress.last_moved > timeout_s:
-            raise _Failed(f"nothing moved for {timeout_s:g} s (startup timeout)")
+        stalled()
         await asyncio.sleep(POLL_S)
 
 
