@@ -28,6 +28,13 @@ Operations (args → result):
   `{lines_sent, cancelled, phase}`;
 * `shard.nccl` `{shard_id, limit?=400}` → `{lines, truncated}`: the first NCCL
   INFO/WARN lines of the shard's kept log (what transport NCCL chose);
+* `shard.drain` `{shard_id}` → `{shard_id, draining_since}`: marks a shard
+  draining (gateways take its replica out of rotation; `shard.list` shows it);
+* `lease.take` `{name, holder, ttl_s?=30}` → `{name, holder, since, expires_at,
+  token}`, or `held` naming who holds it and since when; `lease.renew` `{name,
+  token, ttl_s?=30}` → the lease, or `lost`; `lease.release` `{name, token}` →
+  `{name, released}`; `lease.list` → `{leases}` (see `shards/leases.py`). The
+  leases taken on a connection are given back when it ends;
 * `port.free` `{start, count?=1, avoid?=[]}` → `{ports, listening}`: the first
   ports from `start` nothing listens on here and a bind takes (`ports.py`);
 * `download.watch` `{path, interval_s?=2}` → events `{bytes, files, exists,
@@ -47,7 +54,8 @@ stdin ends the agent cleanly.
 Error codes: `bad_json`, `bad_request` (no id/op, or an id already in flight),
 `too_large`, `unknown_op`, `bad_args`, `unavailable` (a part this agent lacks),
 `not_found` (no such shard), `busy` (a GPU held; a running shard forgotten),
-`exists` (that shard id is taken), `refused` (a path outside the agent's own
+`exists` (that shard id is taken), `held` (a service's lease is another's),
+`lost` (a lease renewed or released is no longer ours), `refused` (a path outside the agent's own
 folders and the model directories, see `allowed_paths.py`), `failed`, `internal`.
 """
 
@@ -126,6 +134,18 @@ OP_ARGS = {
         "follow": Arg((bool,), False),
     },
     "shard.nccl": {"shard_id": Arg((str,)), "limit": Arg((int,), 400, 1, 100_000)},
+    "shard.drain": {"shard_id": Arg((str,))},
+    "lease.take": {
+        "name": Arg((str,)),
+        "holder": Arg((str,)),
+        "ttl_s": Arg((int, float), 30.0, 0.05, 86_400),
+    },
+    "lease.renew": {
+        "name": Arg((str,)),
+        "token": Arg((str,)),
+        "ttl_s": Arg((int, float), 30.0, 0.05, 86_400),
+    },
+    "lease.release": {"name": Arg((str,)), "token": Arg((str,))},
     "port.free": {
         "start": Arg((int,), REQUIRED, *PORT),
         "count": Arg((int,), 1, 1, 64),
@@ -151,6 +171,8 @@ class Server:
         self._in_flight: Dict[Any, Stream] = {}
         self._threads: Dict[Any, threading.Thread] = {}
         self._lock = threading.Lock()
+        self._leases: Dict[str, str] = {}
+        """The leases taken on this connection (name → token): given back when it ends."""
         self.ops: Dict[str, Handler] = {
             "ping": self._op_ping,
             "facts": self._op_facts,
@@ -162,6 +184,11 @@ class Server:
             "shard.forget": _op_shard_forget,
             "shard.logs": _op_shard_logs,
             "shard.nccl": _op_shard_nccl,
+            "shard.drain": _op_shard_drain,
+            "lease.take": self._op_lease_take,
+            "lease.renew": self._op_lease_renew,
+            "lease.release": self._op_lease_release,
+            "lease.list": _op_lease_list,
             "port.free": _op_port_free,
             "download.watch": _op_download_watch,
             "fabric.probe": self._op_fabric_probe,
@@ -292,6 +319,20 @@ class Server:
         deadline = time.monotonic() + _EXIT_JOIN_S
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        self._give_back_leases()
+
+    def _give_back_leases(self) -> None:
+        """Release every lease taken on this connection: its holder is gone."""
+        with self._lock:
+            held = list(self._leases.items())
+            self._leases.clear()
+        if not held:
+            return
+        from llmgw_agent.shards import leases
+
+        for name, token in held:
+            with contextlib.suppress(OSError, OpError):
+                leases.release(name, token)
 
     # --- operations -------------------------------------------------------
 
@@ -349,6 +390,31 @@ class Server:
 
         return fabric_allreduce.all_reduce(args, stream.emit, stream.cancelled, self.replay)
 
+    def _op_lease_take(self, args: dict, _stream: Stream) -> dict:
+        given = checked(args, OP_ARGS["lease.take"])
+        from llmgw_agent.shards import leases
+
+        taken = leases.take(leases.checked_name(given["name"]), given["holder"], given["ttl_s"])
+        with self._lock:
+            self._leases[taken["name"]] = taken["token"]
+        return taken
+
+    def _op_lease_renew(self, args: dict, _stream: Stream) -> dict:
+        given = checked(args, OP_ARGS["lease.renew"])
+        from llmgw_agent.shards import leases
+
+        return leases.renew(leases.checked_name(given["name"]), given["token"], given["ttl_s"])
+
+    def _op_lease_release(self, args: dict, _stream: Stream) -> dict:
+        given = checked(args, OP_ARGS["lease.release"])
+        from llmgw_agent.shards import leases
+
+        released = leases.release(leases.checked_name(given["name"]), given["token"])
+        with self._lock:
+            if self._leases.get(given["name"]) == given["token"]:
+                del self._leases[given["name"]]
+        return released
+
     def _op_shard_start(self, args: dict, _stream: Stream) -> dict:
         from llmgw_agent.shards.records import start_shard
 
@@ -395,6 +461,19 @@ def _op_shard_nccl(args: dict, _stream: Stream) -> dict:
     from llmgw_agent.shards.nccl import nccl_lines
 
     return nccl_lines(given["shard_id"], given["limit"])
+
+
+def _op_shard_drain(args: dict, _stream: Stream) -> dict:
+    shard_id = checked(args, OP_ARGS["shard.drain"])["shard_id"]
+    from llmgw_agent.shards.records import drain_shard
+
+    return drain_shard(shard_id)
+
+
+def _op_lease_list(_args: dict, _stream: Stream) -> dict:
+    from llmgw_agent.shards.leases import list_leases
+
+    return {"leases": list_leases()}
 
 
 def _op_fabric_record(args: dict, _stream: Stream) -> dict:

@@ -32,6 +32,8 @@ def _llama_server(request: LaunchRequest, node: LaunchNode) -> list[str]:
     argv += ["--n-gpu-layers", ALL_LAYERS if node.gpus else "0"]
     if len(node.gpus) > 1:
         argv += ["--split-mode", "layer"]
+    # /metrics (off by default): its requests in flight, which a roll drains.
+    argv += ["--metrics"]
     return argv
 
 

@@ -346,7 +346,8 @@ class Worker:
 def wanted_workers(
     replicas: Sequence[Any], router_node: str, hosts: Mapping[str, str]
 ) -> tuple[Worker, ...]:
-    """Every ready replica's rank-0 engine, as the router on `router_node` reaches it.
+    """Every ready replica's rank-0 engine, as the router on `router_node` reaches it
+    (a replica a roll is draining is left out: it finishes what it holds and takes nothing new).
 
     Args:
         replicas: `ReplicaView`s (only the ready ones count).
@@ -356,7 +357,7 @@ def wanted_workers(
     """
     workers = []
     for replica in replicas:
-        if replica.phase != "ready":
+        if replica.phase != "ready" or replica.draining:
             continue
         head, port = replica.spec.get("head"), replica.spec.get("http_port")
         if not head or not isinstance(port, int):

@@ -9,6 +9,12 @@ from typing import Any
 from llmgw_core.errors import BadInput
 
 
+def _to_stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
 class StepContext:
     """What a step may reach: the script's folder, the described fleet, the live fleet.
 
@@ -24,8 +30,12 @@ class StepContext:
         described_fleet: list[dict[str, Any]] | None,
         inventory: str | None,
         demo: bool,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self.script_dir = script_dir
+        self.progress = progress or _to_stderr
+        """Where a long step says what it does as it does it (`apply`'s actions): stderr,
+        so `--json`'s standard output stays one JSON line per step."""
         self.described_fleet = described_fleet
         self.inventory = inventory
         self.demo = demo

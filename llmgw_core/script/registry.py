@@ -18,25 +18,10 @@ import importlib
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar, get_args
+from typing import Any, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-
+from llmgw_core.arguments import StrictArgs
 from llmgw_core.script.context import StepContext
-
-
-def _model_reference(ref: str) -> str:
-    """A model reference as a script may give one: no NUL, newline or other control character
-    (a path holding one cannot be opened, and a Hub id never does)."""
-    if any(ord(c) < 32 or ord(c) == 127 for c in ref):
-        raise ValueError("holds a control character (a NUL, a newline …): no model is named so")
-    if len(ref) > 4096:
-        raise ValueError("is longer than any path or Hub id")
-    return ref
-
-
-ModelRef = Annotated[str, Field(min_length=1), AfterValidator(_model_reference)]
-"""The `model:` of every step that names one: `catalog:…`, a Hub `org/name[@rev]`, a path."""
 
 EXIT_OK = 0
 EXIT_STEP_FAILED = 1
@@ -44,34 +29,9 @@ EXIT_BAD_INPUT = 2
 EXIT_DOES_NOT_FIT = 3
 
 
-def _takes_bool(annotation: Any) -> bool:
-    if annotation is bool or annotation is Any:
-        return True
-    return any(_takes_bool(inner) for inner in get_args(annotation))
-
-
-class StepArgs(BaseModel):
-    """Base of every step's arguments: unknown keys are refused, not ignored.
-
-    YAML's `true` is not the number 1: a boolean given where a number or a
-    name is asked for is refused rather than quietly read as 1.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_bool_for_numbers(cls, raw: Any) -> Any:
-        if isinstance(raw, dict):
-            for name, value in raw.items():
-                field_info = cls.model_fields.get(name) if isinstance(name, str) else None
-                if (
-                    isinstance(value, bool)
-                    and field_info is not None
-                    and not _takes_bool(field_info.annotation)
-                ):
-                    raise ValueError(f"{name} is {str(value).lower()}, not a number or a name")
-        return raw
+class StepArgs(StrictArgs):
+    """Base of every step's arguments: unknown keys are refused, not ignored, and YAML's
+    `true` is not the number 1 (`StrictArgs`)."""
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ async def heal(fleet: Any, reach: EngineReach, *, grace_s: float) -> list[dict[s
             api_key=api_key,
             api_key_env=key_env,
             rails="all" if asked.get("rails") == "all" else "tested",
+            service=spec.get("service") if isinstance(spec.get("service"), dict) else None,
         )
         outcome = ServeOutcome(name=view.name, phase="failed")
         record = await serve_way(

@@ -73,6 +73,8 @@ class ServeRequest:
             nodes before starting it, and fail the serve when it fails.
         rails: "tested" leaves out a rail whose last fabric test between the
             replica's nodes failed; "all" uses every rail anyway (with a warning).
+        service: the service this replica belongs to, recorded in every shard's spec:
+            `{name, hash, settings}` (`service.spec.ServiceLabel`).
     """
 
     model: str
@@ -93,6 +95,7 @@ class ServeRequest:
     revision: str | None = None
     all_reduce: bool = False
     rails: Literal["tested", "all"] = "tested"
+    service: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

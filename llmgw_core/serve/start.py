@@ -474,6 +474,8 @@ async def serve_way(
         replica["rendezvous_port"] = rendezvous
         replica["heals"] = heals
         replica["api_key_env"] = request.api_key_env  # the variable's name, never its value
+        if request.service is not None:
+            replica["service"] = dict(request.service)
         # What placing it again needs, for a console that never saw this serve.
         replica["request"] = {
             "choice": asdict(choice),

@@ -50,6 +50,8 @@ class ShardView:
     """How long ago it was started, on its node's monotonic clock (None: an older agent)."""
     running_at: float | None = None
     ended_at: float | None = None
+    draining_since: float | None = None
+    """When a roll marked it draining (its gateways take it out of rotation)."""
     argv: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
 
@@ -124,6 +126,23 @@ class ReplicaView:
         value = self.spec.get("api_key_env")
         return value if isinstance(value, str) and value else None
 
+    @property
+    def service(self) -> str | None:
+        """The service this replica belongs to (`apply` started it), None for one served by hand."""
+        label = self.spec.get("service")
+        name = label.get("name") if isinstance(label, Mapping) else None
+        return name if isinstance(name, str) and name else None
+
+    @property
+    def draining(self) -> bool:
+        """True once a roll marked it draining: gateways send it nothing new."""
+        return any(shard.draining_since is not None for shard in self.shards)
+
+    @property
+    def created_at(self) -> float:
+        """When its console started it (0 for a spec that does not say)."""
+        return _number(self.spec.get("created_at")) or 0.0
+
     def ready_engine(self) -> tuple[str, int, str]:
         """Rank 0's node, HTTP port and served name, for asking or measuring the engine.
 
@@ -153,6 +172,8 @@ class ReplicaView:
             "endpoint": self.endpoint,
             "http_host": self.http_host,
             "api_key_env": self.api_key_env,
+            "service": self.service,
+            "draining": self.draining,
             "way": self.spec.get("way", {}).get("label"),
             "fabric": self.spec.get("fabric"),
             "nvlink_domain": self.spec.get("nvlink_domain"),
@@ -161,6 +182,10 @@ class ReplicaView:
             ],
             "transport_warnings": list(self.transport_warnings),
         }
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def shard_view(node: str, record: Mapping[str, Any]) -> ShardView:
@@ -181,6 +206,7 @@ def shard_view(node: str, record: Mapping[str, Any]) -> ShardView:
         age_s=record.get("age_s"),
         running_at=record.get("running_at"),
         ended_at=record.get("ended_at"),
+        draining_since=_number(record.get("draining_since")),
         argv=tuple(launch.get("argv") or ()),
         env=dict(launch.get("env") or {}),
     )

@@ -43,6 +43,9 @@ BASE = {
     "start": "40000",
     "target": '"nothing"',
     "path": '"models/nothing"',
+    "name": '"svc"',
+    "holder": '"tester"',
+    "token": '"t"',
 }
 """A valid value for each required argument, for the others' cases."""
 

@@ -39,6 +39,7 @@ class Replica:
     name: str
     phase: str
     spec: dict[str, Any] = field(default_factory=dict)
+    draining: bool = False
 
 
 def _replica(name: str, head: str, port: int, served: str, phase: str = "ready") -> Replica:
@@ -117,6 +118,15 @@ def test_only_ready_replicas_become_workers_reached_by_their_node_address():
     )
 
 
+def test_a_replica_a_roll_is_draining_is_no_worker():
+    kept = _replica("kept", "h100-a-01", 8000, "llama")
+    draining = Replica(
+        "old", "ready", {"head": "cpu-01", "http_port": 8001, "served_name": "llama"}, draining=True
+    )
+    workers = wanted_workers([kept, draining], "cpu-01", {"h100-a-01": "10.0.0.1"})
+    assert [worker.replica for worker in workers] == ["kept"]
+
+
 def test_a_ready_engine_checked_on_another_path_than_health_is_warned_about():
     bare = Replica("bare", "ready", {"health_path": "/openapi.json"})
     loading = Replica("later", "loading", {"health_path": "/openapi.json"})
@@ -188,8 +198,8 @@ def test_a_replica_keyed_by_a_variable_the_gateway_was_not_given_is_left_out_say
     class Keyed(Replica):
         api_key_env: str | None = None
 
-    same = Keyed("a", "ready", {"served_name": "llama"}, "LLAMA_KEY")
-    other = Keyed("b", "ready", {"served_name": "llama"}, "OTHER_KEY")
+    same = Keyed("a", "ready", {"served_name": "llama"}, api_key_env="LLAMA_KEY")
+    other = Keyed("b", "ready", {"served_name": "llama"}, api_key_env="OTHER_KEY")
     open_one = Keyed("c", "ready", {"served_name": "qwen"})
     fronted, left_out = keyed_for([same, other, open_one], view)
     assert fronted == (same, open_one)

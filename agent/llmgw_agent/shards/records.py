@@ -382,6 +382,7 @@ def judge_shard(directory: Path) -> dict:
             }
             for c in commands
         ],
+        "draining_since": read_record(directory / "draining.json").get("since"),
         "spec": shard.get("spec", {}),
     }
 
@@ -473,6 +474,26 @@ def stop_shard(shard_id: str, timeout_s: Optional[float]) -> dict:
         write_record(directory / "state.json", state)
     _finish(directory, shard, "stopped", "stopped on request (by the agent)")
     return _stop_result(judge_shard(directory))
+
+
+def drain_shard(shard_id: str) -> dict:
+    """Mark a shard draining: gateways take it out of rotation while its requests finish.
+
+    The mark is a file of its own (`draining.json`), so it never races the
+    supervisor's writes of `state.json`; it goes with the shard when it is forgotten.
+
+    Returns:
+        `{"shard_id", "draining_since"}` (the first mark's time when marked twice).
+    """
+    directory = shard_directory(shard_id)
+    since = read_record(directory / "draining.json").get("since")
+    if not isinstance(since, (int, float)):
+        since = time.time()
+        try:
+            write_record(directory / "draining.json", {"since": since})
+        except OSError as exc:
+            raise OpError("failed", _unwritable(exc)) from None
+    return {"shard_id": shard_id, "draining_since": since}
 
 
 def _wait_gone(recorded: dict, token: str, timeout_s: float) -> None:

@@ -6,6 +6,7 @@ line here. Keep this file free of imports; it is read before any step loads.
 """
 
 STEP_MODULES: dict[str, str] = {
+    "apply": "llmgw_core.script.steps.apply",
     "ask": "llmgw_core.script.steps.ask",
     "bench": "llmgw_core.script.steps.bench",
     "doctor": "llmgw_core.script.steps.doctor",

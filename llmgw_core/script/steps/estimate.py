@@ -24,9 +24,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from llmgw_core.arguments import ModelRef
 from llmgw_core.errors import BadInput
 from llmgw_core.model.artifacts import Artifact
-from llmgw_core.script.registry import ModelRef, StepArgs, StepContext, StepOutcome, step
+from llmgw_core.script.registry import StepArgs, StepContext, StepOutcome, step
 
 
 class EstimateArgs(StepArgs):

@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from llmgw_core.arguments import ModelRef
 from llmgw_core.script.registry import (
     EXIT_DOES_NOT_FIT,
-    ModelRef,
     StepArgs,
     StepContext,
     StepOutcome,

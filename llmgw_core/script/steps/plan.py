@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from llmgw_core.arguments import ModelRef
 from llmgw_core.errors import BadInput
 from llmgw_core.script.registry import (
     EXIT_DOES_NOT_FIT,
-    ModelRef,
     StepArgs,
     StepContext,
     StepOutcome,

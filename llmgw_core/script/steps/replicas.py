@@ -7,7 +7,8 @@ steps:
   - replicas: {heal: true}                      # place again what lost a node, where there is room
 ```
 
-Each replica: `name`, `model`, `phase`, `engine`, `endpoint`, its
+Each replica: `name`, `model`, `phase`, `engine`, `endpoint`, `service` (the
+service `apply` started it for, None for one served by hand), `draining`, its
 `shards` (`node`, `rank`, `gpus`, `phase`, `env`, `argv`, and `transport`:
 the NCCL transport read from the shard's log, None when NCCL said nothing)
 and `transport_warnings` (Socket between nodes, an adapter off the fabric). What is left
@@ -89,6 +90,7 @@ def render_replicas(result: dict[str, Any]) -> Any:
 
     table = Table(
         "replica",
+        "service",
         "phase",
         "engine",
         "endpoint",
@@ -109,6 +111,7 @@ def render_replicas(result: dict[str, Any]) -> Any:
             )
             table.add_row(
                 replica["name"] if first else "",
+                (replica.get("service") or "") if first else "",
                 replica["phase"] if first else "",
                 (replica.get("engine") or "") if first else "",
                 (replica.get("endpoint") or "") if first else "",
@@ -119,9 +122,9 @@ def render_replicas(result: dict[str, Any]) -> Any:
                 f"{said} {adapters}".strip(),
             )
         if replica.get("reason"):
-            table.add_row("", f"[red]{replica['reason']}[/red]", *[""] * 7)
+            table.add_row("", f"[red]{replica['reason']}[/red]", *[""] * 8)
         for warning in replica.get("transport_warnings") or []:
-            table.add_row("", f"[red]{warning}[/red]", *[""] * 7)
+            table.add_row("", f"[red]{warning}[/red]", *[""] * 8)
     return table
 
 

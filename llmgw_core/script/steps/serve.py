@@ -34,41 +34,27 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from llmgw_core.arguments import NAME_PATTERN
 from llmgw_core.engines import checked_env
 from llmgw_core.errors import DoesNotFit
 from llmgw_core.script.registry import (
     EXIT_DOES_NOT_FIT,
     EXIT_STEP_FAILED,
-    ModelRef,
     StepArgs,
     StepContext,
     StepOutcome,
     step,
 )
-from llmgw_core.serve.keys import ENV_NAME, hub_token_env, operator_key
+from llmgw_core.serve.args import ServeFields
+from llmgw_core.serve.keys import hub_token_env, operator_key
 
 
-class ServeArgs(StepArgs):
-    """Arguments of `serve`."""
+class ServeArgs(StepArgs, ServeFields):
+    """Arguments of `serve` (`ServeFields`, and these)."""
 
-    model: ModelRef
-    format: Literal["gguf", "safetensors"] | None = None
-    context: int | None = Field(default=None, gt=0, le=16_777_216)
-    concurrency: int = Field(default=1, ge=1, le=65_536)
-    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-    engine: Literal["vllm", "sglang", "llama.cpp"] | None = None
-    artifact: str | None = None
-    gpu_class: str | None = None
-    gpus: int | None = Field(default=None, ge=1, le=1024)
-    nodes: int | None = Field(default=None, ge=1, le=4096)
-    env: dict[str, str] = Field(default_factory=dict)
-    fallbacks: int = Field(default=0, ge=0, le=16)
+    name: str | None = Field(default=None, pattern=NAME_PATTERN)
     wait: Literal["ready", "started"] = "ready"
-    timeout: float = Field(default=1200.0, gt=0, le=86_400)
     dry_run: bool = False
-    all_reduce: bool = False
-    rails: Literal["tested", "all"] = "tested"
-    api_key_env: str | None = Field(default=None, pattern=ENV_NAME)
 
 
 def local_source(ref: str, script_dir: Path) -> str | None:
@@ -81,19 +67,26 @@ def local_source(ref: str, script_dir: Path) -> str | None:
     return None
 
 
-async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
-    """Plan, place, claim, start and (by default) wait until rank 0's health answers."""
+def serve_request(
+    args: ServeFields,
+    ctx: StepContext,
+    *,
+    name: str | None,
+    wait_ready: bool = True,
+    service: dict[str, Any] | None = None,
+) -> tuple[Any, Any]:
+    """The `ServeRequest` and the model a `serve` (or a service's replica) starts from.
+
+    The keys are read from the operator's environment here, once: a missing
+    variable is refused before anything starts.
+    """
     from llmgw_core.catalog import is_catalog_ref
     from llmgw_core.script.steps.plan import step_model
     from llmgw_core.serve.choice import Overrides
-    from llmgw_core.serve.replicas import find_replica
-    from llmgw_core.serve.start import ServeRequest, preview_serve, serve
-    from llmgw_core.serve.transport import with_transport
-    from llmgw_core.serve.tunnels import fleet_and_reach
+    from llmgw_core.serve.start import ServeRequest
 
     env = checked_env(args.env)
     api_key = operator_key(args.api_key_env, "the replica's key") if args.api_key_env else None
-    fleet, reach = await fleet_and_reach(ctx)
     model = step_model(args.model, ctx)
     source = local_source(args.model, ctx.script_dir)
     # The demo's simulated nodes never download; a real node fetches a Hub model it lacks.
@@ -101,7 +94,7 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     hub_repo = model.repo_id if fetched else None
     request = ServeRequest(
         model=args.model,
-        name=args.name,
+        name=name,
         format=args.format,
         context=args.context,
         concurrency=args.concurrency,
@@ -114,7 +107,7 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
         ),
         env=env,
         fallbacks=args.fallbacks,
-        wait_ready=args.wait == "ready",
+        wait_ready=wait_ready,
         startup_timeout_s=args.timeout,
         source=source,
         secret_env=hub_token_env() if hub_repo else {},
@@ -124,7 +117,20 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
         revision=model.revision if hub_repo else None,
         all_reduce=args.all_reduce,
         rails=args.rails,
+        service=service,
     )
+    return request, model
+
+
+async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
+    """Plan, place, claim, start and (by default) wait until rank 0's health answers."""
+    from llmgw_core.serve.replicas import find_replica
+    from llmgw_core.serve.start import preview_serve, serve
+    from llmgw_core.serve.transport import with_transport
+    from llmgw_core.serve.tunnels import fleet_and_reach
+
+    request, model = serve_request(args, ctx, name=args.name, wait_ready=args.wait == "ready")
+    fleet, reach = await fleet_and_reach(ctx)
     if args.dry_run:
         try:
             preview = await preview_serve(fleet, request, model)

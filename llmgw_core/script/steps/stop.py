@@ -4,6 +4,7 @@
 steps:
   - stop: {replica: llama-70b}
   - stop: {gateway: front}
+  - stop: {service: chat}      # every replica of the service, under its lease
 ```
 
 Running gateways then drop the stopped replica's engine from their workers.
@@ -15,6 +16,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from llmgw_core.arguments import NAME_PATTERN
 from llmgw_core.script.registry import StepArgs, StepContext, StepOutcome, step
 
 
@@ -23,11 +25,12 @@ class StopArgs(StepArgs):
 
     replica: str | None = Field(default=None, min_length=1)
     gateway: str | None = Field(default=None, min_length=1)
+    service: str | None = Field(default=None, pattern=NAME_PATTERN)
 
     @model_validator(mode="after")
     def _one_target(self) -> StopArgs:
-        if (self.replica is None) == (self.gateway is None):
-            raise ValueError("give either replica or gateway")
+        if sum(x is not None for x in (self.replica, self.gateway, self.service)) != 1:
+            raise ValueError("give one of replica, gateway or service")
         return self
 
 
@@ -38,6 +41,10 @@ async def run_stop(args: StopArgs, ctx: StepContext) -> StepOutcome:
     from llmgw_core.serve.tunnels import fleet_and_reach
 
     fleet, reach = await fleet_and_reach(ctx)
+    if args.service is not None:
+        from llmgw_core.service.apply import stop_service
+
+        return StepOutcome(result=await stop_service(fleet, reach, args.service))
     if args.gateway is not None:
         return StepOutcome(result=await stop_gateway(fleet, args.gateway))
     result = await stop_replica(fleet, args.replica)
@@ -49,6 +56,9 @@ def render_stop(result: dict[str, Any]) -> Any:
     """Which shards were stopped, where."""
     from rich.text import Text
 
+    if "service" in result:
+        stopped = ", ".join(result.get("stopped") or []) or "nothing"
+        return Text(f"service {result['service']}: stopped {stopped}")
     if "gateway" in result:
         return Text(f"gateway {result['gateway']}: its router on {result['node']} stopped")
     stopped = result.get("stopped", [])

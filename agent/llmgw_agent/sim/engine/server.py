@@ -144,6 +144,17 @@ def _weights(model: Optional[str]) -> tuple:
     return sum(path.stat().st_size for path in files), len(files)
 
 
+TOKEN_S = 0.005
+"""How long the sim takes per generated token: a request is in flight for a while, as on an
+engine, so a roll has something to drain (a 12-token answer: 60 ms)."""
+IN_FLIGHT_NAMES = {
+    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting"),
+    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
+    "llama.cpp": ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
+}
+"""The families each engine counts its requests in flight in (running, waiting), on /metrics."""
+
+
 class SimState:
     """What the HTTP side needs to know: loading or ready, and counters for /metrics."""
 
@@ -155,6 +166,8 @@ class SimState:
         self.ready = threading.Event()
         self.lock = threading.Lock()
         self.requests_total = 0
+        self.running = 0
+        """Requests being answered now (what a roll waits on while draining)."""
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.started = int(time.time())
@@ -230,18 +243,20 @@ class SimHandler(BaseHTTPRequestHandler):
             self._send(*api.error(404, "Not Found", "NotFoundError"))
 
     def _metrics(self) -> str:
-        prefix = {"vllm": "vllm:", "sglang": "sglang:"}.get(self.sim.engine["kind"], "llamacpp:")
+        kind = self.sim.engine["kind"]
+        running, waiting = IN_FLIGHT_NAMES.get(kind, IN_FLIGHT_NAMES["llama.cpp"])
+        prefix = running.split(":")[0] + ":"
         label = '{{model_name="{}"}}'.format(self.sim.engine["served_name"])
         with self.sim.lock:
             values = [
-                ("num_requests_running", 0),
-                ("num_requests_waiting", 0),
-                ("kv_cache_usage_perc", 0.0),
-                ("request_success_total", self.sim.requests_total),
-                ("prompt_tokens_total", self.sim.prompt_tokens_total),
-                ("generation_tokens_total", self.sim.generation_tokens_total),
+                (running, self.sim.running),
+                (waiting, 0),
+                (prefix + "kv_cache_usage_perc", 0.0),
+                (prefix + "request_success_total", self.sim.requests_total),
+                (prefix + "prompt_tokens_total", self.sim.prompt_tokens_total),
+                (prefix + "generation_tokens_total", self.sim.generation_tokens_total),
             ]
-        return "".join("{}{}{} {}\n".format(prefix, name, label, value) for name, value in values)
+        return "".join("{}{} {}\n".format(name, label, value) for name, value in values)
 
     def do_POST(self) -> None:
         """`/v1/chat/completions` and `/v1/completions`: the sim's answer, as vLLM shapes it."""
@@ -272,6 +287,16 @@ class SimHandler(BaseHTTPRequestHandler):
             return
         if self._loading():
             return
+        with self.sim.lock:
+            self.sim.running += 1
+        try:
+            self._answer(route, body)
+        finally:
+            with self.sim.lock:
+                self.sim.running -= 1
+
+    def _answer(self, route: str, body: object) -> None:
+        """A completion, paced as an engine generates it (`TOKEN_S` per token)."""
         found, refused = api.plan(route, body, self.sim.engine, _answer_text(self.sim))
         if refused is not None or found is None:
             self._send(*(refused or api.bad_request("the request could not be read")))
@@ -281,6 +306,7 @@ class SimHandler(BaseHTTPRequestHandler):
             self.sim.prompt_tokens_total += found.prompt_tokens
             self.sim.generation_tokens_total += found.completion_tokens
             number = self.sim.requests_total
+        time.sleep(TOKEN_S * found.completion_tokens)
         request_id = api.request_id(found.chat, number)
         created = api.now()
         if isinstance(body, dict) and body.get("stream"):

@@ -1,0 +1,257 @@
+"""A service: what should run, declared once, and the actions that make the fleet match it (pure).
+
+```yaml
+service:
+  name: chat
+  model: catalog:meta-llama/Llama-3.1-8B-Instruct   # anything `serve` takes
+  context: 16384
+  replicas: 2
+  gateway: front            # optional: every replica behind it (a name, or a gateway's settings)
+  drain_s: 30               # how long a replaced replica may finish its requests
+  # and every other `serve` argument: gpu_class, gpus, nodes, engine, env, api_key_env, fallbacks …
+```
+
+Every shard of a service's replica carries a label (`ServiceLabel`): the
+service's name, the settings that need a restart and their hash. `actions`
+compares what runs with the document from those labels alone, so any
+console, any time, reaches the same verdict; applying the same document
+twice does nothing the second time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from llmgw_core.arguments import NAME_PATTERN
+from llmgw_core.gateway.spec import GatewayArgs
+from llmgw_core.serve.args import RESTART_FIELDS, ServeFields
+
+DEFAULT_DRAIN_S = 30.0
+MAX_REPLICAS = 64
+_REPLICA_INDEX = re.compile(r"^(?P<service>.+)-(?P<index>[0-9]+)$")
+
+
+class ServiceDoc(ServeFields):
+    """A service document's `service:` mapping."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    gateway: str | GatewayArgs | None = None
+    drain_s: float = Field(default=DEFAULT_DRAIN_S, ge=0, le=3600)
+
+    @field_validator("gateway", mode="before")
+    @classmethod
+    def _gateway_by_name(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return GatewayArgs(name=value)  # its name checked as a gateway's is
+        return value
+
+    @property
+    def gateway_args(self) -> GatewayArgs | None:
+        """The gateway every replica goes behind (started when it does not run)."""
+        return self.gateway if isinstance(self.gateway, GatewayArgs) else None
+
+    def settings(self) -> dict[str, Any]:
+        """The settings a change of which needs the engines started again."""
+        return {name: getattr(self, name) for name in RESTART_FIELDS}
+
+
+def settings_hash(settings: Mapping[str, Any]) -> str:
+    """A short, stable hash of the settings (their JSON with sorted keys)."""
+    text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def service_label(doc: ServiceDoc) -> dict[str, Any]:
+    """What every shard of the service's replicas records: `{name, hash, settings}`.
+
+    The environment's values are kept (they are allowlisted engine variables,
+    never secrets: `serve` refuses a secret there), so a change can be named.
+    """
+    settings = doc.settings()
+    return {"name": doc.name, "hash": settings_hash(settings), "settings": settings}
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "(any)"
+    if isinstance(value, dict):
+        return (
+            "{" + ", ".join(f"{k}={v}" for k, v in sorted(value.items())) + "}" if value else "{}"
+        )
+    return str(value)
+
+
+def changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """Each setting that differs, as `context 8192 → 16384`, in `RESTART_FIELDS` order."""
+    return [
+        f"{name} {_shown(before.get(name))} → {_shown(after.get(name))}"
+        for name in RESTART_FIELDS
+        if before.get(name) != after.get(name)
+    ]
+
+
+@dataclass(frozen=True)
+class Running:
+    """One replica of a service as the nodes report it.
+
+    Attributes:
+        name: the replica's name.
+        hash: the settings hash its shards recorded.
+        settings: the settings it was started with.
+        phase: its phase (`serve.view`), `failed` and `stopped` are over.
+        reason: why it failed, when it did.
+        created_at: when it was started (the newest are stopped first).
+    """
+
+    name: str
+    hash: str
+    settings: Mapping[str, Any]
+    phase: str
+    reason: str | None = None
+    created_at: float = 0.0
+
+    @property
+    def over(self) -> bool:
+        return self.phase in ("failed", "stopped")
+
+
+def running_of(replicas: Sequence[Any], service: str) -> tuple[Running, ...]:
+    """The replicas (`ReplicaView`s) of `service`, from the labels their shards carry."""
+    found = []
+    for view in replicas:
+        label = view.spec.get("service")
+        if not isinstance(label, Mapping) or label.get("name") != service:
+            continue
+        settings = label.get("settings")
+        found.append(
+            Running(
+                name=view.name,
+                hash=str(label.get("hash") or ""),
+                settings=settings if isinstance(settings, Mapping) else {},
+                phase=view.phase,
+                reason=view.reason,
+                created_at=view.created_at,
+            )
+        )
+    return tuple(sorted(found, key=lambda r: (r.created_at, r.name)))
+
+
+ActionKind = Literal["start", "replace", "stop"]
+
+
+@dataclass(frozen=True)
+class Action:
+    """One change `apply` makes.
+
+    Attributes:
+        action: `start` a new replica, `replace` one (roll: start its successor,
+            drain it, stop it) or `stop` one.
+        replica: the replica started, replaced or stopped.
+        why: the reason, in words (`context 8192 → 16384`).
+        by: for a replace, the name of the replica that takes its place.
+        gateway: for the start of the service's gateway, its name (`replica` is then empty).
+    """
+
+    action: ActionKind
+    replica: str
+    why: str
+    by: str | None = None
+    gateway: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"action": self.action}
+        if self.gateway is not None:
+            found["gateway"] = self.gateway
+        else:
+            found["replica"] = self.replica
+        found["why"] = self.why
+        if self.by is not None:
+            found["by"] = self.by
+        return found
+
+    def line(self) -> str:
+        """The action for people: `replace chat-1 by chat-3: context 8192 → 16384`."""
+        if self.gateway is not None:
+            return f"start gateway {self.gateway}: {self.why}"
+        by = f" by {self.by}" if self.by else ""
+        return f"{self.action} {self.replica}{by}: {self.why}"
+
+
+def replica_names(service: str, taken: Sequence[str], count: int) -> list[str]:
+    """`count` new replica names, `chat-3`, `chat-4` …, after the highest index `taken` holds."""
+    highest = 0
+    for name in taken:
+        match = _REPLICA_INDEX.match(name)
+        if match and match.group("service") == service:
+            highest = max(highest, int(match.group("index")))
+    return [f"{service}-{highest + offset}" for offset in range(1, count + 1)]
+
+
+def _count(number: int, one: str) -> str:
+    return f"{number} {one}{'' if number == 1 else 's'}"
+
+
+def actions(
+    doc_name: str,
+    want: int,
+    settings: Mapping[str, Any],
+    digest: str,
+    found: Sequence[Running],
+    taken_names: Sequence[str],
+) -> tuple[Action, ...]:
+    """What makes the service's replicas `want` replicas started with `settings`.
+
+    In the order `apply` carries them out: the replicas that are over
+    (failed, stopped) are forgotten; surplus ones stop, newest first; each
+    replica whose settings differ is replaced by one with the document's
+    (one at a time, so the service never has fewer ready replicas than
+    before); missing ones start.
+
+    Args:
+        taken_names: every replica name on the fleet (a new name never repeats one).
+    """
+    done: list[Action] = []
+    live = [r for r in found if not r.over]
+    for replica in found:
+        if replica.over:
+            why = f"it {replica.phase}" + (f": {replica.reason}" if replica.reason else "")
+            done.append(Action("stop", replica.name, why))
+    current = [r for r in live if r.hash == digest]
+    stale = [r for r in live if r.hash != digest]
+    wants = f"the service wants {_count(want, 'replica')}"
+    # Surplus of the document's settings: the newest go first.
+    for replica in sorted(current, key=lambda r: (r.created_at, r.name))[want:][::-1]:
+        done.append(Action("stop", replica.name, f"{wants}; {len(current)} run as it says"))
+    missing = max(0, want - len(current))
+    replaced, left = stale[:missing], stale[missing:]
+    for replica in left[::-1]:
+        what = ", ".join(changes(replica.settings, settings)) or "its settings differ"
+        done.append(Action("stop", replica.name, f"{wants} and this one differs ({what})"))
+    names = iter(replica_names(doc_name, taken_names, missing))
+    for replica in replaced:
+        what = ", ".join(changes(replica.settings, settings)) or "its settings differ"
+        done.append(Action("replace", replica.name, what, by=next(names)))
+    for name in names:
+        done.append(Action("start", name, f"{wants}; {len(current) + len(replaced)} run"))
+    return tuple(done)
+
+
+def gateway_action(doc: ServiceDoc, running_gateways: Sequence[str]) -> Action | None:
+    """Start the service's gateway when it names one that does not run."""
+    wanted = doc.gateway_args
+    if wanted is None or wanted.name in running_gateways:
+        return None
+    return Action(
+        "start",
+        "",
+        "the service puts its replicas behind it and it does not run",
+        gateway=wanted.name,
+    )
