@@ -35,11 +35,15 @@ class AgentError(LlmgwError):
 
     Attributes:
         code: the wire code (`busy`, `not_found`, `bad_args`, … or `timeout`).
+        said: the agent's own sentence, without the node and op this error names.
     """
 
-    def __init__(self, message: str, fix: str = "", *, code: str = "failed") -> None:
+    def __init__(
+        self, message: str, fix: str = "", *, code: str = "failed", said: str | None = None
+    ) -> None:
         super().__init__(message, fix)
         self.code = code
+        self.said = said if said is not None else message
 
 
 class AgentAbsent(LlmgwError):
@@ -294,7 +298,7 @@ class AgentClient:
             code = str(error.get("code") or "failed")
             text = str(error.get("message") or "no message")
             pending.future.set_exception(
-                AgentError(f"{self.node}: {pending.op} failed: {text}", code=code)
+                AgentError(f"{self.node}: {pending.op} failed: {text}", code=code, said=text)
             )
             return
         pending.future.set_exception(

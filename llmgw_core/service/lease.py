@@ -70,7 +70,7 @@ class Held:
                 )
             except AgentError as exc:
                 if exc.code == "lost":
-                    self.lost = str(exc)
+                    self.lost = exc.said
                     return
             except (LlmgwError, AgentLost):
                 continue  # the node may answer the next time; the lease lapses if it never does
@@ -119,7 +119,7 @@ async def service_lease(
         )
     except AgentError as exc:
         if exc.code == "held":
-            raise ServiceHeld(str(exc), "wait for it, or try again once its lease lapses") from None
+            raise ServiceHeld(exc.said, "wait for it, or try again once its lease lapses") from None
         raise
     held = Held(fleet, node, name, str(taken["token"]), ttl_s)
     try:

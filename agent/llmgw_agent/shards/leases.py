@@ -117,7 +117,7 @@ def take(name: str, holder: str, ttl_s: float) -> dict:
         OpError: `held`, naming the holder and since when, while another holds it.
     """
     now = time.time()
-    holder = holder[:MAX_HOLDER_CHARS]
+    holder = "".join(c for c in holder if c.isprintable())[:MAX_HOLDER_CHARS]
     with _locked():
         current = _read(name)
         if _live(current, now):

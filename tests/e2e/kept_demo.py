@@ -1,0 +1,69 @@
+"""A demo fleet kept up for a test module (`llmgw-tui demo up`), and scripts run against it
+from other processes, as an operator runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+CLI = [sys.executable, "-m", "llmgw_tui.cli"]
+
+
+def cli(
+    *args: str, timeout: float = 180, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`llmgw-tui ARGS` in a process of its own."""
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=timeout, input=stdin
+    )
+
+
+@contextmanager
+def kept_demo(folder: Path) -> Iterator[str]:
+    """A kept-up demo fleet in `folder` for the block; its inventory's path. Down afterwards."""
+    started = cli("demo", "up", "--dir", str(folder))
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        yield started.stdout.strip().splitlines()[-1]
+    finally:
+        cli("demo", "down", "--dir", str(folder))
+
+
+def run_json(inventory: str, script: str, *, timeout: float = 300) -> tuple[int, list[dict], str]:
+    """A script (its text) against the inventory with `--json`: exit code, one dict per step,
+    and what it said on stderr."""
+    done = cli("--inventory", inventory, "--run", "-", "--json", stdin=script, timeout=timeout)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done.returncode, lines, done.stderr
+
+
+def start_json(inventory: str, script_path: Path) -> subprocess.Popen[str]:
+    """A script run with `--json` in the background (its own process group)."""
+    return subprocess.Popen(
+        [*CLI, "--inventory", inventory, "--run", str(script_path), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=dict(os.environ),
+    )
+
+
+def processes_naming(folder: Path) -> list[int]:
+    """Live processes whose command line or environment names `folder`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            seen = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if str(folder).encode() in seen:
+            found.append(int(proc.name))
+    return found

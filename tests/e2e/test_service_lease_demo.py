@@ -1,0 +1,142 @@
+"""One service, two operators: the lease in the agents' state, on a kept-up demo fleet.
+
+Two consoles (two fleets, each its own SSH connections and agents) apply one
+service at the same moment, twenty rounds: each round one proceeds and the
+other is refused with a sentence naming the holder and since when, and the
+service never has more replicas than its document says. Then an `apply` in
+a process of its own is SIGKILLed while it holds the lease: the next
+`apply` proceeds, and makes whole what the killed one left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kept_demo import kept_demo, run_json, start_json
+
+from llmgw_core.fleet.session import open_fleet
+from llmgw_core.script.context import StepContext
+from llmgw_core.script.steps.serve import serve_request
+from llmgw_core.serve.http import EngineReach, close_quietly
+from llmgw_core.serve.replicas import replicas_now
+from llmgw_core.service.apply import apply_service
+from llmgw_core.service.lease import ServiceHeld, lease_node
+from llmgw_core.service.spec import ServiceDoc, service_label
+
+SERVICE = {
+    "name": "race",
+    "model": "catalog:meta-llama/Llama-3.1-8B-Instruct",
+    "context": 4096,
+    "gpu_class": "h100-80g",
+}
+
+
+async def _operator(inventory: str) -> tuple[Any, EngineReach, Any]:
+    fleet, closer = await open_fleet(inventory=inventory, demo=False)
+    return fleet, EngineReach(fleet), closer
+
+
+def _request(doc: ServiceDoc, folder: Path, inventory: str) -> tuple[Any, Any]:
+    ctx = StepContext(script_dir=folder, described_fleet=None, inventory=inventory, demo=False)
+    return serve_request(doc, ctx, name=None)
+
+
+async def _live_of(fleet: Any, service: str) -> list[Any]:
+    return [
+        v
+        for v in await replicas_now(fleet)
+        if v.service == service and v.phase not in ("stopped", "failed")
+    ]
+
+
+def test_two_operators_racing_one_proceeds_one_is_refused_twenty_rounds(tmp_path: Path):
+    with kept_demo(tmp_path / "demo") as inventory:
+
+        async def race() -> list[str]:
+            ana, bo = await _operator(inventory), await _operator(inventory)
+            refusals = []
+            try:
+                for round_number in range(20):
+                    doc = ServiceDoc.model_validate({**SERVICE, "replicas": 1 + round_number % 2})
+                    base, model = _request(doc, tmp_path, inventory)
+                    outcomes = await asyncio.gather(
+                        *(
+                            apply_service(fleet, reach, doc, base, model, holder=who)
+                            for (fleet, reach, _), who in ((ana, "ana"), (bo, "bo"))
+                        ),
+                        return_exceptions=True,
+                    )
+                    done = [o for o in outcomes if isinstance(o, dict)]
+                    held = [o for o in outcomes if isinstance(o, ServiceHeld)]
+                    assert len(done) == 1 and len(held) == 1, outcomes
+                    assert "failed" not in done[0], done[0]
+                    refusals.append(held[0].sentence())
+                    live = await _live_of(ana[0], "race")
+                    assert len(live) == doc.replicas, [v.name for v in live]  # no double start
+                    assert {v.spec["service"]["hash"] for v in live} == {service_label(doc)["hash"]}
+                doc = ServiceDoc.model_validate({**SERVICE, "replicas": 0})
+                base, model = _request(doc, tmp_path, inventory)
+                await apply_service(ana[0], ana[1], doc, base, model)
+                assert await _live_of(ana[0], "race") == []
+            finally:
+                for _, reach, closer in (ana, bo):
+                    await close_quietly(reach)
+                    await closer()
+            return refusals
+
+        refusals = asyncio.run(race())
+    for sentence in refusals:
+        assert sentence.startswith("service race is held by ")
+        assert " since 20" in sentence and " UTC" in sentence
+    assert {s.split(" since ")[0][len("service race is held by ") :] for s in refusals} <= {
+        "ana",
+        "bo",
+    }
+
+
+def test_a_holder_killed_outright_does_not_block_the_next_apply(tmp_path: Path):
+    with kept_demo(tmp_path / "demo") as inventory:
+        doc = {**SERVICE, "name": "killed", "replicas": 3}
+        script = tmp_path / "apply.yaml"
+        script.write_text(yaml.safe_dump({"steps": [{"apply": {"service": doc}}]}))
+        killed = start_json(inventory, script)
+
+        async def lease_held(fleet: Any) -> bool:
+            answer = await fleet.request(lease_node(fleet), "lease.list")
+            return any(lease["name"] == "killed" for lease in answer["leases"])
+
+        async def scenario() -> tuple[float, list[dict], list[str]]:
+            fleet, reach, closer = await _operator(inventory)
+            try:
+                deadline = time.monotonic() + 60
+                while not await lease_held(fleet):
+                    assert time.monotonic() < deadline and killed.poll() is None
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(1.0)  # it is starting its first replica
+                os.killpg(killed.pid, signal.SIGKILL)
+                killed.wait()
+                freed_at = time.monotonic()
+                while await lease_held(fleet):
+                    assert time.monotonic() - freed_at < 40  # the lease's 30 s, and some
+                    await asyncio.sleep(0.1)
+                waited = time.monotonic() - freed_at
+                code, steps, said = run_json(inventory, script.read_text())
+                assert code == 0, said
+                names = [v.name for v in await _live_of(fleet, "killed")]
+                return waited, steps[0]["result"]["actions"], names
+            finally:
+                await close_quietly(reach)
+                await closer()
+
+        waited, actions, names = asyncio.run(scenario())
+        print(f"the killed holder's lease was free {waited:.2f} s after the kill")
+        assert len(names) == 3
+        assert all(a["action"] in ("start", "stop") for a in actions), actions
+        code, _, said = run_json(inventory, "steps: [{stop: {service: killed}}]")
+        assert code == 0, said
