@@ -7,9 +7,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import yaml
 
 CLI = [sys.executable, "-m", "llmgw_tui.cli"]
 
@@ -67,3 +70,27 @@ def processes_naming(folder: Path) -> list[int]:
         if str(folder).encode() in seen:
             found.append(int(proc.name))
     return found
+
+
+def apply_json(inventory: str, service: dict, **changed: object) -> dict:
+    """`apply` the service document (with `changed` over it); its result. It must succeed."""
+    script = yaml.safe_dump({"steps": [{"apply": {"service": {**service, **changed}}}]})
+    code, steps, said = run_json(inventory, script)
+    assert code == 0, (steps, said[-3000:])
+    return steps[0]["result"]
+
+
+def roll_under_load(
+    inventory: str, folder: Path, service: dict, changed: dict, *, duration_s: float
+) -> tuple[dict, dict]:
+    """Apply `changed` while `bench` sends through the service's gateway from another process
+    for `duration_s`: (apply's result, bench's result)."""
+    script = folder / "bench.yaml"
+    bench_args = {"gateway": service["gateway"], "duration_s": duration_s, "concurrency": 4}
+    script.write_text(yaml.safe_dump({"steps": [{"bench": {**bench_args, "max_tokens": 16}}]}))
+    bench = start_json(inventory, script)
+    time.sleep(min(5.0, duration_s / 8))  # the benchmark is sending
+    rolled = apply_json(inventory, service, **changed)
+    out, err = bench.communicate(timeout=duration_s + 120)
+    assert bench.returncode == 0, err[-3000:]
+    return rolled, json.loads(out.splitlines()[-1])["result"]

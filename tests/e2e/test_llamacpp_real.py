@@ -561,3 +561,41 @@ def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(
     )
     assert [entry["shard_id"] for entry in stopped["result"]["stopped"]] == [shard["shard_id"]]
     assert list(left_running.values()) == []
+
+
+@needs_llama_cpp
+def test_a_service_of_the_tiny_gguf_rolls_to_a_new_context_on_real_llama_cpp(tmp_path: Path):
+    model_dir = tmp_path / "models"
+    model_path = write_tiny_llama_gguf(model_dir / "tiny-llama" / "tiny.gguf")
+    service = (
+        f"{{name: tiny, model: {model_path}, engine: llama.cpp, replicas: 1, timeout: 120,"
+        " drain_s: 1, context: "
+    )
+    steps = (
+        f"  - apply: {{service: {service}256}}}}\n"
+        f"  - apply: {{service: {service}256}}}}\n"
+        f"  - apply: {{service: {service}512}}}}\n"
+        '  - ask: {replica: tiny-2, prompt: "Who are you?", max_tokens: 16}\n'
+        "  - replicas: {}\n"
+        "  - stop: {service: tiny}\n"
+    )
+
+    done, left_running = run_script_on_this_machine(tmp_path, steps, model_dir, str(model_path))
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    first, again, rolled, asked, listed, stopped = [
+        json.loads(line)["result"] for line in done.stdout.splitlines()
+    ]
+    assert [a["action"] for a in first["actions"]] == ["start"]
+    assert again["actions"] == []
+    assert rolled["actions"] == [
+        {"action": "replace", "replica": "tiny-1", "why": "context 256 → 512", "by": "tiny-2"}
+    ]
+    # llama-cpp-python publishes no count of its requests in flight: the whole drain_s is waited.
+    assert rolled["done"][0]["drained"]["in_flight"] is None
+    assert rolled["done"][0]["drained"]["waited_s"] >= 1.0
+    assert asked["text"].strip() == REPLY
+    live = [r for r in listed["replicas"] if r["phase"] == "ready"]
+    assert [(r["name"], r["service"]) for r in live] == [("tiny-2", "tiny")]
+    assert stopped["stopped"] == ["tiny-2"]
+    assert list(left_running.values()) == []

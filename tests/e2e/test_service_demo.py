@@ -10,11 +10,9 @@ the real agents over real SSH.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import yaml
-from kept_demo import kept_demo, processes_naming, run_json, start_json
+from kept_demo import apply_json, kept_demo, processes_naming, roll_under_load, run_json
 
 SERVICE = {
     "name": "chat",
@@ -28,10 +26,7 @@ SERVICE = {
 
 
 def _apply(inventory: str, **changed: object) -> dict:
-    script = yaml.safe_dump({"steps": [{"apply": {"service": {**SERVICE, **changed}}}]})
-    code, steps, said = run_json(inventory, script)
-    assert code == 0, (steps, said[-3000:])
-    return steps[0]["result"]
+    return apply_json(inventory, SERVICE, **changed)
 
 
 def _live(inventory: str) -> list[dict]:
@@ -53,22 +48,15 @@ def test_a_service_applied_rolled_under_load_scaled_and_stopped(tmp_path: Path):
 
         assert _apply(inventory)["actions"] == []
 
-        bench_script = tmp_path / "bench.yaml"
-        bench_script.write_text(
-            "steps:\n  - bench: {gateway: front, duration_s: 40, concurrency: 4, max_tokens: 16}\n"
+        rolled, benched = roll_under_load(
+            inventory, tmp_path, SERVICE, {"context": 16384}, duration_s=40
         )
-        bench = start_json(inventory, bench_script)
-        time.sleep(5)  # the benchmark is sending
-        rolled = _apply(inventory, context=16384)
-        out, err = bench.communicate(timeout=120)
-        assert bench.returncode == 0, err[-3000:]
         assert [(a["action"], a["replica"], a["why"]) for a in rolled["actions"]] == [
             ("replace", "chat-1", "context 8192 → 16384"),
             ("replace", "chat-2", "context 8192 → 16384"),
         ]
         for done in rolled["done"]:
             assert done["drained"]["in_flight"] == 0, done  # drained, not cut short
-        benched = yaml.safe_load(out.splitlines()[-1])["result"]
         assert benched["failed"] == 0, benched.get("errors")
         assert benched["requests"] > 100  # it really sent throughout
         # Both the old and the new replicas answered some of it.
