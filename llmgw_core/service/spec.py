@@ -255,3 +255,45 @@ def gateway_action(doc: ServiceDoc, running_gateways: Sequence[str]) -> Action |
         "the service puts its replicas behind it and it does not run",
         gateway=wanted.name,
     )
+
+
+def doc_of_request(
+    request: Any, *, name: str, replicas: int = 1, gateway: str | None = None
+) -> ServiceDoc:
+    """The service that would run what a `ServeRequest` (the wizard's) starts, `replicas` times.
+
+    Raises:
+        pydantic.ValidationError: the request names something a document cannot hold.
+    """
+    overrides = request.overrides
+    given: dict[str, Any] = {
+        "name": name,
+        "model": request.model,
+        "format": request.format,
+        "context": request.context,
+        "concurrency": request.concurrency,
+        "engine": overrides.engine,
+        "artifact": overrides.artifact,
+        "gpu_class": overrides.gpu_class,
+        "gpus": overrides.gpus,
+        "nodes": overrides.nodes,
+        "env": dict(request.env),
+        "fallbacks": request.fallbacks,
+        "api_key_env": request.api_key_env,
+        "replicas": replicas,
+        "gateway": gateway,
+    }
+    return ServiceDoc.model_validate({k: v for k, v in given.items() if v is not None})
+
+
+def document_text(doc: ServiceDoc) -> str:
+    """The document as a file an operator keeps and applies again: `service:` and what differs
+    from the defaults, its name first."""
+    import yaml
+
+    fields = doc.model_dump(mode="json", exclude_defaults=True)
+    if isinstance(doc.gateway, GatewayArgs):
+        gateway = doc.gateway.model_dump(mode="json", exclude_defaults=True)
+        fields["gateway"] = gateway["name"] if set(gateway) == {"name"} else gateway
+    ordered = {"name": fields.pop("name"), "model": fields.pop("model"), **fields}
+    return yaml.safe_dump({"service": ordered}, sort_keys=False, allow_unicode=True)

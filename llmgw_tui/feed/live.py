@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from llmgw_core.serve.prepare import ServePreview
     from llmgw_core.serve.start import ServeOutcome, ServeRequest
     from llmgw_core.serve.view import ReplicaView
+    from llmgw_core.service.spec import ServiceDoc
 
 
 LOG_TAIL_LINES = 500
@@ -228,6 +229,18 @@ class LiveFeed:
 
             await follow_all(self._live(), self._engines())  # running gateways take it
         return outcome
+
+    async def apply_service(self, doc: ServiceDoc, request: ServeRequest) -> dict[str, Any]:
+        """`apply` the service `doc` under its lease, each replica started as `request` says."""
+        from llmgw_core.script.steps.plan import model_for
+        from llmgw_core.service.apply import apply_service
+
+        model = await asyncio.to_thread(
+            model_for, request.model, Path.cwd(), offline=self._offline()
+        )
+        result = await apply_service(self._live(), self._engines(), doc, request, model)
+        self._shards_at = -math.inf  # the next poll lists shards again
+        return result
 
     def _offline(self) -> bool | None:
         return True if self._demo else None

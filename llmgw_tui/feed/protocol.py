@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from llmgw_core.serve.prepare import ServePreview
     from llmgw_core.serve.start import ServeOutcome, ServeRequest
     from llmgw_core.serve.view import ReplicaView
+    from llmgw_core.service.spec import ServiceDoc
 
 
 class FleetFeed(Protocol):
@@ -63,6 +64,10 @@ class FleetFeed(Protocol):
 
     async def put_behind_gateway(self, name: str) -> dict[str, Any]:
         """Start (or adopt) the gateway `name` in front of every ready replica."""
+        ...
+
+    async def apply_service(self, doc: ServiceDoc, request: ServeRequest) -> dict[str, Any]:
+        """Make the fleet run the service `doc` (one replica: `request`), as the `apply` step."""
         ...
 
     def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from llmgw_core.serve.prepare import ServePreview
     from llmgw_core.serve.start import ServeOutcome, ServeRequest
     from llmgw_core.serve.view import ReplicaView
+    from llmgw_core.service.spec import ServiceDoc
 
 
 class StaticFeed:
@@ -81,6 +82,10 @@ class StaticFeed:
     async def bench(self, view: ReplicaView) -> dict[str, Any]:
         """A fixed fleet has no engine to measure."""
         raise BadInput(f"{view.name} runs on a fixed fleet", "bench it on a live fleet")
+
+    async def apply_service(self, doc: ServiceDoc, request: ServeRequest) -> dict[str, Any]:
+        """A fixed fleet starts nothing."""
+        raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
 
     async def preview(self, request: ServeRequest) -> ServePreview | None:
         """None: a fixed fleet has no agents to ask what would start."""

@@ -9,6 +9,8 @@ replicas screen on the new replica as it comes up.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rich.text import Text
@@ -48,6 +50,7 @@ from llmgw_tui.widgets.header import TitleBar
 if TYPE_CHECKING:
     from llmgw_core.serve.prepare import ServePreview
     from llmgw_core.serve.start import ServeRequest
+    from llmgw_core.service.spec import ServiceDoc
 
 # The serving modules (SSH, engines) are imported when a page needs them, so the
 # console's first frame never waits for them.
@@ -99,6 +102,7 @@ class ServeScreen(KeptScreen[None]):
         Binding("ctrl+b", "back", "Back", id="serve-back"),
         Binding("enter", "next", "Next (on Confirm: serve)", show=False, id="serve-enter"),
         Binding("escape", "toggle_field", "Field", show=False, id="serve-field"),
+        Binding("ctrl+s", "save_service", "Save as a service", show=False, id="serve-save"),
     ]
 
     step: var[str] = var("model", init=False)
@@ -549,6 +553,69 @@ class ServeScreen(KeptScreen[None]):
         page.update(confirm_text(request, preview.as_dict()))
         self._block(preview.reason)
 
+    def action_save_service(self) -> None:
+        """On Confirm: save what it would serve as a service document here, and apply it."""
+        from pydantic import ValidationError
+
+        from llmgw_core.serve.launch import replica_name
+        from llmgw_core.service.spec import doc_of_request, document_text
+
+        if self.step != "confirm" or self.blocked is not None:
+            why = self.blocked or "a service is saved from the Confirm page"
+            self.notify(why, title="Service", severity="warning")
+            return
+        request = self._request_or_block()
+        if request is None:
+            return
+        name = request.name or replica_name(request.model.removeprefix("catalog:"))
+        gateway = GATEWAY_NAME if self.query_one("#serve-gateway", Checkbox).value else None
+        try:
+            doc = doc_of_request(request, name=name, gateway=gateway)
+        except ValidationError as exc:
+            self.notify(str(exc.errors()[0]["msg"]), title="Service", severity="error")
+            return
+        path = Path.cwd() / f"{name}.service.yaml"
+        refusal = overwrite_refusal(path, name)
+        if refusal is not None:
+            self.notify(refusal, title="Service", severity="error", timeout=15)
+            return
+        try:
+            path.write_text(document_text(doc), encoding="utf-8")
+        except OSError as exc:
+            self.notify(
+                f"{path} cannot be written: {exc.strerror or exc}",
+                title="Service",
+                severity="error",
+                timeout=15,
+            )
+            return
+        self.apply_saved(doc, replace(request, name=None), path)
+        self.start_fresh()
+
+    @work(group="serve-apply", exit_on_error=False, description="Applying")
+    async def apply_saved(self, doc: ServiceDoc, request: ServeRequest, path: Path) -> None:
+        """Apply the saved service and say what it changed (or why it stopped)."""
+        self.notify(f"saved {path}; applying service {doc.name}…", title="Service")
+        try:
+            result = await self.console_app.feed.apply_service(doc, request)
+        except LlmgwError as exc:
+            self.notify(exc.sentence(), title="Service", severity="error", timeout=15)
+            return
+        lines = [action_line(action) for action in result.get("actions") or []]
+        said = "; ".join(lines) or "nothing to change"
+        if result.get("failed"):
+            self.notify(
+                f"{said} — {result['failed']}",
+                title=f"Service {doc.name}",
+                severity="error",
+                timeout=15,
+            )
+            return
+        self.notify(said, title=f"Service {doc.name}", timeout=10)
+        started = [r["name"] for r in result.get("replicas") or []]
+        if started:
+            self.post_message(OpenReplica(started[-1]))
+
     @work(group="serve-submit", exit_on_error=False, description="Serving")
     async def submit(self, request: ServeRequest, behind_gateway: bool) -> None:
         """Run `serve`, show the replicas screen on it at once, and say how it ended."""
@@ -593,6 +660,32 @@ GATEWAY_NAME = "front"
 """The gateway the wizard puts a replica behind (started on first use, adopted after)."""
 
 
+def overwrite_refusal(path: Path, name: str) -> str | None:
+    """Why the wizard may not write service `name` to `path`: only a missing file, or the same
+    service's own document (saved before, now changed), is written over; anything else is
+    the operator's and is kept."""
+    if not path.exists():
+        return None
+    try:
+        import yaml
+
+        found = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        found = None
+    service = found.get("service") if isinstance(found, dict) else None
+    if isinstance(service, dict) and service.get("name") == name:
+        return None
+    return f"{path} exists and is not service {name}'s document: move it, or name the replica otherwise"
+
+
+def action_line(action: dict[str, Any]) -> str:
+    """One of apply's actions in words: `start chat-1`, `replace chat-1 by chat-3 (context …)`."""
+    target = f"gateway {action['gateway']}" if action.get("gateway") else action.get("replica")
+    by = f" by {action['by']}" if action.get("by") else ""
+    why = f" ({action['why']})" if action.get("action") == "replace" else ""
+    return f"{action.get('action')} {target}{by}{why}"
+
+
 def _same_way(a: dict[str, Any], b: dict[str, Any]) -> bool:
     keys = ("engine", "artifact", "gpu_class", "cards", "nodes")
     return all(a.get(k) == b.get(k) for k in keys)
@@ -627,6 +720,8 @@ def confirm_text(request: ServeRequest, preview: dict[str, Any]) -> str:
             lines.append(f"    $ {command.get('shell') or ' '.join(command.get('argv') or ())}")
     lines.append("")
     lines.append("Enter or ctrl+n serves it; space ticks the gateway box; ctrl+b goes back.")
+    name = request.name or "NAME"
+    lines.append(f"ctrl+s saves it as service {name} ({name}.service.yaml here) and applies it.")
     return "\n".join(lines)
 
 

@@ -57,6 +57,10 @@ def test_a_service_applied_rolled_under_load_scaled_and_stopped(tmp_path: Path):
         ]
         for done in rolled["done"]:
             assert done["drained"]["in_flight"] == 0, done  # drained, not cut short
+        print(
+            f"roll under load: {[d['seconds'] for d in rolled['done']]} s per replace, "
+            f"{benched['requests']} requests, {benched['failed']} failed, split {benched['split']}"
+        )
         assert benched["failed"] == 0, benched.get("errors")
         assert benched["requests"] > 100  # it really sent throughout
         # Both the old and the new replicas answered some of it.

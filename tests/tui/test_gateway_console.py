@@ -81,3 +81,66 @@ async def _walk() -> None:
         await until(pilot, lambda: not replicas.gateways, "the gateway line gone", 30)
         assert replicas.query_one("#gateways", Static).display is False
         await feed.stop_replica("gw-8b")
+
+
+def test_the_wizard_saves_what_it_would_serve_as_a_service_and_applies_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kept.service.yaml").write_text("mine: true\n")
+    asyncio.run(_save_as_service(tmp_path))
+
+
+async def _to_confirm(pilot, app, name: str) -> ServeScreen:
+    await pilot.press("colon", *"serve", "enter")
+    await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
+    wizard = app.screen
+    assert isinstance(wizard, ServeScreen)
+    await pilot.press(*MODEL, "enter")
+    await until(pilot, lambda: wizard.step == "way", "the ways of the plan")
+    await pilot.press("enter")
+    await until(pilot, lambda: wizard.step == "size" and wizard.blocked is None, "a fit")
+    wizard.query_one("#serve-context").value = "8192"
+    await pilot.pause()
+    await until(pilot, lambda: wizard.blocked is None, "8192 tokens checked")
+    await pilot.press("ctrl+n")
+    await until(pilot, lambda: wizard.step == "extras", "the extras page")
+    wizard.query_one("#serve-name").value = name
+    await until(pilot, lambda: wizard.blocked is None, "valid extras")
+    await pilot.press("ctrl+n")
+    await until(pilot, lambda: wizard.step == "confirm" and wizard.blocked is None, "preview")
+    return wizard
+
+
+async def _save_as_service(folder) -> None:
+    from llmgw_core.service.apply import stop_service
+
+    feed = LiveFeed(inventory=None, demo=True, refresh_s=1.0)
+    app = LlmgwApp(feed, animation="none")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: ready_nodes(app) >= 20, "the demo fleet", 180)
+        wizard = await _to_confirm(pilot, app, "kept")
+        preview = str(wizard.query_one("#serve-preview", Static).content)
+        assert "ctrl+s saves it as service kept (kept.service.yaml here)" in preview
+        await pilot.press("ctrl+s")  # a file of the operator's own is in the way: kept
+        await pilot.pause()
+        assert (folder / "kept.service.yaml").read_text() == "mine: true\n"
+        assert wizard.step == "confirm"
+        (folder / "kept.service.yaml").unlink()
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas", 120)
+
+        async def services() -> list[str]:
+            return [f"{v.name}:{v.service}:{v.phase}" for v in await feed.replicas()]
+
+        deadline = asyncio.get_running_loop().time() + 60
+        while "kept-1:kept:ready" not in await services():
+            assert asyncio.get_running_loop().time() < deadline, await services()
+            await asyncio.sleep(0.5)
+        saved = (folder / "kept.service.yaml").read_text()
+        assert saved.startswith(f"service:\n  name: kept\n  model: {MODEL}\n  context: 8192\n")
+        # Saved and applied again from the wizard: nothing changes, the file is its own.
+        await _to_confirm(pilot, app, "kept")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "applied again", 120)
+        assert [s for s in await services() if ":kept:" in s] == ["kept-1:kept:ready"]
+        stopped = await stop_service(feed._live(), feed._engines(), "kept")
+        assert stopped["stopped"] == ["kept-1"]

@@ -171,3 +171,26 @@ def test_carrying_the_actions_out_leaves_what_the_document_asks(want, context, f
     assert actions("chat", want, label["settings"], label["hash"], after, list(by_name)) == ()
     # A roll never lowers the service below what ran as asked: replaces come one at a time.
     assert sum(a.action == "replace" for a in decided) <= want
+
+
+def test_the_wizards_request_becomes_a_document_that_reads_back_the_same():
+    from llmgw_core.serve.choice import Overrides
+    from llmgw_core.serve.prepare import ServeRequest
+
+    request = ServeRequest(
+        model=MODEL,
+        context=8192,
+        overrides=Overrides(engine="vllm", gpu_class="h100-80g", gpus=1, nodes=1),
+        env={"NCCL_DEBUG": "INFO"},
+        fallbacks=1,
+    )
+    from llmgw_core.service.spec import doc_of_request, document_text
+
+    doc = doc_of_request(request, name="chat", replicas=2, gateway="front")
+    text = document_text(doc)
+    assert text.startswith(f"service:\n  name: chat\n  model: {MODEL}\n")
+    import yaml
+
+    again = ServiceDoc.model_validate(yaml.safe_load(text)["service"])
+    assert again == doc
+    assert "gateway: front\n" in text
