@@ -192,20 +192,17 @@ async def _start(
         ApplyFailed: it did not come up (what started of it is stopped).
     """
     kept = f"; {replacing} still serves" if replacing else ""
+    room = f"no free cards for {request.name}{' to replace ' + replacing if replacing else ''}"
     try:
         outcome = await serve(fleet, reach, request, model)
     except DoesNotFit as exc:
-        raise DoesNotFit(
-            f"no free cards for {request.name}{' to replace ' + replacing if replacing else ''}: "
-            f"{exc.message}{kept}",
-            exc.fix,
-        ) from None
+        raise DoesNotFit(f"{room}: {exc.message}{kept}", exc.fix) from None
     if outcome.phase == "ready":
         return
     with contextlib.suppress(BadInput, LlmgwError, AgentLost):
         await stop_replica(fleet, str(request.name))
     if outcome.exit_code == DoesNotFit.exit_code:
-        raise DoesNotFit(f"no free cards for {request.name}: {outcome.reason}{kept}")
+        raise DoesNotFit(f"{room}: {outcome.reason}{kept}")
     raise ApplyFailed(f"{request.name} did not come up: {outcome.reason}{kept}")
 
 
