@@ -350,3 +350,61 @@ def test_llama_cpp_over_rpc_waits_for_the_rpc_server_port_then_serves(
     lines = wait_for_line(replay_agent, shard_id, "server is listening")
     assert f"[rpc]   endpoint       : 127.0.0.1:{rpc_port}" in lines
     assert http_status(f"http://127.0.0.1:{http_port}/health") == 200
+
+
+def test_the_sim_answers_max_num_seqs_at_once_and_counts_the_rest_as_waiting(
+    replay_agent: AgentClient,
+) -> None:
+    import threading
+
+    from llmgw_agent.sim.engine.server import IN_FLIGHT_NAMES, KV_USE_NAMES
+    from llmgw_core.engines.signals import IN_FLIGHT, KV_USE, engine_load
+
+    # The sim speaks the engines' own names, as the core reads them.
+    assert IN_FLIGHT_NAMES == IN_FLIGHT
+    assert {kind: (name,) for kind, name in KV_USE_NAMES.items()} == {
+        kind: names[:1] for kind, names in KV_USE.items()
+    }
+    port = free_port()
+    argv = ["vllm", "serve", "/models/tiny-llama", "--port", str(port)]
+    argv += ["--served-model-name", "tiny", "--max-num-seqs", "2"]
+    replay_agent.call(
+        "shard.start",
+        {
+            "replica": "busy-1",
+            "rank": 0,
+            "gpus": ["0"],
+            "commands": [
+                {"name": "vllm", "argv": argv, "env": {"LLMGW_SIM_LOAD_S": "0.2"}, "role": "main"}
+            ],
+            "health_url": f"http://127.0.0.1:{port}/health",
+        },
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while http_status(base + "/health") != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
+    answers: list[dict] = []
+    senders = [
+        threading.Thread(
+            target=lambda: answers.append(post_json(base + "/v1/chat/completions", body))
+        )
+        for _ in range(12)
+    ]
+    for sender in senders:
+        sender.start()
+    loads = []
+    while any(sender.is_alive() for sender in senders):
+        with urllib.request.urlopen(base + "/metrics", timeout=5) as response:
+            loads.append(engine_load(response.read().decode(), "vllm"))
+        time.sleep(0.01)
+    for sender in senders:
+        sender.join()
+    assert len(answers) == 12
+    assert max(load.running for load in loads if load) == 2
+    assert max(load.waiting for load in loads if load) >= 4
+    assert max(load.kv_use for load in loads if load and load.kv_use is not None) == 1.0
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as response:
+        assert engine_load(response.read().decode(), "vllm") == type(loads[0])(0, 0, 0.0)

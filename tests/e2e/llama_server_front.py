@@ -16,6 +16,9 @@ one process, with one route put in front of it:
 * `GET /health`: 503 `{"error": {"code": 503, "message": "Loading model",
   "type": "unavailable_error"}}` while the model loads, then 200
   `{"status": "ok"}` (llama-server's bodies);
+* `GET /metrics` (with `--metrics`, as llama-server): `llamacpp:requests_processing`,
+  the requests this process is answering now, and `llamacpp:requests_deferred` 0
+  (llama-cpp-python queues them inside the app);
 * anything else: llama-cpp-python's app once the model is loaded, 503 before.
 
 The port listens at once and the model loads on a thread, as llama-server
@@ -72,6 +75,7 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--n-gpu-layers", type=int, default=0)
     parser.add_argument("--split-mode", default="none")
+    parser.add_argument("--metrics", action="store_true")
     flags = parser.parse_args(argv)
     if flags.parallel != 1:
         parser.error("llama-cpp-python's server answers one sequence at a time: --parallel 1 only")
@@ -88,9 +92,11 @@ async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
 class HealthFront:
     """An ASGI app: `/health` answered here, the rest passed to the engine's app once it is loaded."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: bool = False) -> None:
         self.engine: App | None = None
         self.failed: str | None = None
+        self.metrics = metrics
+        self.processing = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -103,10 +109,22 @@ class HealthFront:
             else:
                 await _send_json(send, 200, READY_BODY)
             return
+        if scope["type"] == "http" and scope["path"] == "/metrics" and self.metrics:
+            text = (
+                f"llamacpp:requests_processing {self.processing}\nllamacpp:requests_deferred 0\n"
+            ).encode()
+            headers = [(b"content-type", b"text/plain; version=0.0.4")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": text})
+            return
         if engine is None:
             await _send_json(send, 503, LOADING_BODY)
             return
-        await engine(scope, receive, send)
+        self.processing += 1
+        try:
+            await engine(scope, receive, send)
+        finally:
+            self.processing -= 1
 
     @staticmethod
     async def _lifespan(receive: Receive, send: Send) -> None:
@@ -156,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     flags = parse_flags(sys.argv[1:] if argv is None else argv)
-    front = HealthFront()
+    front = HealthFront(metrics=flags.metrics)
     server = uvicorn.Server(uvicorn.Config(front, host=flags.host, port=flags.port))
 
     def load() -> None:

@@ -112,6 +112,7 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--node-rank", "-r", type=int, default=0)
         add("--headless", action="store_true")
         add("--master-addr", default=None)
+        add("--max-num-seqs", type=int, default=None)
     elif kind == "sglang":
         add("--model-path", "--model", default=None)
         add("--tp-size", "--tensor-parallel-size", "--tp", type=int, default=1)
@@ -121,11 +122,13 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--dist-init-addr", "--nccl-init-addr", default=None)
         add("--context-length", default=None)
         add("--mem-fraction-static", type=float, default=_DEFAULT_MEMORY_FRACTION[kind])
+        add("--max-running-requests", type=int, default=None)
     elif kind == "llama.cpp":
         add("--model", "-m", default=None)
         add("--n-gpu-layers", "-ngl", "--gpu-layers", "--n_gpu_layers", default="auto")
         add("--ctx-size", "-c", "--n_ctx", type=int, default=0)
         add("--rpc", default=None)
+        add("--parallel", "-np", type=int, default=None)
     elif kind == "ray":
         add("--head", action="store_true")
         add("--address", default=None)
@@ -150,7 +153,7 @@ def parse_engine_argv(kind: str, argv: List[str]) -> dict:
 
     Returns:
         `{kind, model, served_name, host, port, tp, pp, nnodes, node_rank,
-        serves_http, context_tokens, memory_fraction, gpu_layers, head}`.
+        serves_http, context_tokens, memory_fraction, gpu_layers, head, max_seqs}`.
     """
     rest = _engine_args(argv)
     positional_model = None
@@ -195,4 +198,19 @@ def parse_engine_argv(kind: str, argv: List[str]) -> dict:
         or getattr(options, "mem_fraction_static", None),
         "gpu_layers": getattr(options, "n_gpu_layers", None),
         "head": getattr(options, "head", False),
+        "max_seqs": _max_seqs(kind, options),
     }
+
+
+MAX_SEQS_DEFAULT = {"vllm": 256, "sglang": 256, "llama.cpp": 1}
+"""How many sequences each engine answers at once when its command does not say (vLLM's
+`--max-num-seqs` default; SGLang sizes its own, about as many; llama-server's one slot)."""
+
+
+def _max_seqs(kind: str, options: argparse.Namespace) -> int:
+    given = (
+        getattr(options, "max_num_seqs", None)
+        or getattr(options, "max_running_requests", None)
+        or getattr(options, "parallel", None)
+    )
+    return max(1, given) if isinstance(given, int) else MAX_SEQS_DEFAULT.get(kind, 1)

@@ -153,6 +153,12 @@ IN_FLIGHT_NAMES = {
     "llama.cpp": ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
 }
 """The families each engine counts its requests in flight in (running, waiting), on /metrics."""
+KV_USE_NAMES = {
+    "vllm": "vllm:kv_cache_usage_perc",
+    "sglang": "sglang:token_usage",
+    "llama.cpp": "llamacpp:kv_cache_usage_ratio",
+}
+"""The family each engine publishes its KV cache in use in (a share, 0 to 1)."""
 
 
 class SimState:
@@ -168,6 +174,9 @@ class SimState:
         self.requests_total = 0
         self.running = 0
         """Requests being answered now (what a roll waits on while draining)."""
+        self.waiting = 0
+        """Requests queued for a free sequence slot (`max_seqs` are answered at once)."""
+        self.admitted = threading.Condition(self.lock)
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.started = int(time.time())
@@ -248,10 +257,14 @@ class SimHandler(BaseHTTPRequestHandler):
         prefix = running.split(":")[0] + ":"
         label = '{{model_name="{}"}}'.format(self.sim.engine["served_name"])
         with self.sim.lock:
+            limit = int(self.sim.engine.get("max_seqs") or 1)
             values = [
                 (running, self.sim.running),
-                (waiting, 0),
-                (prefix + "kv_cache_usage_perc", 0.0),
+                (waiting, self.sim.waiting),
+                (
+                    KV_USE_NAMES.get(kind, KV_USE_NAMES["llama.cpp"]),
+                    round(self.sim.running / limit, 4),
+                ),
                 (prefix + "request_success_total", self.sim.requests_total),
                 (prefix + "prompt_tokens_total", self.sim.prompt_tokens_total),
                 (prefix + "generation_tokens_total", self.sim.generation_tokens_total),
@@ -287,13 +300,24 @@ class SimHandler(BaseHTTPRequestHandler):
             return
         if self._loading():
             return
-        with self.sim.lock:
-            self.sim.running += 1
+        self._admit()
         try:
             self._answer(route, body)
         finally:
             with self.sim.lock:
                 self.sim.running -= 1
+                self.sim.admitted.notify()
+
+    def _admit(self) -> None:
+        """Wait for one of the engine's `max_seqs` sequence slots, counted as waiting meanwhile
+        (as vLLM's scheduler queues what it cannot batch)."""
+        limit = int(self.sim.engine.get("max_seqs") or 1)
+        with self.sim.lock:
+            self.sim.waiting += 1
+            while self.sim.running >= limit:
+                self.sim.admitted.wait()
+            self.sim.waiting -= 1
+            self.sim.running += 1
 
     def _answer(self, route: str, body: object) -> None:
         """A completion, paced as an engine generates it (`TOKEN_S` per token)."""
@@ -324,6 +348,13 @@ class SimHandler(BaseHTTPRequestHandler):
             self.wfile.write("data: {}\n\n".format(json.dumps(chunk)).encode())
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+
+
+class _EngineHttpServer(ThreadingHTTPServer):
+    """A thread per connection, and a listen backlog an engine's (uvicorn's 2048), not
+    socketserver's 5: a burst of clients is queued, never refused."""
+
+    request_queue_size = 2048
 
 
 def _bind_host(requested: Optional[str]) -> str:
@@ -398,7 +429,7 @@ def run_engine(kind: str, real_argv: List[str]) -> int:
     if engine["serves_http"]:
         handler = type("BoundSimHandler", (SimHandler,), {"sim": state})
         try:
-            server = ThreadingHTTPServer((host, engine["port"]), handler)
+            server = _EngineHttpServer((host, engine["port"]), handler)
         except OSError as exc:
             say("ERROR: [Errno {}] could not bind {}: {}".format(exc.errno, bound, exc.strerror))
             return 1
