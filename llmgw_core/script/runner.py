@@ -77,7 +77,8 @@ def _line(node: yaml.Node) -> int:
 def _validation_sentence(error: ValidationError) -> str:
     parts = []
     for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"])
+        # A tagged union's tag (`Bounds`, a class name) is not where the operator wrote it.
+        where = ".".join(str(p) for p in item["loc"] if not str(p)[:1].isupper())
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "is not a known argument"

@@ -66,11 +66,12 @@ async def planned_actions(fleet: Any, doc: ServiceDoc) -> tuple[Action, ...]:
     label = service_label(doc)
     replicas = await replicas_now(fleet)
     found = running_of(replicas, doc.name)
+    want = doc.wanted(sum(1 for r in found if not r.over))
     changes = actions(
-        doc.name, doc.replicas, label["settings"], label["hash"], found, [v.name for v in replicas]
+        doc.name, want, label["settings"], label["hash"], found, [v.name for v in replicas]
     )
     running = [g.name for g in await gateways_now(fleet) if g.live]
-    start = gateway_action(doc, running) if doc.replicas > 0 else None
+    start = gateway_action(doc, running) if want > 0 else None
     return (*changes, *((start,) if start else ()))
 
 
@@ -120,7 +121,7 @@ async def apply_service(
             for action in planned:
                 held.check()
                 started = time.monotonic()
-                detail = await _carry_out(fleet, reach, doc, base, model, action, held, progress)
+                detail = await carry_out(fleet, reach, doc, base, model, action, held, progress)
                 seconds = round(time.monotonic() - started, 2)
                 result["done"].append({**action.as_dict(), "seconds": seconds, **detail})
                 progress(
@@ -139,7 +140,7 @@ async def apply_service(
         return result
 
 
-async def _carry_out(
+async def carry_out(
     fleet: Any,
     reach: EngineReach,
     doc: ServiceDoc,
@@ -149,14 +150,27 @@ async def _carry_out(
     held: Held,
     progress: Progress,
 ) -> dict[str, Any]:
+    """Carry one action out: start (and wait until it answers), roll a replace, drain and stop.
+
+    Returns:
+        What is worth saying of it: the gateway's address, how a replica drained.
+
+    Raises:
+        DoesNotFit, ApplyFailed: the new replica did not come up (nothing of it is left).
+    """
     if action.gateway is not None:
         assert doc.gateway_args is not None
         started = await start_gateway(fleet, reach, doc.gateway_args)
         return {"address": started.get("address")}
     if action.action == "stop":
+        # A replica that still answers leaves the gateways and finishes what it holds first.
+        found = next((v for v in await replicas_now(fleet) if v.name == action.replica), None)
+        stopped: dict[str, Any] = {}
+        if found is not None and found.phase == "ready":
+            stopped["drained"] = await drain(fleet, reach, found, doc.drain_s)
         await stop_replica(fleet, action.replica)
         await follow_all(fleet, reach)
-        return {}
+        return stopped
     label = service_label(doc)
     new_name = action.by if action.action == "replace" else action.replica
     assert new_name is not None
@@ -230,16 +244,13 @@ async def drain(
     await follow_all(fleet, reach)
     started = time.monotonic()
     await asyncio.sleep(min(DRAIN_SETTLE_S, drain_s))
-    try:
-        node, port, _ = view.ready_engine()
-    except LlmgwError:
+    if view.phase != "ready":
         return {"waited_s": round(time.monotonic() - started, 2), "in_flight": 0}
-    key = _engine_key(view)
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
     engine = str(view.spec.get("engine") or "")
     zeros, held = 0, None
     while True:
-        held = await _engine_in_flight(reach, node, port, view.http_host, engine, headers)
+        text = await engine_metrics(reach, view)
+        held = None if text is None else in_flight(text, engine)
         zeros = zeros + 1 if held == 0 else 0
         elapsed = time.monotonic() - started
         if zeros >= 2 or elapsed >= drain_s:
@@ -248,18 +259,22 @@ async def drain(
     return {"waited_s": round(time.monotonic() - started, 2), "in_flight": held}
 
 
-async def _engine_in_flight(
-    reach: EngineReach, node: str, port: int, host: str, engine: str, headers: dict[str, str]
-) -> int | None:
+async def engine_metrics(reach: EngineReach, view: ReplicaView) -> str | None:
+    """The text of rank 0's `/metrics` (through a tunnel, with its key); None when it does not
+    answer with one."""
     try:
-        base = await reach.base_url(node, port, host)
+        node, port, _ = view.ready_engine()
+    except LlmgwError:
+        return None
+    key = _engine_key(view)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        base = await reach.base_url(node, port, view.http_host)
         async with httpx.AsyncClient(timeout=METRICS_TIMEOUT_S) as client:
             response = await client.get(base + "/metrics", headers=headers)
     except (httpx.HTTPError, LlmgwError, OSError):
         return None
-    if response.status_code != 200:
-        return None
-    return in_flight(response.text, engine)
+    return response.text if response.status_code == 200 else None
 
 
 async def stop_service(

@@ -25,11 +25,11 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from llmgw_core.arguments import NAME_PATTERN
+from llmgw_core.arguments import NAME_PATTERN, StrictArgs
 from llmgw_core.gateway.spec import GatewayArgs
 from llmgw_core.serve.args import RESTART_FIELDS, ServeFields
 
@@ -38,13 +38,60 @@ MAX_REPLICAS = 64
 _REPLICA_INDEX = re.compile(r"^(?P<service>.+)-(?P<index>[0-9]+)$")
 
 
+class ReplicaBounds(StrictArgs):
+    """`replicas: {min, max, …}`: how far `keep` may scale the service, and on what signals.
+
+    Out when the requests waiting per ready replica exceed `target_waiting`, or
+    the KV cache in use (the replicas' mean share) exceeds `target_kv`, for
+    `scale_up_after_s`; in when both stay below half their targets for
+    `scale_down_after_s`.
+    """
+
+    min: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    max: int = Field(ge=1, le=MAX_REPLICAS)
+    target_waiting: float | None = Field(default=4.0, gt=0, le=1_000_000)
+    target_kv: float | None = Field(default=None, gt=0, le=1)
+    scale_up_after_s: float = Field(default=10.0, ge=0, le=86_400)
+    scale_down_after_s: float = Field(default=120.0, ge=0, le=86_400)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ReplicaBounds:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is more than max ({self.max})")
+        if self.target_waiting is None and self.target_kv is None:
+            raise ValueError("give target_waiting, target_kv or both: what to scale on")
+        return self
+
+
 class ServiceDoc(ServeFields):
     """A service document's `service:` mapping."""
 
     name: str = Field(pattern=NAME_PATTERN)
-    replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    replicas: Annotated[
+        Annotated[int, Tag("Count")] | Annotated[ReplicaBounds, Tag("Bounds")],
+        Discriminator(lambda v: "Bounds" if isinstance(v, dict | ReplicaBounds) else "Count"),
+    ] = 1
     gateway: str | GatewayArgs | None = None
     drain_s: float = Field(default=DEFAULT_DRAIN_S, ge=0, le=3600)
+
+    @field_validator("replicas")
+    @classmethod
+    def _replica_count(cls, value: int | ReplicaBounds) -> int | ReplicaBounds:
+        if isinstance(value, int) and not 0 <= value <= MAX_REPLICAS:
+            raise ValueError(f"must be from 0 to {MAX_REPLICAS}, or {{min, max, …}}")
+        return value
+
+    @property
+    def bounds(self) -> ReplicaBounds | None:
+        """The scaling bounds, when `replicas` gives them (None: a fixed count)."""
+        return self.replicas if isinstance(self.replicas, ReplicaBounds) else None
+
+    def wanted(self, live: int) -> int:
+        """How many replicas the document asks for when `live` run: its count, or `live`
+        held within its bounds (`keep` moves it; `apply` only brings it within them)."""
+        if isinstance(self.replicas, ReplicaBounds):
+            return max(self.replicas.min, min(self.replicas.max, live))
+        return self.replicas
 
     @field_validator("gateway", mode="before")
     @classmethod
@@ -70,13 +117,20 @@ def settings_hash(settings: Mapping[str, Any]) -> str:
 
 
 def service_label(doc: ServiceDoc) -> dict[str, Any]:
-    """What every shard of the service's replicas records: `{name, hash, settings}`.
+    """What every shard of the service's replicas records: `{name, hash, settings, document}`.
 
     The environment's values are kept (they are allowlisted engine variables,
-    never secrets: `serve` refuses a secret there), so a change can be named.
+    never secrets: `serve` refuses a secret there), so a change can be named;
+    the whole document too (keys are named by their variables only), so `keep`
+    given the service's name alone finds its bounds and targets.
     """
     settings = doc.settings()
-    return {"name": doc.name, "hash": settings_hash(settings), "settings": settings}
+    return {
+        "name": doc.name,
+        "hash": settings_hash(settings),
+        "settings": settings,
+        "document": doc.model_dump(mode="json", exclude_defaults=True),
+    }
 
 
 def _shown(value: Any) -> str:

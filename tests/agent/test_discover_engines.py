@@ -51,6 +51,8 @@ def test_extra_prefixes_find_an_engine_off_the_path(tmp_path, monkeypatch):
     _dist(tmp_path / "opt", "llama_cpp_python", "0.3.16")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setenv("LLMGW_ENGINE_PREFIXES", str(tmp_path / "opt"))
+    for name in ("VIRTUAL_ENV", "CONDA_PREFIX"):  # an activated environment is looked in first
+        monkeypatch.delenv(name, raising=False)
     assert live_engines()["llama-cpp-python"]["version"] == "0.3.16"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,14 @@ from pathlib import Path
 import yaml
 
 CLI = [sys.executable, "-m", "llmgw_tui.cli"]
+
+
+def free_port() -> int:
+    """A port nothing listens on here now: every demo fleet of a parallel suite shares this
+    machine, so a gateway of a test never takes the default 30000 another test may hold."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def cli(
@@ -86,7 +95,9 @@ def roll_under_load(
     """Apply `changed` while `bench` sends through the service's gateway from another process
     for `duration_s`: (apply's result, bench's result)."""
     script = folder / "bench.yaml"
-    bench_args = {"gateway": service["gateway"], "duration_s": duration_s, "concurrency": 4}
+    gateway = service["gateway"]
+    name = gateway["name"] if isinstance(gateway, dict) else gateway
+    bench_args = {"gateway": name, "duration_s": duration_s, "concurrency": 4}
     script.write_text(yaml.safe_dump({"steps": [{"bench": {**bench_args, "max_tokens": 16}}]}))
     bench = start_json(inventory, script)
     time.sleep(min(5.0, duration_s / 8))  # the benchmark is sending

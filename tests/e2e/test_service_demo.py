@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kept_demo import apply_json, kept_demo, processes_naming, roll_under_load, run_json
+from kept_demo import apply_json, free_port, kept_demo, processes_naming, roll_under_load, run_json
 
 SERVICE = {
     "name": "chat",
@@ -20,7 +20,7 @@ SERVICE = {
     "context": 8192,
     "gpu_class": "h100-80g",
     "replicas": 2,
-    "gateway": "front",
+    "gateway": {"name": "front", "port": free_port()},
     "drain_s": 30,
 }
 

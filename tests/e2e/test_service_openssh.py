@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
 
-from kept_demo import apply_json, roll_under_load, run_json
+from kept_demo import apply_json, free_port, roll_under_load, run_json
 
 from llmgw_core.fleet.sim.demo import demo_router
 
@@ -28,7 +28,7 @@ SERVICE = {
     "context": 8192,
     "gpu_class": "h100-80g",
     "replicas": 2,
-    "gateway": "front",
+    "gateway": {"name": "front", "port": free_port()},
 }
 
 

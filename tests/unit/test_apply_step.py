@@ -29,7 +29,7 @@ def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> tuple
         (f"{{name: chat, model: {MODEL}, contxt: 8192}}", "service.contxt is not a known argument"),
         (
             f"{{name: chat, model: {MODEL}, replicas: -1}}",
-            "service.replicas Input should be greater",
+            "service.replicas must be from 0 to 64",
         ),
         (f"{{name: chat, model: {MODEL}, replicas: yes}}", "replicas is true, not a number"),
         (f"{{name: 'a/b', model: {MODEL}}}", "service.name String should match pattern"),

@@ -14,6 +14,7 @@ STEP_MODULES: dict[str, str] = {
     "explain": "llmgw_core.script.steps.explain",
     "fabric-test": "llmgw_core.script.steps.fabric",
     "gateway": "llmgw_core.script.steps.gateway",
+    "keep": "llmgw_core.script.steps.keep",
     "logs": "llmgw_core.script.steps.logs",
     "metrics": "llmgw_core.script.steps.metrics",
     "nodes": "llmgw_core.script.steps.nodes",

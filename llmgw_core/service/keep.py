@@ -1,0 +1,271 @@
+"""`keep`: a service healed and scaled on its engines' own signals, for as long as it runs.
+
+Every `interval_s` the keeper, holding the service's lease the whole time:
+
+1. reads the service's replicas from the agents and makes them what the
+   document says (`spec.actions` with the count it keeps): a replica whose
+   engine died or whose node was lost is replaced (**heal**), through the
+   same start, drain and stop as `apply`;
+2. reads each ready replica's load from its engine's `/metrics` (requests
+   running and waiting, KV cache in use: `engines.signals`) and lets the
+   `Scaler` decide: **scale out** by one replica (placed by the planner on
+   free cards, as `serve` places it) or **scale in** by one (the newest,
+   drained first).
+
+When no free cards hold one more replica the keeper says so once, with the
+planner's reason, and does not try again until the cards the agents hold
+change. Every action is an event `{at, action, replica, why}`, printed as
+it happens and returned when the keeper ends. When it ends (its duration
+spent, interrupted, killed) the service keeps running as it is; nothing
+heals until a keeper runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from llmgw_core.engines.signals import engine_load
+from llmgw_core.errors import DoesNotFit, LlmgwError
+from llmgw_core.gateway.spec import gateway_views
+from llmgw_core.serve.http import EngineReach
+from llmgw_core.serve.replicas import node_claims, replicas_now, shard_listings
+from llmgw_core.serve.start import ServeRequest
+from llmgw_core.serve.view import ReplicaView, assemble
+from llmgw_core.service.apply import ApplyFailed, carry_out, engine_metrics
+from llmgw_core.service.lease import LEASE_TTL_S, Held, service_lease
+from llmgw_core.service.scale import Decision, Reading, Scaler
+from llmgw_core.service.spec import Action, ServiceDoc, actions, running_of, service_label
+
+KEEP_INTERVAL_S = 2.0
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing the keeper did (or could not do), and why."""
+
+    at: str
+    action: str
+    replica: str
+    why: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"at": self.at, "action": self.action, "replica": self.replica, "why": self.why}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class Keeper:
+    """One service kept: its count, its scaler, what it said, what it is blocked on."""
+
+    def __init__(
+        self,
+        fleet: Any,
+        reach: EngineReach,
+        doc: ServiceDoc,
+        base: ServeRequest,
+        model: Any,
+        *,
+        progress: Progress,
+    ) -> None:
+        self.fleet, self.reach, self.doc = fleet, reach, doc
+        self.base, self.model, self.progress = base, model, progress
+        self.label = service_label(doc)
+        self.scaler = Scaler(doc.bounds) if doc.bounds is not None else None
+        self.want: int | None = None
+        self.events: list[Event] = []
+        self.blocked_on: tuple[tuple[str, str], ...] | None = None
+        """The cards held when the last start found no room: no new try until they change."""
+        self.cycles = 0
+        self.cycle_s: list[float] = []
+
+    def say(self, action: str, replica: str, why: str) -> None:
+        event = Event(_now(), action, replica, why)
+        self.events.append(event)
+        self.progress(f"{self.doc.name}: {action} {replica}: {why}")
+
+    async def _claims(self) -> tuple[tuple[str, str], ...]:
+        claims = await node_claims(self.fleet)
+        return tuple(sorted((node, gpu) for node, held in claims.items() for gpu in held))
+
+    async def cycle(self, held: Held) -> None:
+        """One look at the service and the changes it calls for."""
+        started = time.monotonic()
+        held.check()
+        listings = await shard_listings(self.fleet)
+        views = assemble(listings, self.fleet.snapshot())
+        found = running_of(views, self.doc.name)
+        live = [r for r in found if not r.over]
+        if self.want is None:
+            self.want = self.doc.wanted(len(live))
+        decision = None
+        mine = [v for v in views if v.service == self.doc.name]
+        if self.scaler is not None:
+            current = [r for r in live if r.hash == self.label["hash"]]
+            reading = await self.reading(mine)
+            decision = self.scaler.step(time.monotonic(), reading, len(current))
+            if decision is not None:
+                self.want += 1 if decision.direction == "out" else -1
+        todo = actions(
+            self.doc.name,
+            self.want,
+            self.label["settings"],
+            self.label["hash"],
+            found,
+            [v.name for v in views],
+        )
+        failed = {r.name: r for r in found if r.over}
+        for action in todo:
+            held.check()
+            await self._carry(action, decision, failed, held)
+        gateway = self.doc.gateway_args
+        running = {g.name for g in gateway_views(listings) if g.live}
+        if (
+            gateway is not None
+            and gateway.name not in running
+            and any(v.phase == "ready" for v in mine)
+        ):
+            start = Action(
+                "start",
+                "",
+                "the service puts its replicas behind it and it does not run",
+                gateway=gateway.name,
+            )
+            self.say("start", f"gateway {gateway.name}", start.why)
+            try:
+                await carry_out(
+                    self.fleet,
+                    self.reach,
+                    self.doc,
+                    self.base,
+                    self.model,
+                    start,
+                    held,
+                    self.progress,
+                )
+            except LlmgwError as exc:
+                self.say("failed", f"gateway {gateway.name}", exc.sentence())
+        self.cycles += 1
+        self.cycle_s.append(time.monotonic() - started)
+
+    async def _carry(
+        self, action: Action, decision: Decision | None, failed: dict[str, Any], held: Held
+    ) -> None:
+        name = action.by or action.replica
+        if action.action == "start" and self.blocked_on is not None:
+            if await self._claims() == self.blocked_on:
+                self.want = max(0, (self.want or 0) - 1)
+                return  # said once already; the cards have not changed
+            self.blocked_on = None
+        if action.replica in failed:
+            self.say("heal", action.replica, action.why)
+        elif decision is not None and action.action in ("start", "stop"):
+            self.say(f"scale-{decision.direction}", name, decision.why)
+        else:
+            self.say(action.action, name, action.why)
+        try:
+            await carry_out(
+                self.fleet,
+                self.reach,
+                self.doc,
+                self.base,
+                self.model,
+                action,
+                held,
+                self.progress,
+            )
+        except DoesNotFit as exc:
+            self.want = max(0, (self.want or 0) - 1)
+            self.blocked_on = await self._claims()
+            self.say("blocked", name, f"nothing fits one more replica now: {exc.sentence()}")
+        except ApplyFailed as exc:
+            self.say("failed", name, exc.sentence())
+
+    async def reading(self, mine: list[ReplicaView]) -> Reading:
+        """The service's load now: its ready replicas' engines read side by side."""
+        ready = [v for v in mine if v.phase == "ready" and not v.draining]
+        texts = await asyncio.gather(*(engine_metrics(self.reach, v) for v in ready))
+        loads = [
+            load
+            for view, text in zip(ready, texts, strict=True)
+            if text is not None
+            and (load := engine_load(text, str(view.spec.get("engine") or ""))) is not None
+        ]
+        if not loads:
+            return Reading(ready=0, waiting=0.0)
+        kv = [load.kv_use for load in loads if load.kv_use is not None]
+        return Reading(
+            ready=len(loads),
+            waiting=sum(load.waiting for load in loads) / len(loads),
+            kv_use=sum(kv) / len(kv) if kv else None,
+        )
+
+
+async def keep_service(
+    fleet: Any,
+    reach: EngineReach,
+    doc: ServiceDoc,
+    base: ServeRequest,
+    model: Any,
+    *,
+    duration_s: float | None = None,
+    interval_s: float = KEEP_INTERVAL_S,
+    progress: Progress = lambda _line: None,
+    holder: str | None = None,
+    lease_ttl_s: float = LEASE_TTL_S,
+) -> dict[str, Any]:
+    """Keep `doc` running for `duration_s` (None: until cancelled), under the service's lease.
+
+    Returns:
+        `{service, events, replicas, cycles, cycle_ms_median, failed?, exit_code?}`, also
+        when cancelled; `failed` when it stopped on an error (its lease lost, say).
+
+    Raises:
+        ServiceHeld: another operator (or keeper) holds the service's lease.
+    """
+    keeper = Keeper(fleet, reach, doc, replace(base, name=None), model, progress=progress)
+    ends = None if duration_s is None else time.monotonic() + duration_s
+    failed: LlmgwError | None = None
+    async with service_lease(fleet, doc.name, holder=holder, ttl_s=lease_ttl_s) as held:
+        try:
+            while ends is None or time.monotonic() < ends:
+                await keeper.cycle(held)
+                await _sleep_until(interval_s, ends)
+        except asyncio.CancelledError:
+            pass  # interrupted: what runs keeps running as it is
+        except LlmgwError as exc:
+            keeper.say("stopped", doc.name, exc.sentence())
+            failed = exc
+        views = await replicas_now(fleet)
+    result = _result(keeper, views)
+    if failed is not None:
+        result.update(failed=failed.sentence(), exit_code=failed.exit_code)
+    return result
+
+
+async def _sleep_until(interval_s: float, ends: float | None) -> None:
+    left = interval_s if ends is None else min(interval_s, max(0.0, ends - time.monotonic()))
+    await asyncio.sleep(left)
+
+
+def _result(keeper: Keeper, views: tuple[ReplicaView, ...]) -> dict[str, Any]:
+    cycle_ms = sorted(s * 1000 for s in keeper.cycle_s)
+    return {
+        "service": keeper.doc.name,
+        "events": [event.as_dict() for event in keeper.events],
+        "replicas": [
+            {"name": v.name, "phase": v.phase, "endpoint": v.endpoint}
+            for v in views
+            if v.service == keeper.doc.name
+        ],
+        "cycles": keeper.cycles,
+        "cycle_ms_median": round(cycle_ms[len(cycle_ms) // 2], 1) if cycle_ms else None,
+    }
