@@ -160,9 +160,11 @@ class Keeper:
         self, action: Action, decision: Decision | None, failed: dict[str, Any], held: Held
     ) -> None:
         name = action.by or action.replica
+        scaling_out = decision is not None and decision.direction == "out"
         if action.action == "start" and self.blocked_on is not None:
             if await self._claims() == self.blocked_on:
-                self.want = max(0, (self.want or 0) - 1)
+                if scaling_out:
+                    self.want = max(0, (self.want or 0) - 1)
                 return  # said once already; the cards have not changed
             self.blocked_on = None
         if action.replica in failed:
@@ -183,11 +185,33 @@ class Keeper:
                 self.progress,
             )
         except DoesNotFit as exc:
-            self.want = max(0, (self.want or 0) - 1)
+            if scaling_out:
+                self.want = max(0, (self.want or 0) - 1)
             self.blocked_on = await self._claims()
-            self.say("blocked", name, f"nothing fits one more replica now: {exc.sentence()}")
+            would = await self.what_would_fit()
+            self.say("blocked", name, exc.sentence() + (f"; {would}" if would else ""))
         except ApplyFailed as exc:
             self.say("failed", name, exc.sentence())
+
+    async def what_would_fit(self) -> str | None:
+        """What the planner would place now if the document fixed no layout (None: nothing)."""
+        from llmgw_core.serve.choice import Overrides
+        from llmgw_core.serve.prepare import preview_serve
+
+        probe = replace(
+            self.base, name=f"{self.doc.name}-probe", overrides=Overrides(), fallbacks=16
+        )
+        try:
+            preview = await preview_serve(self.fleet, probe, self.model)
+        except LlmgwError:
+            return None
+        if preview.way is None:
+            return None
+        nodes = [n["node"] for n in (preview.placement or {}).get("nodes", [])]
+        return (
+            f"without the layout it fixes, {preview.way['label']} would fit now on "
+            f"{', '.join(nodes)}"
+        )
 
     async def reading(self, mine: list[ReplicaView]) -> Reading:
         """The service's load now: its ready replicas' engines read side by side."""

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -105,3 +106,29 @@ def roll_under_load(
     out, err = bench.communicate(timeout=duration_s + 120)
     assert bench.returncode == 0, err[-3000:]
     return rolled, json.loads(out.splitlines()[-1])["result"]
+
+
+async def operator(inventory: str) -> tuple[Any, Any, Any]:
+    """An in-process console on the inventory: (fleet, its engine reach, its closer)."""
+    from llmgw_core.fleet.session import open_fleet
+    from llmgw_core.serve.http import EngineReach
+
+    fleet, closer = await open_fleet(inventory=inventory, demo=False)
+    return fleet, EngineReach(fleet), closer
+
+
+async def close_operator(console: tuple[Any, Any, Any]) -> None:
+    from llmgw_core.serve.http import close_quietly
+
+    _, reach, closer = console
+    await close_quietly(reach)
+    await closer()
+
+
+def service_request(doc: Any, folder: Path, inventory: str) -> tuple[Any, Any]:
+    """The serve request and model one replica of the service document starts from."""
+    from llmgw_core.script.context import StepContext
+    from llmgw_core.script.steps.serve import serve_request
+
+    ctx = StepContext(script_dir=folder, described_fleet=None, inventory=inventory, demo=False)
+    return serve_request(doc, ctx, name=None)

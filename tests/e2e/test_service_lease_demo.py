@@ -21,12 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
-from kept_demo import apply_json, kept_demo, run_json, start_json
+from kept_demo import apply_json, kept_demo, operator, run_json, service_request, start_json
 
-from llmgw_core.fleet.session import open_fleet
-from llmgw_core.script.context import StepContext
-from llmgw_core.script.steps.serve import serve_request
-from llmgw_core.serve.http import EngineReach, close_quietly
+from llmgw_core.serve.http import close_quietly
 from llmgw_core.serve.replicas import replicas_now
 from llmgw_core.service.apply import apply_service
 from llmgw_core.service.lease import ServiceHeld, lease_node
@@ -40,14 +37,8 @@ SERVICE = {
 }
 
 
-async def _operator(inventory: str) -> tuple[Any, EngineReach, Any]:
-    fleet, closer = await open_fleet(inventory=inventory, demo=False)
-    return fleet, EngineReach(fleet), closer
-
-
-def _request(doc: ServiceDoc, folder: Path, inventory: str) -> tuple[Any, Any]:
-    ctx = StepContext(script_dir=folder, described_fleet=None, inventory=inventory, demo=False)
-    return serve_request(doc, ctx, name=None)
+_operator = operator
+_request = service_request
 
 
 async def _live_of(fleet: Any, service: str) -> list[Any]:

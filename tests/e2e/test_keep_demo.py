@@ -1,0 +1,295 @@
+"""`keep` on a kept-up demo fleet: scaled on a real queue, healed after a kill, one keeper at a time.
+
+The sim engines answer `max_num_seqs` sequences at once and queue the rest,
+publishing what waits on `/metrics` under vLLM's names, so the keeper scales
+on a real queue. Load comes from `bench` in a process of its own, through
+the real vllm-router; the keeper runs in this process, as a console runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kept_demo import (
+    close_operator,
+    free_port,
+    kept_demo,
+    operator,
+    run_json,
+    service_request,
+    start_json,
+)
+
+from llmgw_core.serve.replicas import replicas_now
+from llmgw_core.service.keep import keep_service
+from llmgw_core.service.lease import ServiceHeld
+from llmgw_core.service.spec import ServiceDoc
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"
+SERVED = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def inventory(tmp_path_factory: pytest.TempPathFactory):
+    with kept_demo(tmp_path_factory.mktemp("keep") / "demo") as path:
+        yield path
+
+
+def _doc(name: str, port: int, **given: Any) -> ServiceDoc:
+    return ServiceDoc.model_validate(
+        {
+            "name": name,
+            "model": MODEL,
+            "context": 8192,
+            "gpu_class": "h100-80g",
+            "concurrency": 4,  # --max-num-seqs 4: the rest of the load waits
+            "gateway": {"name": f"gw-{name}", "port": port},
+            "drain_s": 10,
+            **given,
+        }
+    )
+
+
+async def _live(fleet: Any, service: str) -> list[Any]:
+    return [
+        v
+        for v in await replicas_now(fleet)
+        if v.service == service and v.phase not in ("stopped", "failed")
+    ]
+
+
+async def _until(check: Any, what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s:g} s"
+        await asyncio.sleep(0.25)
+
+
+def test_keep_scales_out_on_requests_waiting_and_back_to_one_when_the_load_ends(
+    inventory: str, tmp_path: Path
+):
+    port = free_port()
+    doc = _doc(
+        "scaled",
+        port,
+        replicas={"min": 1, "max": 3, "target_waiting": 2, "scale_down_after_s": 15},
+    )
+    bench = tmp_path / "bench.yaml"
+    bench.write_text(
+        "steps:\n  - bench: {gateway: gw-scaled, duration_s: 40, concurrency: 32, max_tokens: 16}\n"
+    )
+
+    async def scenario() -> tuple[dict, dict, list[int]]:
+        console = await operator(inventory)
+        fleet, reach, _ = console
+        base, model = service_request(doc, tmp_path, inventory)
+        kept = asyncio.create_task(
+            keep_service(fleet, reach, doc, base, model, interval_s=1.0, progress=print)
+        )
+        counts: list[int] = []
+        try:
+
+            async def fronted() -> bool:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
+                        return True
+                except (urllib.error.URLError, OSError):
+                    return False
+
+            await _until(fronted, "gateway in front of the first replica", 90)
+            load = start_json(inventory, bench)
+
+            async def sample() -> None:
+                while load.poll() is None:
+                    counts.append(len(await _live(fleet, "scaled")))
+                    await asyncio.sleep(1.0)
+
+            await sample()
+            out, err = load.communicate(timeout=30)
+            assert load.returncode == 0, err[-3000:]
+            benched = json.loads(out.splitlines()[-1])["result"]
+
+            async def back_to_one() -> bool:
+                return len(await _live(fleet, "scaled")) == 1
+
+            await _until(back_to_one, "return to one replica", 120)
+        finally:
+            kept.cancel()
+            result = await kept
+            await close_operator(console)
+        return result, benched, counts
+
+    result, benched, counts = asyncio.run(scenario())
+    events = result["events"]
+    print(
+        f"replicas while loaded: {counts}; bench: {benched['requests']} requests, "
+        f"{benched['failed']} failed"
+    )
+    outs = [e for e in events if e["action"] == "scale-out"]
+    ins = [e for e in events if e["action"] == "scale-in"]
+    assert outs, events
+    assert all("requests waiting per replica > 2 for " in e["why"] for e in outs)
+    assert len(ins) == len(outs)
+    assert all("requests waiting per replica < 1 for 1" in e["why"] for e in ins)
+    assert max(counts) == 1 + len(outs)
+    assert benched["failed"] == 0, benched.get("errors")
+    assert [r["phase"] for r in result["replicas"] if r["phase"] == "ready"] == ["ready"]
+    code, _, said = run_json(
+        inventory, "steps: [{stop: {service: scaled}}, {stop: {gateway: gw-scaled}}]"
+    )
+    assert code == 0, said
+
+
+def _ask_forever(port: int, stop: threading.Event, seen: list[tuple[float, bool]]) -> None:
+    body = json.dumps(
+        {"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    ).encode()
+    while not stop.is_set():
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                ok = response.status == 200
+        except (urllib.error.URLError, OSError):
+            ok = False
+        seen.append((time.monotonic(), ok))
+
+
+def test_an_engine_killed_under_keep_is_replaced_and_the_gateway_follows(
+    inventory: str, tmp_path: Path
+):
+    from llmgw_core.gateway.spec import HEALTH_INTERVAL_S
+
+    port = free_port()
+    doc = _doc("healed", port, replicas=2)
+
+    async def scenario() -> tuple[dict, float, list[tuple[float, bool]], list[str]]:
+        console = await operator(inventory)
+        fleet, reach, _ = console
+        base, model = service_request(doc, tmp_path, inventory)
+        kept = asyncio.create_task(
+            keep_service(fleet, reach, doc, base, model, interval_s=0.5, progress=print)
+        )
+        stop, seen = threading.Event(), []
+        askers = [threading.Thread(target=_ask_forever, args=(port, stop, seen)) for _ in range(4)]
+        try:
+
+            async def two_fronted() -> bool:
+                live = await _live(fleet, "healed")
+                return len([v for v in live if v.phase == "ready"]) == 2 and any(
+                    g.name == "gw-healed" for g in await _gateways(fleet)
+                )
+
+            await _until(two_fronted, "two replicas behind the gateway", 90)
+            for asker in askers:
+                asker.start()
+            await asyncio.sleep(3)
+            victim = (await _live(fleet, "healed"))[0]
+            listed = await fleet.request(victim.shards[0].node, "shard.list")
+            (record,) = [s for s in listed["shards"] if s["shard_id"] == victim.shards[0].shard_id]
+            os.kill(int(record["main_pid"]), signal.SIGKILL)
+            killed_at = time.monotonic()
+
+            async def healed() -> bool:
+                live = await _live(fleet, "healed")
+                return (
+                    victim.name not in {v.name for v in live}
+                    and len([v for v in live if v.phase == "ready"]) == 2
+                )
+
+            await _until(healed, "replacement", 90)
+            await asyncio.sleep(3)  # requests after the heal, through the followed gateway
+            stop.set()
+            for asker in askers:
+                asker.join(15)
+            names = [v.name for v in await _live(fleet, "healed")]
+        finally:
+            stop.set()
+            kept.cancel()
+            result = await kept
+            await close_operator(console)
+        return result, killed_at, seen, names
+
+    result, killed_at, seen, names = asyncio.run(scenario())
+    heals = [e for e in result["events"] if e["action"] == "heal"]
+    assert len(heals) == 1 and "failed" in heals[0]["why"], result["events"]
+    assert len(names) == 2
+    window = HEALTH_INTERVAL_S + 1.0  # the router's health interval, and a poll's slack
+    failed_inside = [at for at, ok in seen if not ok and at - killed_at <= window]
+    failed_after = [at - killed_at for at, ok in seen if not ok and at - killed_at > window]
+    print(
+        f"{len(seen)} requests through the gateway, {len(failed_inside)} failed within "
+        f"{window:g} s of the kill, {len(failed_after)} after"
+    )
+    assert failed_after == []
+    assert sum(ok for at, ok in seen if at > killed_at + window) > 20
+    code, _, said = run_json(
+        inventory, "steps: [{stop: {service: healed}}, {stop: {gateway: gw-healed}}]"
+    )
+    assert code == 0, said
+
+
+async def _gateways(fleet: Any) -> list[Any]:
+    from llmgw_core.gateway.run import gateways_now
+
+    return [g for g in await gateways_now(fleet) if g.live]
+
+
+def test_a_second_keeper_is_refused_naming_the_first_and_nothing_fits_is_said_once(
+    inventory: str, tmp_path: Path
+):
+    # Two replicas of eight cards fit the demo's two H100 nodes; a third does not.
+    doc = _doc("wide", free_port(), gpus=8, replicas={"min": 3, "max": 3})
+
+    async def scenario() -> tuple[dict, str]:
+        first, second = await operator(inventory), await operator(inventory)
+        base, model = service_request(doc, tmp_path, inventory)
+        kept = asyncio.create_task(
+            keep_service(first[0], first[1], doc, base, model, interval_s=0.5, holder="ana")
+        )
+        try:
+            await asyncio.sleep(1.0)
+            with pytest.raises(ServiceHeld) as refused:
+                await keep_service(second[0], second[1], doc, base, model, duration_s=1)
+            await asyncio.sleep(8.0)  # cycles enough to have said it again, had it repeated
+        finally:
+            kept.cancel()
+            result = await kept
+            await close_operator(first)
+            await close_operator(second)
+        return result, refused.value.sentence()
+
+    result, refusal = asyncio.run(scenario())
+    assert refusal.startswith("service wide is held by ana since ")
+    blocked = [e for e in result["events"] if e["action"] == "blocked"]
+    assert len(blocked) == 1, result["events"]
+    assert blocked[0]["why"].startswith("no free cards for wide-3: no room for 8 × h100-80g")
+    assert "would fit now on" in blocked[0]["why"]
+    print(blocked[0]["why"])
+    said = [(e["action"], e["replica"]) for e in result["events"]]
+    assert said[:4] == [
+        ("start", "wide-1"),
+        ("start", "wide-2"),
+        ("start", "wide-3"),
+        ("blocked", "wide-3"),
+    ], said
+    assert said[4:] == [("start", "gateway gw-wide")], said  # tried once: nothing more
+    code, _, said = run_json(
+        inventory, "steps: [{stop: {service: wide}}, {stop: {gateway: gw-wide}}]"
+    )
+    assert code == 0, said
