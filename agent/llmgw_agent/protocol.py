@@ -35,6 +35,9 @@ Operations (args → result):
   token, ttl_s?=30}` → the lease, or `lost`; `lease.release` `{name, token}` →
   `{name, released}`; `lease.list` → `{leases}` (see `shards/leases.py`). The
   leases taken on a connection are given back when it ends;
+* `service.count` `{name, direction}` → `{name, direction, total}`: one scale
+  event of a service counted (`out` or `in`); `service.counts` → `{counts:
+  {name: {out, in}}}`: every service's so far (a Prometheus counter's source);
 * `port.free` `{start, count?=1, avoid?=[]}` → `{ports, listening}`: the first
   ports from `start` nothing listens on here and a bind takes (`ports.py`);
 * `download.watch` `{path, interval_s?=2}` → events `{bytes, files, exists,
@@ -146,6 +149,7 @@ OP_ARGS = {
         "ttl_s": Arg((int, float), 30.0, 0.05, 86_400),
     },
     "lease.release": {"name": Arg((str,)), "token": Arg((str,))},
+    "service.count": {"name": Arg((str,)), "direction": Arg((str,))},
     "port.free": {
         "start": Arg((int,), REQUIRED, *PORT),
         "count": Arg((int,), 1, 1, 64),
@@ -189,6 +193,8 @@ class Server:
             "lease.renew": self._op_lease_renew,
             "lease.release": self._op_lease_release,
             "lease.list": _op_lease_list,
+            "service.count": _op_service_count,
+            "service.counts": _op_service_counts,
             "port.free": _op_port_free,
             "download.watch": _op_download_watch,
             "fabric.probe": self._op_fabric_probe,
@@ -474,6 +480,19 @@ def _op_lease_list(_args: dict, _stream: Stream) -> dict:
     from llmgw_agent.shards.leases import list_leases
 
     return {"leases": list_leases()}
+
+
+def _op_service_count(args: dict, _stream: Stream) -> dict:
+    given = checked(args, OP_ARGS["service.count"])
+    from llmgw_agent.shards import leases
+
+    return leases.count_scale(leases.checked_name(given["name"]), given["direction"])
+
+
+def _op_service_counts(_args: dict, _stream: Stream) -> dict:
+    from llmgw_agent.shards.leases import scale_counts
+
+    return {"counts": scale_counts()}
 
 
 def _op_fabric_record(args: dict, _stream: Stream) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from llmgw_core.facts import Card, NodeFacts, RailVerdict
 from llmgw_core.fleet.state import FleetState
@@ -44,6 +44,9 @@ class MetricsSnapshot:
     replicas: tuple[ReplicaView, ...] = ()
     gateways: tuple[Metric, ...] = ()
     gateway_up: Mapping[tuple[str, str], bool] = field(default_factory=dict)
+    scale_events: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Per service, its scale events so far by direction (`out`, `in`), as the lease node
+    counts them (`service.counts`)."""
 
 
 def _gauge(name: str, documentation: str, labels: Sequence[str]) -> GaugeMetricFamily:
@@ -158,6 +161,33 @@ def replica_families(replicas: Sequence[ReplicaView]) -> list[Metric]:
     return [by_phase, phase, shards, ready]
 
 
+def service_families(
+    replicas: Sequence[ReplicaView], scale_events: Mapping[str, Mapping[str, int]]
+) -> list[Metric]:
+    """Per service: its replicas that run (neither failed nor stopped), its scale events."""
+    running = _gauge(
+        "llmgw_service_replicas",
+        "The service's replicas that run (starting, loading, ready or unreachable).",
+        ["service"],
+    )
+    counts: dict[str, int] = {}
+    for view in replicas:
+        if view.service is not None:
+            live = view.phase not in ("failed", "stopped")
+            counts[view.service] = counts.get(view.service, 0) + (1 if live else 0)
+    for service in sorted(set(counts) | set(scale_events)):
+        running.add_metric([service], float(counts.get(service, 0)))
+    events = CounterMetricFamily(
+        "llmgw_service_scale_events",
+        "Replicas `keep` added (out) or removed (in) on the service's signals.",
+        labels=["service", "direction"],
+    )
+    for service in sorted(scale_events):
+        for direction in ("out", "in"):
+            events.add_metric([service, direction], float(scale_events[service].get(direction, 0)))
+    return [running, events]
+
+
 def _rail_verdicts(fleet: FleetState) -> Iterable[tuple[str, RailVerdict]]:
     """Each node's kept verdicts, by peer and adapter (the agent keeps one per pair)."""
     for node in fleet.nodes.values():
@@ -229,6 +259,7 @@ def all_families(snapshot: MetricsSnapshot) -> list[Metric]:
         *node_families(snapshot.fleet),
         *card_families(snapshot.fleet),
         *replica_families(snapshot.replicas),
+        *service_families(snapshot.replicas, snapshot.scale_events),
         *fabric_families(snapshot.fleet),
         *gateway_families(snapshot),
     ]

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from llmgw_core.errors import LlmgwError
 from llmgw_core.metrics.families import MetricsSnapshot
 from llmgw_core.metrics.gateway import (
     GatewayTarget,
@@ -71,5 +72,26 @@ async def gather_snapshot(
         replicas=views,
         gateways=families,
         gateway_up=up,
+        scale_events=await scale_events(fleet),
     )
     return snapshot, failed
+
+
+async def scale_events(fleet: Any) -> dict[str, dict[str, int]]:
+    """Every service's scale events, as the agent keeping the leases counts them ({} when it
+    does not answer, or is an agent that does not count them)."""
+    from llmgw_core.fleet.client import AgentLost
+    from llmgw_core.service.lease import lease_node
+
+    try:
+        answer = await fleet.request(lease_node(fleet), "service.counts", timeout_s=10)
+    except (LlmgwError, AgentLost):
+        return {}
+    counts = answer.get("counts") if isinstance(answer, dict) else None
+    if not isinstance(counts, dict):
+        return {}
+    return {
+        str(name): {d: n for d, n in by.items() if isinstance(n, int) and d in ("out", "in")}
+        for name, by in counts.items()
+        if isinstance(by, dict)
+    }

@@ -23,6 +23,7 @@ heals until a keeper runs again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,13 +32,14 @@ from typing import Any
 
 from llmgw_core.engines.signals import engine_load
 from llmgw_core.errors import DoesNotFit, LlmgwError
+from llmgw_core.fleet.client import AgentLost
 from llmgw_core.gateway.spec import gateway_views
 from llmgw_core.serve.http import EngineReach
 from llmgw_core.serve.replicas import node_claims, replicas_now, shard_listings
 from llmgw_core.serve.start import ServeRequest
 from llmgw_core.serve.view import ReplicaView, assemble
 from llmgw_core.service.apply import ApplyFailed, carry_out, engine_metrics
-from llmgw_core.service.lease import LEASE_TTL_S, Held, service_lease
+from llmgw_core.service.lease import LEASE_TTL_S, Held, lease_node, service_lease
 from llmgw_core.service.scale import Decision, Reading, Scaler
 from llmgw_core.service.spec import Action, ServiceDoc, actions, running_of, service_label
 
@@ -192,6 +194,19 @@ class Keeper:
             self.say("blocked", name, exc.sentence() + (f"; {would}" if would else ""))
         except ApplyFailed as exc:
             self.say("failed", name, exc.sentence())
+        else:
+            if decision is not None and action.action in ("start", "stop"):
+                await self._count(decision.direction)
+
+    async def _count(self, direction: str) -> None:
+        """Count a scale event where the metrics read it (the agent keeping the leases)."""
+        with contextlib.suppress(LlmgwError, AgentLost):
+            await self.fleet.request(
+                lease_node(self.fleet),
+                "service.count",
+                {"name": self.doc.name, "direction": direction},
+                timeout_s=10,
+            )
 
     async def what_would_fit(self) -> str | None:
         """What the planner would place now if the document fixed no layout (None: nothing)."""

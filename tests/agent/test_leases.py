@@ -96,3 +96,17 @@ def test_twenty_racers_one_lease(state_dir: Path, tmp_path: Path):
 
 def test_a_drained_shard_says_since_when(agent: AgentClient):
     assert agent.request("shard.drain", {"shard_id": "nothing"})["error"]["code"] == "not_found"
+
+
+def test_scale_events_are_counted_past_any_lease(state_dir: Path, tmp_path: Path):
+    first, second = _agent(state_dir, tmp_path, "a"), _agent(state_dir, tmp_path, "b")
+    try:
+        first.call("service.count", {"name": "chat", "direction": "out"})
+        second.call("service.count", {"name": "chat", "direction": "out"})
+        assert second.call("service.count", {"name": "chat", "direction": "in"})["total"] == 1
+        assert first.call("service.counts")["counts"] == {"chat": {"out": 2, "in": 1}}
+        wrong = first.request("service.count", {"name": "chat", "direction": "up"})
+        assert wrong["error"]["code"] == "bad_args"
+    finally:
+        first.close()
+        second.close()

@@ -46,6 +46,7 @@ BASE = {
     "name": '"svc"',
     "holder": '"tester"',
     "token": '"t"',
+    "direction": '"out"',
 }
 """A valid value for each required argument, for the others' cases."""
 

@@ -128,10 +128,11 @@ def test_keep_scales_out_on_requests_waiting_and_back_to_one_when_the_load_ends(
         finally:
             kept.cancel()
             result = await kept
+            exported = await _service_samples(fleet, reach)
             await close_operator(console)
-        return result, benched, counts
+        return result, benched, counts, exported
 
-    result, benched, counts = asyncio.run(scenario())
+    result, benched, counts, exported = asyncio.run(scenario())
     events = result["events"]
     print(
         f"replicas while loaded: {counts}; bench: {benched['requests']} requests, "
@@ -146,10 +147,48 @@ def test_keep_scales_out_on_requests_waiting_and_back_to_one_when_the_load_ends(
     assert max(counts) == 1 + len(outs)
     assert benched["failed"] == 0, benched.get("errors")
     assert [r["phase"] for r in result["replicas"] if r["phase"] == "ready"] == ["ready"]
+    # The metrics say the same: one replica, and each scale event counted.
+    assert exported["llmgw_service_replicas"] == {("scaled",): 1.0}
+    assert exported["llmgw_service_scale_events_total"] == {
+        ("scaled", "out"): float(len(outs)),
+        ("scaled", "in"): float(len(ins)),
+    }
     code, _, said = run_json(
         inventory, "steps: [{stop: {service: scaled}}, {stop: {gateway: gw-scaled}}]"
     )
     assert code == 0, said
+
+
+async def _service_samples(fleet: Any, reach: Any) -> dict[str, dict[tuple, float]]:
+    """The service families of a metrics snapshot gathered now, as a scrape shows them."""
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.registry import CollectorRegistry
+
+    from llmgw_core.metrics.families import all_families
+    from llmgw_core.metrics.sources import gather_snapshot
+
+    snapshot, _ = await gather_snapshot(fleet, reach)
+
+    class Once:
+        def collect(self):
+            return all_families(snapshot)
+
+    registry = CollectorRegistry()
+    registry.register(Once())
+    text = generate_latest(registry).decode()
+    found: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (
+                sample.name.startswith("llmgw_service_")
+                and sample.labels.get("service") == "scaled"
+            ):
+                key = tuple(
+                    sample.labels[k] for k in ("service", "direction") if k in sample.labels
+                )
+                found.setdefault(sample.name, {})[key] = sample.value
+    return found
 
 
 def _ask_forever(port: int, stop: threading.Event, seen: list[tuple[float, bool]]) -> None:

@@ -173,3 +173,44 @@ def list_leases() -> List[dict]:
         if _live(record, now):
             found.append(_public(record or {}))
     return found
+
+
+DIRECTIONS = ("out", "in")
+
+
+def _counts_path() -> Path:
+    return leases_dir() / "scale-events.json"
+
+
+def count_scale(name: str, direction: str) -> dict:
+    """Count one scale event of service `name` (kept past any lease: a Prometheus counter).
+
+    Raises:
+        OpError: `bad_args` for a direction that is neither `out` nor `in`.
+    """
+    if direction not in DIRECTIONS:
+        raise OpError("bad_args", "direction must be out or in")
+    with _locked():
+        counts = scale_counts()
+        service = counts.setdefault(name, {})
+        service[direction] = int(service.get(direction, 0)) + 1
+        path = _counts_path()
+        temporary = path.with_name(".{}.{}.tmp".format(path.name, os.getpid()))
+        temporary.write_text(json.dumps(counts))
+        os.replace(str(temporary), str(path))
+    return {"name": name, "direction": direction, "total": service[direction]}
+
+
+def scale_counts() -> dict:
+    """Every service's scale events so far: `{name: {out: n, in: n}}`."""
+    try:
+        counts = json.loads(_counts_path().read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    if not isinstance(counts, dict):
+        return {}
+    return {
+        str(name): {d: int(n) for d, n in by.items() if d in DIRECTIONS and isinstance(n, int)}
+        for name, by in counts.items()
+        if isinstance(by, dict) and _NAME.match(str(name))
+    }

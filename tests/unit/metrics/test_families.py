@@ -11,6 +11,7 @@ from llmgw_core.metrics.families import (
     all_families,
     fabric_families,
     replica_families,
+    service_families,
 )
 from llmgw_core.serve.view import ReplicaView, ShardView
 
@@ -137,3 +138,24 @@ def test_a_refused_node_is_down_and_a_card_without_a_load_figure_has_no_utilisat
     assert _values(families, "llmgw_gpu_nvlink_joined") == {}  # no multi-node domain
     assert _values(families, "llmgw_snapshot_timestamp_seconds") == {(): AT.timestamp()}
     assert _values(families, "llmgw_fabric_rail_verdict") == {}  # no node keeps a verdict
+
+
+def test_a_services_replicas_and_scale_events_are_counted_from_their_labels():
+    def labelled(name: str, service: str | None, phase: str) -> ReplicaView:
+        spec = {"model": "m", "engine": "vllm", "service": {"name": service} if service else None}
+        return ReplicaView(name=name, spec=spec, shards=(), phase=phase)
+
+    replicas = [
+        labelled("chat-1", "chat", "ready"),
+        labelled("chat-2", "chat", "loading"),
+        labelled("chat-3", "chat", "failed"),
+        labelled("by-hand", None, "ready"),
+    ]
+    families = service_families(replicas, {"chat": {"out": 3, "in": 2}, "code": {"out": 1}})
+    assert _values(families, "llmgw_service_replicas") == {
+        (("service", "chat"),): 2.0,
+        (("service", "code"),): 0.0,
+    }
+    events = _values(families, "llmgw_service_scale_events")
+    assert events[(("direction", "out"), ("service", "chat"))] == 3.0
+    assert events[(("direction", "in"), ("service", "code"))] == 0.0
