@@ -64,3 +64,28 @@ def test_a_service_file_that_is_missing_or_wrong_is_one_sentence(tmp_path, capsy
     code, error = _run(tmp_path, capsys, "steps:\n  - apply: {file: chat.yaml}\n")
     assert code == 2, error
     assert said in error, error
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ("{}", "give either service (its name or its document) or file"),
+        ("{service: 'not a name'}", "service must be a service's name or its document"),
+        ("{service: chat, file: chat.yaml}", "give either service"),
+        ("{service: chat, duration_s: 0}", "duration_s Input should be greater than 0"),
+        ("{service: chat, interval_s: 0.01}", "interval_s Input should be greater than or equal"),
+        (
+            f"{{service: {{name: chat, model: {MODEL}, replicas: {{min: 2, max: 1}}}}}}",
+            "min (2) is more than max (1)",
+        ),
+    ],
+)
+def test_keeps_arguments_are_checked_before_anything_runs(tmp_path, capsys, args, said):
+    code, error = _run(tmp_path, capsys, f"steps:\n  - keep: {args}\n")
+    assert code == 2
+    assert said in error, error
+
+
+def test_keep_given_a_missing_file_says_so_before_any_connection(tmp_path, capsys):
+    code, error = _run(tmp_path, capsys, "steps:\n  - keep: {file: gone.yaml}\n")
+    assert code == 2 and "the service file" in error and "gone.yaml" in error
