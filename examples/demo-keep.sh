@@ -10,8 +10,8 @@ inventory="$(llmgw-tui demo up --dir "$folder/demo" | tail -n 1)"
 trap 'llmgw-tui demo down --dir "$folder/demo"; rm -rf "$folder"' EXIT
 run() { llmgw-tui --inventory "$inventory" --run - "$@"; }
 
-# The keeper, for 90 s, in the background: its events print as they happen.
-echo "steps: [{keep: {file: $here/demo-keep.yaml, duration_s: 90}}]" | run &
+# The keeper, for 120 s, in the background: its events print as they happen.
+echo "steps: [{keep: {file: $here/demo-keep.yaml, duration_s: 120}}]" | run &
 keeper=$!
 sleep 15                                                       # one replica, and the gateway
 echo 'steps: [{bench: {gateway: front, duration_s: 40, concurrency: 32, max_tokens: 16}}]' | run
