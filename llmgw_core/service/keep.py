@@ -248,6 +248,27 @@ class Keeper:
         )
 
 
+async def carried_document(fleet: Any, name: str) -> ServiceDoc:
+    """The document the newest replica of service `name` carries (what `apply` gave it).
+
+    Raises:
+        BadInput: no replica of that service runs here.
+    """
+    from llmgw_core.errors import BadInput
+
+    mine = sorted(
+        (v for v in await replicas_now(fleet) if v.service == name), key=lambda v: -v.created_at
+    )
+    for view in mine:
+        carried = (view.spec.get("service") or {}).get("document")
+        if isinstance(carried, dict):
+            return ServiceDoc.model_validate(carried)
+    raise BadInput(
+        f"no replica of a service {name!r} runs here to read its document from",
+        "keep it with its document: `keep: {file: chat.yaml}`",
+    )
+
+
 async def keep_service(
     fleet: Any,
     reach: EngineReach,

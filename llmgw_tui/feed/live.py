@@ -242,6 +242,18 @@ class LiveFeed:
         self._shards_at = -math.inf  # the next poll lists shards again
         return result
 
+    async def keep_service(self, name: str, on_event: Callable[[str], None]) -> dict[str, Any]:
+        """`keep` service `name` as the step does, with the document its replicas carry."""
+        from llmgw_core.script.steps.serve import serve_request
+        from llmgw_core.service.keep import carried_document, keep_service
+
+        fleet = self._live()
+        doc = await carried_document(fleet, name)
+        base, model = await asyncio.to_thread(
+            serve_request, doc, ConsoleContext(fleet, self._demo), name=None
+        )
+        return await keep_service(fleet, self._engines(), doc, base, model, progress=on_event)
+
     def _offline(self) -> bool | None:
         return True if self._demo else None
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -68,6 +68,11 @@ class FleetFeed(Protocol):
 
     async def apply_service(self, doc: ServiceDoc, request: ServeRequest) -> dict[str, Any]:
         """Make the fleet run the service `doc` (one replica: `request`), as the `apply` step."""
+        ...
+
+    async def keep_service(self, name: str, on_event: Callable[[str], None]) -> dict[str, Any]:
+        """Keep service `name` (the document its replicas carry) until cancelled, as the `keep`
+        step; each event's line goes to `on_event` as it happens."""
         ...
 
     def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from llmgw_core.errors import BadInput
@@ -86,6 +86,12 @@ class StaticFeed:
     async def apply_service(self, doc: ServiceDoc, request: ServeRequest) -> dict[str, Any]:
         """A fixed fleet starts nothing."""
         raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
+
+    async def keep_service(self, name: str, on_event: Callable[[str], None]) -> dict[str, Any]:
+        """A fixed fleet runs no service."""
+        raise BadInput(
+            "a fixed fleet runs no service", "run the console with --demo or --inventory"
+        )
 
     async def preview(self, request: ServeRequest) -> ServePreview | None:
         """None: a fixed fleet has no agents to ask what would start."""

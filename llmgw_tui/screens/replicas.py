@@ -106,6 +106,7 @@ class ReplicasScreen(KeptScreen[None]):
         Binding("b", "bench", "Bench", id="replicas-bench"),
         Binding("a", "ask", "Ask", id="replicas-ask"),
         Binding("g", "gateway_logs", "Gateway log", id="replicas-gateway-logs"),
+        Binding("k", "keep", "Keep", id="replicas-keep"),
         Binding("escape", "close_ask", "Close", show=False, id="replicas-close"),
     ]
 
@@ -118,6 +119,9 @@ class ReplicasScreen(KeptScreen[None]):
         self.gateways: list[dict[str, Any]] = []
         """The running gateways as the feed last gave them (`gateway_line` draws each)."""
         self._shown: list[str] = []
+        self.keeping: str | None = None
+        """The service this screen keeps (`k`), None when it keeps none."""
+        self.kept_events: list[str] = []
         self._downloads: dict[tuple[str, str], tuple[float, int, float]] = {}
 
     def compose(self) -> ComposeResult:
@@ -125,6 +129,7 @@ class ReplicasScreen(KeptScreen[None]):
         yield TitleBar(icon="▦")
         yield Static("reading the replicas…", id="replicas-status", markup=False)
         yield Static("", id="gateways", markup=False)
+        yield Static("", id="keeping", markup=False)
         table = ReplicaTable(id="replicas", cursor_type="row", zebra_stripes=True)
         for key, label in REPLICA_COLUMNS:
             table.add_column(label, key=key)
@@ -148,6 +153,7 @@ class ReplicasScreen(KeptScreen[None]):
         self.query_one("#ask", Input).cursor_blink = False
         self.query_one("#replica-answer", Static).display = False
         self.query_one("#gateways", Static).display = False
+        self.query_one("#keeping", Static).display = False
         self.query_one("#replicas", DataTable).focus()
 
     def on_first_show(self) -> None:
@@ -380,6 +386,58 @@ class ReplicasScreen(KeptScreen[None]):
         if result.get("unreached"):
             sentence += f" Not reached: {', '.join(result['unreached'])}."
         self.notify(sentence, title="Stop")
+
+    def action_keep(self) -> None:
+        """Keep the selected replica's service (heal and scale it) while shown; `k` again stops."""
+        if self.keeping is not None:
+            self.workers.cancel_group(self, "replicas-keep")
+            return
+        view = self._need_view()
+        if view is None:
+            return
+        if view.service is None:
+            self.notify(
+                f"{view.name} was served by hand, not by a service: nothing to keep "
+                "(save it as a service from the wizard's Confirm page, ctrl+s)",
+                title="Keep",
+                severity="warning",
+            )
+            return
+        self.keeping, self.kept_events = view.service, []
+        self._show_keeping()
+        self.keep(view.service)
+
+    def _show_keeping(self) -> None:
+        line = self.query_one("#keeping", Static)
+        line.display = self.keeping is not None
+        if self.keeping is not None:
+            last = f" · {self.kept_events[-1]}" if self.kept_events else ""
+            count = len(self.kept_events)
+            line.update(f"keeping service {self.keeping} (k stops) · {count} event(s){last}")
+
+    def _kept_event(self, line: str) -> None:
+        self.kept_events.append(line.split(": ", 1)[-1])
+        self._show_keeping()
+
+    @work(group="replicas-keep", exclusive=True, exit_on_error=False, description="Keeping")
+    async def keep(self, service: str) -> None:
+        """Run the keeper until `k` again (or the screen is dismissed); say how it ended."""
+        feed = self.console_app.feed
+        try:
+            result = await feed.keep_service(service, self._kept_event)
+        except LlmgwError as exc:
+            self.notify(exc.sentence(), title="Keep", severity="error", timeout=15)
+        else:
+            if result.get("failed"):
+                self.notify(result["failed"], title="Keep", severity="error", timeout=15)
+            else:
+                self.notify(
+                    f"stopped keeping {service} after {len(result.get('events') or [])} event(s)",
+                    title="Keep",
+                )
+        finally:
+            self.keeping = None
+            self._show_keeping()
 
     def action_bench(self) -> None:
         """Measure tokens a second of the selected replica."""

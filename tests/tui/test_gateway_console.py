@@ -8,6 +8,8 @@ gateway's line on the replicas screen, then stop the replica and the gateway.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 import pytest
 from live_walk import ready_nodes, until
@@ -142,5 +144,29 @@ async def _save_as_service(folder) -> None:
         await pilot.press("ctrl+s")
         await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "applied again", 120)
         assert [s for s in await services() if ":kept:" in s] == ["kept-1:kept:ready"]
+        # `k` keeps the selected replica's service, visibly, until `k` again.
+        replicas = app.screen
+        assert isinstance(replicas, ReplicasScreen)
+        await until(pilot, lambda: replicas.selected() == "kept-1", "kept-1 selected", 30)
+        await pilot.press("k")
+        await until(pilot, lambda: replicas.keeping == "kept", "the keeper on", 10)
+        line = replicas.query_one("#keeping", Static)
+        assert line.display and str(line.content).startswith("keeping service kept (k stops)")
+        view = replicas.selected_view()
+        assert view is not None
+        listed = await feed._live().request(view.shards[0].node, "shard.list")
+        (record,) = [s for s in listed["shards"] if s["shard_id"] == view.shards[0].shard_id]
+        os.kill(int(record["main_pid"]), signal.SIGKILL)
+        await until(
+            pilot, lambda: any("it failed" in e for e in replicas.kept_events), "the heal", 60
+        )
+        deadline = asyncio.get_running_loop().time() + 60
+        while "kept-2:kept:ready" not in await services():  # the replacement answers
+            assert asyncio.get_running_loop().time() < deadline, await services()
+            await asyncio.sleep(0.5)
+        await pilot.press("k")
+        await until(pilot, lambda: replicas.keeping is None, "the keeper off", 30)
+        assert line.display is False
+        live = [s for s in await services() if ":kept:" in s and not s.endswith(":stopped")]
         stopped = await stop_service(feed._live(), feed._engines(), "kept")
-        assert stopped["stopped"] == ["kept-1"]
+        assert sorted(stopped["stopped"]) == sorted(s.split(":")[0] for s in live)

@@ -26,7 +26,6 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from llmgw_core.arguments import NAME_PATTERN
-from llmgw_core.errors import BadInput
 from llmgw_core.script.registry import EXIT_STEP_FAILED, StepArgs, StepContext, StepOutcome, step
 from llmgw_core.service.spec import ServiceDoc
 
@@ -51,24 +50,14 @@ class KeepArgs(StepArgs):
 async def _document(args: KeepArgs, ctx: StepContext, fleet: Any) -> ServiceDoc:
     """The document to keep: given, read from its file, or the one its replicas carry."""
     from llmgw_core.script.steps.apply import read_service_file
-    from llmgw_core.serve.replicas import replicas_now
 
     if isinstance(args.service, ServiceDoc):
         return args.service
     if args.file is not None:
         return read_service_file(ctx.local_path(args.file))
-    mine = sorted(
-        (v for v in await replicas_now(fleet) if v.service == args.service),
-        key=lambda v: -v.created_at,
-    )
-    for view in mine:
-        carried = (view.spec.get("service") or {}).get("document")
-        if isinstance(carried, dict):
-            return ServiceDoc.model_validate(carried)
-    raise BadInput(
-        f"no replica of a service {args.service!r} runs here to read its document from",
-        "keep it with its document: `keep: {file: chat.yaml}`",
-    )
+    from llmgw_core.service.keep import carried_document
+
+    return await carried_document(fleet, str(args.service))
 
 
 async def run_keep(args: KeepArgs, ctx: StepContext) -> StepOutcome:
