@@ -11,8 +11,8 @@ from llmgw_core.arguments import ModelRef, StrictArgs
 from llmgw_core.serve.keys import ENV_NAME
 
 
-class ServeFields(StrictArgs):
-    """The arguments `serve` and a service share (the step adds its name, wait and dry run)."""
+class LayoutFields(StrictArgs):
+    """The model and how it is laid out: what `serve`, a service and `explain` all take."""
 
     model: ModelRef
     format: Literal["gguf", "safetensors"] | None = None
@@ -23,6 +23,11 @@ class ServeFields(StrictArgs):
     gpu_class: str | None = None
     gpus: int | None = Field(default=None, ge=1, le=1024)
     nodes: int | None = Field(default=None, ge=1, le=4096)
+
+
+class ServeFields(LayoutFields):
+    """The arguments `serve` and a service share (the step adds its name, wait and dry run)."""
+
     env: dict[str, str] = Field(default_factory=dict)
     fallbacks: int = Field(default=0, ge=0, le=16)
     timeout: float = Field(default=1200.0, gt=0, le=86_400)

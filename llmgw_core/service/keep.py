@@ -143,16 +143,7 @@ class Keeper:
             )
             self.say("start", f"gateway {gateway.name}", start.why)
             try:
-                await carry_out(
-                    self.fleet,
-                    self.reach,
-                    self.doc,
-                    self.base,
-                    self.model,
-                    start,
-                    held,
-                    self.progress,
-                )
+                await self._carry_out(start, held)
             except LlmgwError as exc:
                 self.say("failed", f"gateway {gateway.name}", exc.sentence())
         self.cycles += 1
@@ -176,16 +167,7 @@ class Keeper:
         else:
             self.say(action.action, name, action.why)
         try:
-            await carry_out(
-                self.fleet,
-                self.reach,
-                self.doc,
-                self.base,
-                self.model,
-                action,
-                held,
-                self.progress,
-            )
+            await self._carry_out(action, held)
         except DoesNotFit as exc:
             if scaling_out:
                 self.want = max(0, (self.want or 0) - 1)
@@ -197,6 +179,11 @@ class Keeper:
         else:
             if decision is not None and action.action in ("start", "stop"):
                 await self._count(decision.direction)
+
+    async def _carry_out(self, action: Action, held: Held) -> dict[str, Any]:
+        return await carry_out(
+            self.fleet, self.reach, self.doc, self.base, self.model, action, held, self.progress
+        )
 
     async def _count(self, direction: str) -> None:
         """Count a scale event where the metrics read it (the agent keeping the leases)."""

@@ -40,23 +40,7 @@ async def _walk() -> None:
     app = LlmgwApp(feed, animation="none")
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: ready_nodes(app) >= 20, "the demo fleet", 180)
-        await pilot.press("colon", *"serve", "enter")
-        await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
-        wizard = app.screen
-        assert isinstance(wizard, ServeScreen)
-        await pilot.press(*MODEL, "enter")
-        await until(pilot, lambda: wizard.step == "way", "the ways of the plan")
-        await pilot.press("enter")
-        await until(pilot, lambda: wizard.step == "size" and wizard.blocked is None, "a fit")
-        wizard.query_one("#serve-context").value = "8192"
-        await pilot.pause()
-        await until(pilot, lambda: wizard.blocked is None, "8192 tokens checked")
-        await pilot.press("ctrl+n")
-        await until(pilot, lambda: wizard.step == "extras", "the extras page")
-        wizard.query_one("#serve-name").value = "gw-8b"
-        await until(pilot, lambda: wizard.blocked is None, "valid extras")
-        await pilot.press("ctrl+n")
-        await until(pilot, lambda: wizard.step == "confirm" and wizard.blocked is None, "preview")
+        wizard = await _to_confirm(pilot, app, "gw-8b")
         box = wizard.query_one("#serve-gateway", Checkbox)
         assert "put behind a gateway" in str(box.label) and box.value is False
         await pilot.click("#serve-gateway")

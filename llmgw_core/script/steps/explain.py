@@ -20,11 +20,8 @@ that.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from llmgw_core.arguments import ModelRef
 from llmgw_core.script.registry import (
     EXIT_DOES_NOT_FIT,
     StepArgs,
@@ -32,20 +29,11 @@ from llmgw_core.script.registry import (
     StepOutcome,
     step,
 )
+from llmgw_core.serve.args import LayoutFields
 
 
-class ExplainArgs(StepArgs):
+class ExplainArgs(StepArgs, LayoutFields):
     """Arguments of `explain` (the same layout keys as `serve`)."""
-
-    model: ModelRef
-    format: Literal["gguf", "safetensors"] | None = None
-    context: int | None = Field(default=None, gt=0, le=16_777_216)
-    concurrency: int = Field(default=1, ge=1, le=65_536)
-    engine: Literal["vllm", "sglang", "llama.cpp"] | None = None
-    artifact: str | None = None
-    gpu_class: str | None = None
-    gpus: int | None = Field(default=None, ge=1, le=1024)
-    nodes: int | None = Field(default=None, ge=1, le=4096)
 
 
 async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
