@@ -10,10 +10,11 @@ Prints, asserts nothing:
   scale-out decision (its `scale_up_after_s`, 3 s here, included) → the new
   replica answering and fronted;
 * on `--nodes` simulated nodes behind one bastion (the scale benchmark's
-  fleet, `llmgw_core/fleet/sim/fleet.py`): the CPU and wall time of one
-  keeper cycle over every node's shard listing, with the service's replica
-  running, and the same reaction for a service kept there (load from this
-  process, straight to its engine).
+  fleet, `llmgw_core/fleet/sim/fleet.py`): the CPU and wall time of one idle
+  keeper cycle, which reads every node's shard listing. That fleet's nodes
+  share one process and one agent state folder, so no replica can be served
+  on them: the reaction there is this cycle's time, plus `scale_up_after_s`,
+  plus a start (measured on the demo).
 """
 
 from __future__ import annotations
@@ -160,9 +161,27 @@ async def at_scale(total: int) -> None:
     fleet = None
     try:
         fleet, _ = await discovery(sim)
-        ready = len(fleet.snapshot().ready())
-        print(f"{total} simulated nodes, {ready} ready")
-        await measure(fleet, _doc("bench", None, "h100-80g"), None, f"{total} nodes")
+        print(f"{total} simulated nodes, {len(fleet.snapshot().ready())} ready")
+        doc = ServiceDoc.model_validate(
+            {"name": "idle", "model": MODEL, "context": 8192, "replicas": {"min": 0, "max": 2}}
+        )
+        reach = EngineReach(fleet)
+        ctx = StepContext(script_dir=Path.cwd(), described_fleet=None, inventory="-", demo=False)
+        base, model = serve_request(doc, ctx, name=None)
+        keeper = Keeper(fleet, reach, doc, base, model, progress=lambda line: None)
+        async with service_lease(fleet, doc.name) as held:
+            await keeper.cycle(held)
+            cpu, wall = [], []
+            for _ in range(10):
+                cpu_before, wall_before = time.process_time(), time.perf_counter()
+                await keeper.cycle(held)
+                cpu.append(time.process_time() - cpu_before)
+                wall.append(time.perf_counter() - wall_before)
+        await close_quietly(reach)
+        print(
+            f"{total} nodes: an idle keeper cycle takes {statistics.median(cpu) * 1000:.0f} ms of "
+            f"CPU and {statistics.median(wall) * 1000:.0f} ms of wall time (median of 10)"
+        )
     finally:
         if fleet is not None:
             await fleet.close()
