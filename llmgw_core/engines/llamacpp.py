@@ -12,8 +12,10 @@ sequences of C tokens ask for N × C.
 from __future__ import annotations
 
 from llmgw_core.engines.environment import shard_env
+from llmgw_core.engines.flags import argv_of
 from llmgw_core.engines.programs import DEFAULT_PROGRAMS, is_llama_cpp_python
 from llmgw_core.engines.spec import LLAMA_CPP, LaunchNode, LaunchRequest, ShardCommand
+from llmgw_core.errors import BadInput
 
 ALL_LAYERS = "999"
 """More layers than any model has: every layer on the cards (older builds know no `all`)."""
@@ -34,12 +36,18 @@ def _llama_server(request: LaunchRequest, node: LaunchNode) -> list[str]:
         argv += ["--split-mode", "layer"]
     # /metrics (off by default): its requests in flight, which a roll drains.
     argv += ["--metrics"]
-    return argv
+    return argv + argv_of(LLAMA_CPP, request.engine_args)
 
 
 def _llama_cpp_python(request: LaunchRequest, node: LaunchNode) -> list[str]:
     # llama-cpp-python's server takes its settings' field names as flags,
     # and answers one request at a time: its context is one sequence's.
+    if request.engine_args:
+        raise BadInput(
+            "engine_args are llama-server's flags; llama-cpp-python's server names its own "
+            "otherwise and is given none",
+            "install llama-server on the node, or drop engine_args",
+        )
     argv = [*_program(node), "--model", request.source, "--model_alias", request.served_name]
     argv += ["--host", node.bind, "--port", str(node.http_port)]
     argv += ["--n_ctx", str(request.context)]

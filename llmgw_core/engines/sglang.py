@@ -12,6 +12,7 @@ matches three flags.
 from __future__ import annotations
 
 from llmgw_core.engines.environment import shard_env
+from llmgw_core.engines.flags import argv_of
 from llmgw_core.engines.keys import keyed_program
 from llmgw_core.engines.programs import DEFAULT_PROGRAMS
 from llmgw_core.engines.spec import SGLANG, LaunchNode, LaunchRequest, ShardCommand, host_port
@@ -41,6 +42,7 @@ def commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ..
         argv += ["--mem-fraction-static", f"{request.gpu_memory_utilization:.2f}"]
     if request.concurrency > 1:
         argv += ["--max-running-requests", str(request.concurrency)]
+    argv += argv_of("sglang", request.engine_args)
     if request.multi_node:
         port = request.rendezvous_port or DEFAULT_DIST_INIT_PORT
         argv += ["--nnodes", str(len(request.nodes)), "--node-rank", str(node.rank)]

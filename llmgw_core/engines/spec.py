@@ -167,6 +167,7 @@ class LaunchRequest:
         rendezvous_port: the Ray head's, vLLM's master or SGLang's dist-init port
             on rank 0; None: the engine's usual one.
         executor: vLLM across nodes: "ray" or "mp"; None: by the installed version.
+        engine_args: the operator's own flags, checked (`engines.flags`), written after ours.
     """
 
     engine: str
@@ -189,6 +190,7 @@ class LaunchRequest:
     api_key: str | None = field(default=None, repr=False)
     rendezvous_port: int | None = None
     executor: str | None = None
+    engine_args: Mapping[str, str | bool] = field(default_factory=dict)
 
     @property
     def ranked_nodes(self) -> tuple[LaunchNode, ...]:

@@ -18,6 +18,7 @@ between versions, and Ray is optional in recent ones.
 from __future__ import annotations
 
 from llmgw_core.engines.environment import shard_env
+from llmgw_core.engines.flags import argv_of
 from llmgw_core.engines.programs import DEFAULT_PROGRAMS, at_least, ray_program
 from llmgw_core.engines.spec import (
     MULTIPROCESSING,
@@ -78,7 +79,7 @@ def model_flags(request: LaunchRequest) -> list[str]:
         flags += ["--gpu-memory-utilization", f"{request.gpu_memory_utilization:.2f}"]
     if request.concurrency > 1:
         flags += ["--max-num-seqs", str(request.concurrency)]
-    return flags
+    return flags + argv_of("vllm", request.engine_args)
 
 
 def _http_flags(request: LaunchRequest, node: LaunchNode) -> list[str]:

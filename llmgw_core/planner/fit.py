@@ -37,10 +37,17 @@ class Miss:
 class Sizer:
     """Asks `card_need` once per distinct question within one plan, and compares with usable."""
 
-    def __init__(self, context: int, concurrency: int, utilisation: float | None) -> None:
+    def __init__(
+        self,
+        context: int,
+        concurrency: int,
+        utilisation: float | None,
+        kv_cache_dtype: str | None = None,
+    ) -> None:
         self.context = context
         self.concurrency = concurrency
         self.utilisation = utilisation
+        self.kv_cache_dtype = kv_cache_dtype
         self._needs: dict[tuple[Any, ...], CardNeed] = {}
 
     def need(
@@ -67,6 +74,7 @@ class Sizer:
                 concurrency=self.concurrency,
                 card_memory_gib=card_memory_gib,
                 gpu_memory_utilization=self.utilisation,
+                kv_cache_dtype=self.kv_cache_dtype,
             )
             self._needs[key] = found
         return found

@@ -228,6 +228,10 @@ class Plan:
     context_gib_per_1k_tokens: float | None
     advice: tuple[str, ...]
     notes: tuple[str, ...]
+    kv_cache_dtype: str | None = None
+    """The KV cache's format the plan sized with (None: the model's own dtype)."""
+    gpu_memory_utilization: float | None = None
+    """The engine's share of a card the plan sized with (None: each engine's default)."""
 
     @property
     def best(self) -> Way | None:
@@ -279,6 +283,7 @@ def plan(
     concurrency: int = 1,
     precision: str | None = None,
     gpu_memory_utilization: float | None = None,
+    kv_cache_dtype: str | None = None,
 ) -> Plan:
     """Plan every artifact of `model` against the pools of `fleet`.
 
@@ -290,6 +295,7 @@ def plan(
         concurrency: sequences of `context` held at once.
         precision: only artifacts of this precision (`bf16`, `fp8`, `Q4_K_M` …).
         gpu_memory_utilization: the engine's share of a card, when not the default.
+        kv_cache_dtype: the KV cache's format (`fp8` halves it), when not the model's dtype.
 
     Returns:
         The plan; `plan.best` is None when nothing fits, and `plan.advice` then
@@ -299,7 +305,7 @@ def plan(
         BadInput: the context is longer than the model was trained for.
     """
     pools = fleet.pools() if isinstance(fleet, Fleet) else tuple(fleet)
-    sizer = Sizer(context, concurrency, gpu_memory_utilization)
+    sizer = Sizer(context, concurrency, gpu_memory_utilization, kv_cache_dtype)
     ref = model.repo_id or model.ref
     notes: list[str] = []
     options: list[Way] = []
@@ -342,6 +348,8 @@ def plan(
         context_gib_per_1k_tokens=whole,
         advice=tuple(advice),
         notes=tuple(dict.fromkeys(notes)),
+        kv_cache_dtype=kv_cache_dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
     )
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from llmgw_core.arguments import ModelRef, StrictArgs
+from llmgw_core.engines.flags import checked_engine_args
+from llmgw_core.errors import BadInput
 from llmgw_core.serve.keys import ENV_NAME
 
 
@@ -34,6 +36,20 @@ class ServeFields(LayoutFields):
     all_reduce: bool = False
     rails: Literal["tested", "all"] = "tested"
     api_key_env: str | None = Field(default=None, pattern=ENV_NAME)
+    engine_args: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """The engine's own flags (`engines.flags`: known, typed, never llmgw's own); they need
+    `engine:`, as they are that engine's."""
+
+    @model_validator(mode="after")
+    def _engine_args_checked(self) -> ServeFields:
+        if self.engine_args:
+            if self.engine is None:
+                raise ValueError("engine_args needs engine: (the flags are that engine's)")
+            try:
+                checked_engine_args(self.engine, self.engine_args)
+            except BadInput as exc:
+                raise ValueError(exc.sentence()) from None
+        return self
 
 
 RESTART_FIELDS = (
@@ -48,6 +64,7 @@ RESTART_FIELDS = (
     "nodes",
     "env",
     "api_key_env",
+    "engine_args",
 )
 """The fields whose change needs the engines started again (the others steer the start only:
 fallbacks, timeout, the all-reduce check, the rails)."""

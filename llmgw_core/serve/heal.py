@@ -85,6 +85,7 @@ async def heal(fleet: Any, reach: EngineReach, *, grace_s: float) -> list[dict[s
             api_key_env=key_env,
             rails="all" if asked.get("rails") == "all" else "tested",
             service=spec.get("service") if isinstance(spec.get("service"), dict) else None,
+            engine_args=_recorded_args(asked.get("engine_args")),
         )
         outcome = ServeOutcome(name=view.name, phase="failed")
         record = await serve_way(
@@ -110,3 +111,11 @@ async def heal(fleet: Any, reach: EngineReach, *, grace_s: float) -> list[dict[s
             }
         )
     return done
+
+
+def _recorded_args(value: Any) -> dict[str, str | bool]:
+    """A replica's recorded engine flags (already checked when it was served); {} for anything
+    that is not a mapping of names to text or booleans."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, str | bool)}

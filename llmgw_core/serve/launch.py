@@ -61,6 +61,7 @@ def launch_request(
     api_key: str | None = None,
     source: str | None = None,
     rails: RailChoice | None = None,
+    engine_args: Mapping[str, str | bool] | None = None,
 ) -> LaunchRequest:
     """The request the engine builders turn into each node's shard.
 
@@ -97,6 +98,7 @@ def launch_request(
         quantization=choice.quantization,
         min_compute_capability=choice.min_compute_capability,
         dtype_flag=choice.dtype_flag,
+        engine_args=dict(engine_args or {}),
         gpu_memory_utilization=choice.gpu_memory_utilization,
         concurrency=concurrency,
         extra_env=dict(extra_env),

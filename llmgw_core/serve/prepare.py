@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llmgw_core.engines import LaunchPlan, build_launch, redact_env
+from llmgw_core.engines.flags import plan_options, too_new
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fabric.rails import RailChoice, choose_rails
 from llmgw_core.fleet.client import AgentError
@@ -73,6 +74,7 @@ class ServeRequest:
             nodes before starting it, and fail the serve when it fails.
         rails: "tested" leaves out a rail whose last fabric test between the
             replica's nodes failed; "all" uses every rail anyway (with a warning).
+        engine_args: the engine's own flags, checked (`engines.flags.checked_engine_args`).
         service: the service this replica belongs to, recorded in every shard's spec:
             `{name, hash, settings}` (`service.spec.ServiceLabel`).
     """
@@ -96,6 +98,7 @@ class ServeRequest:
     all_reduce: bool = False
     rails: Literal["tested", "all"] = "tested"
     service: Mapping[str, Any] | None = None
+    engine_args: Mapping[str, str | bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,7 @@ async def resolve(fleet: Any, request: ServeRequest, model: ModelInfo) -> Resolv
         format=request.format,
         context=context,
         concurrency=request.concurrency,
+        **plan_options(request.overrides.engine, request.engine_args),
     )
     ways = choices(
         the_plan, model, planner_fleet(views), request.overrides, fallbacks=request.fallbacks
@@ -263,6 +267,14 @@ async def launch_for(
     snapshot = fleet.snapshot()
     facts = {n: snapshot.nodes[n].facts for n in nodes}
     rendezvous_port = rendezvous if len(nodes) > 1 else None
+    for node in nodes:  # a flag younger than the engine a node has is refused before the start
+        found = facts[node]
+        installed = found.engines.get(choice.engine) if found is not None else None
+        newer = too_new(
+            choice.engine, request.engine_args, installed.version if installed else None
+        )
+        if newer:
+            raise BadInput(f"{newer} on {node}", f"upgrade {choice.engine} there, or drop the flag")
     launch = build_launch(
         launch_request(
             choice,
@@ -278,6 +290,7 @@ async def launch_for(
             secret_env=request.secret_env,
             api_key=request.api_key,
             source=request.source,
+            engine_args=request.engine_args,
             rails=rails
             if rails is not None
             else rail_choice(fleet, placement, all_rails=request.rails == "all"),

@@ -488,7 +488,9 @@ async def serve_way(
             "env": dict(request.env),
             "rails": request.rails,
             "api_key_env": request.api_key_env,
+            "engine_args": dict(request.engine_args),
         }
+        replica["engine_args"] = dict(request.engine_args)
         try:
             started = await _start(fleet, name, launch, replica, trace)
         except AgentError as exc:

@@ -174,6 +174,7 @@ class ReplicaView:
             "api_key_env": self.api_key_env,
             "service": self.service,
             "draining": self.draining,
+            "engine_args": dict(self.spec.get("engine_args") or {}),
             "way": self.spec.get("way", {}).get("label"),
             "fabric": self.spec.get("fabric"),
             "nvlink_domain": self.spec.get("nvlink_domain"),

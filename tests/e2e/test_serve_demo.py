@@ -687,3 +687,54 @@ def test_bench_for_a_duration_counts_what_failed_instead_of_stopping(
             demo.step("bench", replica="timed", requests=4, api_key_env="none")
     finally:
         demo.step("stop", replica="timed")
+
+
+def test_a_replica_served_with_tool_calling_answers_the_openai_sdk_with_a_tool_call(demo: Demo):
+    import openai
+
+    from llmgw_core.serve.http import EngineReach
+
+    served = _served(
+        demo,
+        model="catalog:meta-llama/Llama-3.1-8B-Instruct",
+        context=8192,
+        engine="vllm",
+        gpu_class="l40s-48g",
+        name="tools",
+        engine_args={"enable_auto_tool_choice": True, "tool_call_parser": "hermes"},
+    )
+    replica = served["replica"]
+    assert replica["engine_args"] == {"enable_auto_tool_choice": True, "tool_call_parser": "hermes"}
+    argv = replica["shards"][0]["argv"]
+    assert "--enable-auto-tool-choice" in argv
+    assert argv[argv.index("--tool-call-parser") + 1] == "hermes"
+    reach = EngineReach(demo.fleet)
+    try:
+        node, port = replica["endpoint"].rsplit(":", 1)
+        base = demo.loop.run(reach.base_url(node, int(port), replica["http_host"]))
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused")
+        weather = {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+        }
+        answer = client.chat.completions.create(
+            model="meta-llama/Llama-3.1-8B-Instruct",
+            messages=[{"role": "user", "content": "The weather in Paris?"}],
+            tools=[weather],
+        )
+        choice = answer.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        (call,) = choice.message.tool_calls
+        assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {
+            "city": "sim"
+        }
+    finally:
+        demo.loop.run(reach.close())
+        demo.step("stop", replica="tools")

@@ -15,6 +15,7 @@ steps:
       all_reduce: false          # true: all_reduce_perf across the nodes first (multi-node)
       rails: tested              # `all`: use a rail even when its last fabric test failed
       api_key_env: LLAMA_KEY     # the engines refuse requests without this variable's key
+      engine_args: {kv_cache_dtype: fp8, enable_prefix_caching: true}   # with `engine:`
 ```
 
 The result is the replica's name and phase, the way and placement, every
@@ -36,6 +37,7 @@ from pydantic import Field
 
 from llmgw_core.arguments import NAME_PATTERN
 from llmgw_core.engines import checked_env
+from llmgw_core.engines.flags import checked_engine_args
 from llmgw_core.errors import DoesNotFit
 from llmgw_core.script.registry import (
     EXIT_DOES_NOT_FIT,
@@ -118,6 +120,7 @@ def serve_request(
         all_reduce=args.all_reduce,
         rails=args.rails,
         service=service,
+        engine_args=checked_engine_args(args.engine, args.engine_args) if args.engine else {},
     )
     return request, model
 

@@ -12,6 +12,7 @@ word a token.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -107,6 +108,8 @@ class Plan:
         self.logprobs: Optional[int] = None
         """Chat: top_logprobs asked (0 with `logprobs: true`); completions: `logprobs`."""
         self.include_usage = False
+        self.tool_call: Optional[Dict[str, str]] = None
+        """The call answered instead of text, `{name, arguments}` (arguments: JSON text)."""
 
     @property
     def completion_tokens(self) -> int:
@@ -214,7 +217,63 @@ def plan(
     if options is not None and not isinstance(options, dict):
         return None, bad_request("stream_options must be an object", "stream_options")
     found.include_usage = bool((options or {}).get("include_usage"))
+    if chat and body.get("tools") is not None:
+        call, refused = _tool_call(body, engine)
+        if refused:
+            return None, refused
+        if call is not None:
+            found.tool_call, found.finish, found.words = call, "tool_calls", []
     return found, None
+
+
+_SAMPLE = {"string": "sim", "number": 1, "integer": 1, "boolean": True, "array": [], "object": {}}
+
+
+def _tool_call(body: Dict[str, Any], engine: Dict[str, Any]):
+    """The tool the answer calls, as vLLM decides: a named or `required` choice always, `auto`
+    only on an engine started with tool calling; None for `none`."""
+    tools = body.get("tools")
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("function"), dict) for t in tools
+    ):
+        return None, bad_request("tools must be a list of function tools", "tools")
+    choice = body.get("tool_choice", "auto")
+    if choice == "none" or not tools:
+        return None, None
+    if isinstance(choice, dict):
+        wanted = (choice.get("function") or {}).get("name")
+        picked = next((t for t in tools if t["function"].get("name") == wanted), None)
+        if picked is None:
+            return None, bad_request("tool_choice names a tool not in tools", "tool_choice")
+    elif choice == "auto" and not engine.get("tool_calling"):
+        return None, bad_request(
+            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+            "tool_choice",
+        )
+    else:
+        picked = tools[0]
+    function = picked["function"]
+    parameters = function.get("parameters") if isinstance(function.get("parameters"), dict) else {}
+    properties = (
+        parameters.get("properties") if isinstance(parameters.get("properties"), dict) else {}
+    )
+    required = [n for n in parameters.get("required") or [] if isinstance(n, str)]
+    arguments = {
+        name: _SAMPLE.get((properties.get(name) or {}).get("type"), "sim") for name in required
+    }
+    return {"name": str(function.get("name") or "tool"), "arguments": json.dumps(arguments)}, None
+
+
+def _tool_calls(found: Plan, index: int, stream: bool) -> List[Dict[str, Any]]:
+    call = found.tool_call or {}
+    entry: Dict[str, Any] = {
+        "id": "chatcmpl-tool-sim{}".format(index),
+        "type": "function",
+        "function": {"name": call.get("name"), "arguments": call.get("arguments")},
+    }
+    if stream:
+        entry["index"] = 0
+    return [entry]
 
 
 def usage(found: Plan) -> Dict[str, int]:
@@ -261,7 +320,13 @@ def completion(found: Plan, request_id: str, created: int) -> Dict[str, Any]:
     choices = []
     for index in range(found.n):
         choice: Dict[str, Any] = {"index": index}
-        if found.chat:
+        if found.chat and found.tool_call is not None:
+            choice["message"] = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": _tool_calls(found, index, stream=False),
+            }
+        elif found.chat:
             choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
         else:
             choice["text"] = text
@@ -298,6 +363,18 @@ def chunks(found: Plan, request_id: str, created: int) -> Iterator[Dict[str, Any
                 {
                     "index": i,
                     "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+                for i in range(found.n)
+            ]
+        )
+    if found.chat and found.tool_call is not None:
+        yield chunk(
+            [
+                {
+                    "index": i,
+                    "delta": {"tool_calls": _tool_calls(found, i, stream=True)},
                     "logprobs": None,
                     "finish_reason": None,
                 }

@@ -113,6 +113,8 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--headless", action="store_true")
         add("--master-addr", default=None)
         add("--max-num-seqs", type=int, default=None)
+        add("--enable-auto-tool-choice", action="store_true")
+        add("--tool-call-parser", default=None)
     elif kind == "sglang":
         add("--model-path", "--model", default=None)
         add("--tp-size", "--tensor-parallel-size", "--tp", type=int, default=1)
@@ -123,12 +125,14 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--context-length", default=None)
         add("--mem-fraction-static", type=float, default=_DEFAULT_MEMORY_FRACTION[kind])
         add("--max-running-requests", type=int, default=None)
+        add("--tool-call-parser", default=None)
     elif kind == "llama.cpp":
         add("--model", "-m", default=None)
         add("--n-gpu-layers", "-ngl", "--gpu-layers", "--n_gpu_layers", default="auto")
         add("--ctx-size", "-c", "--n_ctx", type=int, default=0)
         add("--rpc", default=None)
         add("--parallel", "-np", type=int, default=None)
+        add("--jinja", action="store_true")
     elif kind == "ray":
         add("--head", action="store_true")
         add("--address", default=None)
@@ -199,7 +203,18 @@ def parse_engine_argv(kind: str, argv: List[str]) -> dict:
         "gpu_layers": getattr(options, "n_gpu_layers", None),
         "head": getattr(options, "head", False),
         "max_seqs": _max_seqs(kind, options),
+        "tool_calling": _tool_calling(kind, options),
     }
+
+
+def _tool_calling(kind: str, options: argparse.Namespace) -> bool:
+    """Whether the engine, so started, answers `tool_choice: auto` with tool calls (vLLM: both
+    flags; SGLang: a parser; llama-server: `--jinja`)."""
+    if kind == "vllm":
+        return bool(options.enable_auto_tool_choice and options.tool_call_parser)
+    if kind == "sglang":
+        return bool(options.tool_call_parser)
+    return bool(getattr(options, "jinja", False))
 
 
 MAX_SEQS_DEFAULT = {"vllm": 256, "sglang": 256, "llama.cpp": 1}
