@@ -12,11 +12,12 @@ sentence:
 * a flag that names a path or a secret (`--chat-template FILE`,
   `--api-key`): nothing from a document reaches a node's disk or argv;
 * a flag that changes what a card holds but that the planner does not model
-  yet (`max_num_batched_tokens`, `enforce_eager`): never behind its back.
+  yet (`max_num_batched_tokens`, `swap_space` …): never behind its back.
 
 The flags that change memory and that the plan does model are marked
 `memory` and go into the plan (`plan_options`): vLLM's and SGLang's
-`kv_cache_dtype`, llama.cpp's `cache_type_k`, and each engine's share of a card.
+`kv_cache_dtype`, llama.cpp's `cache_type_k`, each engine's share of a card,
+and vLLM's `enforce_eager` (no CUDA graphs to hold).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ FLAGS: dict[str, dict[str, Flag]] = {
         "enable_prefix_caching": Flag("bool", default_on=True),
         "enable_chunked_prefill": Flag("bool", default_on=True),
         "gpu_memory_utilization": Flag("float", minimum=0.05, maximum=1.0, memory=True),
+        "enforce_eager": Flag("bool", memory=True),
         "seed": Flag("int", minimum=0, maximum=2**32 - 1),
         "max_logprobs": Flag("int", minimum=0, maximum=100_000),
         "disable_log_requests": Flag("bool"),
@@ -130,7 +132,7 @@ OWNED = {
 }  # fmt: skip
 """Flags llmgw sets from the plan, and what sets each."""
 
-NOT_PLANNED = {"max_num_batched_tokens", "enforce_eager", "swap_space", "cpu_offload_gb",
+NOT_PLANNED = {"max_num_batched_tokens", "swap_space", "cpu_offload_gb",
                "ubatch_size", "batch_size", "disable_cuda_graph", "cuda_graph_max_bs"}  # fmt: skip
 """Flags that change what a card holds and that the planner does not model yet."""
 
@@ -273,4 +275,6 @@ def plan_options(engine: str | None, args: Mapping[str, Any]) -> dict[str, Any]:
     share = args.get("gpu_memory_utilization") or args.get("mem_fraction_static")
     if share:
         found["gpu_memory_utilization"] = float(share)
+    if args.get("enforce_eager") is True:
+        found["enforce_eager"] = True
     return found

@@ -49,6 +49,7 @@ def card_need(
     kv_cache_dtype: str | None = None,
     engine_version: str | None = None,
     cpu_only: bool = False,
+    enforce_eager: bool = False,
 ) -> CardNeed:
     """What the worst card of `layout` needs to serve `artifact` with `engine`.
 
@@ -65,6 +66,7 @@ def card_need(
         engine_version: the engine's version; None = the newest rules known.
         cpu_only: llama.cpp on a CPU node: everything (embeddings too) in RAM,
             no CUDA context; `card_memory_gib` is then the node's RAM.
+        enforce_eager: vLLM without CUDA graphs (`--enforce-eager`).
     """
     query = NeedQuery(
         artifact=artifact,
@@ -78,6 +80,7 @@ def card_need(
         kv_cache_dtype=kv_cache_dtype,
         engine_version=engine_version,
         cpu_only=cpu_only,
+        enforce_eager=enforce_eager,
     )
     if engine == "vllm":
         from llmgw_core.memory import vllm

@@ -102,5 +102,7 @@ class NeedQuery:
     card_memory_gib: float
     gpu_memory_utilization: float | None = None
     kv_cache_dtype: str | None = None
+    enforce_eager: bool = False
+    """vLLM's `--enforce-eager`: no CUDA graphs captured (their memory is not needed)."""
     engine_version: str | None = None
     cpu_only: bool = False

@@ -474,7 +474,7 @@ def card_need(query: NeedQuery) -> CardNeed:
             last_stage=index == len(stages) - 1,
             version=version,
         )
-        graphs = cuda_graph_gib(shape, len(layers), tp)
+        graphs = 0.0 if query.enforce_eager else cuda_graph_gib(shape, len(layers), tp)
         engine = activation / GIB + non_torch_gib(tp, pp) + (graphs if graphs_inside else 0.0)
         outside = init_gib(tp, pp) + (0.0 if graphs_inside else graphs)
         kv_args = dict(

@@ -43,11 +43,13 @@ class Sizer:
         concurrency: int,
         utilisation: float | None,
         kv_cache_dtype: str | None = None,
+        enforce_eager: bool = False,
     ) -> None:
         self.context = context
         self.concurrency = concurrency
         self.utilisation = utilisation
         self.kv_cache_dtype = kv_cache_dtype
+        self.enforce_eager = enforce_eager
         self._needs: dict[tuple[Any, ...], CardNeed] = {}
 
     def need(
@@ -75,6 +77,7 @@ class Sizer:
                 card_memory_gib=card_memory_gib,
                 gpu_memory_utilization=self.utilisation,
                 kv_cache_dtype=self.kv_cache_dtype,
+                enforce_eager=self.enforce_eager and engine == "vllm",
             )
             self._needs[key] = found
         return found

@@ -232,6 +232,8 @@ class Plan:
     """The KV cache's format the plan sized with (None: the model's own dtype)."""
     gpu_memory_utilization: float | None = None
     """The engine's share of a card the plan sized with (None: each engine's default)."""
+    enforce_eager: bool = False
+    """vLLM without CUDA graphs, as the plan sized it."""
 
     @property
     def best(self) -> Way | None:
@@ -284,6 +286,7 @@ def plan(
     precision: str | None = None,
     gpu_memory_utilization: float | None = None,
     kv_cache_dtype: str | None = None,
+    enforce_eager: bool = False,
 ) -> Plan:
     """Plan every artifact of `model` against the pools of `fleet`.
 
@@ -296,6 +299,7 @@ def plan(
         precision: only artifacts of this precision (`bf16`, `fp8`, `Q4_K_M` …).
         gpu_memory_utilization: the engine's share of a card, when not the default.
         kv_cache_dtype: the KV cache's format (`fp8` halves it), when not the model's dtype.
+        enforce_eager: vLLM without CUDA graphs (their memory is not needed).
 
     Returns:
         The plan; `plan.best` is None when nothing fits, and `plan.advice` then
@@ -305,7 +309,7 @@ def plan(
         BadInput: the context is longer than the model was trained for.
     """
     pools = fleet.pools() if isinstance(fleet, Fleet) else tuple(fleet)
-    sizer = Sizer(context, concurrency, gpu_memory_utilization, kv_cache_dtype)
+    sizer = Sizer(context, concurrency, gpu_memory_utilization, kv_cache_dtype, enforce_eager)
     ref = model.repo_id or model.ref
     notes: list[str] = []
     options: list[Way] = []
@@ -350,6 +354,7 @@ def plan(
         notes=tuple(dict.fromkeys(notes)),
         kv_cache_dtype=kv_cache_dtype,
         gpu_memory_utilization=gpu_memory_utilization,
+        enforce_eager=enforce_eager,
     )
 
 

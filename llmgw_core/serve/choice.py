@@ -302,7 +302,13 @@ def _forced(plan: Plan, model: ModelInfo, fleet: Fleet, overrides: Overrides) ->
         raise BadInput("llama.cpp serves a replica from one node here", "drop `nodes`")
     expert = uses_expert_parallel(engine, shape, width)
     layout = Layout(width, stages, expert)
-    sizer = Sizer(plan.context, plan.concurrency, plan.gpu_memory_utilization, plan.kv_cache_dtype)
+    sizer = Sizer(
+        plan.context,
+        plan.concurrency,
+        plan.gpu_memory_utilization,
+        plan.kv_cache_dtype,
+        plan.enforce_eager,
+    )
     need = sizer.need(engine, artifact, shape, layout, card.memory_gib)
     usable = sizer.usable(engine, card.memory_gib)
     if need.total_gib > usable:

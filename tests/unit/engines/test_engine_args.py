@@ -51,6 +51,12 @@ def test_a_smaller_share_of_the_card_is_what_the_plan_sizes_with():
     assert "--mem-fraction-static 0.50" in shared.serve
 
 
+def test_enforce_eager_frees_the_cuda_graphs_memory_in_the_plan():
+    plain = _best(LLAMA_8B, H100, "vllm", {})
+    eager = _best(LLAMA_8B, H100, "vllm", {"enforce_eager": True})
+    assert eager.outside_gib < plain.outside_gib
+
+
 def test_llama_cpps_quantised_kv_cache_is_planned():
     plain = _best(LLAMA_8B_GGUF, CPU, "llama.cpp", {})
     q8 = _best(LLAMA_8B_GGUF, CPU, "llama.cpp", {"cache_type_k": "q8_0"})
@@ -95,7 +101,7 @@ def test_the_flags_are_written_in_the_engines_spelling():
         ("vllm", {"api_key": "sk-1"}, "api_key is llmgw's to set"),
         ("vllm", {"hf_token": "x"}, "would carry a secret on a command line"),
         ("vllm", {"chat_template": "/etc/passwd"}, "names a file or folder on the nodes"),
-        ("vllm", {"enforce_eager": True}, "the planner does not model it yet"),
+        ("vllm", {"max_num_batched_tokens": 8192}, "the planner does not model it yet"),
         ("llama.cpp", {"ctx_size": 4096}, "ctx_size is llmgw's to set"),
         ("llama.cpp", {"flash_attn": True}, "flash_attn is true, not a choice"),
         ("sglang", {"enable_auto_tool_choice": True}, "not a flag llmgw knows SGLang to take"),
