@@ -278,3 +278,38 @@ def plan_options(engine: str | None, args: Mapping[str, Any]) -> dict[str, Any]:
     if args.get("enforce_eager") is True:
         found["enforce_eager"] = True
     return found
+
+
+COMMON = {
+    "vllm": "enable_auto_tool_choice=true tool_call_parser=hermes reasoning_parser=qwen3 "
+    "kv_cache_dtype=fp8 enable_prefix_caching=true",
+    "sglang": "tool_call_parser=qwen25 reasoning_parser=qwen3 kv_cache_dtype=fp8_e5m2",
+    "llama.cpp": "jinja=true reasoning_format=deepseek cache_type_k=q8_0 flash_attn=on",
+}
+"""What the wizard offers first for each engine: tool calling, reasoning, the KV cache."""
+
+
+def parse_engine_args(text: str) -> dict[str, str | int | float | bool]:
+    """`NAME=VALUE …` as typed (the wizard's field): `true`/`false` are booleans, numbers are
+    numbers, anything else is text.
+
+    Raises:
+        BadInput: an entry without `=` or without a name.
+    """
+    found: dict[str, str | int | float | bool] = {}
+    for entry in text.replace(",", " ").split():
+        name, equals, value = entry.partition("=")
+        if not equals or not name:
+            raise BadInput(f"engine flags: {entry[:40]!r} is not NAME=VALUE")
+        lowered = value.lower()
+        if lowered in ("true", "false"):
+            found[name] = lowered == "true"
+            continue
+        try:
+            found[name] = int(value)
+        except ValueError:
+            try:
+                found[name] = float(value)
+            except ValueError:
+                found[name] = value
+    return found

@@ -334,6 +334,7 @@ def doc_of_request(
         "env": dict(request.env),
         "fallbacks": request.fallbacks,
         "api_key_env": request.api_key_env,
+        "engine_args": dict(request.engine_args) or None,
         "replicas": replicas,
         "gateway": gateway,
     }

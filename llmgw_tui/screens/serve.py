@@ -175,6 +175,14 @@ class ServeScreen(KeptScreen[None]):
                 yield CheckedInput(
                     placeholder="KEY=VALUE …", id="serve-env", validators=[Checked(env_refusal)]
                 )
+                yield Static(
+                    "Engine flags: NAME=VALUE entries (the engine's own).", id="serve-flags-hint"
+                )
+                yield CheckedInput(
+                    placeholder="NAME=VALUE …",
+                    id="serve-flags",
+                    validators=[Checked(self._flags_refusal)],
+                )
                 yield Static("Replica name.")
                 yield CheckedInput(id="serve-name", validators=[Checked(replica_name_refusal)])
             with VerticalScroll(id="confirm"):
@@ -288,6 +296,7 @@ class ServeScreen(KeptScreen[None]):
             if not name.value:
                 name.value = replica_name(self.model_ref.removeprefix("catalog:"))
             self._go("extras", None)
+            self._offer_flags()
             self._check_extras()
         elif self.step == "extras":
             request = self._request_or_block()
@@ -323,6 +332,7 @@ class ServeScreen(KeptScreen[None]):
             ("#serve-concurrency", "1"),
             ("#serve-fallbacks", "0"),
             ("#serve-env", ""),
+            ("#serve-flags", ""),
             ("#serve-name", ""),
         ):
             field = self.query_one(field_id, Input)
@@ -492,13 +502,45 @@ class ServeScreen(KeptScreen[None]):
         self._size_checked = True
         self._block(None)
 
-    @on(Input.Changed, "#serve-fallbacks, #serve-env, #serve-name")
+    @on(Input.Changed, "#serve-fallbacks, #serve-env, #serve-flags, #serve-name")
     def _extras_changed(self) -> None:
         if self.step == "extras":
             self._check_extras()
 
+    def _flags_refusal(self, text: str) -> str | None:
+        """Why the engine flags cannot be used with the way chosen, or None."""
+        try:
+            self._engine_args(text)
+        except LlmgwError as exc:
+            return exc.sentence()
+        return None
+
+    def _engine_args(self, text: str) -> dict[str, str | bool]:
+        from llmgw_core.engines.flags import checked_engine_args, parse_engine_args
+
+        given = parse_engine_args(text)
+        engine = (self.way or {}).get("engine")
+        if not given:
+            return {}
+        if not engine:
+            raise LlmgwError("engine flags: choose a way first (the flags are its engine's)")
+        return checked_engine_args(str(engine), given)
+
+    def _offer_flags(self) -> None:
+        """Name the chosen way's engine and the flags most often given to it."""
+        from llmgw_core.engines.flags import COMMON
+
+        engine = (self.way or {}).get("engine")
+        common = COMMON.get(str(engine), "")
+        hint = self.query_one("#serve-flags-hint", Static)
+        hint.update(
+            f"Engine flags for {engine}: NAME=VALUE entries, e.g. {common}"
+            if common
+            else "Engine flags: NAME=VALUE entries (the engine's own)."
+        )
+
     def _check_extras(self) -> None:
-        fields = ("#serve-fallbacks", "#serve-env", "#serve-name")
+        fields = ("#serve-fallbacks", "#serve-env", "#serve-flags", "#serve-name")
         self._block(next(filter(None, (reason(self.query_one(f, Input)) for f in fields)), None))
 
     # --- confirm and submit ----------------------------------------------------------------
@@ -525,6 +567,7 @@ class ServeScreen(KeptScreen[None]):
             env=env_lines(self.query_one("#serve-env", Input).value),
             fallbacks=int(self.query_one("#serve-fallbacks", Input).value.strip() or 0),
             wait_ready=True,
+            engine_args=self._engine_args(self.query_one("#serve-flags", Input).value),
         )
 
     @work(group="serve-preview", exclusive=True, exit_on_error=False, description="Preview")

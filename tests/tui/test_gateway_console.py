@@ -75,7 +75,7 @@ def test_the_wizard_saves_what_it_would_serve_as_a_service_and_applies_it(tmp_pa
     asyncio.run(_save_as_service(tmp_path))
 
 
-async def _to_confirm(pilot, app, name: str) -> ServeScreen:
+async def _to_confirm(pilot, app, name: str, flags: str = "") -> ServeScreen:
     await pilot.press("colon", *"serve", "enter")
     await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
     wizard = app.screen
@@ -90,6 +90,13 @@ async def _to_confirm(pilot, app, name: str) -> ServeScreen:
     await pilot.press("ctrl+n")
     await until(pilot, lambda: wizard.step == "extras", "the extras page")
     wizard.query_one("#serve-name").value = name
+    if flags:
+        hint = str(wizard.query_one("#serve-flags-hint", Static).content)
+        assert hint.startswith("Engine flags for vllm: NAME=VALUE entries, e.g. ")
+        wizard.query_one("#serve-flags").value = "port=9000"
+        await until(pilot, lambda: wizard.blocked is not None, "the refusal", 10)
+        assert "port is llmgw's to set" in wizard.blocked
+        wizard.query_one("#serve-flags").value = flags
     await until(pilot, lambda: wizard.blocked is None, "valid extras")
     await pilot.press("ctrl+n")
     await until(pilot, lambda: wizard.step == "confirm" and wizard.blocked is None, "preview")
@@ -103,8 +110,10 @@ async def _save_as_service(folder) -> None:
     app = LlmgwApp(feed, animation="none")
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: ready_nodes(app) >= 20, "the demo fleet", 180)
-        wizard = await _to_confirm(pilot, app, "kept")
+        flags = "enable_auto_tool_choice=true tool_call_parser=hermes"
+        wizard = await _to_confirm(pilot, app, "kept", flags)
         preview = str(wizard.query_one("#serve-preview", Static).content)
+        assert "--enable-auto-tool-choice --tool-call-parser hermes" in preview
         assert "ctrl+s saves it as service kept (kept.service.yaml here)" in preview
         await pilot.press("ctrl+s")  # a file of the operator's own is in the way: kept
         await pilot.pause()
@@ -123,8 +132,9 @@ async def _save_as_service(folder) -> None:
             await asyncio.sleep(0.5)
         saved = (folder / "kept.service.yaml").read_text()
         assert saved.startswith(f"service:\n  name: kept\n  model: {MODEL}\n  context: 8192\n")
+        assert "  engine_args:\n    enable_auto_tool_choice: true\n" in saved
         # Saved and applied again from the wizard: nothing changes, the file is its own.
-        await _to_confirm(pilot, app, "kept")
+        await _to_confirm(pilot, app, "kept", flags)
         await pilot.press("ctrl+s")
         await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "applied again", 120)
         assert [s for s in await services() if ":kept:" in s] == ["kept-1:kept:ready"]
