@@ -197,12 +197,19 @@ async def _ports(fleet: Any, node: str, port: int) -> GatewayPorts:
 
 
 async def start_gateway(
-    fleet: Any, reach: EngineReach, args: GatewayArgs, environ: dict[str, str] | None = None
+    fleet: Any,
+    reach: EngineReach,
+    args: GatewayArgs,
+    environ: dict[str, str] | None = None,
+    *,
+    any_port: bool = False,
 ) -> dict[str, Any]:
     """Start the gateway `args` names (or adopt it when it runs), then make it follow the replicas.
 
     Every check comes before anything starts: the node, the key's variable, a
-    ready replica, the router's executable, the port.
+    ready replica, the router's executable, the port. With `any_port` (the
+    console's wizard, which asks for no port) a port in use is passed over for
+    the next free one; a script's port is taken or refused.
 
     Raises:
         BadInput: one of those checks failed (nothing was started).
@@ -235,7 +242,10 @@ async def start_gateway(
             "engines: router: {bin: …} when it is off PATH)",
         )
     if not await _port_is_free(fleet, node, args.port):
-        raise BadInput(f"port {args.port} on {node} is in use", "give the gateway another port")
+        if not any_port:
+            raise BadInput(f"port {args.port} on {node} is in use", "give the gateway another port")
+        found = await fleet.request(node, "port.free", {"start": args.port + 1, "count": 1})
+        args = args.model_copy(update={"port": int((found.get("ports") or [args.port])[0])})
     ports = await _ports(fleet, node, args.port)
     request = shard_args(
         args,

@@ -390,7 +390,9 @@ class LiveFeed:
         from llmgw_core.gateway.run import start_gateway
         from llmgw_core.gateway.spec import GatewayArgs
 
-        return await start_gateway(self._live(), self._engines(), GatewayArgs(name=name))
+        return await start_gateway(
+            self._live(), self._engines(), GatewayArgs(name=name), any_port=True
+        )
 
     async def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
         """The router's last lines, then what it writes next (`gateway.run.gateway_log_batches`)."""

@@ -132,3 +132,11 @@ def service_request(doc: Any, folder: Path, inventory: str) -> tuple[Any, Any]:
 
     ctx = StepContext(script_dir=folder, described_fleet=None, inventory=inventory, demo=False)
     return serve_request(doc, ctx, name=None)
+
+
+def example_on_a_free_port(example: Path, folder: Path) -> Path:
+    """A copy of an example script in `folder` whose gateway takes a free port, not 30000 (the
+    demos of a parallel suite share this machine; an operator's port stays as written)."""
+    copy = folder / example.name
+    copy.write_text(example.read_text().replace("port: 30000", f"port: {free_port()}"))
+    return copy

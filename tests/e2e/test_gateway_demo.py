@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kept_demo import example_on_a_free_port
 from serve_demo_harness import Demo, open_console
 
 from llmgw_core.errors import BadInput, LlmgwError
@@ -481,7 +482,7 @@ def test_the_demo_script_serves_two_replicas_fronts_them_and_survives_one_stoppi
             "llmgw_tui.cli",
             "--demo",
             "--run",
-            str(REPO / "examples" / "demo-gateway.yaml"),
+            str(example_on_a_free_port(REPO / "examples" / "demo-gateway.yaml", tmp_path)),
             "--json",
         ],
         capture_output=True,

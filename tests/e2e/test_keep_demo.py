@@ -298,14 +298,29 @@ def test_a_second_keeper_is_refused_naming_the_first_and_nothing_fits_is_said_on
     async def scenario() -> tuple[dict, str]:
         first, second = await operator(inventory), await operator(inventory)
         base, model = service_request(doc, tmp_path, inventory)
+        said: list[str] = []
         kept = asyncio.create_task(
-            keep_service(first[0], first[1], doc, base, model, interval_s=0.5, holder="ana")
+            keep_service(
+                first[0],
+                first[1],
+                doc,
+                base,
+                model,
+                interval_s=0.5,
+                holder="ana",
+                progress=said.append,
+            )
         )
         try:
             await asyncio.sleep(1.0)
             with pytest.raises(ServiceHeld) as refused:
                 await keep_service(second[0], second[1], doc, base, model, duration_s=1)
-            await asyncio.sleep(8.0)  # cycles enough to have said it again, had it repeated
+
+            async def fronted() -> bool:
+                return any("start gateway gw-wide" in line for line in said)
+
+            await _until(fronted, "gateway started after the two replicas", 120)
+            await asyncio.sleep(4.0)  # cycles enough to have said it again, had it repeated
         finally:
             kept.cancel()
             result = await kept

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit" / "model"
 
 from bench import Bench
 from hub_server import FakeRepo, LocalHub
+from kept_demo import free_port
 
 from llmgw_core.serve.choice import Overrides
 from llmgw_core.serve.fetch import download_command, run_fetch
@@ -141,7 +142,9 @@ def _carry_secrets(bench: Bench, node_homes: list[Path], state_dirs: list[Path])
         finally:
             bench.run(reach.close())
         assert outcome.phase == "ready", outcome.reason
-        gateway = bench.step(ctx, "gateway", name="watched-front", api_key_env=KEY_ENV)
+        gateway = bench.step(
+            ctx, "gateway", name="watched-front", api_key_env=KEY_ENV, port=free_port()
+        )
         assert gateway.ok, gateway.error
         asked = bench.step(ctx, "ask", replica="watched", prompt="hello?")
         assert asked.ok and asked.result["text"], asked.error

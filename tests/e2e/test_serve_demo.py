@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kept_demo import example_on_a_free_port
 from serve_demo_harness import Demo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -640,13 +641,13 @@ def test_explain_says_what_the_chosen_cards_should_talk_over_by_their_topology(d
 
 
 def test_the_keys_example_answers_with_the_key_and_refuses_without(
-    demo: Demo, monkeypatch: pytest.MonkeyPatch
+    demo: Demo, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
     from llmgw_core.script.runner import parse_script
 
     key = "sk-example-7e3c1f0a9b"
     monkeypatch.setenv("LLAMA_KEY", key)
-    example = REPO / "examples" / "demo-keys.yaml"
+    example = example_on_a_free_port(REPO / "examples" / "demo-keys.yaml", tmp_path)
     script = parse_script(example.read_text(), folder=example.parent, source=str(example))
     done = [(p.step.name, demo.loop.run(p.step.call(p.args, demo.ctx), 300)) for p in script.steps]
     names = ["serve", "ask", "ask", "bench", "gateway", "ask", "ask", "stop", "stop"]
