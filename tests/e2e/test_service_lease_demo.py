@@ -2,9 +2,10 @@
 and a roll that fails.
 
 Two consoles (two fleets, each its own SSH connections and agents) apply one
-service at the same moment, twenty rounds: each round one proceeds and the
-other is refused with a sentence naming the holder and since when, and the
-service never has more replicas than its document says. Then an `apply` in
+service at the same moment, twenty rounds (its document changing every fifth:
+one replica more, then one less): each round one proceeds and the other is
+refused with a sentence naming the holder and since when, and the service
+never has more replicas than its document says. Then an `apply` in
 a process of its own is SIGKILLed while it holds the lease: the next
 `apply` proceeds, and makes whole what the killed one left. A roll whose new
 replica does not fit, or does not come up, leaves the old one serving.
@@ -64,7 +65,7 @@ def test_two_operators_racing_one_proceeds_one_is_refused_twenty_rounds(
         refusals = []
         try:
             for round_number in range(20):
-                doc = ServiceDoc.model_validate({**SERVICE, "replicas": 1 + round_number % 2})
+                doc = ServiceDoc.model_validate({**SERVICE, "replicas": 1 + (round_number // 5) % 2})
                 base, model = _request(doc, tmp_path, inventory)
                 outcomes = await asyncio.gather(
                     *(
