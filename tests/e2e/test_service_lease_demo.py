@@ -65,7 +65,9 @@ def test_two_operators_racing_one_proceeds_one_is_refused_twenty_rounds(
         refusals = []
         try:
             for round_number in range(20):
-                doc = ServiceDoc.model_validate({**SERVICE, "replicas": 1 + (round_number // 5) % 2})
+                doc = ServiceDoc.model_validate(
+                    {**SERVICE, "replicas": 1 + (round_number // 5) % 2}
+                )
                 base, model = _request(doc, tmp_path, inventory)
                 outcomes = await asyncio.gather(
                     *(
