@@ -109,7 +109,6 @@ FLAGS: dict[str, dict[str, Flag]] = {
         "reasoning_format": Flag("choice", ("none", "deepseek", "deepseek-legacy", "auto")),
         "cache_type_k": Flag("choice", LLAMA_CACHE_TYPES, memory=True),
         "cache_type_v": Flag("choice", LLAMA_CACHE_TYPES, memory=True),
-        "flash_attn": Flag("choice", ("on", "off", "auto"), memory=True),
         "threads": Flag("int", minimum=1, maximum=4096),
         "seed": Flag("int", minimum=-1, maximum=2**32 - 1),
         "cont_batching": Flag("bool", default_on=True),
@@ -133,7 +132,8 @@ OWNED = {
 """Flags llmgw sets from the plan, and what sets each."""
 
 NOT_PLANNED = {"max_num_batched_tokens", "swap_space", "cpu_offload_gb",
-               "ubatch_size", "batch_size", "disable_cuda_graph", "cuda_graph_max_bs"}  # fmt: skip
+               "ubatch_size", "batch_size", "flash_attn", "disable_cuda_graph",
+               "cuda_graph_max_bs"}  # fmt: skip
 """Flags that change what a card holds and that the planner does not model yet."""
 
 _PATHY = ("path", "file", "dir", "template", "download", "config", "lora", "adapter")
@@ -266,10 +266,23 @@ def argv_of(engine: str, args: Mapping[str, str | bool]) -> list[str]:
     return argv
 
 
+_CACHE_BITS = {"f32": 32, "f16": 16, "bf16": 16, "q8_0": 8.5, "q5_1": 6, "q5_0": 5.5,
+               "q4_1": 5, "q4_0": 4.5, "iq4_nl": 4.5}  # fmt: skip
+
+
+def _wider(k: str, v: str) -> str:
+    """Of llama.cpp's K and V cache types, the one with more bits a value: the plan sizes both
+    halves with one type, so it takes the wider (a plan that is never short)."""
+    return k if _CACHE_BITS.get(k, 16) >= _CACHE_BITS.get(v, 16) else v
+
+
 def plan_options(engine: str | None, args: Mapping[str, Any]) -> dict[str, Any]:
     """What the plan must size with: `kv_cache_dtype` and `gpu_memory_utilization`, when set."""
     found: dict[str, Any] = {}
-    kv = args.get("kv_cache_dtype") or args.get("cache_type_k")
+    kv = args.get("kv_cache_dtype")
+    if engine == "llama.cpp" or "cache_type_k" in args or "cache_type_v" in args:
+        kv = _wider(str(args.get("cache_type_k") or "f16"), str(args.get("cache_type_v") or "f16"))
+        kv = None if kv == "f16" else kv
     if kv and kv != "auto":
         found["kv_cache_dtype"] = str(kv)
     share = args.get("gpu_memory_utilization") or args.get("mem_fraction_static")
@@ -284,7 +297,7 @@ COMMON = {
     "vllm": "enable_auto_tool_choice=true tool_call_parser=hermes reasoning_parser=qwen3 "
     "kv_cache_dtype=fp8 enable_prefix_caching=true",
     "sglang": "tool_call_parser=qwen25 reasoning_parser=qwen3 kv_cache_dtype=fp8_e5m2",
-    "llama.cpp": "jinja=true reasoning_format=deepseek cache_type_k=q8_0 flash_attn=on",
+    "llama.cpp": "jinja=true reasoning_format=deepseek cache_type_k=q8_0 cache_type_v=q8_0",
 }
 """What the wizard offers first for each engine: tool calling, reasoning, the KV cache."""
 

@@ -57,10 +57,13 @@ def test_enforce_eager_frees_the_cuda_graphs_memory_in_the_plan():
     assert eager.outside_gib < plain.outside_gib
 
 
-def test_llama_cpps_quantised_kv_cache_is_planned():
+def test_llama_cpps_quantised_kv_cache_is_planned_with_the_wider_of_its_halves():
     plain = _best(LLAMA_8B_GGUF, CPU, "llama.cpp", {})
-    q8 = _best(LLAMA_8B_GGUF, CPU, "llama.cpp", {"cache_type_k": "q8_0"})
+    q8 = _best(LLAMA_8B_GGUF, CPU, "llama.cpp", {"cache_type_k": "q8_0", "cache_type_v": "q8_0"})
     assert q8.context_gib < plain.context_gib
+    # V left at f16: the plan does not count on a smaller cache than llama.cpp keeps.
+    half = _best(LLAMA_8B_GGUF, CPU, "llama.cpp", {"cache_type_k": "q8_0"})
+    assert half.context_gib == plain.context_gib
 
 
 def test_the_flags_are_written_in_the_engines_spelling():
@@ -103,7 +106,8 @@ def test_the_flags_are_written_in_the_engines_spelling():
         ("vllm", {"chat_template": "/etc/passwd"}, "names a file or folder on the nodes"),
         ("vllm", {"max_num_batched_tokens": 8192}, "the planner does not model it yet"),
         ("llama.cpp", {"ctx_size": 4096}, "ctx_size is llmgw's to set"),
-        ("llama.cpp", {"flash_attn": True}, "flash_attn is true, not a choice"),
+        ("llama.cpp", {"flash_attn": "on"}, "the planner does not model it yet"),
+        ("llama.cpp", {"cache_type_k": True}, "cache_type_k is true, not a choice"),
         ("sglang", {"enable_auto_tool_choice": True}, "not a flag llmgw knows SGLang to take"),
     ],
 )
