@@ -88,6 +88,8 @@ class Keeper:
         """The cards held when the last start found no room: no new try until they change."""
         self.cycles = 0
         self.cycle_s: list[float] = []
+        self.unread = 0
+        """Cycles in which no ready replica's engine could be read (its signals unknown)."""
 
     def say(self, action: str, replica: str, why: str) -> None:
         event = Event(_now(), action, replica, why)
@@ -113,6 +115,8 @@ class Keeper:
         if self.scaler is not None:
             current = [r for r in live if r.hash == self.label["hash"]]
             reading = await self.reading(mine)
+            if reading.ready == 0 and any(v.phase == "ready" for v in mine):
+                self.unread += 1
             decision = self.scaler.step(time.monotonic(), reading, len(current))
             if decision is not None:
                 self.want += 1 if decision.direction == "out" else -1
@@ -314,5 +318,6 @@ def _result(keeper: Keeper, views: tuple[ReplicaView, ...]) -> dict[str, Any]:
             if v.service == keeper.doc.name
         ],
         "cycles": keeper.cycles,
+        "unread_cycles": keeper.unread,
         "cycle_ms_median": round(cycle_ms[len(cycle_ms) // 2], 1) if cycle_ms else None,
     }

@@ -83,8 +83,9 @@ class Scaler:
     def step(self, now: float, reading: Reading, replicas: int) -> Decision | None:
         """The decision `reading` (taken at `now`, seconds) leads to with `replicas` running."""
         if reading.ready == 0:
-            self.over_since = self.under_since = None  # nothing to read: healing comes first
-            return None
+            return (
+                None  # nothing read (healing comes first, or a read failed): no evidence either way
+            )
         over, under = self._over(reading), self._under(reading)
         if not over:
             self.over_since = None

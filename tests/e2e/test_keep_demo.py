@@ -47,6 +47,20 @@ def inventory(tmp_path_factory: pytest.TempPathFactory):
         yield path
 
 
+@pytest.fixture
+def stopped_after(inventory: str):
+    """Stops the named services and gateways after the test, whatever happened in it (a failed
+    test leaves no card held for the next one)."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        run_json(
+            inventory,
+            f"steps: [{{stop: {{service: {name}, on_fail: continue}}}}, "
+            f"{{stop: {{gateway: gw-{name}, on_fail: continue}}}}]",
+        )
+
+
 def _doc(name: str, port: int, **given: Any) -> ServiceDoc:
     return ServiceDoc.model_validate(
         {
@@ -78,8 +92,9 @@ async def _until(check: Any, what: str, timeout_s: float) -> None:
 
 
 def test_keep_scales_out_on_requests_waiting_and_back_to_one_when_the_load_ends(
-    inventory: str, tmp_path: Path
+    inventory: str, tmp_path: Path, stopped_after: list[str]
 ):
+    stopped_after.append("scaled")
     port = free_port()
     doc = _doc(
         "scaled",
@@ -136,7 +151,8 @@ def test_keep_scales_out_on_requests_waiting_and_back_to_one_when_the_load_ends(
     events = result["events"]
     print(
         f"replicas while loaded: {counts}; bench: {benched['requests']} requests, "
-        f"{benched['failed']} failed"
+        f"{benched['failed']} failed; {result['cycles']} keeper cycles, "
+        f"{result['unread_cycles']} without a reading"
     )
     outs = [e for e in events if e["action"] == "scale-out"]
     ins = [e for e in events if e["action"] == "scale-in"]
@@ -210,8 +226,9 @@ def _ask_forever(port: int, stop: threading.Event, seen: list[tuple[float, bool]
 
 
 def test_an_engine_killed_under_keep_is_replaced_and_the_gateway_follows(
-    inventory: str, tmp_path: Path
+    inventory: str, tmp_path: Path, stopped_after: list[str]
 ):
+    stopped_after.append("healed")
     from llmgw_core.gateway.spec import HEALTH_INTERVAL_S
 
     port = free_port()
@@ -290,8 +307,9 @@ async def _gateways(fleet: Any) -> list[Any]:
 
 
 def test_a_second_keeper_is_refused_naming_the_first_and_nothing_fits_is_said_once(
-    inventory: str, tmp_path: Path
+    inventory: str, tmp_path: Path, stopped_after: list[str]
 ):
+    stopped_after.append("wide")
     # Two replicas of eight cards fit the demo's two H100 nodes; a third does not.
     doc = _doc("wide", free_port(), gpus=8, replicas={"min": 3, "max": 3})
 

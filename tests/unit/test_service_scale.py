@@ -55,6 +55,10 @@ def test_kv_cache_over_target_scales_out_even_without_waiting():
     assert decided is not None and decided.why == "KV cache 86% in use > 80% for 0 s"
 
 
-def test_no_ready_replica_decides_nothing():
-    scaler = Scaler(_bounds(scale_up_after_s=0))
+def test_no_ready_replica_decides_nothing_and_a_failed_read_does_not_restart_the_clock():
+    scaler = Scaler(_bounds(scale_up_after_s=10))
     assert scaler.step(0, Reading(ready=0, waiting=0), 0) is None
+    assert scaler.step(1, Reading(ready=1, waiting=5), 1) is None
+    assert scaler.step(6, Reading(ready=0, waiting=0), 1) is None  # its engine did not answer
+    decided = scaler.step(11, Reading(ready=1, waiting=5), 1)
+    assert decided is not None and decided.why.endswith("for 10 s")
