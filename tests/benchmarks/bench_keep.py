@@ -66,6 +66,20 @@ def _send(url: str, body: bytes, stop: threading.Event) -> None:
             urllib.request.urlopen(request, timeout=30).read()
 
 
+async def idle_cycles(keeper: Keeper, held: Any, label: str) -> None:
+    """Ten keeper cycles with nothing to do: the median CPU and wall time of one."""
+    cpu, wall = [], []
+    for _ in range(10):
+        cpu_before, wall_before = time.process_time(), time.perf_counter()
+        await keeper.cycle(held)
+        cpu.append(time.process_time() - cpu_before)
+        wall.append(time.perf_counter() - wall_before)
+    print(
+        f"{label}: an idle keeper cycle takes {statistics.median(cpu) * 1000:.0f} ms of CPU "
+        f"and {statistics.median(wall) * 1000:.0f} ms of wall time (median of 10)"
+    )
+
+
 async def measure(fleet: Any, doc: ServiceDoc, load_url: str | None, label: str) -> None:
     """Idle cycles, then load until the keeper has a second replica answering."""
     reach = EngineReach(fleet)
@@ -76,16 +90,7 @@ async def measure(fleet: Any, doc: ServiceDoc, load_url: str | None, label: str)
         async with service_lease(fleet, doc.name) as held:
             for _ in range(3):  # the first replica (and the gateway) come up
                 await keeper.cycle(held)
-            cpu, wall = [], []
-            for _ in range(10):
-                cpu_before, wall_before = time.process_time(), time.perf_counter()
-                await keeper.cycle(held)
-                cpu.append(time.process_time() - cpu_before)
-                wall.append(time.perf_counter() - wall_before)
-            print(
-                f"{label}: an idle keeper cycle takes {statistics.median(cpu) * 1000:.0f} ms of CPU "
-                f"and {statistics.median(wall) * 1000:.0f} ms of wall time (median of 10)"
-            )
+            await idle_cycles(keeper, held, label)
             views = [v for v in await replicas_now(fleet) if v.service == doc.name]
             _node, port, served = views[0].ready_engine()
             url = load_url or f"http://{views[0].http_host}:{port}/v1/chat/completions"
@@ -171,17 +176,8 @@ async def at_scale(total: int) -> None:
         keeper = Keeper(fleet, reach, doc, base, model, progress=lambda line: None)
         async with service_lease(fleet, doc.name) as held:
             await keeper.cycle(held)
-            cpu, wall = [], []
-            for _ in range(10):
-                cpu_before, wall_before = time.process_time(), time.perf_counter()
-                await keeper.cycle(held)
-                cpu.append(time.process_time() - cpu_before)
-                wall.append(time.perf_counter() - wall_before)
+            await idle_cycles(keeper, held, f"{total} nodes")
         await close_quietly(reach)
-        print(
-            f"{total} nodes: an idle keeper cycle takes {statistics.median(cpu) * 1000:.0f} ms of "
-            f"CPU and {statistics.median(wall) * 1000:.0f} ms of wall time (median of 10)"
-        )
     finally:
         if fleet is not None:
             await fleet.close()

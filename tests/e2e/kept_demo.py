@@ -140,3 +140,17 @@ def example_on_a_free_port(example: Path, folder: Path) -> Path:
     copy = folder / example.name
     copy.write_text(example.read_text().replace("port: 30000", f"port: {free_port()}"))
     return copy
+
+
+def chat_service(**given: Any) -> dict[str, Any]:
+    """The `chat` service of the service tests: two replicas of an 8B model behind a gateway on a
+    free port."""
+    return {
+        "name": "chat",
+        "model": "catalog:meta-llama/Llama-3.1-8B-Instruct",
+        "context": 8192,
+        "gpu_class": "h100-80g",
+        "replicas": 2,
+        "gateway": {"name": "front", "port": free_port()},
+        **given,
+    }

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kept_demo import apply_json, free_port, kept_demo, processes_naming, roll_under_load, run_json
+from kept_demo import (
+    apply_json,
+    chat_service,
+    kept_demo,
+    processes_naming,
+    roll_under_load,
+    run_json,
+)
 
-SERVICE = {
-    "name": "chat",
-    "model": "catalog:meta-llama/Llama-3.1-8B-Instruct",
-    "context": 8192,
-    "gpu_class": "h100-80g",
-    "replicas": 2,
-    "gateway": {"name": "front", "port": free_port()},
-    "drain_s": 30,
-}
+SERVICE = chat_service(drain_s=30)
 
 
 def _apply(inventory: str, **changed: object) -> dict:

@@ -16,20 +16,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
 
-from kept_demo import apply_json, free_port, roll_under_load, run_json
+from kept_demo import apply_json, chat_service, roll_under_load, run_json
 
 from llmgw_core.fleet.sim.demo import demo_router
 
 pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
-SERVICE = {
-    "name": "chat",
-    "model": "catalog:meta-llama/Llama-3.1-8B-Instruct",
-    "context": 8192,
-    "gpu_class": "h100-80g",
-    "replicas": 2,
-    "gateway": {"name": "front", "port": free_port()},
-}
+SERVICE = chat_service()
 
 
 def test_on_openssh_a_service_rolls_through_the_real_router_without_a_failed_request(
