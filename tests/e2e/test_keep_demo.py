@@ -99,6 +99,9 @@ def test_keep_scales_out_on_requests_waiting_and_back_to_one_when_the_load_ends(
     doc = _doc(
         "scaled",
         port,
+        # Two sequences at once an engine: the engine, not the path to it (SSH tunnel, front,
+        # router, all on this machine's two cores), is where a request waits, however loaded.
+        concurrency=2,
         replicas={"min": 1, "max": 3, "target_waiting": 2, "scale_down_after_s": 15},
     )
     bench = tmp_path / "bench.yaml"
