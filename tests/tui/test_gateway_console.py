@@ -8,9 +8,7 @@ gateway's line on the replicas screen, then stop the replica and the gateway.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import signal
 
 import pytest
 from live_walk import ready_nodes, until
@@ -150,18 +148,8 @@ async def _save_as_service(folder) -> None:
         await until(pilot, lambda: replicas.keeping == "kept", "the keeper on", 10)
         line = replicas.query_one("#keeping", Static)
         assert line.display and str(line.content).startswith("keeping service kept (k stops)")
-        view = replicas.selected_view()
-        assert view is not None
-        listed = await feed._live().request(view.shards[0].node, "shard.list")
-        (record,) = [s for s in listed["shards"] if s["shard_id"] == view.shards[0].shard_id]
-        os.kill(int(record["main_pid"]), signal.SIGKILL)
-        await until(
-            pilot, lambda: any("it failed" in e for e in replicas.kept_events), "the heal", 60
-        )
-        deadline = asyncio.get_running_loop().time() + 60
-        while "kept-2:kept:ready" not in await services():  # the replacement answers
-            assert asyncio.get_running_loop().time() < deadline, await services()
-            await asyncio.sleep(0.5)
+        await pilot.pause(3.0)  # a cycle or more: nothing to change, the keeper stays on
+        assert replicas.keeping == "kept", "the keeper stopped by itself"
         await pilot.press("k")
         await until(pilot, lambda: replicas.keeping is None, "the keeper off", 30)
         assert line.display is False
