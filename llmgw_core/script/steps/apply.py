@@ -85,6 +85,11 @@ async def run_apply(args: ApplyArgs, ctx: StepContext) -> StepOutcome:
     result = await apply_service(
         fleet, reach, doc, base, model, dry_run=args.dry_run, progress=ctx.progress
     )
+    return outcome_of(result)
+
+
+def outcome_of(result: dict[str, Any]) -> StepOutcome:
+    """A service step's outcome from its result: failed (with its exit code) when it says why."""
     if result.get("failed"):
         code = int(result.pop("exit_code", EXIT_STEP_FAILED))
         return StepOutcome(result=result, ok=False, exit_code=code, error=result["failed"])

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from llmgw_core.arguments import NAME_PATTERN
-from llmgw_core.script.registry import EXIT_STEP_FAILED, StepArgs, StepContext, StepOutcome, step
+from llmgw_core.script.registry import StepArgs, StepContext, StepOutcome, step
 from llmgw_core.service.spec import ServiceDoc
 
 
@@ -62,14 +62,16 @@ async def _document(args: KeepArgs, ctx: StepContext, fleet: Any) -> ServiceDoc:
 
 async def run_keep(args: KeepArgs, ctx: StepContext) -> StepOutcome:
     """Heal and scale the service until `duration_s` is spent (or the script is interrupted)."""
+    from llmgw_core.script.steps.apply import outcome_of
     from llmgw_core.script.steps.serve import serve_request
     from llmgw_core.serve.tunnels import fleet_and_reach
     from llmgw_core.service.keep import keep_service
 
-    if args.file is not None:  # a file's mistakes before any connection
-        await _document(args, ctx, None)
+    # A document given (or its file's mistakes) is read once, before any connection.
+    doc = None if isinstance(args.service, str) else await _document(args, ctx, None)
     fleet, reach = await fleet_and_reach(ctx)
-    doc = await _document(args, ctx, fleet)
+    if doc is None:
+        doc = await _document(args, ctx, fleet)
     base, model = serve_request(doc, ctx, name=None)
     result = await keep_service(
         fleet,
@@ -81,10 +83,7 @@ async def run_keep(args: KeepArgs, ctx: StepContext) -> StepOutcome:
         interval_s=args.interval_s,
         progress=ctx.progress,
     )
-    if result.get("failed"):
-        code = int(result.pop("exit_code", EXIT_STEP_FAILED))
-        return StepOutcome(result=result, ok=False, exit_code=code, error=result["failed"])
-    return StepOutcome(result=result)
+    return outcome_of(result)
 
 
 def render_keep(result: dict[str, Any]) -> Any:
