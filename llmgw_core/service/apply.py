@@ -28,12 +28,13 @@ import httpx
 from llmgw_core.engines.signals import in_flight
 from llmgw_core.errors import BadInput, DoesNotFit, LlmgwError
 from llmgw_core.fleet.client import AgentLost
-from llmgw_core.gateway.run import follow_all, gateways_now, start_gateway
+from llmgw_core.gateway.run import follow_all, start_gateway
+from llmgw_core.gateway.spec import gateway_views
 from llmgw_core.serve.http import EngineReach
 from llmgw_core.serve.keys import operator_key
-from llmgw_core.serve.replicas import replicas_now, stop_replica
+from llmgw_core.serve.replicas import replicas_now, shard_listings, stop_replica
 from llmgw_core.serve.start import ServeRequest, serve
-from llmgw_core.serve.view import ReplicaView
+from llmgw_core.serve.view import ReplicaView, assemble
 from llmgw_core.service.lease import LEASE_TTL_S, Held, service_lease
 from llmgw_core.service.spec import (
     Action,
@@ -64,13 +65,14 @@ def _quiet(_line: str) -> None:
 async def planned_actions(fleet: Any, doc: ServiceDoc) -> tuple[Action, ...]:
     """What `apply` would do now: the replicas' changes, then the gateway's start."""
     label = service_label(doc)
-    replicas = await replicas_now(fleet)
+    listings = await shard_listings(fleet)  # read once: the replicas and the gateways
+    replicas = assemble(listings, fleet.snapshot())
     found = running_of(replicas, doc.name)
     want = doc.wanted(sum(1 for r in found if not r.over))
     changes = actions(
         doc.name, want, label["settings"], label["hash"], found, [v.name for v in replicas]
     )
-    running = [g.name for g in await gateways_now(fleet) if g.live]
+    running = [g.name for g in gateway_views(listings) if g.live]
     start = gateway_action(doc, running) if want > 0 else None
     return (*changes, *((start,) if start else ()))
 
