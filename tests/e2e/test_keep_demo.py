@@ -126,6 +126,16 @@ def test_keep_scales_out_on_requests_waiting_and_back_to_one_when_the_load_ends(
                 return len(await _live(fleet, "scaled")) == 1
 
             await _until(back_to_one, "return to one replica", 120)
+
+            # The keeper counts a scale-in once its stop is done, a moment after the
+            # replica is gone: wait for that count before the keeper is stopped.
+            async def counted() -> bool:
+                totals = (await _service_samples(fleet, reach)).get(
+                    "llmgw_service_scale_events_total", {}
+                )
+                return totals.get(("scaled", "in")) == totals.get(("scaled", "out"))
+
+            await _until(counted, "scale-in counted as often as scale-out", 30)
         finally:
             kept.cancel()
             result = await kept

@@ -97,7 +97,9 @@ def h100_fabric_run() -> tuple[dict, str | None]:
         timeout=240,
         check=False,
     )
-    line = json.loads(done.stdout.strip().splitlines()[-1])
+    lines = done.stdout.strip().splitlines()
+    assert lines, f"the demo's fabric-test said nothing (exit {done.returncode}): {done.stderr[-3000:]}"
+    line = json.loads(lines[-1])
     assert line["step"] == "fabric-test" and line.get("result"), done.stderr
     return line["result"], None if line["ok"] else line["error"]
 
