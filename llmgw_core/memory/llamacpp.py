@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from llmgw_core.errors import BadInput
 from llmgw_core.memory.kv_vllm import kv_token_bytes
@@ -49,8 +50,29 @@ TYPE_BYTES = {
     "Q3_K": 110 / 256,
     "Q2_K": 84 / 256,
     "IQ4_XS": 136 / 256,
+    "IQ4_NL": 18 / 32,
+    "Q5_1": 24 / 32,
     "MXFP4": 17 / 32,
 }
+
+_ROW_FALLBACK = {
+    "Q2_K": "IQ4_NL",
+    "Q3_K": "IQ4_NL",
+    "IQ4_XS": "IQ4_NL",
+    "Q4_K": "Q5_0",
+    "Q5_K": "Q5_1",
+    "Q6_K": "Q8_0",
+}
+"""The type llama.cpp's quantiser falls back to when a row is not a whole number of 256-blocks."""
+
+
+def _fitted(kind: str, columns: int) -> float:
+    """Bytes per weight of `kind` for rows of `columns`, after the quantiser's fallback."""
+    if kind in _ROW_FALLBACK and columns % 256:
+        kind = _ROW_FALLBACK[kind]
+    return TYPE_BYTES[kind]
+
+
 KV_TYPE_BYTES = {
     "f32": 4.0,
     "f16": 2.0,
@@ -107,7 +129,11 @@ def recipe_bytes(shape: ModelShape, file_type: str) -> int:
     hidden = shape.hidden_size
     q_width = shape.num_attention_heads * shape.head_dim
     kv_width = shape.num_kv_heads * shape.head_dim
-    total = params.embedding * TYPE_BYTES[base] + params.output * TYPE_BYTES[head]
+    # A tied head is the token embeddings: the quantiser gives them the head's type.
+    embedding_type = head if shape.tie_word_embeddings else base
+    total = params.embedding * _fitted(embedding_type, hidden) + params.output * _fitted(
+        head, hidden
+    )
     total += params.final_norm * 4
     n = shape.num_layers
     eight_experts = shape.num_experts == 8
@@ -127,13 +153,16 @@ def recipe_bytes(shape: ModelShape, file_type: str) -> int:
             attention = layer.attention * TYPE_BYTES[base]
         else:
             attention = (
-                hidden * q_width * TYPE_BYTES[base]
-                + hidden * kv_width * TYPE_BYTES[base]
-                + hidden * kv_width * TYPE_BYTES[v_type]
-                + q_width * hidden * TYPE_BYTES[out_type]
+                hidden * q_width * _fitted(base, hidden)
+                + hidden * kv_width * _fitted(base, hidden)
+                + hidden * kv_width * _fitted(v_type, hidden)
+                + q_width * hidden * _fitted(out_type, q_width)
             )
         mlp = layer.dense_mlp + layer.routed_experts + layer.shared_experts
-        total += attention + mlp / 3 * (2 * TYPE_BYTES[base] + TYPE_BYTES[down_type])
+        width = shape.moe_intermediate_size if shape.is_moe else shape.intermediate_size
+        total += attention + mlp / 3 * (
+            2 * _fitted(base, hidden) + _fitted(down_type, width or hidden)
+        )
         total += layer.small * 4
     return int(total)
 
@@ -167,6 +196,7 @@ def kv_cache(
     kv_type: str = "f16",
     n_ubatch: int = DEFAULT_UBATCH,
     unified: bool = False,
+    swa_f16: bool = True,
 ) -> LlamaCppKv:
     """The KV cache of `layers` for `sequences` streams of `context` tokens each."""
     kv_bytes = KV_TYPE_BYTES.get(kv_type.lower())
@@ -185,7 +215,7 @@ def kv_cache(
         window_tokens = shape.sliding_window * (sequences if unified else 1) + n_ubatch
         swa_cells = padded_cells(min(cells, window_tokens))
         # the SWA part stays F16 when the rest is quantised (llama.cpp PR 21277)
-        swa_per_cell = kv_token_bytes(shape, 2.0)
+        swa_per_cell = kv_token_bytes(shape, 2.0 if swa_f16 else kv_bytes)
         swa_bytes = int(swa_layers * swa_cells * swa_per_cell * streams)
     elif swa_layers:
         full_layers += swa_layers
@@ -333,3 +363,175 @@ def card_need(query: NeedQuery) -> CardNeed:
         max_concurrency=left / one.kv_cache_gib if left > 0 and one.kv_cache_gib else None,
         usable_gib=usable_gib,
     )
+
+
+REPACK_TYPES = {
+    "x86_64": frozenset({"Q4_0", "Q4_K", "IQ4_NL"}),
+    "aarch64": frozenset({"Q4_0", "Q4_K", "IQ4_NL", "Q8_0"}),
+}
+"""Tensor types ggml's CPU backend repacks into interleaved rows (`CPU_REPACK`), by machine.
+
+x86 repacks with AVX2 (Q4_K measured: every Q4_K matrix but the token
+embeddings moved to a CPU_REPACK buffer; Q8_0 and Q6_K stayed mapped);
+ARM with NEON dot products, Q8_0 included. A CPU without them repacks nothing.
+"""
+
+
+@dataclass(frozen=True)
+class LlamaCppBuffers:
+    """What llama.cpp allocates on one CPU device, in bytes, named as its log names them."""
+
+    weights: int
+    """The `CPU_Mapped model buffer`: the span of the file its un-repacked tensors lie in."""
+    repack: int
+    """The `CPU_REPACK model buffer`: matrices copied into interleaved rows (0 where none)."""
+    kv: int
+    compute: int
+    output: int
+    kv_cells: int
+    swa_cells: int
+
+
+def _repacked(tensor: Any, types: frozenset[str]) -> bool:
+    from gguf import GGMLQuantizationType
+
+    try:
+        name = GGMLQuantizationType(tensor.ggml_type).name
+    except ValueError:
+        return False
+    return (
+        name in types
+        and len(tensor.dims) >= 2
+        and tensor.dims[1] % 8 == 0
+        and not tensor.name.startswith("token_embd")
+    )
+
+
+def model_buffers(artifact: Artifact, repack_types: frozenset[str]) -> tuple[int, int]:
+    """The mapped span and the repacked bytes of a GGUF set whose tensors were read."""
+    mapped = repack = 0
+    for tensors in artifact.gguf_tensors:
+        kept = [t for t in tensors if not _repacked(t, repack_types)]
+        repack += sum(t.n_bytes for t in tensors if _repacked(t, repack_types))
+        if kept:
+            mapped += max(t.offset + t.n_bytes for t in kept) - min(t.offset for t in kept)
+    return mapped, repack
+
+
+def compute_bytes(
+    shape: ModelShape,
+    *,
+    n_kv: int,
+    n_kv_swa: int,
+    n_ubatch: int,
+    flash_attn: bool,
+    quantized_kv: bool,
+) -> int:
+    """llama.cpp's CPU compute buffer: the largest set of tensors alive at once in a micro-batch.
+
+    Widths below are fp32 columns of `n_ubatch` rows; H is the hidden size,
+    h the heads, and an MLA model's absorbed query is `h × (latent + rope)`
+    wide (q). Three moments compete:
+    * attention without flash attention: every head's scores against every
+      cell (`n_kv × h`, soft-maxed in place), the mask (`n_kv`, and the
+      window's on a sliding-window model), and the stream around them
+      (5 H + 2 × the K/V width; MLA 8 H + 2 q, or at long contexts a second
+      `n_kv` with q + H);
+    * attention with flash attention: the masks and the stream (2 H; MLA
+      q + H; a sliding-window model 6 H);
+    * the output: a logit per vocabulary entry (the reserve asks one per
+      token) beside the stream (2 H, one H more when a quantised KV cache is
+      read through flash attention; MLA 6 H).
+    The stream terms are measured against llama.cpp's allocator
+    (`tests/engines/llamacpp_truth.py`), not derived from its graph.
+    """
+    hidden, heads = shape.hidden_size, shape.num_attention_heads
+    masks = n_kv + (n_kv_swa if shape.sliding_window else 0)
+    if shape.mla is not None:
+        query = heads * (shape.mla.kv_lora_rank + shape.mla.qk_rope_head_dim)
+        if flash_attn:
+            attention = masks + query + hidden
+        else:
+            attention = max(
+                n_kv * (heads + 1) + 8 * hidden + 2 * query,
+                n_kv * (heads + 2) + query + hidden,
+            )
+        tail = 6 * hidden
+    else:
+        if flash_attn:
+            attention = masks + (6 if shape.sliding_window else 2) * hidden
+        else:
+            attention = masks - n_kv + n_kv * (heads + 1)
+            attention += 5 * hidden + 2 * shape.num_kv_heads * shape.head_dim
+        tail = 2 * hidden + (hidden if quantized_kv and flash_attn else 0)
+    output = shape.vocab_size + tail
+    return n_ubatch * 4 * max(attention, output)
+
+
+def buffers(
+    artifact: Artifact,
+    shape: ModelShape,
+    *,
+    context: int,
+    sequences: int = 1,
+    n_ubatch: int = DEFAULT_UBATCH,
+    kv_type: str = "f16",
+    flash_attn: bool = True,
+    swa_full: bool = False,
+    swa_f16: bool = True,
+    unified: bool = False,
+    repack_types: frozenset[str] = frozenset(),
+) -> LlamaCppBuffers:
+    """Every buffer llama.cpp logs for `artifact` on a CPU, from its header alone.
+
+    `context` is each sequence's; `swa_full` keeps whole-context cells on
+    sliding layers (llama-cpp-python's default; llama-server's is a window);
+    `swa_f16` keeps those layers' cache in F16 under a quantised KV type
+    (llama.cpp builds since April 2026; llama-cpp-python 0.3.36's build
+    quantises them too).
+    """
+    if kv_type.lower() not in ("f16", "f32", "bf16") and not flash_attn:
+        raise BadInput(
+            f"llama.cpp refuses a {kv_type} KV cache without flash attention",
+            "turn flash_attn on or keep the cache f16",
+        )
+    window = shape if not swa_full else _without_window(shape)
+    kv = kv_cache(
+        window,
+        range(shape.num_layers),
+        context=context,
+        sequences=sequences,
+        kv_type=kv_type,
+        n_ubatch=n_ubatch,
+        unified=unified,
+        swa_f16=swa_f16,
+    )
+    if artifact.gguf_tensors:
+        mapped, repack = model_buffers(artifact, repack_types)
+    else:
+        mapped, repack = artifact.size_bytes, 0
+    n_kv = kv.cells
+    compute = compute_bytes(
+        shape,
+        n_kv=n_kv,
+        n_kv_swa=kv.swa_cells or n_kv,
+        n_ubatch=n_ubatch,
+        flash_attn=flash_attn,
+        quantized_kv=kv_type.lower() not in ("f16", "f32", "bf16"),
+    )
+    return LlamaCppBuffers(
+        weights=mapped,
+        repack=repack,
+        kv=kv.total_bytes,
+        compute=compute,
+        output=shape.vocab_size * 4 * sequences,
+        kv_cells=kv.cells,
+        swa_cells=kv.swa_cells,
+    )
+
+
+def _without_window(shape: ModelShape) -> ModelShape:
+    """The shape with its sliding layers' cache as long as the context (`swa_full`)."""
+    from dataclasses import replace
+
+    return replace(shape, sliding_window=None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from llmgw_core.errors import BadInput
 from llmgw_core.model.quantization import Quantization
@@ -54,6 +55,8 @@ class Artifact:
     tensor_bytes_by_layer: tuple[int, ...] = ()
     embedding_bytes: int | None = None
     output_bytes: int | None = None
+    gguf_tensors: tuple[tuple[Any, ...], ...] = ()
+    """GGUF only, once read: each part's tensors (`GgufTensor`: name, dims, type, offset, bytes)."""
 
     @property
     def size_gib(self) -> float:

@@ -197,6 +197,7 @@ def enrich_gguf(artifact: Artifact, headers: list[Any]) -> Artifact:
         tensor_bytes_by_layer=placed.by_layer,
         embedding_bytes=placed.embedding,
         output_bytes=placed.output,
+        gguf_tensors=tuple(header.tensors for header in headers),
     )
 
 
