@@ -233,6 +233,8 @@ class Host(_Snapshot):
     arch: str | None = None
     pci_gpus: int | None = None
     cpu_only: bool = False
+    cpu_flags: tuple[str, ...] | None = None
+    """The CPU features that decide llama.cpp's repacked copies (`avx2`, `amx_int8`, `asimddp` …)."""
 
 
 class Engine(_Snapshot):

@@ -16,8 +16,10 @@ sentence:
 
 The flags that change memory and that the plan does model are marked
 `memory` and go into the plan (`plan_options`): vLLM's and SGLang's
-`kv_cache_dtype`, llama.cpp's `cache_type_k`, each engine's share of a card,
-and vLLM's `enforce_eager` (no CUDA graphs to hold).
+`kv_cache_dtype`, llama.cpp's `cache_type_k`/`_v`, `flash_attn` and
+`ubatch_size` (written by the launch from the plan, flash attention always
+explicitly), each engine's share of a card, and vLLM's `enforce_eager` (no
+CUDA graphs to hold).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from llmgw_core.errors import BadInput
+from llmgw_core.memory.need import LLAMACPP_DEFAULTS, LlamaCppOptions
 
 READ_FROM = {
     "vllm": "0.11.0 (`vllm serve --help`, docs.vllm.ai)",
@@ -112,6 +115,8 @@ FLAGS: dict[str, dict[str, Flag]] = {
         "threads": Flag("int", minimum=1, maximum=4096),
         "seed": Flag("int", minimum=-1, maximum=2**32 - 1),
         "cont_batching": Flag("bool", default_on=True),
+        "flash_attn": Flag("bool", default_on=True, memory=True),
+        "ubatch_size": Flag("int", minimum=1, maximum=2048, memory=True),
     },
 }
 """Per engine, the flags an operator may pass, in the engine's own spelling (`_` for `-`)."""
@@ -132,8 +137,7 @@ OWNED = {
 """Flags llmgw sets from the plan, and what sets each."""
 
 NOT_PLANNED = {"max_num_batched_tokens", "swap_space", "cpu_offload_gb",
-               "ubatch_size", "batch_size", "flash_attn", "disable_cuda_graph",
-               "cuda_graph_max_bs"}  # fmt: skip
+               "batch_size", "disable_cuda_graph", "cuda_graph_max_bs"}  # fmt: skip
 """Flags that change what a card holds and that the planner does not model yet."""
 
 _PATHY = ("path", "file", "dir", "template", "download", "config", "lora", "adapter")
@@ -147,10 +151,16 @@ def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+_WORDS = {"on": True, "off": False, "true": True, "false": False}
+"""A boolean as typed in the wizard's field (`flash_attn=on`, llama-server's own spelling)."""
+
+
 def _value(engine: str, name: str, flag: Flag, value: Any) -> str | bool:
     """`value` as the flag takes it (text, or a boolean), or BadInput naming what it must be."""
     shown = f"engine_args: {name}"
     if flag.kind == "bool":
+        if isinstance(value, str) and value.lower() in _WORDS:
+            return _WORDS[value.lower()]
         if not isinstance(value, bool):
             raise BadInput(f"{shown} must be true or false, not {value!r}")
         return value
@@ -218,6 +228,18 @@ def checked_engine_args(engine: str, given: Mapping[str, Any]) -> dict[str, str 
                 f"it takes {', '.join(sorted(table))}",
             )
         checked[name] = _value(engine, name, flag, value)
+    if engine == "llama.cpp" and checked.get("flash_attn") is False:
+        quantised = [
+            f"{name}={checked[name]}"
+            for name in ("cache_type_k", "cache_type_v")
+            if str(checked.get(name, "f16")) not in ("f16", "f32", "bf16")
+        ]
+        if quantised:
+            raise BadInput(
+                f"engine_args: {quantised[0]} needs flash attention, and flash_attn is false "
+                "(llama.cpp refuses a quantised cache without it)",
+                "drop flash_attn: false, or keep the cache f16",
+            )
     return checked
 
 
@@ -244,7 +266,7 @@ def too_new(engine: str, args: Mapping[str, Any], installed: str | None) -> str 
     return None
 
 
-PLANNED_FLAGS = ("gpu_memory_utilization", "mem_fraction_static")
+PLANNED_FLAGS = ("gpu_memory_utilization", "mem_fraction_static", "flash_attn", "ubatch_size")
 """Flags the plan sizes with and the builders write from the way (never twice)."""
 
 
@@ -290,7 +312,17 @@ def plan_options(engine: str | None, args: Mapping[str, Any]) -> dict[str, Any]:
         found["gpu_memory_utilization"] = float(share)
     if args.get("enforce_eager") is True:
         found["enforce_eager"] = True
+    if engine == "llama.cpp" and ("flash_attn" in args or "ubatch_size" in args):
+        found["llamacpp"] = llamacpp_options(args)
     return found
+
+
+def llamacpp_options(args: Mapping[str, Any]) -> LlamaCppOptions:
+    """llama.cpp's flash attention and micro-batch as the launch writes them (on, 512 unless told)."""
+    return LlamaCppOptions(
+        flash_attn=args.get("flash_attn", True) is not False,
+        n_ubatch=int(args.get("ubatch_size") or LLAMACPP_DEFAULTS.n_ubatch),
+    )
 
 
 COMMON = {

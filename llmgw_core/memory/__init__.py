@@ -10,7 +10,14 @@ engines print under the label "GB".
 from __future__ import annotations
 
 from llmgw_core.errors import BadInput
-from llmgw_core.memory.need import DEFAULT_USABLE_FRACTION, CardNeed, Layout, NeedQuery
+from llmgw_core.memory.need import (
+    DEFAULT_USABLE_FRACTION,
+    LLAMACPP_DEFAULTS,
+    CardNeed,
+    Layout,
+    LlamaCppOptions,
+    NeedQuery,
+)
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.shape import ModelShape
 
@@ -50,6 +57,8 @@ def card_need(
     engine_version: str | None = None,
     cpu_only: bool = False,
     enforce_eager: bool = False,
+    llamacpp: LlamaCppOptions = LLAMACPP_DEFAULTS,
+    repack_types: frozenset[str] = frozenset(),
 ) -> CardNeed:
     """What the worst card of `layout` needs to serve `artifact` with `engine`.
 
@@ -67,6 +76,8 @@ def card_need(
         cpu_only: llama.cpp on a CPU node: everything (embeddings too) in RAM,
             no CUDA context; `card_memory_gib` is then the node's RAM.
         enforce_eager: vLLM without CUDA graphs (`--enforce-eager`).
+        llamacpp: llama.cpp's flash attention and micro-batch, as launched.
+        repack_types: llama.cpp on a CPU node: the types its CPU repacks (a second copy).
     """
     query = NeedQuery(
         artifact=artifact,
@@ -81,6 +92,8 @@ def card_need(
         engine_version=engine_version,
         cpu_only=cpu_only,
         enforce_eager=enforce_eager,
+        llamacpp=llamacpp,
+        repack_types=repack_types,
     )
     if engine == "vllm":
         from llmgw_core.memory import vllm

@@ -10,7 +10,7 @@
   in a logged run). With several sequences and a split (non-unified) cache,
   each stream holds its own cells. Sliding-window layers get the iSWA cache:
   `pad256(min(cells, window + n_ubatch))` cells per stream (gpt-oss: 128 +
-  1024 → 1,280), kept in F16 even when the rest is quantised (newest rules).
+  1024 → 1,280), of the KV type (builds with PR 21277 keep it F16).
   MLA models (deepseek2) cache only the 576-wide latent in the newest builds.
 * Compute buffer: one per device, about `n_ubatch × 4 bytes × (2 × hidden +
   the vocabulary on the device holding the head, the FFN width elsewhere)` —
@@ -27,7 +27,7 @@ from typing import Any
 
 from llmgw_core.errors import BadInput
 from llmgw_core.memory.kv_vllm import kv_token_bytes
-from llmgw_core.memory.need import CardNeed, NeedQuery
+from llmgw_core.memory.need import LLAMACPP_DEFAULTS, CardNeed, LlamaCppOptions, NeedQuery
 from llmgw_core.model.artifacts import GIB, Artifact
 from llmgw_core.model.params import count_parameters
 from llmgw_core.model.shape import SLIDING, ModelShape
@@ -196,7 +196,7 @@ def kv_cache(
     kv_type: str = "f16",
     n_ubatch: int = DEFAULT_UBATCH,
     unified: bool = False,
-    swa_f16: bool = True,
+    swa_f16: bool = False,
 ) -> LlamaCppKv:
     """The KV cache of `layers` for `sequences` streams of `context` tokens each."""
     kv_bytes = KV_TYPE_BYTES.get(kv_type.lower())
@@ -214,26 +214,14 @@ def kv_cache(
     if swa_layers and shape.sliding_window:
         window_tokens = shape.sliding_window * (sequences if unified else 1) + n_ubatch
         swa_cells = padded_cells(min(cells, window_tokens))
-        # the SWA part stays F16 when the rest is quantised (llama.cpp PR 21277)
+        # The window's cache takes the KV type (measured: llama.cpp in llama-cpp-python
+        # 0.3.36); builds with llama.cpp PR 21277 keep it F16 (`swa_f16`).
         swa_per_cell = kv_token_bytes(shape, 2.0 if swa_f16 else kv_bytes)
         swa_bytes = int(swa_layers * swa_cells * swa_per_cell * streams)
     elif swa_layers:
         full_layers += swa_layers
     full = int(full_layers * cells * per_cell_layer * streams)
     return LlamaCppKv(cells=cells, swa_cells=swa_cells, full_bytes=full, swa_bytes=swa_bytes)
-
-
-def compute_buffer_bytes(
-    shape: ModelShape, *, holds_head: bool, n_ubatch: int = DEFAULT_UBATCH
-) -> int:
-    """One device's compute buffer: a micro-batch's logits (on the head's device) and activations."""
-    ffn = (
-        (shape.moe_intermediate_size or 0) * (shape.experts_per_token or 1)
-        if shape.is_moe
-        else shape.intermediate_size
-    )
-    width = 2 * shape.hidden_size + (shape.vocab_size if holds_head else ffn)
-    return n_ubatch * 4 * width
 
 
 @dataclass(frozen=True)
@@ -288,6 +276,10 @@ class LlamaCppEstimate:
     kv_cells: int
     swa_cells: int
     devices_gib: tuple[float, ...]
+    repack_gib: float = 0.0
+    """A CPU node's repacked copy of some matrices (beside the mapped file)."""
+    output_gib: float = 0.0
+    """The logits buffer in host memory: one row of the vocabulary a sequence."""
 
 
 def estimate(
@@ -298,27 +290,53 @@ def estimate(
     context: int,
     sequences: int = 1,
     kv_type: str = "f16",
-    n_ubatch: int = DEFAULT_UBATCH,
+    options: LlamaCppOptions = LLAMACPP_DEFAULTS,
     cpu_only: bool = False,
+    repack_types: frozenset[str] = frozenset(),
+    swa_full: bool = False,
 ) -> LlamaCppEstimate:
-    """What llama.cpp puts on each device for a layer split over `devices`."""
+    """What llama.cpp puts on each device for a layer split over `devices`.
+
+    Raises:
+        BadInput: a quantised KV cache without flash attention (llama.cpp refuses it).
+    """
+    _check_kv(kv_type, options.flash_attn)
     placed = device_weights(artifact, shape, devices, cpu_only=cpu_only)
-    base, extra = divmod(shape.num_layers, devices if not cpu_only else 1)
+    count_devices = 1 if cpu_only else devices
+    base, extra = divmod(shape.num_layers, count_devices)
+    cached = _without_window(shape) if swa_full else shape
+    repack = 0
+    if cpu_only and artifact.gguf_tensors:
+        # The mapped span llama.cpp logs, and beside it the repacked copy (counted both: the
+        # span's pages of repacked matrices are read once, then left to the page cache).
+        mapped, repack = model_buffers(artifact, repack_types)
+        placed = DeviceWeights([mapped], 0)
     totals, start = [], 0
     worst = None
-    count_devices = 1 if cpu_only else devices
     for index in range(count_devices):
-        count = (base + (1 if index < extra else 0)) if not cpu_only else shape.num_layers
+        count = base + (1 if index < extra else 0)
         layers = range(start, start + count)
         start += count
         kv = kv_cache(
-            shape, layers, context=context, sequences=sequences, kv_type=kv_type, n_ubatch=n_ubatch
+            cached,
+            layers,
+            context=context,
+            sequences=sequences,
+            kv_type=kv_type,
+            n_ubatch=options.n_ubatch,
         )
-        compute = compute_buffer_bytes(
-            shape, holds_head=index == count_devices - 1, n_ubatch=n_ubatch
+        compute = compute_bytes(
+            shape,
+            n_kv=kv.cells,
+            n_kv_swa=kv.swa_cells or kv.cells,
+            n_ubatch=options.n_ubatch,
+            flash_attn=options.flash_attn,
+            quantized_kv=kv_type.lower() not in _PLAIN_KV,
+            holds_head=index == count_devices - 1,
         )
         context_gib = 0.0 if cpu_only else CUDA_CONTEXT_GIB
-        total = (placed.device_bytes[index] + kv.total_bytes + compute) / GIB + context_gib
+        total = (placed.device_bytes[index] + repack + kv.total_bytes + compute) / GIB
+        total += context_gib
         totals.append(total)
         if worst is None or total > worst[0]:
             worst = (total, placed.device_bytes[index], kv, compute, context_gib)
@@ -333,6 +351,8 @@ def estimate(
         kv_cells=kv.cells,
         swa_cells=kv.swa_cells,
         devices_gib=tuple(totals),
+        repack_gib=repack / GIB,
+        output_gib=shape.vocab_size * 4 * sequences / GIB,
     )
 
 
@@ -341,22 +361,31 @@ def card_need(query: NeedQuery) -> CardNeed:
 
     `tensor_parallel` > 1 is treated as more devices of the same split:
     llama.cpp's row split is not planned. `cpu_only` plans a CPU node: one
-    device, its RAM, the embeddings included, no CUDA context.
+    device, its RAM, the embeddings and any repacked copy included, no CUDA
+    context.
     """
     artifact, shape, layout = query.artifact, query.shape, query.layout
     context, concurrency, usable_gib = query.context, query.concurrency, query.usable_gib
     kv_cache_dtype, cpu_only = query.kv_cache_dtype, query.cpu_only
     devices = 1 if cpu_only else layout.tensor_parallel * layout.pipeline_parallel
     kv_type = kv_cache_dtype if kv_cache_dtype and kv_cache_dtype != "auto" else "f16"
-    common = dict(devices=devices, context=context, kv_type=kv_type, cpu_only=cpu_only)
+    common: dict[str, Any] = dict(
+        devices=devices,
+        context=context,
+        kv_type=kv_type,
+        cpu_only=cpu_only,
+        options=query.llamacpp,
+        repack_types=query.repack_types,
+    )
     result = estimate(artifact, shape, sequences=concurrency, **common)
     one = estimate(artifact, shape, sequences=1, **common)
-    engine = result.compute_gib + result.context_gib
+    engine = result.compute_gib + result.context_gib + (result.output_gib if cpu_only else 0)
+    weights = result.weights_gib + result.repack_gib
     per_token = kv_cache(shape, range(shape.num_layers), context=CELL_PADDING * 4, kv_type=kv_type)
     per_1k = per_token.full_bytes / (CELL_PADDING * 4) * 1000 / GIB / devices
-    left = usable_gib - result.weights_gib - engine
+    left = usable_gib - weights - engine
     return CardNeed(
-        weights_gib=result.weights_gib,
+        weights_gib=weights,
         context_gib=result.kv_cache_gib,
         engine_gib=engine,
         context_gib_per_1k_tokens=per_1k,
@@ -367,29 +396,30 @@ def card_need(query: NeedQuery) -> CardNeed:
 
 REPACK_TYPES = {
     "x86_64": frozenset({"Q4_0", "Q4_K", "IQ4_NL"}),
+    "amx": frozenset({"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL"}),
     "aarch64": frozenset({"Q4_0", "Q4_K", "IQ4_NL", "Q8_0"}),
 }
 """Tensor types ggml's CPU backend repacks into interleaved rows (`CPU_REPACK`), by machine.
 
 x86 repacks with AVX2 (Q4_K measured: every Q4_K matrix but the token
 embeddings moved to a CPU_REPACK buffer; Q8_0 and Q6_K stayed mapped);
-ARM with NEON dot products, Q8_0 included. A CPU without them repacks nothing.
+ARM with NEON dot products, Q8_0 included. A CPU with AMX copies the types
+ggml has AMX kernels for into an `AMX` buffer (read from ggml's
+`qtype_has_amx_kernels`, not measured: no AMX CPU was at hand). A CPU without
+any of these repacks nothing.
 """
 
 
-@dataclass(frozen=True)
-class LlamaCppBuffers:
-    """What llama.cpp allocates on one CPU device, in bytes, named as its log names them."""
-
-    weights: int
-    """The `CPU_Mapped model buffer`: the span of the file its un-repacked tensors lie in."""
-    repack: int
-    """The `CPU_REPACK model buffer`: matrices copied into interleaved rows (0 where none)."""
-    kv: int
-    compute: int
-    output: int
-    kv_cells: int
-    swa_cells: int
+def repack_kind(arch: str | None, flags: tuple[str, ...] | None) -> str:
+    """`x86_64`, `amx`, `aarch64` or `none`: which repacked copies a node's llama.cpp keeps."""
+    have = set(flags or ())
+    if arch == "x86_64" and "amx_int8" in have:
+        return "amx"
+    if arch == "x86_64" and "avx2" in have:
+        return "x86_64"
+    if arch == "aarch64" and "asimddp" in have:
+        return "aarch64"
+    return "none"
 
 
 def _repacked(tensor: Any, types: frozenset[str]) -> bool:
@@ -426,6 +456,7 @@ def compute_bytes(
     n_ubatch: int,
     flash_attn: bool,
     quantized_kv: bool,
+    holds_head: bool = True,
 ) -> int:
     """llama.cpp's CPU compute buffer: the largest set of tensors alive at once in a micro-batch.
 
@@ -439,9 +470,10 @@ def compute_bytes(
       `n_kv` with q + H);
     * attention with flash attention: the masks and the stream (2 H; MLA
       q + H; a sliding-window model 6 H);
-    * the output: a logit per vocabulary entry (the reserve asks one per
-      token) beside the stream (2 H, one H more when a quantised KV cache is
-      read through flash attention; MLA 6 H).
+    * the output, on the device holding the head: a logit per vocabulary
+      entry (the reserve asks one per token) beside the stream (2 H, one H
+      more when a quantised KV cache is read through flash attention; MLA
+      6 H); elsewhere the feed-forward's gate and up (2 × its width + 2 H).
     The stream terms are measured against llama.cpp's allocator
     (`tests/engines/llamacpp_truth.py`), not derived from its graph.
     """
@@ -464,70 +496,26 @@ def compute_bytes(
             attention = masks - n_kv + n_kv * (heads + 1)
             attention += 5 * hidden + 2 * shape.num_kv_heads * shape.head_dim
         tail = 2 * hidden + (hidden if quantized_kv and flash_attn else 0)
-    output = shape.vocab_size + tail
-    return n_ubatch * 4 * max(attention, output)
+    ffn = (
+        (shape.moe_intermediate_size or 0) * (shape.experts_per_token or 1)
+        if shape.is_moe
+        else shape.intermediate_size
+    )
+    feed_forward = 2 * ffn + 2 * hidden
+    output = shape.vocab_size + tail if holds_head else 0
+    return n_ubatch * 4 * max(attention, feed_forward, output)
 
 
-def buffers(
-    artifact: Artifact,
-    shape: ModelShape,
-    *,
-    context: int,
-    sequences: int = 1,
-    n_ubatch: int = DEFAULT_UBATCH,
-    kv_type: str = "f16",
-    flash_attn: bool = True,
-    swa_full: bool = False,
-    swa_f16: bool = True,
-    unified: bool = False,
-    repack_types: frozenset[str] = frozenset(),
-) -> LlamaCppBuffers:
-    """Every buffer llama.cpp logs for `artifact` on a CPU, from its header alone.
+_PLAIN_KV = ("f16", "f32", "bf16")
 
-    `context` is each sequence's; `swa_full` keeps whole-context cells on
-    sliding layers (llama-cpp-python's default; llama-server's is a window);
-    `swa_f16` keeps those layers' cache in F16 under a quantised KV type
-    (llama.cpp builds since April 2026; llama-cpp-python 0.3.36's build
-    quantises them too).
-    """
-    if kv_type.lower() not in ("f16", "f32", "bf16") and not flash_attn:
+
+def _check_kv(kv_type: str, flash_attn: bool) -> None:
+    """llama.cpp reads a quantised V cache only through flash attention (it refuses to start)."""
+    if kv_type.lower() not in _PLAIN_KV and not flash_attn:
         raise BadInput(
             f"llama.cpp refuses a {kv_type} KV cache without flash attention",
-            "turn flash_attn on or keep the cache f16",
+            "turn flash_attn on, or keep the cache f16",
         )
-    window = shape if not swa_full else _without_window(shape)
-    kv = kv_cache(
-        window,
-        range(shape.num_layers),
-        context=context,
-        sequences=sequences,
-        kv_type=kv_type,
-        n_ubatch=n_ubatch,
-        unified=unified,
-        swa_f16=swa_f16,
-    )
-    if artifact.gguf_tensors:
-        mapped, repack = model_buffers(artifact, repack_types)
-    else:
-        mapped, repack = artifact.size_bytes, 0
-    n_kv = kv.cells
-    compute = compute_bytes(
-        shape,
-        n_kv=n_kv,
-        n_kv_swa=kv.swa_cells or n_kv,
-        n_ubatch=n_ubatch,
-        flash_attn=flash_attn,
-        quantized_kv=kv_type.lower() not in ("f16", "f32", "bf16"),
-    )
-    return LlamaCppBuffers(
-        weights=mapped,
-        repack=repack,
-        kv=kv.total_bytes,
-        compute=compute,
-        output=shape.vocab_size * 4 * sequences,
-        kv_cells=kv.cells,
-        swa_cells=kv.swa_cells,
-    )
 
 
 def _without_window(shape: ModelShape) -> ModelShape:

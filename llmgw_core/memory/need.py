@@ -76,6 +76,26 @@ class CardNeed:
 
 
 @dataclass(frozen=True)
+class LlamaCppOptions:
+    """How llama.cpp is started where that changes its memory.
+
+    Attributes:
+        flash_attn: flash attention on (the launch passes it explicitly either
+            way): without it the compute buffer holds every head's scores
+            against the whole context.
+        n_ubatch: tokens of one micro-batch (`--ubatch-size`), which every
+            compute-buffer term is a multiple of.
+    """
+
+    flash_attn: bool = True
+    n_ubatch: int = 512
+
+
+LLAMACPP_DEFAULTS = LlamaCppOptions()
+"""How the launch starts llama.cpp unless the operator's engine_args say otherwise."""
+
+
+@dataclass(frozen=True)
 class NeedQuery:
     """One question to an engine's rule: this artifact, split so, this much context, on this card.
 
@@ -106,3 +126,6 @@ class NeedQuery:
     """vLLM's `--enforce-eager`: no CUDA graphs captured (their memory is not needed)."""
     engine_version: str | None = None
     cpu_only: bool = False
+    llamacpp: LlamaCppOptions = LLAMACPP_DEFAULTS
+    repack_types: frozenset[str] = frozenset()
+    """llama.cpp on a CPU node: the tensor types its CPU copies into a repacked buffer."""

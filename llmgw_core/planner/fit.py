@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llmgw_core.memory import CardNeed, Layout, card_need, usable_gib
+from llmgw_core.memory.need import LLAMACPP_DEFAULTS, LlamaCppOptions
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.shape import ModelShape
 from llmgw_core.planner.pools import Pool
@@ -44,12 +45,14 @@ class Sizer:
         utilisation: float | None,
         kv_cache_dtype: str | None = None,
         enforce_eager: bool = False,
+        llamacpp: LlamaCppOptions = LLAMACPP_DEFAULTS,
     ) -> None:
         self.context = context
         self.concurrency = concurrency
         self.utilisation = utilisation
         self.kv_cache_dtype = kv_cache_dtype
         self.enforce_eager = enforce_eager
+        self.llamacpp = llamacpp
         self._needs: dict[tuple[Any, ...], CardNeed] = {}
 
     def need(
@@ -61,10 +64,22 @@ class Sizer:
         card_memory_gib: float,
         *,
         context: int | None = None,
+        cpu_repack: frozenset[str] | None = None,
     ) -> CardNeed:
-        """What one card needs for this way (the plan's context unless `context` is given)."""
+        """What one card needs for this way (the plan's context unless `context` is given).
+
+        `cpu_repack`: None on cards; on a CPU node, the tensor types its CPU repacks.
+        """
         context = self.context if context is None else context
-        key = (engine, id(artifact), artifact.size_bytes, layout, card_memory_gib, context)
+        key = (
+            engine,
+            id(artifact),
+            artifact.size_bytes,
+            layout,
+            card_memory_gib,
+            context,
+            cpu_repack,
+        )
         found = self._needs.get(key)
         if found is None:
             found = card_need(
@@ -78,6 +93,9 @@ class Sizer:
                 gpu_memory_utilization=self.utilisation,
                 kv_cache_dtype=self.kv_cache_dtype,
                 enforce_eager=self.enforce_eager and engine == "vllm",
+                cpu_only=cpu_repack is not None,
+                llamacpp=self.llamacpp,
+                repack_types=cpu_repack or frozenset(),
             )
             self._needs[key] = found
         return found
@@ -95,9 +113,12 @@ class Sizer:
         memory: float,
         *,
         context: int | None = None,
+        cpu_repack: frozenset[str] | None = None,
     ) -> bool:
         """True when what a card needs is within what the engine may use of it."""
-        return self.need(engine, artifact, shape, layout, memory, context=context).fits
+        return self.need(
+            engine, artifact, shape, layout, memory, context=context, cpu_repack=cpu_repack
+        ).fits
 
 
 def smallest_fitting(fits: Callable[[int], bool], low: int, high: int) -> int | None:
@@ -158,6 +179,11 @@ def _layout_of(miss: Miss, nodes: int | None = None) -> tuple[Layout, float]:
     return Layout(miss.tensor_parallel, nodes, ep), memory
 
 
+def cpu_repack(pool: Pool) -> frozenset[str] | None:
+    """None for a pool of cards; for CPU nodes, the tensor types their CPUs repack."""
+    return pool.repack_types if pool.is_cpu else None
+
+
 def _miss_label(miss: Miss) -> str:
     if miss.pool.is_cpu:
         return "a CPU node"
@@ -174,7 +200,13 @@ def _largest_context(miss: Miss, sizer: Sizer, context: int) -> int | None:
 
     def fits(steps: int) -> bool:
         return sizer.fits(
-            miss.engine, miss.artifact, miss.shape, layout, memory, context=steps * step
+            miss.engine,
+            miss.artifact,
+            miss.shape,
+            layout,
+            memory,
+            context=steps * step,
+            cpu_repack=cpu_repack(miss.pool),
         )
 
     if not fits(1):
@@ -201,7 +233,9 @@ def _smaller_precision(misses: list[Miss], sizer: Sizer) -> str | None:
                 continue
             lighter = replace(miss.artifact, size_bytes=int(miss.artifact.size_bytes * bits / 16))
             layout, memory = _layout_of(miss)
-            if sizer.fits(miss.engine, lighter, miss.shape, layout, memory):
+            if sizer.fits(
+                miss.engine, lighter, miss.shape, layout, memory, cpu_repack=cpu_repack(miss.pool)
+            ):
                 return f"{what} on {_miss_label(miss)}"
     return None
 

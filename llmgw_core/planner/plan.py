@@ -29,10 +29,17 @@ from typing import Any
 from llmgw_core.engines.planned import planned_argv
 from llmgw_core.errors import BadInput
 from llmgw_core.memory import Layout
+from llmgw_core.memory.need import LLAMACPP_DEFAULTS, LlamaCppOptions
 from llmgw_core.model.artifacts import GIB, Artifact
 from llmgw_core.model.shape import ModelShape
 from llmgw_core.model.source import ModelInfo
-from llmgw_core.planner.fit import Miss, Sizer, advice_when_nothing_fits, smallest_fitting
+from llmgw_core.planner.fit import (
+    Miss,
+    Sizer,
+    advice_when_nothing_fits,
+    cpu_repack,
+    smallest_fitting,
+)
 from llmgw_core.planner.gpu_classes import GpuClass
 from llmgw_core.planner.pools import Fleet, Pool
 from llmgw_core.planner.ways import (
@@ -234,6 +241,8 @@ class Plan:
     """The engine's share of a card the plan sized with (None: each engine's default)."""
     enforce_eager: bool = False
     """vLLM without CUDA graphs, as the plan sized it."""
+    llamacpp: LlamaCppOptions = LLAMACPP_DEFAULTS
+    """llama.cpp's flash attention and micro-batch, as the plan sized them."""
 
     @property
     def best(self) -> Way | None:
@@ -287,6 +296,7 @@ def plan(
     gpu_memory_utilization: float | None = None,
     kv_cache_dtype: str | None = None,
     enforce_eager: bool = False,
+    llamacpp: LlamaCppOptions = LLAMACPP_DEFAULTS,
 ) -> Plan:
     """Plan every artifact of `model` against the pools of `fleet`.
 
@@ -300,6 +310,7 @@ def plan(
         gpu_memory_utilization: the engine's share of a card, when not the default.
         kv_cache_dtype: the KV cache's format (`fp8` halves it), when not the model's dtype.
         enforce_eager: vLLM without CUDA graphs (their memory is not needed).
+        llamacpp: llama.cpp's flash attention and micro-batch, as it will be started.
 
     Returns:
         The plan; `plan.best` is None when nothing fits, and `plan.advice` then
@@ -309,7 +320,9 @@ def plan(
         BadInput: the context is longer than the model was trained for.
     """
     pools = fleet.pools() if isinstance(fleet, Fleet) else tuple(fleet)
-    sizer = Sizer(context, concurrency, gpu_memory_utilization, kv_cache_dtype, enforce_eager)
+    sizer = Sizer(
+        context, concurrency, gpu_memory_utilization, kv_cache_dtype, enforce_eager, llamacpp
+    )
     ref = model.repo_id or model.ref
     notes: list[str] = []
     options: list[Way] = []
@@ -355,6 +368,7 @@ def plan(
         kv_cache_dtype=kv_cache_dtype,
         gpu_memory_utilization=gpu_memory_utilization,
         enforce_eager=enforce_eager,
+        llamacpp=llamacpp,
     )
 
 
@@ -535,7 +549,7 @@ def _miss(
     layout: Layout,
 ) -> None:
     memory = pool.device_memory_gib
-    need = sizer.need(engine, artifact, shape, layout, memory)
+    need = sizer.need(engine, artifact, shape, layout, memory, cpu_repack=cpu_repack(pool))
     usable = sizer.usable(engine, memory)
     overshoot = need.total_gib / usable if usable > 0 else float("inf")
     misses.append(Miss(overshoot, engine, artifact, shape, pool, width, nodes))
@@ -560,7 +574,7 @@ def _cpu_way(
     artifact: Artifact, shape: ModelShape, pool: Pool, ref: str, sizer: Sizer, misses: list[Miss]
 ) -> list[Way]:
     ram = pool.device_memory_gib
-    if not sizer.fits(LLAMA_CPP, artifact, shape, Layout(), ram):
+    if not sizer.fits(LLAMA_CPP, artifact, shape, Layout(), ram, cpu_repack=cpu_repack(pool)):
         _miss(misses, sizer, LLAMA_CPP, artifact, shape, pool, 1, 1, Layout())
         return []
     return [_way(LLAMA_CPP, artifact, shape, pool, ref, sizer, 1, 1, 1, True)]
@@ -589,7 +603,7 @@ def _way(
     expert = uses_expert_parallel(engine, shape, width)
     pipeline = layer_split if engine == LLAMA_CPP else nodes
     layout = Layout(width, pipeline, expert)
-    need = sizer.need(engine, artifact, shape, layout, memory)
+    need = sizer.need(engine, artifact, shape, layout, memory, cpu_repack=cpu_repack(pool))
     usable = sizer.usable(engine, memory)
     on_cpu = card is None
     cards = 0 if on_cpu else width * pipeline

@@ -112,6 +112,8 @@ class Node:
     fabric: str | None = None
     nvlink_domain: NvlinkDomain | None = None
     nvlink_groups: tuple[tuple[int, ...], ...] = ()
+    repack_types: frozenset[str] = frozenset()
+    """llama.cpp on this node's CPU: the tensor types it copies into a repacked buffer."""
 
     @property
     def is_cpu(self) -> bool:
@@ -226,6 +228,11 @@ class Pool:
     def label(self) -> str:
         """The class label, or `cpu`."""
         return self.gpu_class.label if self.gpu_class else "cpu"
+
+    @property
+    def repack_types(self) -> frozenset[str]:
+        """Every type any of the pool's CPUs repacks: a plan sized for the node that holds most."""
+        return frozenset().union(*(node.repack_types for node in self.nodes))
 
     @property
     def is_cpu(self) -> bool:

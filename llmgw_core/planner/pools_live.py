@@ -23,6 +23,7 @@ from llmgw_core.errors import BadInput
 from llmgw_core.facts import Gpu, NodeFacts, is_zero_uuid
 from llmgw_core.fleet.state import FleetState, NodeState
 from llmgw_core.inventory import NodeSpec
+from llmgw_core.memory.llamacpp import REPACK_TYPES, repack_kind
 from llmgw_core.planner.gpu_classes import MIB_PER_GIB, GpuClass, gpu_class
 from llmgw_core.planner.pools import Device, Fleet, Node, NvlinkDomain, nvlink_groups_from_matrix
 
@@ -210,6 +211,9 @@ def live_node(
         fabric=fabric,
         nvlink_domain=domain,
         nvlink_groups=groups,
+        repack_types=REPACK_TYPES.get(
+            repack_kind(facts.host.arch, facts.host.cpu_flags), frozenset()
+        ),
     )
     unplaceable = tuple(
         f"card {card.index}: {card.out_of_placement}"

@@ -76,6 +76,8 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--n-gpu-layers", type=int, default=0)
     parser.add_argument("--split-mode", default="none")
     parser.add_argument("--metrics", action="store_true")
+    parser.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto")
+    parser.add_argument("--ubatch-size", type=int, default=512)
     flags = parser.parse_args(argv)
     if flags.parallel != 1:
         parser.error("llama-cpp-python's server answers one sequence at a time: --parallel 1 only")
@@ -157,6 +159,8 @@ def load_engine(front: HealthFront, flags: argparse.Namespace) -> None:
                     model_alias=flags.alias,
                     n_ctx=flags.ctx_size,
                     n_gpu_layers=flags.n_gpu_layers,
+                    flash_attn=flags.flash_attn == "on",
+                    n_ubatch=flags.ubatch_size,
                     verbose=False,
                 )
             ],

@@ -6,8 +6,7 @@ buffer llama.cpp allocates is measurable — loads each in llama-cpp-python on
 the CPU under several contexts, sequence counts, micro-batches, KV types and
 both attentions, and reads the sizes llama.cpp logs: model buffers (mapped
 and repacked), KV cache, compute buffer, output buffer. Beside each it puts
-what llmgw's rules (`llmgw_core.memory.llamacpp.buffers`) predict from the
-file's header alone.
+what llmgw's `estimate` step predicts from the file's header alone.
 
 Used by `tests/benchmarks/bench_llamacpp_truth.py` (every case, printed as a
 table) and `tests/e2e/test_llamacpp_truth.py` (a subset, held to the bounds).
@@ -249,7 +248,23 @@ QUANTS = {"Q8_0": 7, "Q4_K_M": 15, "Q6_K": 18}
 
 
 def quantize(source: Path, target: Path, file_type: str) -> Path:
-    """llama.cpp's own recipe for `file_type` (`llama_model_quantize`), as its quantize tool runs it."""
+    """llama.cpp's own recipe for `file_type` (`llama_model_quantize`), as its quantize tool runs it.
+
+    In a process of its own: the quantiser prints a line per tensor from C.
+    """
+    done = subprocess.run(
+        [sys.executable, __file__, "quantize", str(source), str(target), file_type],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0 or not target.exists():
+        raise RuntimeError(f"quantising {source.name} to {file_type} failed: {done.stderr[-2000:]}")
+    return target
+
+
+def _quantize_main(source: str, target: str, file_type: str) -> None:
     import ctypes
 
     import llama_cpp
@@ -257,12 +272,8 @@ def quantize(source: Path, target: Path, file_type: str) -> Path:
     params = llama_cpp.llama_model_quantize_default_params()
     params.nthread = 2
     params.ftype = QUANTS[file_type]
-    code = llama_cpp.llama_model_quantize(
-        str(source).encode(), str(target).encode(), ctypes.byref(params)
-    )
-    if code != 0:
-        raise RuntimeError(f"llama_model_quantize({file_type}) returned {code}")
-    return target
+    code = llama_cpp.llama_model_quantize(source.encode(), target.encode(), ctypes.byref(params))
+    sys.exit(code)
 
 
 @dataclass(frozen=True)
@@ -373,40 +384,41 @@ def llama_cpp_figures(logged: dict[str, float]) -> dict[str, float]:
 
 
 def read_artifact(path: Path) -> Any:
-    """The file as `estimate` sees a GGUF: its header read, its shape and tensors known."""
+    """The file as the planner sees a GGUF: its header read, its shape and tensors known."""
     from llmgw_core.model.artifacts import Artifact
     from llmgw_core.model.assemble import enrich_gguf
     from llmgw_core.model.local import read_local_gguf
 
-    bare = Artifact(
-        name=path.stem, format="gguf", files=(path.name,), size_bytes=path.stat().st_size
-    )
+    bare = Artifact(path.stem, "gguf", (path.name,), path.stat().st_size)
     return enrich_gguf(bare, [read_local_gguf(path)])
 
 
-def estimate_figures(path: Path, case: Case, repack_types: frozenset[str]) -> dict[str, float]:
-    """What llmgw's rules say llama.cpp will allocate on the CPU for `case`, MiB."""
-    from llmgw_core.memory.llamacpp import buffers
+def estimate_figures(path: Path, case: Case, cpu_repack: str) -> dict[str, float]:
+    """What the `estimate` step says llama.cpp will allocate on the CPU for `case`, MiB."""
+    from llmgw_core.model.local import load_local
+    from llmgw_core.script.steps.estimate import EstimateArgs, estimate_result
 
-    artifact = read_artifact(path)
-    got = buffers(
-        artifact,
-        artifact.shape,
-        context=case.context,
+    model = load_local(str(path), path, read_gguf_headers=True)
+    args = EstimateArgs(
+        model=str(path),
+        engine="llama.cpp",
+        gpu_memory_gib=64,
+        cpu=True,
+        cpu_repack=cpu_repack,
+        max_model_len=case.context,
         sequences=case.sequences,
         n_ubatch=case.n_ubatch,
-        kv_type=case.kv_type,
+        kv_cache_dtype=case.kv_type,
         flash_attn=case.flash_attn,
-        repack_types=repack_types,
         swa_full=case.swa_full,
-        swa_f16=False,  # llama-cpp-python 0.3.36's llama.cpp quantises the window too (measured)
     )
+    said = estimate_result(model, args)["buffers_mib"]
     return {
-        "weights": got.weights / MIB,
-        "repack": got.repack / MIB,
-        "kv": got.kv / MIB,
-        "compute": got.compute / MIB,
-        "output": got.output / MIB,
+        "weights": said["model"],
+        "repack": said["repack"],
+        "kv": said["kv"],
+        "compute": said["compute"],
+        "output": said["output"],
     }
 
 
@@ -417,3 +429,5 @@ def within(truth: float, ours: float) -> bool:
 
 if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "measure":
     _measure_main(sys.argv[2], sys.argv[3])
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "quantize":
+    _quantize_main(sys.argv[2], sys.argv[3], sys.argv[4])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
 if TYPE_CHECKING:
-    from typing import Any, Dict, Optional, Tuple
+    from typing import Any, Dict, List, Optional, Tuple
 
 HOST_KEYS = (
     "hostname",
@@ -28,7 +28,11 @@ HOST_KEYS = (
     "kernel",
     "arch",
     "pci_gpus",
+    "cpu_flags",
 )
+
+CPU_FLAGS = ("avx2", "avx512f", "amx_int8", "amx_tile", "asimddp", "i8mm", "sve")
+"""The CPU features that decide which tensors llama.cpp repacks (a second copy in RAM)."""
 
 _NVIDIA_VENDOR = "0x10de"
 _GPU_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers; NVSwitches are bridges (0x0680)
@@ -94,6 +98,16 @@ def _read_text(path: str) -> str:
     return text if text.isascii() else ""
 
 
+def cpu_flags(cpuinfo: str) -> "List[str]":
+    """Of `CPU_FLAGS`, those /proc/cpuinfo's first `flags` (x86) or `Features` (ARM) line names."""
+    for line in cpuinfo.splitlines():
+        name, colon, value = line.partition(":")
+        if colon and name.strip() in ("flags", "Features"):
+            have = set(value.split())
+            return [flag for flag in CPU_FLAGS if flag in have]
+    return []
+
+
 def management_interface() -> Tuple[Optional[str], Optional[str]]:
     """(address, interface) of the default route: where NCCL's and Gloo's sockets go."""
     interface = default_route_interface(_read_text("/proc/net/route"))
@@ -144,6 +158,7 @@ def live_host() -> Dict[str, Any]:
         "kernel": uname.release,
         "arch": uname.machine,
         "pci_gpus": count_pci_gpus(Path("/sys/bus/pci/devices")),
+        "cpu_flags": cpu_flags(_read_text("/proc/cpuinfo")),
     }
 
 

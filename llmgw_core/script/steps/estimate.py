@@ -14,7 +14,14 @@
 The result is per card — `weights_gib`, `activation_gib`, `non_torch_gib`,
 `cuda_graph_gib`, `kv_cache_gib`, `kv_cache_tokens`, `max_concurrency`,
 `fits` — and, when the engine would refuse to start, `reason` worded as the
-engine words it. A layout that does not fit is an answer, not a failure: the
+engine words it.
+
+For llama.cpp it also takes `flash_attn` (true, as the launch passes it),
+`n_ubatch` (512), `sequences` (its `--parallel`), `swa_full` (true for
+llama-cpp-python) and, with `cpu: true`, `cpu_repack` (`x86_64` or
+`aarch64`: the types that CPU copies into a repacked buffer), and adds
+`buffers_mib`: each buffer as llama.cpp logs it — model, repack, KV,
+compute, output, CUDA context — to the hundredth of a MiB. A layout that does not fit is an answer, not a failure: the
 step is ok and exits 0.
 """
 
@@ -52,6 +59,14 @@ class EstimateArgs(StepArgs):
     enforce_eager: bool = False
     estimate_cuda_graphs: bool | None = None
     cpu: bool = False  # llama.cpp on a CPU node: gpu_memory_gib is the node's RAM
+    # llama.cpp only: as the launch starts it, unless told.
+    flash_attn: bool = True
+    n_ubatch: int = Field(default=512, ge=1, le=2048)
+    sequences: int | None = Field(default=None, ge=1, le=65_536)  # llama.cpp's --parallel
+    swa_full: bool = False  # llama-cpp-python keeps whole-context cells on sliding layers
+    cpu_repack: Literal["none", "x86_64", "amx", "aarch64"] = (
+        "none"  # what a CPU node's CPU repacks
+    )
 
     @field_validator("gpu")
     @classmethod
@@ -190,19 +205,31 @@ def _sglang(shape: Any, artifact: Artifact, args: EstimateArgs, memory: float) -
 
 def _llamacpp(shape: Any, artifact: Artifact, args: EstimateArgs, memory: float) -> dict[str, Any]:
     from llmgw_core.memory import llamacpp
+    from llmgw_core.memory.need import LlamaCppOptions
 
     devices = args.tensor_parallel * args.pipeline_parallel
     context = args.max_model_len or shape.max_context
     kv_type = args.kv_cache_dtype if args.kv_cache_dtype not in (None, "auto") else "f16"
-    common = dict(devices=devices, context=context, kv_type=kv_type, cpu_only=args.cpu)
-    got = llamacpp.estimate(artifact, shape, sequences=args.concurrency, **common)
+    repack = llamacpp.REPACK_TYPES.get(args.cpu_repack, frozenset()) if args.cpu else frozenset()
+    common: dict[str, Any] = dict(
+        devices=devices,
+        context=context,
+        kv_type=kv_type,
+        cpu_only=args.cpu,
+        options=LlamaCppOptions(flash_attn=args.flash_attn, n_ubatch=args.n_ubatch),
+        repack_types=repack,
+        swa_full=args.swa_full,
+    )
+    sequences = args.sequences or args.concurrency
+    got = llamacpp.estimate(artifact, shape, sequences=sequences, **common)
     usable = memory * (args.gpu_memory_utilization or 1.0)
-    total = max(got.devices_gib)
+    total = max(got.devices_gib) + (got.output_gib if args.cpu else 0.0)
     one = llamacpp.estimate(artifact, shape, **common)
-    left = usable - (one.weights_gib + one.compute_gib + one.context_gib)
+    left = usable - (one.weights_gib + one.repack_gib + one.compute_gib + one.context_gib)
+    mib = 1024.0
     result: dict[str, Any] = {
         "max_model_len": context,
-        "weights_gib": round(got.weights_gib, 2),
+        "weights_gib": round(got.weights_gib + got.repack_gib, 2),
         "host_weights_gib": round(got.host_gib, 2),
         "activation_gib": round(got.compute_gib, 2),
         "non_torch_gib": round(got.context_gib, 2),
@@ -214,12 +241,24 @@ def _llamacpp(shape: Any, artifact: Artifact, args: EstimateArgs, memory: float)
         else 0.0,
         "total_gib": round(total, 2),
         "fits": total <= usable,
+        "flash_attn": args.flash_attn,
+        "n_ubatch": args.n_ubatch,
+        "sequences": sequences,
+        # As llama.cpp logs them, to the hundredth of a MiB (the worst device's).
+        "buffers_mib": {
+            "model": round(got.weights_gib * mib, 2),
+            "repack": round(got.repack_gib * mib, 2),
+            "kv": round(got.kv_cache_gib * mib, 2),
+            "compute": round(got.compute_gib * mib, 2),
+            "output": round(got.output_gib * mib, 2),
+            "cuda_context": round(got.context_gib * mib, 2),
+        },
     }
     if got.swa_cells:
         result["swa_kv_cache_tokens"] = got.swa_cells
     if total > usable:
         result["reason"] = (
-            f"a device needs {total:.2f} GiB (weights {got.weights_gib:.2f} + KV {got.kv_cache_gib:.2f} "
+            f"a device needs {total:.2f} GiB (weights {got.weights_gib + got.repack_gib:.2f} + KV {got.kv_cache_gib:.2f} "
             f"+ compute {got.compute_gib:.2f}) but has {usable:.2f} GiB: llama.cpp would fail to "
             "allocate its buffers; offload fewer layers, shorten the context or use more devices"
         )
@@ -247,6 +286,9 @@ def render_estimate(result: dict[str, Any]) -> Any:
         if key in result:
             value = result[key]
             table.add_row(label, f"{value:,}" if isinstance(value, int) else str(value))
+    for name, value in (result.get("buffers_mib") or {}).items():
+        if value:
+            table.add_row(f"{name.replace('_', ' ')} buffer MiB", f"{value:,.2f}")
     table.add_row("fits", "[green]yes[/green]" if result.get("fits") else "[red]no[/red]")
     if result.get("reason"):
         table.add_row("why", result["reason"])

@@ -153,3 +153,26 @@ def test_each_engine_has_one_health_path():
     assert health_path("llama.cpp", ("python3", "-m", "llama_cpp.server")) == "/openapi.json"
     assert health_url("vllm", "::", 8000) == "http://127.0.0.1:8000/health"
     assert health_url("vllm", "fd00::11", 8000) == "http://[fd00::11]:8000/health"
+
+
+def test_llama_server_is_told_flash_attention_on_as_the_plan_sizes_it():
+    argv = build_launch(_llama(_cpu_node())).shards[0].main.argv
+    assert flag(argv, "--flash-attn") == "on"
+    assert "--ubatch-size" not in argv
+
+
+def test_flash_attention_off_and_a_micro_batch_are_written_once_from_engine_args():
+    argv = (
+        build_launch(_llama(_cpu_node(), engine_args={"flash_attn": False, "ubatch_size": "1024"}))
+        .shards[0]
+        .main.argv
+    )
+    assert flag(argv, "--flash-attn") == "off"
+    assert flag(argv, "--ubatch-size") == "1024"
+    assert argv.count("--flash-attn") == 1 and argv.count("--ubatch-size") == 1
+
+
+def test_llama_cpp_python_is_told_flash_attention_on_too():
+    program = ("python3", "-m", "llama_cpp.server")
+    argv = build_launch(_llama(_cpu_node(program=program))).shards[0].main.argv
+    assert flag(argv, "--flash_attn") == "True"

@@ -9,7 +9,7 @@ from published_shapes import QWEN25_14B
 
 from llmgw_core.memory import Layout, card_need
 from llmgw_core.memory.llamacpp import (
-    compute_buffer_bytes,
+    compute_bytes,
     device_weights,
     estimate,
     kv_cache,
@@ -60,9 +60,11 @@ def test_gpt_oss_120b_iswa_cache_matches_the_logged_mib(model_shape):
 
 def test_gpt_oss_compute_buffer_is_near_the_logged_796_mib(model_shape):
     shape = model_shape("openai--gpt-oss-120b")
-    assert compute_buffer_bytes(shape, holds_head=True, n_ubatch=1024) / MIB == pytest.approx(
-        796, rel=0.08
+    # a micro-batch's logits (201,088 wide) and the stream beside them; flash attention on
+    got = compute_bytes(
+        shape, n_kv=131072, n_kv_swa=1280, n_ubatch=1024, flash_attn=True, quantized_kv=False
     )
+    assert got / MIB == pytest.approx(796, rel=0.02)
 
 
 def test_a_layer_split_keeps_embeddings_on_the_host_and_the_head_on_the_last_card():
@@ -112,3 +114,72 @@ def test_a_cpu_node_need_holds_the_whole_file_in_ram_without_a_cuda_context():
     assert cpu.weights_gib == pytest.approx(artifact.size_gib, rel=0.001)
     assert gpu.weights_gib < cpu.weights_gib  # the GPU leaves the embeddings on the host
     assert cpu.engine_gib < gpu.engine_gib
+
+
+def test_flash_attention_off_holds_every_head_s_scores_against_the_whole_context():
+    from llmgw_core.memory.need import LlamaCppOptions
+
+    shape = shape_from_config(QWEN25_14B)
+    artifact = Artifact("Q4_K_M", "gguf", ("q4.gguf",), recipe_bytes(shape, "Q4_K_M"))
+    common = dict(context=32768, card_memory_gib=79.19)
+    on = card_need("llama.cpp", artifact, shape, Layout(), **common)
+    off = card_need(
+        "llama.cpp", artifact, shape, Layout(), llamacpp=LlamaCppOptions(flash_attn=False), **common
+    )
+    row = 512 * 4  # an fp32 column of a 512-token micro-batch
+    # Without it: 32,768 cells × 40 heads of scores (2.5 GiB), the mask, the stream (5 H + 2 KV).
+    assert off.engine_gib - 0.35 == pytest.approx(row * (32768 * 41 + 5 * 5120 + 2 * 1024) / GIB)
+    # With it, the output's logits (152,064 wide) and the stream beside them are the most.
+    assert on.engine_gib - 0.35 == pytest.approx(row * (152064 + 2 * 5120) / GIB)
+    bigger = card_need(
+        "llama.cpp", artifact, shape, Layout(), llamacpp=LlamaCppOptions(n_ubatch=1024), **common
+    )
+    assert bigger.engine_gib == pytest.approx(2 * (on.engine_gib - 0.35) + 0.35, rel=0.01)
+
+
+def test_a_cpu_that_repacks_q4_k_holds_a_second_copy_of_those_matrices(tmp_path):
+    import gguf
+
+    from llmgw_core.memory.llamacpp import REPACK_TYPES
+    from llmgw_core.model.assemble import enrich_gguf
+    from llmgw_core.model.local import read_local_gguf
+    from tests.unit.model.header_ggufs import write_tiny_llama
+
+    path = write_tiny_llama(
+        tmp_path / "q4k.gguf", hidden=256, heads=4, kv_heads=2, ffn=512, vocab=512,
+        quant=gguf.GGMLQuantizationType.Q4_K,
+    )  # fmt: skip
+    bare = Artifact("Q4_K", "gguf", (path.name,), path.stat().st_size)
+    artifact = enrich_gguf(bare, [read_local_gguf(path)])
+    matrices = sum(
+        t.n_bytes
+        for t in artifact.gguf_tensors[0]
+        if t.name.startswith("blk.") and len(t.dims) == 2
+    )
+    common = dict(context=1024, card_memory_gib=64, cpu_only=True)
+    plain = card_need("llama.cpp", artifact, artifact.shape, Layout(), **common)
+    repacked = card_need(
+        "llama.cpp",
+        artifact,
+        artifact.shape,
+        Layout(),
+        repack_types=REPACK_TYPES["x86_64"],
+        **common,
+    )
+    assert (repacked.weights_gib - plain.weights_gib) * GIB == pytest.approx(matrices, abs=1)
+
+
+def test_the_agent_names_the_cpu_features_that_decide_repacking():
+    from llmgw_agent.discover.host import cpu_flags
+    from llmgw_core.memory.llamacpp import repack_kind
+
+    x86 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 avx512f amx_tile amx_int8\n"
+    arm = "processor\t: 0\nFeatures\t: fp asimd asimddp i8mm sve\n"
+    assert cpu_flags(x86) == ["avx2", "avx512f", "amx_int8", "amx_tile"]
+    assert cpu_flags(arm) == ["asimddp", "i8mm", "sve"]
+    assert cpu_flags("") == []
+    assert repack_kind("x86_64", ("avx2", "amx_int8")) == "amx"
+    assert repack_kind("x86_64", ("avx2",)) == "x86_64"
+    assert repack_kind("aarch64", ("asimddp",)) == "aarch64"
+    assert repack_kind("x86_64", ()) == "none"
+    assert repack_kind(None, None) == "none"

@@ -167,7 +167,7 @@ def test_a_context_longer_than_the_model_was_trained_for_is_refused(real_shape):
             ),
             "llama-server --model 'models/q/it'\"'\"'s Q4_K_M.gguf'"
             " --alias 'models/q/it'\"'\"'s Q4_K_M.gguf' --host 0.0.0.0 --port 8000"
-            " --ctx-size 65536 --parallel 2 --n-gpu-layers 0 --metrics",
+            " --ctx-size 65536 --parallel 2 --n-gpu-layers 0 --metrics --flash-attn on",
         ),
         (
             planned_argv(
