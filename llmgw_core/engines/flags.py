@@ -12,7 +12,7 @@ sentence:
 * a flag that names a path or a secret (`--chat-template FILE`,
   `--api-key`): nothing from a document reaches a node's disk or argv;
 * a flag that changes what a card holds but that the planner does not model
-  yet (`max_num_batched_tokens`, `swap_space` …): never behind its back.
+  yet (`swap_space`, `cpu_offload_gb` …): never behind its back.
 
 The flags that change memory and that the plan does model are marked
 `memory` and go into the plan (`plan_options`): vLLM's and SGLang's
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from llmgw_core.errors import BadInput
-from llmgw_core.memory.need import LLAMACPP_DEFAULTS, LlamaCppOptions
+from llmgw_core.memory.need import ENGINE_DEFAULTS, EngineOptions
 
 READ_FROM = {
     "vllm": "0.11.0 (`vllm serve --help`, docs.vllm.ai)",
@@ -92,6 +92,7 @@ FLAGS: dict[str, dict[str, Flag]] = {
         "enable_chunked_prefill": Flag("bool", default_on=True),
         "gpu_memory_utilization": Flag("float", minimum=0.05, maximum=1.0, memory=True),
         "enforce_eager": Flag("bool", memory=True),
+        "max_num_batched_tokens": Flag("int", minimum=1, maximum=1_048_576, memory=True),
         "seed": Flag("int", minimum=0, maximum=2**32 - 1),
         "max_logprobs": Flag("int", minimum=0, maximum=100_000),
         "disable_log_requests": Flag("bool"),
@@ -136,7 +137,7 @@ OWNED = {
 }  # fmt: skip
 """Flags llmgw sets from the plan, and what sets each."""
 
-NOT_PLANNED = {"max_num_batched_tokens", "swap_space", "cpu_offload_gb",
+NOT_PLANNED = {"swap_space", "cpu_offload_gb",
                "batch_size", "disable_cuda_graph", "cuda_graph_max_bs"}  # fmt: skip
 """Flags that change what a card holds and that the planner does not model yet."""
 
@@ -210,7 +211,7 @@ def checked_engine_args(engine: str, given: Mapping[str, Any]) -> dict[str, str 
                 f"engine_args: {name} changes what a card holds and the planner does not "
                 "model it yet, so it is not passed behind the plan's back"
             )
-        if any(word in name for word in _SECRET):
+        if any(word in name for word in _SECRET) and name not in table:
             raise BadInput(
                 f"engine_args: {name} would carry a secret on a command line",
                 "a key is given by `api_key_env:`",
@@ -312,17 +313,33 @@ def plan_options(engine: str | None, args: Mapping[str, Any]) -> dict[str, Any]:
         found["gpu_memory_utilization"] = float(share)
     if args.get("enforce_eager") is True:
         found["enforce_eager"] = True
-    if engine == "llama.cpp" and ("flash_attn" in args or "ubatch_size" in args):
-        found["llamacpp"] = llamacpp_options(args)
+    if {"flash_attn", "ubatch_size", "max_num_batched_tokens"} & set(args):
+        found["engine_options"] = engine_options_of(args)
     return found
 
 
-def llamacpp_options(args: Mapping[str, Any]) -> LlamaCppOptions:
-    """llama.cpp's flash attention and micro-batch as the launch writes them (on, 512 unless told)."""
-    return LlamaCppOptions(
+def engine_options_of(args: Mapping[str, Any]) -> EngineOptions:
+    """The memory flags as the launch writes them: llama.cpp's flash attention (on unless told)
+    and micro-batch (512), vLLM's batched tokens (its default)."""
+    batched = args.get("max_num_batched_tokens")
+    return EngineOptions(
         flash_attn=args.get("flash_attn", True) is not False,
-        n_ubatch=int(args.get("ubatch_size") or LLAMACPP_DEFAULTS.n_ubatch),
+        n_ubatch=int(args.get("ubatch_size") or ENGINE_DEFAULTS.n_ubatch),
+        max_num_batched_tokens=int(batched) if batched else None,
     )
+
+
+def sized_flags(engine: str, options: EngineOptions) -> dict[str, str | bool]:
+    """The engine_args that give `options` back (the plan's command shows what it sized)."""
+    found: dict[str, str | bool] = {}
+    if engine == "llama.cpp":
+        if not options.flash_attn:
+            found["flash_attn"] = False
+        if options.n_ubatch != ENGINE_DEFAULTS.n_ubatch:
+            found["ubatch_size"] = str(options.n_ubatch)
+    elif engine == "vllm" and options.max_num_batched_tokens:
+        found["max_num_batched_tokens"] = str(options.max_num_batched_tokens)
+    return found
 
 
 COMMON = {

@@ -12,7 +12,7 @@ sequences of C tokens ask for N × C.
 from __future__ import annotations
 
 from llmgw_core.engines.environment import shard_env
-from llmgw_core.engines.flags import argv_of, llamacpp_options
+from llmgw_core.engines.flags import argv_of, engine_options_of
 from llmgw_core.engines.programs import DEFAULT_PROGRAMS, is_llama_cpp_python
 from llmgw_core.engines.spec import LLAMA_CPP, LaunchNode, LaunchRequest, ShardCommand
 from llmgw_core.errors import BadInput
@@ -38,7 +38,7 @@ def _llama_server(request: LaunchRequest, node: LaunchNode) -> list[str]:
     argv += ["--metrics"]
     # Flash attention is the plan's decision, never the build's default (`auto` differs by build
     # and backend, and without it the compute buffer holds every head's scores).
-    options = llamacpp_options(request.engine_args)
+    options = engine_options_of(request.engine_args)
     argv += ["--flash-attn", "on" if options.flash_attn else "off"]
     if "ubatch_size" in request.engine_args:
         argv += ["--ubatch-size", str(options.n_ubatch)]

@@ -9,6 +9,7 @@ two cannot drift apart. Rank 0's command is the one shown.
 from __future__ import annotations
 
 from llmgw_core.engines import llamacpp, sglang, vllm
+from llmgw_core.engines.flags import sized_flags
 from llmgw_core.engines.spec import (
     LLAMA_CPP,
     SGLANG,
@@ -16,6 +17,7 @@ from llmgw_core.engines.spec import (
     LaunchNode,
     LaunchRequest,
 )
+from llmgw_core.memory.need import ENGINE_DEFAULTS, EngineOptions
 
 HEAD_ADDRESS = "HEAD_ADDRESS"
 """Stands for rank 0's management address until placement knows it."""
@@ -36,6 +38,7 @@ def planned_argv(
     on_cpu: bool = False,
     served_name: str | None = None,
     http_port: int = 8000,
+    engine_options: EngineOptions = ENGINE_DEFAULTS,
 ) -> tuple[str, ...]:
     """Rank 0's engine command for a planned way (nothing is validated or placed).
 
@@ -53,6 +56,7 @@ def planned_argv(
         on_cpu: llama.cpp in a CPU node's RAM.
         served_name: the name clients ask for (the source when not given).
         http_port: the port shown.
+        engine_options: the memory flags the plan sized with, written as the launch writes them.
     """
     if engine == LLAMA_CPP:
         cards = 0 if on_cpu else tensor_parallel * pipeline_parallel
@@ -85,6 +89,7 @@ def planned_argv(
         dtype_flag=dtype_flag,
         gpu_memory_utilization=gpu_memory_utilization,
         concurrency=concurrency,
+        engine_args=sized_flags(engine, engine_options),
     )
     head = request.head
     if engine == SGLANG:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from llmgw_core.errors import BadInput
 from llmgw_core.memory.need import (
     DEFAULT_USABLE_FRACTION,
-    LLAMACPP_DEFAULTS,
+    ENGINE_DEFAULTS,
     CardNeed,
+    EngineOptions,
     Layout,
-    LlamaCppOptions,
     NeedQuery,
 )
 from llmgw_core.model.artifacts import Artifact
@@ -57,7 +57,7 @@ def card_need(
     engine_version: str | None = None,
     cpu_only: bool = False,
     enforce_eager: bool = False,
-    llamacpp: LlamaCppOptions = LLAMACPP_DEFAULTS,
+    engine_options: EngineOptions = ENGINE_DEFAULTS,
     repack_types: frozenset[str] = frozenset(),
 ) -> CardNeed:
     """What the worst card of `layout` needs to serve `artifact` with `engine`.
@@ -76,7 +76,7 @@ def card_need(
         cpu_only: llama.cpp on a CPU node: everything (embeddings too) in RAM,
             no CUDA context; `card_memory_gib` is then the node's RAM.
         enforce_eager: vLLM without CUDA graphs (`--enforce-eager`).
-        llamacpp: llama.cpp's flash attention and micro-batch, as launched.
+        engine_options: the engine flags that size memory beyond those above, as launched.
         repack_types: llama.cpp on a CPU node: the types its CPU repacks (a second copy).
     """
     query = NeedQuery(
@@ -92,7 +92,7 @@ def card_need(
         engine_version=engine_version,
         cpu_only=cpu_only,
         enforce_eager=enforce_eager,
-        llamacpp=llamacpp,
+        engine_options=engine_options,
         repack_types=repack_types,
     )
     if engine == "vllm":

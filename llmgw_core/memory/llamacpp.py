@@ -27,7 +27,7 @@ from typing import Any
 
 from llmgw_core.errors import BadInput
 from llmgw_core.memory.kv_vllm import kv_token_bytes
-from llmgw_core.memory.need import LLAMACPP_DEFAULTS, CardNeed, LlamaCppOptions, NeedQuery
+from llmgw_core.memory.need import ENGINE_DEFAULTS, CardNeed, EngineOptions, NeedQuery
 from llmgw_core.model.artifacts import GIB, Artifact
 from llmgw_core.model.params import count_parameters
 from llmgw_core.model.shape import SLIDING, ModelShape
@@ -290,7 +290,7 @@ def estimate(
     context: int,
     sequences: int = 1,
     kv_type: str = "f16",
-    options: LlamaCppOptions = LLAMACPP_DEFAULTS,
+    options: EngineOptions = ENGINE_DEFAULTS,
     cpu_only: bool = False,
     repack_types: frozenset[str] = frozenset(),
     swa_full: bool = False,
@@ -374,7 +374,7 @@ def card_need(query: NeedQuery) -> CardNeed:
         context=context,
         kv_type=kv_type,
         cpu_only=cpu_only,
-        options=query.llamacpp,
+        options=query.engine_options,
         repack_types=query.repack_types,
     )
     result = estimate(artifact, shape, sequences=concurrency, **common)

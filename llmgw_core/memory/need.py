@@ -76,23 +76,26 @@ class CardNeed:
 
 
 @dataclass(frozen=True)
-class LlamaCppOptions:
-    """How llama.cpp is started where that changes its memory.
+class EngineOptions:
+    """Engine flags that change what a card holds, beyond the KV type, the share and eager mode.
 
     Attributes:
-        flash_attn: flash attention on (the launch passes it explicitly either
-            way): without it the compute buffer holds every head's scores
-            against the whole context.
-        n_ubatch: tokens of one micro-batch (`--ubatch-size`), which every
-            compute-buffer term is a multiple of.
+        flash_attn: llama.cpp's flash attention on (the launch passes it
+            explicitly either way): without it the compute buffer holds every
+            head's scores against the whole context.
+        n_ubatch: llama.cpp's tokens of one micro-batch (`--ubatch-size`),
+            which every compute-buffer term is a multiple of.
+        max_num_batched_tokens: vLLM's tokens of one step, which its
+            activation peak is profiled with; None for its default on the card.
     """
 
     flash_attn: bool = True
     n_ubatch: int = 512
+    max_num_batched_tokens: int | None = None
 
 
-LLAMACPP_DEFAULTS = LlamaCppOptions()
-"""How the launch starts llama.cpp unless the operator's engine_args say otherwise."""
+ENGINE_DEFAULTS = EngineOptions()
+"""How the launch starts an engine unless the operator's engine_args say otherwise."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,6 @@ class NeedQuery:
     """vLLM's `--enforce-eager`: no CUDA graphs captured (their memory is not needed)."""
     engine_version: str | None = None
     cpu_only: bool = False
-    llamacpp: LlamaCppOptions = LLAMACPP_DEFAULTS
+    engine_options: EngineOptions = ENGINE_DEFAULTS
     repack_types: frozenset[str] = frozenset()
     """llama.cpp on a CPU node: the tensor types its CPU copies into a repacked buffer."""

@@ -449,6 +449,7 @@ def card_need(query: NeedQuery) -> CardNeed:
     serve_dtype = serve_dtype_for(shape, None)
     memory = card_memory_gib or usable_gib / DEFAULT_USABLE_FRACTION
     batched, seqs = default_batching(memory)
+    batched = query.engine_options.max_num_batched_tokens or batched
     online = None
     if artifact.quantization is not None and shape.quantization is None:
         online = artifact.quantization if artifact.quantization.vllm_flag == "fp8" else None

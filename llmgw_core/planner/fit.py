@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llmgw_core.memory import CardNeed, Layout, card_need, usable_gib
-from llmgw_core.memory.need import LLAMACPP_DEFAULTS, LlamaCppOptions
+from llmgw_core.memory.need import ENGINE_DEFAULTS, EngineOptions
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.shape import ModelShape
 from llmgw_core.planner.pools import Pool
@@ -45,14 +45,14 @@ class Sizer:
         utilisation: float | None,
         kv_cache_dtype: str | None = None,
         enforce_eager: bool = False,
-        llamacpp: LlamaCppOptions = LLAMACPP_DEFAULTS,
+        engine_options: EngineOptions = ENGINE_DEFAULTS,
     ) -> None:
         self.context = context
         self.concurrency = concurrency
         self.utilisation = utilisation
         self.kv_cache_dtype = kv_cache_dtype
         self.enforce_eager = enforce_eager
-        self.llamacpp = llamacpp
+        self.engine_options = engine_options
         self._needs: dict[tuple[Any, ...], CardNeed] = {}
 
     def need(
@@ -94,7 +94,7 @@ class Sizer:
                 kv_cache_dtype=self.kv_cache_dtype,
                 enforce_eager=self.enforce_eager and engine == "vllm",
                 cpu_only=cpu_repack is not None,
-                llamacpp=self.llamacpp,
+                engine_options=self.engine_options,
                 repack_types=cpu_repack or frozenset(),
             )
             self._needs[key] = found

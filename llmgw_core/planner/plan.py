@@ -29,7 +29,7 @@ from typing import Any
 from llmgw_core.engines.planned import planned_argv
 from llmgw_core.errors import BadInput
 from llmgw_core.memory import Layout
-from llmgw_core.memory.need import LLAMACPP_DEFAULTS, LlamaCppOptions
+from llmgw_core.memory.need import ENGINE_DEFAULTS, EngineOptions
 from llmgw_core.model.artifacts import GIB, Artifact
 from llmgw_core.model.shape import ModelShape
 from llmgw_core.model.source import ModelInfo
@@ -241,7 +241,7 @@ class Plan:
     """The engine's share of a card the plan sized with (None: each engine's default)."""
     enforce_eager: bool = False
     """vLLM without CUDA graphs, as the plan sized it."""
-    llamacpp: LlamaCppOptions = LLAMACPP_DEFAULTS
+    engine_options: EngineOptions = ENGINE_DEFAULTS
     """llama.cpp's flash attention and micro-batch, as the plan sized them."""
 
     @property
@@ -296,7 +296,7 @@ def plan(
     gpu_memory_utilization: float | None = None,
     kv_cache_dtype: str | None = None,
     enforce_eager: bool = False,
-    llamacpp: LlamaCppOptions = LLAMACPP_DEFAULTS,
+    engine_options: EngineOptions = ENGINE_DEFAULTS,
 ) -> Plan:
     """Plan every artifact of `model` against the pools of `fleet`.
 
@@ -310,7 +310,8 @@ def plan(
         gpu_memory_utilization: the engine's share of a card, when not the default.
         kv_cache_dtype: the KV cache's format (`fp8` halves it), when not the model's dtype.
         enforce_eager: vLLM without CUDA graphs (their memory is not needed).
-        llamacpp: llama.cpp's flash attention and micro-batch, as it will be started.
+        engine_options: the engine flags that size memory beyond those above (llama.cpp's
+            flash attention and micro-batch, vLLM's batched tokens), as launched.
 
     Returns:
         The plan; `plan.best` is None when nothing fits, and `plan.advice` then
@@ -321,7 +322,7 @@ def plan(
     """
     pools = fleet.pools() if isinstance(fleet, Fleet) else tuple(fleet)
     sizer = Sizer(
-        context, concurrency, gpu_memory_utilization, kv_cache_dtype, enforce_eager, llamacpp
+        context, concurrency, gpu_memory_utilization, kv_cache_dtype, enforce_eager, engine_options
     )
     ref = model.repo_id or model.ref
     notes: list[str] = []
@@ -368,7 +369,7 @@ def plan(
         kv_cache_dtype=kv_cache_dtype,
         gpu_memory_utilization=gpu_memory_utilization,
         enforce_eager=enforce_eager,
-        llamacpp=llamacpp,
+        engine_options=engine_options,
     )
 
 
@@ -623,6 +624,7 @@ def _way(
             dtype_flag=dtype_flag(engine, artifact, shape, card),
             concurrency=sizer.concurrency,
             on_cpu=on_cpu,
+            engine_options=sizer.engine_options,
         )
     )
     if on_cpu:

@@ -25,6 +25,20 @@ class LayoutFields(StrictArgs):
     gpu_class: str | None = None
     gpus: int | None = Field(default=None, ge=1, le=1024)
     nodes: int | None = Field(default=None, ge=1, le=4096)
+    engine_args: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """The engine's own flags (`engines.flags`: known, typed, never llmgw's own); they need
+    `engine:`, as they are that engine's."""
+
+    @model_validator(mode="after")
+    def _engine_args_checked(self) -> LayoutFields:
+        if self.engine_args:
+            if self.engine is None:
+                raise ValueError("engine_args needs engine: (the flags are that engine's)")
+            try:
+                checked_engine_args(self.engine, self.engine_args)
+            except BadInput as exc:
+                raise ValueError(exc.sentence()) from None
+        return self
 
 
 class ServeFields(LayoutFields):
@@ -36,20 +50,6 @@ class ServeFields(LayoutFields):
     all_reduce: bool = False
     rails: Literal["tested", "all"] = "tested"
     api_key_env: str | None = Field(default=None, pattern=ENV_NAME)
-    engine_args: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    """The engine's own flags (`engines.flags`: known, typed, never llmgw's own); they need
-    `engine:`, as they are that engine's."""
-
-    @model_validator(mode="after")
-    def _engine_args_checked(self) -> ServeFields:
-        if self.engine_args:
-            if self.engine is None:
-                raise ValueError("engine_args needs engine: (the flags are that engine's)")
-            try:
-                checked_engine_args(self.engine, self.engine_args)
-            except BadInput as exc:
-                raise ValueError(exc.sentence()) from None
-        return self
 
 
 RESTART_FIELDS = (

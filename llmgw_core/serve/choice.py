@@ -308,7 +308,7 @@ def _forced(plan: Plan, model: ModelInfo, fleet: Fleet, overrides: Overrides) ->
         plan.gpu_memory_utilization,
         plan.kv_cache_dtype,
         plan.enforce_eager,
-        plan.llamacpp,
+        plan.engine_options,
     )
     need = sizer.need(engine, artifact, shape, layout, card.memory_gib)
     usable = sizer.usable(engine, card.memory_gib)

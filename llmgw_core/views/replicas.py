@@ -104,15 +104,18 @@ def download_bar(fetched_bytes: int, rate_bytes_s: float) -> str:
 
 
 def shards_on_node(views: Iterable[ReplicaView], node: str) -> list[str]:
-    """One line per shard a node runs: `llama-70b r0 · GPU-0 … GPU-3 · running · NCCL NVLink`."""
+    """One line per shard a node runs: `llama-70b r0 · GPU-0 … GPU-3 · running · NCCL NVLink`,
+    then the engine flags it was started with, if any (`· kv_cache_dtype=fp8`)."""
     lines = []
     for view in views:
         for shard in view.shards:
             if shard.node != node:
                 continue
             transport = shard_transport(view, shard) or "-"
+            flags = view.spec.get("engine_args") or {}
+            shown = " · " + " ".join(f"{k}={v}" for k, v in flags.items()) if flags else ""
             lines.append(
                 f"{view.name} r{shard.rank} · {compact_gpus(shard.gpus)} · {shard.phase}"
-                f" · NCCL {transport}"
+                f" · NCCL {transport}{shown}"
             )
     return lines

@@ -257,6 +257,33 @@ def test_the_vllm_command_line_is_read_with_its_parallel_sizes_and_names() -> No
     assert engine["serves_http"] is False
 
 
+def test_the_sim_says_at_start_up_what_the_memory_flags_it_was_given_change() -> None:
+    from llmgw_agent.sim.engine.lines import memory_plan, ready_lines
+
+    base = ["vllm", "serve", "/models/llama", "--gpu-memory-utilization", "0.9"]
+    plain = memory_plan(parse_engine_argv("vllm", base), 81559, 16 * 2**30)
+    fp8 = memory_plan(
+        parse_engine_argv("vllm", [*base, "--kv-cache-dtype", "fp8"]), 81559, 16 * 2**30
+    )
+    assert fp8["kv_gib"] == plain["kv_gib"]  # the same memory …
+    assert fp8["kv_tokens"] == pytest.approx(
+        2 * plain["kv_tokens"], rel=0.001
+    )  # … twice the tokens
+    said = ready_lines(parse_engine_argv("vllm", base), fp8, 1.0, "127.0.0.1:8000")
+    assert f"GPU KV cache size: {fp8['kv_tokens']:,} tokens" in " ".join(said)
+    llama = ["llama-server", "-m", "m.gguf", "--ctx-size", "8192", "--flash-attn", "off"]
+    f16 = parse_engine_argv("llama.cpp", llama)
+    q8 = parse_engine_argv(
+        "llama.cpp", [*llama, "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"]
+    )
+    assert memory_plan(q8, 81559, 0)["kv_gib"] == pytest.approx(
+        memory_plan(f16, 81559, 0)["kv_gib"] * 34 / 64
+    )
+    assert "llama_context: flash_attn = disabled" in ready_lines(
+        f16, memory_plan(f16, 81559, 0), 1.0, "x"
+    )
+
+
 def test_nccl_says_roce_when_a_gid_index_is_given_and_nothing_without_nccl_debug() -> None:
     engine = parse_engine_argv("vllm", ["vllm", "serve", "m", "--tensor-parallel-size", "2"])
     env = {"NCCL_DEBUG": "INFO", "NCCL_IB_HCA": "=mlx5_2:1", "NCCL_IB_GID_INDEX": "3"}

@@ -328,6 +328,19 @@ def test_explain_for_a_way_names_the_chosen_nodes_and_why_the_rest_are_not(demo:
     assert reasons["h100-a-01"] == "class: it has h100-80g, not gb200-186g"
 
 
+def test_explain_plans_with_the_engine_flags_it_would_start_with_and_names_them(demo: Demo):
+    common = dict(model=LLAMA, context=32768, gpu_class="h100-80g", engine="vllm")
+    plain = demo.step("explain", **common)
+    fp8 = demo.step("explain", **common, engine_args={"kv_cache_dtype": "fp8"})
+    assert plain.ok and fp8.ok
+    assert fp8.result["engine_args"] == {"kv_cache_dtype": "fp8"}
+    assert fp8.result["way"]["per_card_gib"] < plain.result["way"]["per_card_gib"] - 1
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="port is llmgw's to set"):
+        demo.step("explain", **common, engine_args={"port": 1})
+
+
 def test_a_headless_script_serves_asks_and_stops_on_the_demo(tmp_path: Path):
     script = (
         "steps:\n"

@@ -205,7 +205,7 @@ def _sglang(shape: Any, artifact: Artifact, args: EstimateArgs, memory: float) -
 
 def _llamacpp(shape: Any, artifact: Artifact, args: EstimateArgs, memory: float) -> dict[str, Any]:
     from llmgw_core.memory import llamacpp
-    from llmgw_core.memory.need import LlamaCppOptions
+    from llmgw_core.memory.need import EngineOptions
 
     devices = args.tensor_parallel * args.pipeline_parallel
     context = args.max_model_len or shape.max_context
@@ -216,7 +216,7 @@ def _llamacpp(shape: Any, artifact: Artifact, args: EstimateArgs, memory: float)
         context=context,
         kv_type=kv_type,
         cpu_only=args.cpu,
-        options=LlamaCppOptions(flash_attn=args.flash_attn, n_ubatch=args.n_ubatch),
+        options=EngineOptions(flash_attn=args.flash_attn, n_ubatch=args.n_ubatch),
         repack_types=repack,
         swa_full=args.swa_full,
     )

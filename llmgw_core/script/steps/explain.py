@@ -15,7 +15,9 @@ node's topology (`NVLink`, `PCIe P2P`, `host memory (SHM)`), which the
 replica's NCCL lines later confirm or contradict (`fabric.paths`).
 When the model fits nowhere the step fails with exit code 3, each node
 saying how much it could hold, and the plan's advice on what would change
-that.
+that. `engine_args` (with `engine:`) are the flags it would start with: the
+memory ones (`kv_cache_dtype`, `flash_attn` …) size the plan, and the result
+names them all.
 """
 
 from __future__ import annotations
@@ -56,7 +58,17 @@ async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
         raise BadInput(f"{args.model}: the trained context is unknown", "give `context:` in tokens")
     views = await fleet_views(fleet)
     pools = planner_fleet(views)
-    the_plan = plan(model, pools, format=args.format, context=context, concurrency=args.concurrency)
+    from llmgw_core.engines.flags import checked_engine_args, plan_options
+
+    flags = checked_engine_args(args.engine, args.engine_args) if args.engine_args else {}
+    the_plan = plan(
+        model,
+        pools,
+        format=args.format,
+        context=context,
+        concurrency=args.concurrency,
+        **plan_options(args.engine, flags),
+    )
     overrides = Overrides(args.engine, args.artifact, args.gpu_class, args.gpus, args.nodes)
     try:
         way = choices(the_plan, model, pools, overrides, fallbacks=0)[0]
@@ -83,6 +95,7 @@ async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
         "placement": placement.as_dict() if placement else None,
         "nodes": [v.as_dict() for v in explain(want, views, placement)],
         "advice": list(the_plan.advice),
+        "engine_args": flags,
     }
     result["inside"] = inside_expected(fleet, placement) if placement else {}
     rails = rail_choice(fleet, placement) if placement else None
@@ -122,6 +135,9 @@ def render_explain(result: dict[str, Any]) -> Any:
 
     way = result.get("way")
     head = Text(f"{result['model']}: " + (way["label"] if way else "fits nowhere"))
+    if result.get("engine_args"):
+        shown = " ".join(f"{k}={v}" for k, v in result["engine_args"].items())
+        head.append(f" · engine flags {shown}")
     table = Table("node", "", "why", box=None)
     inside = result.get("inside") or {}
     for node in result.get("nodes", []):

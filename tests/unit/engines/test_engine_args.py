@@ -57,6 +57,24 @@ def test_enforce_eager_frees_the_cuda_graphs_memory_in_the_plan():
     assert eager.outside_gib < plain.outside_gib
 
 
+def test_more_tokens_a_step_raise_vllms_activation_peak_in_the_plan():
+    plain = _best(LLAMA_8B, H100, "vllm", {})
+    bigger = _best(LLAMA_8B, H100, "vllm", {"max_num_batched_tokens": 65536})
+    assert bigger.engine_gib > plain.engine_gib + 1
+    assert "--max-num-batched-tokens 65536" in bigger.serve
+
+
+def test_llama_cpp_without_flash_attention_needs_every_heads_scores_in_the_plan():
+    plain = _best(LLAMA_8B_GGUF, CPU, "llama.cpp", {})
+    off = _best(LLAMA_8B_GGUF, CPU, "llama.cpp", {"flash_attn": False})
+    # 512 tokens × 32,768 cells × (32 heads + the mask) × 4 bytes: 2 GiB more than the logits
+    assert off.engine_gib - plain.engine_gib > 1.5
+    assert "--flash-attn off" in off.serve and "--flash-attn on" in plain.serve
+    wider = _best(LLAMA_8B_GGUF, CPU, "llama.cpp", {"ubatch_size": 1024})
+    assert wider.engine_gib == pytest.approx(2 * plain.engine_gib, rel=0.05)
+    assert "--ubatch-size 1024" in wider.serve
+
+
 def test_llama_cpps_quantised_kv_cache_is_planned_with_the_wider_of_its_halves():
     plain = _best(LLAMA_8B_GGUF, CPU, "llama.cpp", {})
     q8 = _best(LLAMA_8B_GGUF, CPU, "llama.cpp", {"cache_type_k": "q8_0", "cache_type_v": "q8_0"})
@@ -104,7 +122,7 @@ def test_the_flags_are_written_in_the_engines_spelling():
         ("vllm", {"api_key": "sk-1"}, "api_key is llmgw's to set"),
         ("vllm", {"hf_token": "x"}, "would carry a secret on a command line"),
         ("vllm", {"chat_template": "/etc/passwd"}, "names a file or folder on the nodes"),
-        ("vllm", {"max_num_batched_tokens": 8192}, "the planner does not model it yet"),
+        ("vllm", {"swap_space": 8}, "the planner does not model it yet"),
         ("llama.cpp", {"ctx_size": 4096}, "ctx_size is llmgw's to set"),
         ("llama.cpp", {"batch_size": 4096}, "the planner does not model it yet"),
         ("llama.cpp", {"flash_attn": "maybe"}, "flash_attn must be true or false"),
@@ -148,3 +166,21 @@ def test_every_table_holds_only_flags_it_does_not_also_own():
     for engine, table in FLAGS.items():
         assert not set(table) & set(OWNED), engine
         assert not set(table) & NOT_PLANNED, engine
+
+
+def test_the_node_page_names_each_shards_engine_flags():
+    from llmgw_core.serve.view import ReplicaView, ShardView
+    from llmgw_core.views.replicas import shards_on_node
+
+    shard = ShardView(node="h100-a-01", rank=0, shard_id="s0", gpus=("GPU-0",), phase="running")
+    flagged = ReplicaView(
+        name="tools",
+        spec={"engine_args": {"tool_call_parser": "hermes", "kv_cache_dtype": "fp8"}},
+        shards=(shard,),
+        phase="ready",
+    )
+    plain = ReplicaView(name="plain", spec={}, shards=(shard,), phase="ready")
+    assert shards_on_node([flagged, plain], "h100-a-01") == [
+        "tools r0 · GPU-0 · running · NCCL - · tool_call_parser=hermes kv_cache_dtype=fp8",
+        "plain r0 · GPU-0 · running · NCCL -",
+    ]

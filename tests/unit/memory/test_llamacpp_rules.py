@@ -117,14 +117,19 @@ def test_a_cpu_node_need_holds_the_whole_file_in_ram_without_a_cuda_context():
 
 
 def test_flash_attention_off_holds_every_head_s_scores_against_the_whole_context():
-    from llmgw_core.memory.need import LlamaCppOptions
+    from llmgw_core.memory.need import EngineOptions
 
     shape = shape_from_config(QWEN25_14B)
     artifact = Artifact("Q4_K_M", "gguf", ("q4.gguf",), recipe_bytes(shape, "Q4_K_M"))
     common = dict(context=32768, card_memory_gib=79.19)
     on = card_need("llama.cpp", artifact, shape, Layout(), **common)
     off = card_need(
-        "llama.cpp", artifact, shape, Layout(), llamacpp=LlamaCppOptions(flash_attn=False), **common
+        "llama.cpp",
+        artifact,
+        shape,
+        Layout(),
+        engine_options=EngineOptions(flash_attn=False),
+        **common,
     )
     row = 512 * 4  # an fp32 column of a 512-token micro-batch
     # Without it: 32,768 cells × 40 heads of scores (2.5 GiB), the mask, the stream (5 H + 2 KV).
@@ -132,7 +137,12 @@ def test_flash_attention_off_holds_every_head_s_scores_against_the_whole_context
     # With it, the output's logits (152,064 wide) and the stream beside them are the most.
     assert on.engine_gib - 0.35 == pytest.approx(row * (152064 + 2 * 5120) / GIB)
     bigger = card_need(
-        "llama.cpp", artifact, shape, Layout(), llamacpp=LlamaCppOptions(n_ubatch=1024), **common
+        "llama.cpp",
+        artifact,
+        shape,
+        Layout(),
+        engine_options=EngineOptions(n_ubatch=1024),
+        **common,
     )
     assert bigger.engine_gib == pytest.approx(2 * (on.engine_gib - 0.35) + 0.35, rel=0.01)
 

@@ -115,6 +115,7 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--max-num-seqs", type=int, default=None)
         add("--enable-auto-tool-choice", action="store_true")
         add("--tool-call-parser", default=None)
+        add("--kv-cache-dtype", default="auto")
     elif kind == "sglang":
         add("--model-path", "--model", default=None)
         add("--tp-size", "--tensor-parallel-size", "--tp", type=int, default=1)
@@ -126,6 +127,7 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--mem-fraction-static", type=float, default=_DEFAULT_MEMORY_FRACTION[kind])
         add("--max-running-requests", type=int, default=None)
         add("--tool-call-parser", default=None)
+        add("--kv-cache-dtype", default="auto")
     elif kind == "llama.cpp":
         add("--model", "-m", default=None)
         add("--n-gpu-layers", "-ngl", "--gpu-layers", "--n_gpu_layers", default="auto")
@@ -133,6 +135,9 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--rpc", default=None)
         add("--parallel", "-np", type=int, default=None)
         add("--jinja", action="store_true")
+        add("--cache-type-k", "-ctk", default="f16")
+        add("--cache-type-v", "-ctv", default="f16")
+        add("--flash-attn", "-fa", default="auto")
     elif kind == "ray":
         add("--head", action="store_true")
         add("--address", default=None)
@@ -204,7 +209,22 @@ def parse_engine_argv(kind: str, argv: List[str]) -> dict:
         "head": getattr(options, "head", False),
         "max_seqs": _max_seqs(kind, options),
         "tool_calling": _tool_calling(kind, options),
+        "kv_bytes_ratio": _kv_bytes_ratio(kind, options),
+        "flash_attn": getattr(options, "flash_attn", "auto") != "off",
     }
+
+
+_CACHE_RATIO = {"f32": 2.0, "f16": 1.0, "bf16": 1.0, "q8_0": 34 / 64, "q5_1": 24 / 64,
+                "q5_0": 22 / 64, "q4_1": 20 / 64, "q4_0": 18 / 64, "iq4_nl": 18 / 64}  # fmt: skip
+
+
+def _kv_bytes_ratio(kind: str, options: argparse.Namespace) -> float:
+    """The KV cache's bytes a token against 16-bit (an fp8 cache: 0.5; llama.cpp's q8_0: 34/64)."""
+    if kind == "llama.cpp":
+        halves = (options.cache_type_k, options.cache_type_v)
+        return sum(_CACHE_RATIO.get(str(t).lower(), 1.0) for t in halves) / 2
+    dtype = str(getattr(options, "kv_cache_dtype", "auto") or "auto")
+    return 0.5 if dtype.startswith("fp8") else 1.0
 
 
 def _tool_calling(kind: str, options: argparse.Namespace) -> bool:

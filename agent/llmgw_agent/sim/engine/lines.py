@@ -39,14 +39,15 @@ def memory_plan(engine: dict, card_mib: int, weights_bytes: int) -> dict:
     cards = max(1, engine["tp"] * engine["pp"])
     weights_gib = weights_bytes / cards / GIB
     fraction = engine.get("memory_fraction")
+    per_token = _KV_BYTES_PER_TOKEN * float(engine.get("kv_bytes_ratio") or 1.0)
     if fraction is None:  # llama.cpp takes what it needs, not a fraction
         context = engine.get("context_tokens") or 4096
-        kv_gib = context * _KV_BYTES_PER_TOKEN / GIB / cards
+        kv_gib = context * per_token / GIB / cards
         used_gib = weights_gib + kv_gib + 0.5
     else:
         used_gib = card_mib / 1024.0 * float(fraction)
         kv_gib = max(0.0, used_gib - weights_gib - _OVERHEAD_GIB)
-    kv_tokens = int(kv_gib * GIB * cards / _KV_BYTES_PER_TOKEN)
+    kv_tokens = int(kv_gib * GIB * cards / per_token)
     return {
         "used_mib": int(min(used_gib * 1024, card_mib)),
         "weights_gib": weights_gib,
@@ -266,6 +267,9 @@ def ready_lines(engine: dict, plan: dict, load_s: float, bound: str) -> List[str
     return [
         "llama_context: n_ctx = {}".format(engine.get("context_tokens") or 4096),
         "llama_kv_cache: size = {:.2f} MiB".format(plan["kv_gib"] * 1024),
+        "llama_context: flash_attn = {}".format(
+            "enabled" if engine.get("flash_attn", True) else "disabled"
+        ),
         "load_tensors: offloaded {} layers to GPU".format(engine.get("gpu_layers") or "all"),
         "main: model loaded",
         "main: server is listening on http://{}".format(bound),
