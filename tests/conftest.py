@@ -36,3 +36,39 @@ def hardware_dir() -> Path:
 def models_dir() -> Path:
     """The real model metadata (skips where ../shared is absent)."""
     return shared_path("fixtures", "models")
+
+
+LONGEST_FILES = {
+    "tests/e2e/test_keep_demo.py": 90,
+    "tests/e2e/test_service_demo.py": 70,
+    "tests/tui/test_monkey.py": 50,
+    "tests/e2e/test_keep_heal_demo.py": 48,
+    "tests/tui/test_monkey_more.py": 47,
+    "tests/tui/test_gateway_console.py": 46,
+    "tests/e2e/test_service_lease_demo.py": 45,
+    "tests/e2e/test_serve_faults.py": 31,
+    "tests/e2e/test_service_openssh.py": 30,
+    "tests/faults/test_fault_matrix_openssh.py": 25,
+    "tests/e2e/test_metrics_demo.py": 25,
+    "tests/fleet/test_sim_fleet_scale.py": 24,
+    "tests/tui/test_typed_input.py": 24,
+    "tests/tui/test_gateway_log_and_heal.py": 23,
+    "tests/tui/test_serve_wizard_live.py": 21,
+    "tests/faults/test_fault_matrix.py": 20,
+}
+"""Seconds a file took in CI, for the files over twenty (`pytest --durations`, summed)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest files first: xdist hands a worker a whole file at a time, in this order, so
+    a long file left to the end would hold the run up while the other workers wait."""
+
+    def weight(item: pytest.Item) -> int:
+        path = Path(str(item.fspath)).resolve()
+        try:
+            name = path.relative_to(REPO_ROOT).as_posix()
+        except ValueError:
+            return 0
+        return -LONGEST_FILES.get(name, 0)
+
+    items.sort(key=weight)
