@@ -217,6 +217,7 @@ def number_input(
     what: str,
     *,
     id: str,
+    classes: str | None = None,
     value: str = "",
     placeholder: str = "",
     optional: bool = False,
@@ -226,6 +227,7 @@ def number_input(
         value=value,
         placeholder=placeholder,
         id=id,
+        classes=classes,
         restrict=DIGITS,
         validators=[whole_number(model, name, what, optional=optional)],
     )

@@ -54,11 +54,11 @@ class DoctorScreen(Guarded, Screen[None]):
     def compose(self) -> ComposeResult:
         """A status line and one row per check."""
         yield TitleBar(icon="▦")
-        yield Static("asking the nodes…", id="doctor-status", markup=False)
-        table: DataTable[object] = DataTable(id="doctor-checks", cursor_type="row")
+        yield Static("asking the nodes…", id="doctor-status", classes="status", markup=False)
+        table: DataTable[object] = DataTable(id="doctor-checks", classes="fill", cursor_type="row")
         table.add_columns("STATUS", "NODE", "CHECK", "WHAT IT SAYS")
         yield table
-        yield Static("", id="doctor-detail", markup=False)
+        yield Static("", id="doctor-detail", classes="detail", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:

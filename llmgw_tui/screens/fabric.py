@@ -50,12 +50,12 @@ class FabricScreen(Guarded, Screen[None]):
     def compose(self) -> ComposeResult:
         """Status, a progress indicator while it runs, the rails, the reasons."""
         yield TitleBar(icon="▦")
-        yield Static("", id="fabric-status", markup=False)
+        yield Static("", id="fabric-status", classes="status", markup=False)
         yield LoadingIndicator(id="fabric-running")
-        table: DataTable[object] = DataTable(id="fabric-rails", cursor_type="row")
+        table: DataTable[object] = DataTable(id="fabric-rails", classes="short", cursor_type="row")
         table.add_columns("RAIL", "ADAPTERS", "RATED", "Gb/s", "RATIO", "VERDICT", "METHOD")
         yield table
-        yield Static("", id="fabric-notes", markup=False)
+        yield Static("", id="fabric-notes", classes="reason", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:

@@ -91,12 +91,12 @@ class FleetScreen(KeptScreen[None]):
     def compose(self) -> ComposeResult:
         """Header, a status line, the table and the footer (the filter is mounted on `/`)."""
         yield TitleBar(icon="▦")
-        yield Static("connecting to the fleet…", id="fleet-status", markup=False)
-        table = NodeTable(id="nodes", cursor_type="row", zebra_stripes=True)
+        yield Static("connecting to the fleet…", id="fleet-status", classes="status", markup=False)
+        table = NodeTable(id="nodes", classes="fill", cursor_type="row", zebra_stripes=True)
         for key, label in COLUMNS:
             table.add_column(Text(label), key=key)  # a str is parsed as markup (and emoji)
         yield table
-        yield Static("", id="fleet-reasons", markup=False)
+        yield Static("", id="fleet-reasons", classes="warnings", markup=False)
         yield SteadyFooter()
 
     def on_mount(self) -> None:
@@ -284,7 +284,10 @@ class FleetScreen(KeptScreen[None]):
         field = self._filter_field()
         if field is None:
             field = CheckedInput(
-                placeholder=FILTER_PLACEHOLDER, id="filter", validators=[Checked(filter_refusal)]
+                placeholder=FILTER_PLACEHOLDER,
+                id="filter",
+                classes="popup",
+                validators=[Checked(filter_refusal)],
             )
             field.cursor_blink = False
             await self.mount(field, before="#nodes")

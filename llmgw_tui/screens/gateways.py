@@ -72,13 +72,17 @@ class GatewaysScreen(KeptScreen[None]):
     def compose(self) -> ComposeResult:
         """Status line, the gateways, the workers of the one selected, why counts are missing."""
         yield TitleBar(icon="▦")
-        yield Static("reading the gateways…", id="gateways-status", markup=False)
-        table = GatewayTable(id="gateway-table", cursor_type="row", zebra_stripes=True)
+        yield Static("reading the gateways…", id="gateways-status", classes="status", markup=False)
+        table = GatewayTable(
+            id="gateway-table", classes="upper", cursor_type="row", zebra_stripes=True
+        )
         for key, label in GATEWAY_COLUMNS:
             table.add_column(label, key=key)
         yield table
-        yield Static("", id="gateway-reason", markup=False)
-        workers: DataTable[object] = DataTable(id="gateway-workers", cursor_type="none")
+        yield Static("", id="gateway-reason", classes="reason", markup=False)
+        workers: DataTable[object] = DataTable(
+            id="gateway-workers", classes="fill below", cursor_type="none"
+        )
         workers.add_columns(*WORKER_COLUMNS)
         yield workers
         yield SteadyFooter()

@@ -29,7 +29,9 @@ class HelpScreen(Guarded, ModalScreen[None]):
     def compose(self) -> ComposeResult:
         """The title and one row per key."""
         with Vertical(id="help-box"):
-            yield Static(f"Keys of {self._screen_title}", id="help-title", markup=False)
+            yield Static(
+                f"Keys of {self._screen_title}", id="help-title", classes="title", markup=False
+            )
             table: DataTable[Text] = DataTable(
                 id="help-keys", cursor_type="row", zebra_stripes=True
             )
@@ -37,7 +39,9 @@ class HelpScreen(Guarded, ModalScreen[None]):
             for key, description in self._keys:
                 table.add_row(Text(key), Text(description))
             yield table
-            yield Static("esc closes · : command mode · ctrl+p palette", id="help-hint")
+            yield Static(
+                "esc closes · : command mode · ctrl+p palette", id="help-hint", classes="hint"
+            )
 
     async def action_dismiss(self, result: None = None) -> None:
         """Close the help."""

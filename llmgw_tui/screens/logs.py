@@ -67,20 +67,22 @@ class LogsScreen(Guarded, Screen[None]):
     def compose(self) -> ComposeResult:
         """Status line, the NCCL banner, filter and save fields, the log, the badge."""
         yield TitleBar(icon="▦")
-        yield Static("", id="logs-status", markup=False)
-        yield Static("", id="nccl-banner", markup=False)
+        yield Static("", id="logs-status", classes="status", markup=False)
+        yield Static("", id="nccl-banner", classes="banner", markup=False)
         yield CheckedInput(
             placeholder="filter lines (text, case ignored)",
             id="logs-filter-input",
+            classes="popup",
             validators=[Checked(filter_refusal)],
         )
         yield CheckedInput(
             placeholder="save to file: path",
             id="logs-save-input",
+            classes="popup",
             validators=[Checked(save_path_refusal)],
         )
-        yield Log(id="log", max_lines=SHOWN_LINES, auto_scroll=True)
-        yield Static("", id="new-lines", markup=False)
+        yield Log(id="log", classes="fill", max_lines=SHOWN_LINES, auto_scroll=True)
+        yield Static("", id="new-lines", classes="new-lines", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:

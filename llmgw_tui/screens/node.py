@@ -100,16 +100,20 @@ class NodeScreen(Guarded, Screen[None]):
         """A summary line, the devices, the NVLink matrix beside the adapters."""
         yield TitleBar(icon="▦")
         with VerticalScroll(id="node-body"):
-            yield Static("", id="node-summary")
-            devices: DataTable[object] = DataTable(id="devices", cursor_type="row")
+            yield Static("", id="node-summary", classes="status")
+            devices: DataTable[object] = DataTable(
+                id="devices", classes="devices", cursor_type="row"
+            )
             for key, label in DEVICE_COLUMNS:
                 devices.add_column(label, key=key)
             yield devices
             with Horizontal(id="node-links"):
                 with Vertical(id="matrix-box"):
                     yield Static("NVLink matrix", classes="section-title")
-                    yield DataTable(id="nvlink", cursor_type="none", show_cursor=False)
-                with Vertical(id="adapter-box"):
+                    yield DataTable(
+                        id="nvlink", classes="nvlink", cursor_type="none", show_cursor=False
+                    )
+                with Vertical(id="adapter-box", classes="adapters"):
                     yield Static("Adapters", classes="section-title")
                     adapters: DataTable[object] = DataTable(id="adapters", cursor_type="row")
                     for key, label in ADAPTER_COLUMNS:
@@ -118,7 +122,7 @@ class NodeScreen(Guarded, Screen[None]):
             yield Static("Replicas here", classes="section-title")
             yield Static("reading the replicas…", id="node-replicas", classes="section-body")
             yield Static("Doctor", classes="section-title")
-            yield Static("", id="doctor")
+            yield Static("", id="doctor", classes="section-body")
         yield Footer()
 
     def on_mount(self) -> None:

@@ -105,6 +105,7 @@ class PlanScreen(KeptScreen[None]):
             yield CheckedInput(
                 placeholder="model: org/name, a directory, catalog:org/name",
                 id="plan-model",
+                classes="model",
                 validators=[Checked(model_ref_refusal)],
             )
             yield number_input(
@@ -112,6 +113,7 @@ class PlanScreen(KeptScreen[None]):
                 "context",
                 "context",
                 id="plan-context",
+                classes="context",
                 placeholder="context",
                 optional=True,
             )
@@ -120,22 +122,25 @@ class PlanScreen(KeptScreen[None]):
                 "concurrency",
                 "sequences",
                 id="plan-concurrency",
+                classes="concurrency",
                 value="1",
                 placeholder="sequences",
             )
             yield Select(FORMATS, value="both", allow_blank=False, id="plan-format")
         with VerticalScroll(id="plan-body"):
-            yield Static("Type a model and press Enter.", id="plan-status", markup=False)
+            yield Static(
+                "Type a model and press Enter.", id="plan-status", classes="headline", markup=False
+            )
             files: DataTable[object] = DataTable(id="plan-files", cursor_type="row")
             files.add_columns(*FILE_COLUMNS)
             yield files
-            yield Static("", id="plan-best", markup=False)
+            yield Static("", id="plan-best", classes="line", markup=False)
             yield MemoryBar(id="plan-bar")
-            yield Static("", id="plan-context-line", markup=False)
+            yield Static("", id="plan-context-line", classes="line", markup=False)
             ways: DataTable[object] = DataTable(id="plan-ways", cursor_type="row")
             ways.add_columns(*WAY_COLUMNS)
             yield ways
-            yield Static("", id="plan-serve", markup=False)
+            yield Static("", id="plan-serve", classes="line command", markup=False)
         yield SteadyFooter()
 
     def on_mount(self) -> None:

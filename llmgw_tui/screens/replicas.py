@@ -127,23 +127,24 @@ class ReplicasScreen(KeptScreen[None]):
     def compose(self) -> ComposeResult:
         """Status line, the replicas, the shards of the one selected, the ask field, the answer."""
         yield TitleBar(icon="▦")
-        yield Static("reading the replicas…", id="replicas-status", markup=False)
+        yield Static("reading the replicas…", id="replicas-status", classes="status", markup=False)
         yield Static("", id="gateways", markup=False)
         yield Static("", id="keeping", markup=False)
-        table = ReplicaTable(id="replicas", cursor_type="row", zebra_stripes=True)
+        table = ReplicaTable(id="replicas", classes="upper", cursor_type="row", zebra_stripes=True)
         for key, label in REPLICA_COLUMNS:
             table.add_column(label, key=key)
         yield table
-        yield Static("", id="replica-reason", markup=False)
-        shards: DataTable[object] = DataTable(id="shards", cursor_type="none")
+        yield Static("", id="replica-reason", classes="reason", markup=False)
+        shards: DataTable[object] = DataTable(id="shards", classes="fill below", cursor_type="none")
         shards.add_columns(*SHARD_COLUMNS)
         yield shards
         yield CheckedInput(
             placeholder="ask the replica: type a prompt, Enter sends",
             id="ask",
+            classes="popup",
             validators=[Checked(prompt_refusal)],
         )
-        yield Static("", id="replica-answer", markup=False)
+        yield Static("", id="replica-answer", classes="detail", markup=False)
         yield SteadyFooter()
 
     def on_mount(self) -> None:

@@ -124,7 +124,7 @@ class ServeScreen(KeptScreen[None]):
         from llmgw_core.script.steps.serve import ServeArgs  # the fields' bounds are the step's
 
         yield TitleBar(icon="▦")
-        yield Static("", id="serve-step", markup=False)
+        yield Static("", id="serve-step", classes="status", markup=False)
         with ContentSwitcher(initial="model", id="serve-pages"):
             with Vertical(id="model"):
                 yield Static(
@@ -139,7 +139,9 @@ class ServeScreen(KeptScreen[None]):
                 yield Static("", id="serve-last", markup=False)
             with Vertical(id="way"):
                 yield Static("", id="serve-plan-line", markup=False)
-                ways: DataTable[object] = DataTable(id="serve-ways", cursor_type="row")
+                ways: DataTable[object] = DataTable(
+                    id="serve-ways", classes="short", cursor_type="row"
+                )
                 ways.add_columns(*WAY_COLUMNS)
                 yield ways
             with Vertical(id="size"):
@@ -160,7 +162,7 @@ class ServeScreen(KeptScreen[None]):
                         value="1",
                         placeholder="sequences",
                     )
-                yield Static("", id="serve-fit", markup=False)
+                yield Static("", id="serve-fit", classes="fit", markup=False)
             with Vertical(id="extras"):
                 yield Static("Fallbacks: how many next-best ways to try if this one fails.")
                 yield number_input(
@@ -191,7 +193,7 @@ class ServeScreen(KeptScreen[None]):
                     id="serve-gateway",
                 )
                 yield Static("", id="serve-preview", markup=False)
-        with Horizontal(id="serve-buttons"):
+        with Horizontal(id="serve-buttons", classes="buttons"):
             yield Static("", id="serve-reason", markup=False)
             yield Button("Back", id="serve-back-button")
             yield Button("Next", id="serve-next-button", variant="primary")
