@@ -333,6 +333,7 @@ def estimate(
             flash_attn=options.flash_attn,
             quantized_kv=kv_type.lower() not in _PLAIN_KV,
             holds_head=index == count_devices - 1,
+            n_outputs=options.n_outputs,
         )
         context_gib = 0.0 if cpu_only else CUDA_CONTEXT_GIB
         total = (placed.device_bytes[index] + repack + kv.total_bytes + compute) / GIB
@@ -457,53 +458,61 @@ def compute_bytes(
     flash_attn: bool,
     quantized_kv: bool,
     holds_head: bool = True,
+    n_outputs: int | None = None,
 ) -> int:
     """llama.cpp's CPU compute buffer: the largest set of tensors alive at once in a micro-batch.
 
     Widths below are fp32 columns of `n_ubatch` rows; H is the hidden size,
     h the heads, and an MLA model's absorbed query is `h × (latent + rope)`
-    wide (q). Three moments compete:
+    wide (q). The masks (`n_kv`, and the window's on a sliding-window model)
+    live through every layer: fp32 without flash attention, fp16 (half a
+    column a cell) with it. Beside them one of these is the most:
+    * the feed-forward: its gate, up and their product (3 × its width, the
+      experts a token uses for a mixture) and 4 H of stream;
     * attention without flash attention: every head's scores against every
-      cell (`n_kv × h`, soft-maxed in place), the mask (`n_kv`, and the
-      window's on a sliding-window model), and the stream around them
-      (5 H + 2 × the K/V width; MLA 8 H + 2 q, or at long contexts a second
-      `n_kv` with q + H);
-    * attention with flash attention: the masks and the stream (2 H; MLA
-      q + H; a sliding-window model 6 H);
+      cell (`n_kv × h`, soft-maxed in place) and 5 H + 2 × the K/V width of
+      stream; MLA 8 H + 2 q, or at long contexts a second `n_kv` with q + H;
+    * MLA's attention with flash attention: 8 H + 2 q;
     * the output, on the device holding the head: a logit per vocabulary
-      entry (the reserve asks one per token) beside the stream (2 H, one H
-      more when a quantised KV cache is read through flash attention; MLA
-      6 H); elsewhere the feed-forward's gate and up (2 × its width + 2 H).
+      entry for each of `n_outputs` tokens (None: every token of the
+      micro-batch, as llama-cpp-python and older llama-server builds
+      reserve; newer llama-server builds reserve one a slot) beside 2 H of
+      stream (one H more when a quantised KV cache is read through flash
+      attention; MLA 6 H).
     The stream terms are measured against llama.cpp's allocator
     (`tests/engines/llamacpp_truth.py`), not derived from its graph.
     """
     hidden, heads = shape.hidden_size, shape.num_attention_heads
     masks = n_kv + (n_kv_swa if shape.sliding_window else 0)
-    if shape.mla is not None:
-        query = heads * (shape.mla.kv_lora_rank + shape.mla.qk_rope_head_dim)
-        if flash_attn:
-            attention = masks + query + hidden
-        else:
-            attention = max(
-                n_kv * (heads + 1) + 8 * hidden + 2 * query,
-                n_kv * (heads + 2) + query + hidden,
-            )
-        tail = 6 * hidden
-    else:
-        if flash_attn:
-            attention = masks + (6 if shape.sliding_window else 2) * hidden
-        else:
-            attention = masks - n_kv + n_kv * (heads + 1)
-            attention += 5 * hidden + 2 * shape.num_kv_heads * shape.head_dim
-        tail = 2 * hidden + (hidden if quantized_kv and flash_attn else 0)
+    if flash_attn:
+        masks = masks // 2
     ffn = (
         (shape.moe_intermediate_size or 0) * (shape.experts_per_token or 1)
         if shape.is_moe
         else shape.intermediate_size
     )
-    feed_forward = 2 * ffn + 2 * hidden
-    output = shape.vocab_size + tail if holds_head else 0
-    return n_ubatch * 4 * max(attention, feed_forward, output)
+    columns = masks + 3 * ffn + 4 * hidden
+    if shape.mla is not None:
+        query = heads * (shape.mla.kv_lora_rank + shape.mla.qk_rope_head_dim)
+        if flash_attn:
+            columns = max(columns, masks + 8 * hidden + 2 * query)
+        else:
+            columns = max(
+                columns,
+                n_kv * (heads + 1) + 8 * hidden + 2 * query,
+                n_kv * (heads + 2) + query + hidden,
+            )
+        tail = 6 * hidden
+    else:
+        if not flash_attn:
+            attention = masks + n_kv * heads + 5 * hidden + 2 * shape.num_kv_heads * shape.head_dim
+            columns = max(columns, attention)
+        tail = 2 * hidden + (hidden if quantized_kv and flash_attn else 0)
+    peak = n_ubatch * 4 * columns
+    if holds_head:
+        outputs = n_ubatch if n_outputs is None else min(n_outputs, n_ubatch)
+        peak = max(peak, 4 * (outputs * shape.vocab_size + n_ubatch * tail))
+    return peak
 
 
 _PLAIN_KV = ("f16", "f32", "bf16")

@@ -85,12 +85,16 @@ class EngineOptions:
             head's scores against the whole context.
         n_ubatch: llama.cpp's tokens of one micro-batch (`--ubatch-size`),
             which every compute-buffer term is a multiple of.
+        n_outputs: llama.cpp's logits reserved a micro-batch: None for every
+            token of it (llama-cpp-python, older llama-server builds), else one
+            a slot (llama-server builds that set `n_outputs_max`).
         max_num_batched_tokens: vLLM's tokens of one step, which its
             activation peak is profiled with; None for its default on the card.
     """
 
     flash_attn: bool = True
     n_ubatch: int = 512
+    n_outputs: int | None = None
     max_num_batched_tokens: int | None = None
 
 

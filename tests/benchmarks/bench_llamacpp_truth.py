@@ -9,7 +9,9 @@ held by `tests/e2e/test_llamacpp_truth.py` over a subset.
 The GGUFs (five architectures, and llama.cpp's own Q8_0, Q4_K_M and Q6_K of
 three of them) are written once into a temporary folder (or `--keep DIR`,
 reused when there), each loaded once by llama-cpp-python on this CPU; every
-case is one context over a loaded model. Needs `llama-cpp-python`.
+case is one context over a loaded model. Where a llama-server is installed
+(or `LLMGW_LLAMA_SERVER` names a build) each file is also started with the
+plan's own llama-server command. Needs `llama-cpp-python`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from tests.engines.llamacpp_truth import (
     Case,
     estimate_figures,
     llama_cpp_figures,
+    llama_server,
     measure,
+    measure_server,
     quantize,
     read_artifact,
     within,
@@ -115,6 +119,31 @@ def main() -> None:
                         f"{path.stem:18} {case.label:32} {figure:8} {real:10.2f} {said:10.2f} "
                         f"{error:+7.2f}%{mark}"
                     )
+        server = llama_server()
+        if server:
+            print(f"\nllama-server ({server}), the plan's command, 4 slots of 4,096 tokens:")
+            import socket
+
+            for path in paths:
+                for flash in (True, False):
+                    case = Case(4096, 4, 512, "f16", flash, n_outputs=4)
+                    with socket.socket() as probe:
+                        probe.bind(("127.0.0.1", 0))
+                        port = probe.getsockname()[1]
+                    truth = llama_cpp_figures(measure_server(server, path, case, port))
+                    ours = estimate_figures(path, case, repack)
+                    count += 1
+                    for figure in FIGURES:
+                        real, said = truth[figure], ours[figure]
+                        error = (said - real) / real * 100 if real else 0.0
+                        if real >= 1:
+                            worst[figure] = max(worst[figure], abs(error))
+                        mark = "" if within(real, said) else "  OUT OF BOUNDS"
+                        outside += bool(mark)
+                        print(
+                            f"{path.stem:18} {'server ' + case.label:32} {figure:8} {real:10.2f} "
+                            f"{said:10.2f} {error:+7.2f}%{mark}"
+                        )
         measured = time.monotonic() - started
         print(f"\n{'file':22} {'llama.cpp MiB':>14} {'recipe MiB':>11} {'error':>8}")
         from llmgw_core.memory.llamacpp import recipe_bytes

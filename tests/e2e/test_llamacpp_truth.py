@@ -94,3 +94,24 @@ def test_the_quantiser_s_mixed_recipe_is_what_recipe_bytes_predicts(files: dict[
     made = read_artifact(files["llama-Q4_K_M"])
     real = sum(t.n_bytes for part in made.gguf_tensors for t in part)
     assert recipe_bytes(shape, "Q4_K_M") == pytest.approx(real, rel=0.005)
+
+
+@pytest.mark.parametrize("flash_attn", [True, False])
+def test_llama_server_started_as_the_plan_shows_allocates_what_estimate_says(
+    files: dict[str, Path], flash_attn: bool
+):
+    """Where a llama-server is installed (or `LLMGW_LLAMA_SERVER` names a build): the plan's own
+    command, four slots of 4,096 tokens, with and without flash attention."""
+    from tests.e2e.kept_demo import free_port
+    from tests.engines.llamacpp_truth import llama_server, measure_server
+
+    server = llama_server()
+    if not server:
+        pytest.skip("no llama-server here (LLMGW_LLAMA_SERVER names a build to use)")
+    path = files["gemma3"]
+    # This llama-server reserves one logit row a slot (`n_outputs_max`), not one a token.
+    case = Case(4096, 4, 512, "f16", flash_attn=flash_attn, n_outputs=4)
+    truth = llama_cpp_figures(measure_server(server, path, case, free_port()))
+    ours = estimate_figures(path, case, _repack())
+    drifted = [f for f in truth if not within(truth[f], ours[f])]
+    assert not drifted, f"llama.cpp {truth}, estimate {ours}"

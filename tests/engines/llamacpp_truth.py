@@ -287,6 +287,8 @@ class Case:
     flash_attn: bool = False
     swa_full: bool = False
     """llama-server's default is a window-sized cache for sliding layers; llama-cpp-python keeps llama.cpp's full one."""
+    n_outputs: int | None = None
+    """Logits reserved a micro-batch: all its tokens (the C API's default) or one a slot."""
 
     @property
     def label(self) -> str:
@@ -370,6 +372,53 @@ def measure(path: Path, cases: list[Case], timeout_s: float = 600) -> list[dict[
     return [row["figures"] for row in rows]
 
 
+def llama_server() -> str | None:
+    """A llama-server to measure with: `LLMGW_LLAMA_SERVER`, else one on PATH (None: neither)."""
+    import os
+    import shutil
+
+    return os.environ.get("LLMGW_LLAMA_SERVER") or shutil.which("llama-server")
+
+
+def measure_server(server: str, path: Path, case: Case, port: int) -> dict[str, float]:
+    """llama-server's logged buffers, started with the plan's own command for `case`."""
+    import time
+
+    from llmgw_core.engines.planned import planned_argv
+    from llmgw_core.memory.need import EngineOptions
+
+    argv = list(
+        planned_argv(
+            "llama.cpp",
+            str(path),
+            context=case.context,
+            concurrency=case.sequences,
+            on_cpu=True,
+            http_port=port,
+            engine_options=EngineOptions(flash_attn=case.flash_attn, n_ubatch=case.n_ubatch),
+        )
+    )
+    argv[0] = server
+    process = subprocess.Popen(
+        [*argv, "--verbosity", "4"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        assert process.stderr is not None
+        for line in process.stderr:
+            seen.append(line)
+            if "listening on" in line or time.monotonic() > deadline:
+                break
+    finally:
+        process.kill()
+        process.wait()
+    logged = parse_buffers("".join(seen))
+    if "compute CPU" not in logged:
+        raise RuntimeError(f"llama-server logged no buffers: {''.join(seen[-10:])}")
+    return logged
+
+
 def llama_cpp_figures(logged: dict[str, float]) -> dict[str, float]:
     """The logged buffers in the estimate's terms: weights, repacked weights, KV, compute, output."""
     return {
@@ -411,6 +460,7 @@ def estimate_figures(path: Path, case: Case, cpu_repack: str) -> dict[str, float
         kv_cache_dtype=case.kv_type,
         flash_attn=case.flash_attn,
         swa_full=case.swa_full,
+        n_outputs=case.n_outputs,
     )
     said = estimate_result(model, args)["buffers_mib"]
     return {

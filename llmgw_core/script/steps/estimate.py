@@ -64,6 +64,8 @@ class EstimateArgs(StepArgs):
     n_ubatch: int = Field(default=512, ge=1, le=2048)
     sequences: int | None = Field(default=None, ge=1, le=65_536)  # llama.cpp's --parallel
     swa_full: bool = False  # llama-cpp-python keeps whole-context cells on sliding layers
+    # Logits reserved a micro-batch: all its tokens unless told (newer llama-server: one a slot).
+    n_outputs: int | None = Field(default=None, ge=1, le=65_536)
     cpu_repack: Literal["none", "x86_64", "amx", "aarch64"] = (
         "none"  # what a CPU node's CPU repacks
     )
@@ -216,7 +218,9 @@ def _llamacpp(shape: Any, artifact: Artifact, args: EstimateArgs, memory: float)
         context=context,
         kv_type=kv_type,
         cpu_only=args.cpu,
-        options=EngineOptions(flash_attn=args.flash_attn, n_ubatch=args.n_ubatch),
+        options=EngineOptions(
+            flash_attn=args.flash_attn, n_ubatch=args.n_ubatch, n_outputs=args.n_outputs
+        ),
         repack_types=repack,
         swa_full=args.swa_full,
     )
