@@ -80,6 +80,29 @@ def models(folder: Path) -> list[Path]:
     return paths
 
 
+class Table:
+    """The rows printed so far, and the worst error of each figure."""
+
+    def __init__(self) -> None:
+        self.worst = dict.fromkeys(FIGURES, 0.0)
+        self.count = self.outside = 0
+
+    def row(self, model: str, label: str, logged: dict, ours: dict) -> None:
+        """Print one case's figures, llama.cpp's beside the estimate's."""
+        self.count += 1
+        truth = llama_cpp_figures(logged)
+        for figure in FIGURES:
+            real, said = truth[figure], ours[figure]
+            error = (said - real) / real * 100 if real else 0.0
+            if real >= 1:
+                self.worst[figure] = max(self.worst[figure], abs(error))
+            mark = "" if within(real, said) else "  OUT OF BOUNDS"
+            self.outside += bool(mark)
+            print(
+                f"{model:18} {label:32} {figure:8} {real:10.2f} {said:10.2f} {error:+7.2f}%{mark}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", type=Path, help="write (and reuse) the GGUFs here")
@@ -93,8 +116,7 @@ def main() -> None:
         started = time.monotonic()
         paths = models(folder)
         written = time.monotonic() - started
-        worst = dict.fromkeys(FIGURES, 0.0)
-        count = outside = 0
+        table = Table()
         print(
             f"\n{'model':18} {'case':32} {'figure':8} {'llama.cpp':>10} {'estimate':>10} {'error':>8}"
         )
@@ -105,20 +127,7 @@ def main() -> None:
                 if "error" in logged:
                     print(f"{path.stem:18} {case.label:32} llama.cpp refused: {logged['error']}")
                     continue
-                count += 1
-                truth = llama_cpp_figures(logged)
-                ours = estimate_figures(path, case, repack)
-                for figure in FIGURES:
-                    real, said = truth[figure], ours[figure]
-                    error = (said - real) / real * 100 if real else 0.0
-                    if real >= 1:
-                        worst[figure] = max(worst[figure], abs(error))
-                    mark = "" if within(real, said) else "  OUT OF BOUNDS"
-                    outside += bool(mark)
-                    print(
-                        f"{path.stem:18} {case.label:32} {figure:8} {real:10.2f} {said:10.2f} "
-                        f"{error:+7.2f}%{mark}"
-                    )
+                table.row(path.stem, case.label, logged, estimate_figures(path, case, repack))
         server = llama_server()
         if server:
             print(f"\nllama-server ({server}), the plan's command, 4 slots of 4,096 tokens:")
@@ -130,20 +139,9 @@ def main() -> None:
                     with socket.socket() as probe:
                         probe.bind(("127.0.0.1", 0))
                         port = probe.getsockname()[1]
-                    truth = llama_cpp_figures(measure_server(server, path, case, port))
+                    logged = measure_server(server, path, case, port)
                     ours = estimate_figures(path, case, repack)
-                    count += 1
-                    for figure in FIGURES:
-                        real, said = truth[figure], ours[figure]
-                        error = (said - real) / real * 100 if real else 0.0
-                        if real >= 1:
-                            worst[figure] = max(worst[figure], abs(error))
-                        mark = "" if within(real, said) else "  OUT OF BOUNDS"
-                        outside += bool(mark)
-                        print(
-                            f"{path.stem:18} {'server ' + case.label:32} {figure:8} {real:10.2f} "
-                            f"{said:10.2f} {error:+7.2f}%{mark}"
-                        )
+                    table.row(path.stem, "server " + case.label, logged, ours)
         measured = time.monotonic() - started
         print(f"\n{'file':22} {'llama.cpp MiB':>14} {'recipe MiB':>11} {'error':>8}")
         from llmgw_core.memory.llamacpp import recipe_bytes
@@ -158,10 +156,12 @@ def main() -> None:
                     f"{name + ' ' + file_type:22} {real / 2**20:14.2f} {said / 2**20:11.2f} "
                     f"{(said - real) / real * 100:+7.2f}%"
                 )
+        worst = table.worst
         print(
-            f"\nllamacpp-truth: {count} cases, worst weights {max(worst['weights'], worst['repack']):.2f} %, "
-            f"KV {worst['kv']:.2f} %, compute {worst['compute']:.2f} %, output {worst['output']:.2f} %; "
-            f"{outside} figures out of bounds (2 % or 8 MiB); files {written:.1f} s, "
+            f"\nllamacpp-truth: {table.count} cases, worst weights "
+            f"{max(worst['weights'], worst['repack']):.2f} %, KV {worst['kv']:.2f} %, "
+            f"compute {worst['compute']:.2f} %, output {worst['output']:.2f} %; "
+            f"{table.outside} figures out of bounds (2 % or 8 MiB); files {written:.1f} s, "
             f"loads and estimates {measured:.1f} s"
         )
 
