@@ -109,7 +109,9 @@ FLAGS: dict[str, dict[str, Flag]] = {
         "enable_metrics": Flag("bool"),
     },
     "llama.cpp": {
-        "jinja": Flag("bool"),
+        "jinja": Flag(
+            "bool", default_on=True
+        ),  # on by default in newer builds: false is --no-jinja
         "reasoning_format": Flag("choice", ("none", "deepseek", "deepseek-legacy", "auto")),
         "cache_type_k": Flag("choice", LLAMA_CACHE_TYPES, memory=True),
         "cache_type_v": Flag("choice", LLAMA_CACHE_TYPES, memory=True),

@@ -45,7 +45,9 @@ from tiny_gguf import (
     EMBEDDING_LENGTH,
     EOS_ID,
     REPLY,
+    TOOL_CALL,
     write_tiny_llama_gguf,
+    write_tiny_tool_caller_gguf,
 )
 
 from llmgw_agent.discover.engines import EXTRA_PREFIXES_ENV
@@ -469,7 +471,13 @@ LOGINS = {"asyncssh": asyncssh_login, "openssh": openssh_login}
 
 
 def run_script_on_this_machine(
-    folder: Path, steps: str, model_dir: Path, leftovers_of: str, *, ssh: str = "asyncssh"
+    folder: Path,
+    steps: str,
+    model_dir: Path,
+    leftovers_of: str,
+    *,
+    ssh: str = "asyncssh",
+    node_lines: str = "",
 ) -> tuple[subprocess.CompletedProcess[str], dict[int, str]]:
     """Run `llmgw-tui --inventory … --run … --json` against this machine as node `here`.
 
@@ -482,6 +490,7 @@ def run_script_on_this_machine(
         model_dir: the node's model directory.
         leftovers_of: a path only this run's engines name on their command line.
         ssh: "asyncssh" (its server in a thread here) or "openssh" (sshd).
+        node_lines: more of the node's inventory entry (YAML lines).
 
     Returns:
         The finished console, and the processes still naming `leftovers_of`
@@ -503,7 +512,7 @@ def run_script_on_this_machine(
         inventory.write_text(
             f"nodes:\n  - name: {NODE}\n    host: 127.0.0.1\n    port: {login.port}\n{user}"
             f"    identity_file: {key_path}\n    model_dirs: [{model_dir}]\n"
-            f"{login.inventory_lines}known_hosts: {known_hosts}\n"
+            f"{login.inventory_lines}{node_lines}known_hosts: {known_hosts}\n"
         )
         done = subprocess.run(
             [*LLMGW_TUI, "--inventory", str(inventory), "--run", str(script), "--json"],
@@ -598,4 +607,68 @@ def test_a_service_of_the_tiny_gguf_rolls_to_a_new_context_on_real_llama_cpp(tmp
     live = [r for r in listed["replicas"] if r["phase"] == "ready"]
     assert [(r["name"], r["service"]) for r in live] == [("tiny-2", "tiny")]
     assert stopped["stopped"] == ["tiny-2"]
+    assert list(left_running.values()) == []
+
+
+def test_llama_server_served_with_jinja_answers_an_openai_tools_call_with_a_tool_call(
+    tmp_path: Path,
+):
+    """Where a llama-server is installed (or `LLMGW_LLAMA_SERVER` names a build): `engine_args:
+    {jinja: true}` reaches it, and the OpenAI SDK's `tools=` call gets a `tool_calls` message
+    parsed by llama-server itself from the model's Hermes-style answer."""
+    from openai import OpenAI
+
+    from tests.engines.llamacpp_truth import llama_server
+
+    server = llama_server()
+    if not server:
+        pytest.skip("no llama-server here (LLMGW_LLAMA_SERVER names a build to use)")
+    model_dir = tmp_path / "models"
+    model_path = write_tiny_tool_caller_gguf(model_dir / "tools" / "tools.gguf")
+    node_lines = f"    engines: {{llama.cpp: {{bin: {server}}}}}\n"
+    serve = (
+        f"  - serve: {{model: {model_path}, engine: llama.cpp, context: 2048, name: tools,"
+        " engine_args: {jinja: true}, timeout: 120}\n"
+    )
+    done, _ = run_script_on_this_machine(
+        tmp_path, serve, model_dir, "nothing names this", node_lines=node_lines
+    )
+    try:
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        replica = json.loads(done.stdout.splitlines()[-1])["result"]["replica"]
+        (shard,) = replica["shards"]
+        assert shard["argv"][0] == server and "--jinja" in shard["argv"]
+        assert shard["argv"][shard["argv"].index("--flash-attn") + 1] == "on"
+        port = replica["endpoint"].rsplit(":", 1)[1]
+        client = OpenAI(base_url=f"http://{replica['http_host']}:{port}/v1", api_key="none")
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "The weather in a city",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"city": {"type": "string"}},
+                        "required": ["city"],
+                    },
+                },
+            }
+        ]
+        answer = client.chat.completions.create(
+            model="tools",
+            messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+            tools=tools,
+            max_tokens=64,
+        )
+        choice = answer.choices[0]
+        assert choice.finish_reason == "tool_calls", choice
+        (call,) = choice.message.tool_calls
+        assert call.function.name == TOOL_CALL["name"]
+        assert json.loads(call.function.arguments) == TOOL_CALL["arguments"]
+    finally:
+        stopped, left_running = run_script_on_this_machine(
+            tmp_path, "  - stop: {replica: tools}\n", model_dir, str(model_path)
+        )
+    assert stopped.returncode == 0, stopped.stdout[-2000:]
     assert list(left_running.values()) == []

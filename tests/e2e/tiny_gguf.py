@@ -51,19 +51,29 @@ CHAT_TEMPLATE = (
 )
 
 
-def _vocabulary() -> tuple[list[str], list[int], list[int]]:
-    """Tokens, their types, and the ids of the reply's word pieces in order."""
+def _vocabulary(
+    pieces: list[str] | None = None, controls: tuple[str, ...] = ()
+) -> tuple[list[str], list[int], list[int]]:
+    """Tokens, their types, and the ids of the reply's pieces in order.
+
+    The reply is `REPLY`'s words (SentencePiece pieces, a space before each)
+    unless `pieces` gives it as exact text, one token a piece (`<…>` pieces
+    are user-defined tokens); `controls` adds control tokens a template names.
+    """
     tokens = ["<unk>", "<s>", "</s>"]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     tokens += [f"<0x{byte:02X}>" for byte in range(256)]
     types += [gguf.TokenType.BYTE] * 256
+    tokens += list(controls)
+    types += [gguf.TokenType.CONTROL] * len(controls)
     reply_ids = []
-    for word in REPLY.split(" "):
+    for piece in pieces or [_SPACE + word for word in REPLY.split(" ")]:
         reply_ids.append(len(tokens))
-        tokens.append(_SPACE + word)
-        types.append(gguf.TokenType.NORMAL)
+        tokens.append(piece)
+        special = pieces is not None and piece.startswith("<")
+        types.append(gguf.TokenType.USER_DEFINED if special else gguf.TokenType.NORMAL)
     if len(set(tokens)) != len(tokens):
-        raise ValueError(f"the reply {REPLY!r} must not repeat a word")
+        raise ValueError(f"the reply {pieces or REPLY!r} must not repeat a piece")
     return tokens, [int(kind) for kind in types], reply_ids
 
 
@@ -108,14 +118,62 @@ def _tensors(vocab_size: int, reply_ids: list[int]) -> dict[str, np.ndarray]:
     return tensors
 
 
-def write_tiny_llama_gguf(path: Path) -> Path:
+TOOL_CALL = {"name": "get_weather", "arguments": {"city": "Paris"}}
+"""What the tool-calling variant calls, whatever it is asked."""
+
+TOOLS_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n# Tools\n<tools>\n"
+    "{%- for tool in tools %}{{ tool | tojson }}\n{%- endfor %}</tools>\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' and message.tool_calls %}<|im_start|>assistant"
+    "{%- for tool_call in message.tool_calls %}"
+    "{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}"
+    '\n<tool_call>\n{"name": "{{ tool_call.name }}", "arguments": '
+    "{{ tool_call.arguments | tojson }}}\n</tool_call>"
+    "{%- endfor %}<|im_end|>\n"
+    "{%- elif message.role == 'tool' %}<|im_start|>user\n<tool_response>\n"
+    "{{ message.content }}\n</tool_response><|im_end|>\n"
+    "{%- else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+)
+"""A Hermes-style template (Qwen 2.5's shape) that offers tools and writes their calls, so a
+llama-server with `--jinja` knows how this model calls a tool and parses its answer."""
+
+
+def write_tiny_tool_caller_gguf(path: Path) -> Path:
+    """The tiny model answering every prompt with a Hermes tool call of `TOOL_CALL`."""
+    import json
+
+    pieces = ["<tool_call>", "\n" + json.dumps(TOOL_CALL) + "\n", "</tool_call>"]
+    return write_tiny_llama_gguf(
+        path,
+        pieces=pieces,
+        controls=("<|im_start|>", "<|im_end|>"),
+        chat_template=TOOLS_TEMPLATE,
+        context=4096,
+    )
+
+
+def write_tiny_llama_gguf(
+    path: Path,
+    *,
+    pieces: list[str] | None = None,
+    controls: tuple[str, ...] = (),
+    chat_template: str = CHAT_TEMPLATE,
+    context: int = CONTEXT_TOKENS,
+) -> Path:
     """Write the tiny model to `path` (the same bytes every time) and return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tokens, types, reply_ids = _vocabulary()
+    tokens, types, reply_ids = _vocabulary(pieces, controls)
     writer = gguf.GGUFWriter(path, "llama")
     writer.add_name("llmgw tiny llama")
-    writer.add_context_length(CONTEXT_TOKENS)
+    writer.add_context_length(context)
     writer.add_embedding_length(EMBEDDING_LENGTH)
     writer.add_block_count(BLOCK_COUNT)
     writer.add_feed_forward_length(FEED_FORWARD_LENGTH)
@@ -135,7 +193,7 @@ def write_tiny_llama_gguf(path: Path) -> Path:
     writer.add_unk_token_id(UNKNOWN_ID)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    writer.add_chat_template(CHAT_TEMPLATE)
+    writer.add_chat_template(chat_template)
     for name, tensor in _tensors(len(tokens), reply_ids).items():
         writer.add_tensor(name, tensor)
     writer.write_header_to_file()
