@@ -331,6 +331,14 @@ def engine_options_of(args: Mapping[str, Any]) -> EngineOptions:
     )
 
 
+def shown_flags(args: Mapping[str, Any]) -> str:
+    """`NAME=VALUE …` as an operator types them (`flash_attn=false`, not Python's `False`)."""
+    return " ".join(
+        f"{name}={str(value).lower() if isinstance(value, bool) else value}"
+        for name, value in args.items()
+    )
+
+
 def sized_flags(engine: str, options: EngineOptions) -> dict[str, str | bool]:
     """The engine_args that give `options` back (the plan's command shows what it sized)."""
     found: dict[str, str | bool] = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from llmgw_core.engines.flags import shown_flags
 from llmgw_core.serve.view import ReplicaView, ShardView
 
 BAR_CELLS = 12
@@ -113,7 +114,7 @@ def shards_on_node(views: Iterable[ReplicaView], node: str) -> list[str]:
                 continue
             transport = shard_transport(view, shard) or "-"
             flags = view.spec.get("engine_args") or {}
-            shown = " · " + " ".join(f"{k}={v}" for k, v in flags.items()) if flags else ""
+            shown = " · " + shown_flags(flags) if flags else ""
             lines.append(
                 f"{view.name} r{shard.rank} · {compact_gpus(shard.gpus)} · {shard.phase}"
                 f" · NCCL {transport}{shown}"

@@ -103,7 +103,10 @@ class ServeScreen(KeptScreen[None]):
         Binding("enter", "next", "Next (on Confirm: serve)", show=False, id="serve-enter"),
         Binding("escape", "toggle_field", "Field", show=False, id="serve-field"),
         Binding("ctrl+s", "save_service", "Save as a service", show=False, id="serve-save"),
+        Binding("q", "quit_asked", "Quit", show=False, id="serve-quit"),
     ]
+    QUIT_AGAIN_S = 5.0
+    """How long a second `q` quits after the first was held back."""
 
     step: var[str] = var("model", init=False)
     """The page shown (one of `STEPS`): setting it shows it (`watch_step`)."""
@@ -112,6 +115,8 @@ class ServeScreen(KeptScreen[None]):
 
     def __init__(self) -> None:
         super().__init__()
+        self._quit_asked_at: float | None = None
+        """When a `q` out of a field was held back (a second one soon after quits)."""
         self.plan_body: dict[str, Any] | None = None
         self.way: dict[str, Any] | None = None
         self.preview: Any = None
@@ -260,6 +265,26 @@ class ServeScreen(KeptScreen[None]):
 
     def _focus_first(self) -> None:
         self.query_one(FIRST_FIELD[self.step]).focus()
+
+    def action_quit_asked(self) -> None:
+        """`q` out of a field quits, unless the wizard holds what was typed: then it says so
+        and a second `q` quits (a stray key does not throw the entries away)."""
+        import time
+
+        model = self.query_one("#serve-model", Input).value.strip()
+        asked = self._quit_asked_at
+        if (not model and self.step == STEPS[0]) or (
+            asked is not None and time.monotonic() - asked < self.QUIT_AGAIN_S
+        ):
+            self.app.exit()
+            return
+        self._quit_asked_at = time.monotonic()
+        self.notify(
+            "q again quits, and what the wizard holds is lost; 1 goes to the fleet and keeps it",
+            title="Serve",
+            severity="warning",
+            timeout=self.QUIT_AGAIN_S,
+        )
 
     def action_toggle_field(self) -> None:
         """Leave the field (digits, `?` and `q` are the console's keys again), or go back to it."""
@@ -743,9 +768,11 @@ def confirm_text(request: ServeRequest, preview: dict[str, Any]) -> str:
     if preview.get("reason"):
         return f"Nothing would start: {preview['reason']}"
     way = preview.get("way") or {}
+    # The engine, and how it is run where that says more (vLLM over Ray); llama.cpp is itself.
+    how = dict.fromkeys(x for x in (way.get("engine"), preview.get("executor")) if x)
     lines = [
         f"Replica {preview['name']} of {preview['model']}",
-        f"  way {way.get('label')} ({way.get('engine')}, {preview.get('executor')}) · "
+        f"  way {way.get('label')} ({', '.join(how)}) · "
         f"context {preview['context']} × {request.concurrency}",
     ]
     if preview.get("fallbacks"):

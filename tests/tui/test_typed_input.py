@@ -68,6 +68,23 @@ def test_nope_typed_on_the_confirm_page_never_reaches_a_hidden_field():
     asyncio.run(run())
 
 
+def test_a_stray_q_on_the_confirm_page_keeps_the_wizard_and_a_second_one_quits():
+    async def run() -> None:
+        app = LlmgwApp(LiveFeed(inventory=None, demo=True, refresh_s=1.0), animation="none")
+        async with app.run_test(size=(120, 40), notifications=True) as pilot:
+            wizard = await _to_confirm(app, pilot)
+            said: list[str] = []
+            wizard.notify = lambda message, **_: said.append(message)  # type: ignore[method-assign]
+            await pilot.press("q")
+            await pilot.pause()
+            assert app.is_running and app.screen is wizard and wizard.step == "confirm"
+            assert said and said[0].startswith("q again quits")
+            await pilot.press("q")
+            await until(pilot, lambda: not app.is_running, "the console to quit")
+
+    asyncio.run(run())
+
+
 def test_five_after_a_serve_opens_a_fresh_wizard_on_page_one():
     async def run() -> None:
         app = LlmgwApp(LiveFeed(inventory=None, demo=True, refresh_s=1.0), animation="none")

@@ -136,8 +136,9 @@ def render_explain(result: dict[str, Any]) -> Any:
     way = result.get("way")
     head = Text(f"{result['model']}: " + (way["label"] if way else "fits nowhere"))
     if result.get("engine_args"):
-        shown = " ".join(f"{k}={v}" for k, v in result["engine_args"].items())
-        head.append(f" · engine flags {shown}")
+        from llmgw_core.engines.flags import shown_flags
+
+        head.append(f" · engine flags {shown_flags(result['engine_args'])}")
     table = Table("node", "", "why", box=None)
     inside = result.get("inside") or {}
     for node in result.get("nodes", []):

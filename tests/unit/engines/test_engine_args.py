@@ -175,12 +175,12 @@ def test_the_node_page_names_each_shards_engine_flags():
     shard = ShardView(node="h100-a-01", rank=0, shard_id="s0", gpus=("GPU-0",), phase="running")
     flagged = ReplicaView(
         name="tools",
-        spec={"engine_args": {"tool_call_parser": "hermes", "kv_cache_dtype": "fp8"}},
+        spec={"engine_args": {"tool_call_parser": "hermes", "enable_prefix_caching": False}},
         shards=(shard,),
         phase="ready",
     )
     plain = ReplicaView(name="plain", spec={}, shards=(shard,), phase="ready")
     assert shards_on_node([flagged, plain], "h100-a-01") == [
-        "tools r0 · GPU-0 · running · NCCL - · tool_call_parser=hermes kv_cache_dtype=fp8",
+        "tools r0 · GPU-0 · running · NCCL - · tool_call_parser=hermes enable_prefix_caching=false",
         "plain r0 · GPU-0 · running · NCCL -",
     ]
