@@ -254,6 +254,12 @@ class LlmgwApp(GuardedApp, App[int]):
             if event.worker.group == "fleet-poll":
                 self.fleet_failed.publish(sentence)
 
+    async def action_quit(self) -> None:
+        """Quit, unless the screen shown holds typed work and asks for a second `q` first."""
+        if isinstance(self.screen, KeptScreen) and self.screen.quit_held():
+            return
+        self.exit()
+
     def action_help(self) -> None:
         """Show every key of the current screen."""
         from llmgw_tui.screens.help import HelpScreen

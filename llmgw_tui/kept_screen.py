@@ -35,6 +35,10 @@ class KeptScreen(Guarded, Screen[ResultType]):
             self._first_shown = True
             self.on_first_show()
 
+    def quit_held(self) -> bool:
+        """True when `q` should not quit yet: the screen holds typed work and has said so."""
+        return False
+
     def on_first_show(self) -> None:
         """Start the screen's readers (polls, workers) the first time it is shown.
 

@@ -26,22 +26,26 @@ class CommandLine(Guarded, ModalScreen[ParsedCommand | None]):
     def compose(self) -> ComposeResult:
         """The error line (empty until a command fails) above the input."""
         with Vertical(id="command-box"):
-            yield Static("", id="command-error", markup=False)
-            yield Input(  # its reason goes in the error line above, not on its border
-                placeholder=f"command: {known_names()}",
-                id="command-input",
-                validators=[Checked(command_refusal)],
+            self._command_error = Static("", id="command-error", markup=False)
+            yield self._command_error
+            self._command_input = (
+                Input(  # its reason goes in the error line above, not on its border
+                    placeholder=f"command: {known_names()}",
+                    id="command-input",
+                    validators=[Checked(command_refusal)],
+                )
             )
+            yield self._command_input
 
     def on_mount(self) -> None:
         """Blinking is a clock: keep it off so frames do not depend on time."""
-        field = self.query_one("#command-input", Input)
+        field = self._command_input
         field.cursor_blink = False
         field.focus()
 
     @on(Input.Submitted, "#command-input")
     def _submitted(self, event: Input.Submitted) -> None:
-        error_line = self.query_one("#command-error", Static)
+        error_line = self._command_error
         try:
             command = parse_command(event.value)
         except CommandError as error:
@@ -53,7 +57,7 @@ class CommandLine(Guarded, ModalScreen[ParsedCommand | None]):
     @on(Input.Changed, "#command-input")
     def _changed(self, event: Input.Changed) -> None:
         """The reason in red as soon as what is typed cannot be a command; nothing else."""
-        error_line = self.query_one("#command-error", Static)
+        error_line = self._command_error
         why = reason(event.input)
         error_line.update(why or "")
         error_line.set_class(why is not None, "-error")

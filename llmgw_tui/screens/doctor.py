@@ -54,23 +54,28 @@ class DoctorScreen(Guarded, Screen[None]):
     def compose(self) -> ComposeResult:
         """A status line and one row per check."""
         yield TitleBar(icon="▦")
-        yield Static("asking the nodes…", id="doctor-status", classes="status", markup=False)
+        self._doctor_status = Static(
+            "asking the nodes…", id="doctor-status", classes="status", markup=False
+        )
+        yield self._doctor_status
         table: DataTable[object] = DataTable(id="doctor-checks", classes="fill", cursor_type="row")
+        self._doctor_checks = table
         table.add_columns("STATUS", "NODE", "CHECK", "WHAT IT SAYS")
         yield table
-        yield Static("", id="doctor-detail", classes="detail", markup=False)
+        self._doctor_detail = Static("", id="doctor-detail", classes="detail", markup=False)
+        yield self._doctor_detail
         yield Footer()
 
     def on_mount(self) -> None:
         """Run the checks."""
         self.title = "llmgw"
         self.sub_title = f"doctor {self.node}" if self.node else "doctor: every node"
-        self.query_one("#doctor-checks", DataTable).focus()
+        self._doctor_checks.focus()
         self.run_checks()
 
     def action_run_again(self) -> None:
         """Ask the nodes again."""
-        self.query_one("#doctor-status", Static).update("asking the nodes…")
+        self._doctor_status.update("asking the nodes…")
         self.run_checks()
 
     def action_back(self) -> None:
@@ -117,13 +122,13 @@ class DoctorScreen(Guarded, Screen[None]):
         """The rows worst first, and the counts."""
         self.rows = worst_first(rows)
         counts = {s: sum(r["status"].lower() == s for r in rows) for s in SEVERITY}
-        self.query_one("#doctor-status", Static).update(
+        self._doctor_status.update(
             f"{nodes} node{'' if nodes == 1 else 's'} · {counts['fail']} fail · "
             f"{counts['warn']} warn · {counts['pass']} pass"
             if nodes
             else "No node is ready to ask."
         )
-        table = self.query_one("#doctor-checks", DataTable)
+        table = self._doctor_checks
         table.clear()
         for row in self.rows:
             status = row["status"].lower()
@@ -142,7 +147,7 @@ class DoctorScreen(Guarded, Screen[None]):
 
     def _show_detail(self, index: int) -> None:
         """The whole sentence and the fix of the check under the cursor."""
-        detail = self.query_one("#doctor-detail", Static)
+        detail = self._doctor_detail
         if not 0 <= index < len(self.rows):
             detail.update("")
             return

@@ -50,12 +50,16 @@ class FabricScreen(Guarded, Screen[None]):
     def compose(self) -> ComposeResult:
         """Status, a progress indicator while it runs, the rails, the reasons."""
         yield TitleBar(icon="▦")
-        yield Static("", id="fabric-status", classes="status", markup=False)
-        yield LoadingIndicator(id="fabric-running")
+        self._fabric_status = Static("", id="fabric-status", classes="status", markup=False)
+        yield self._fabric_status
+        self._fabric_running = LoadingIndicator(id="fabric-running")
+        yield self._fabric_running
         table: DataTable[object] = DataTable(id="fabric-rails", classes="short", cursor_type="row")
+        self._fabric_rails = table
         table.add_columns("RAIL", "ADAPTERS", "RATED", "Gb/s", "RATIO", "VERDICT", "METHOD")
         yield table
-        yield Static("", id="fabric-notes", classes="reason", markup=False)
+        self._fabric_notes = Static("", id="fabric-notes", classes="reason", markup=False)
+        yield self._fabric_notes
         yield Footer()
 
     def on_mount(self) -> None:
@@ -66,16 +70,14 @@ class FabricScreen(Guarded, Screen[None]):
 
     def action_run_again(self) -> None:
         """Run the test (again)."""
-        self.query_one("#fabric-running").display = self.app.animation_level != "none"
-        self.query_one("#fabric-status", Static).update(
-            f"testing {self.node_a} ↔ {self.node_b}, one rail at a time…"
-        )
+        self._fabric_running.display = self.app.animation_level != "none"
+        self._fabric_status.update(f"testing {self.node_a} ↔ {self.node_b}, one rail at a time…")
         self._pending_rails()
         self.run_test_pair()
 
     def _pending_rails(self) -> None:
         """The rails about to run, from the inventory's fabric of each node (pending)."""
-        table = self.query_one("#fabric-rails", DataTable)
+        table = self._fabric_rails
         table.clear()
         fleet = self.console_app.fleet
         fabrics = (fleet.fabrics or {}) if fleet is not None else {}
@@ -115,8 +117,8 @@ class FabricScreen(Guarded, Screen[None]):
             self._done(f"The fabric test stopped: {event.worker.error}", error=True)
 
     def _done(self, sentence: str, *, error: bool) -> None:
-        self.query_one("#fabric-running").display = False
-        status = self.query_one("#fabric-status", Static)
+        self._fabric_running.display = False
+        status = self._fabric_status
         status.update(sentence)
         status.set_class(error, "-error")
 
@@ -129,7 +131,7 @@ class FabricScreen(Guarded, Screen[None]):
             error or f"{self.node_a} ↔ {self.node_b} on {result.get('fabric') or 'TCP'}: {summary}",
             error=bool(error),
         )
-        table = self.query_one("#fabric-rails", DataTable)
+        table = self._fabric_rails
         table.clear()
         notes = []
         for row in result.get("rails") or []:
@@ -150,4 +152,4 @@ class FabricScreen(Guarded, Screen[None]):
             )
             if row["method"] == "tcp" or row["measured_gbps"] is None:
                 notes.append(f"{adapters}: {row['reason']}")
-        self.query_one("#fabric-notes", Static).update("\n".join(notes))
+        self._fabric_notes.update("\n".join(notes))

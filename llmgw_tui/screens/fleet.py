@@ -91,12 +91,17 @@ class FleetScreen(KeptScreen[None]):
     def compose(self) -> ComposeResult:
         """Header, a status line, the table and the footer (the filter is mounted on `/`)."""
         yield TitleBar(icon="▦")
-        yield Static("connecting to the fleet…", id="fleet-status", classes="status", markup=False)
+        self._fleet_status = Static(
+            "connecting to the fleet…", id="fleet-status", classes="status", markup=False
+        )
+        yield self._fleet_status
         table = NodeTable(id="nodes", classes="fill", cursor_type="row", zebra_stripes=True)
+        self._node_table = table
         for key, label in COLUMNS:
             table.add_column(Text(label), key=key)  # a str is parsed as markup (and emoji)
         yield table
-        yield Static("", id="fleet-reasons", classes="warnings", markup=False)
+        self._fleet_reasons = Static("", id="fleet-reasons", classes="warnings", markup=False)
+        yield self._fleet_reasons
         yield SteadyFooter()
 
     def on_mount(self) -> None:
@@ -115,7 +120,7 @@ class FleetScreen(KeptScreen[None]):
 
         self._fleet = fleet
         totals = fleet_totals(fleet)
-        status = self.query_one("#fleet-status", Static)
+        status = self._fleet_status
         status.remove_class("-error")
         self._update_if_changed(
             status,
@@ -123,7 +128,7 @@ class FleetScreen(KeptScreen[None]):
             f"{totals.gpus_free}/{totals.gpus_total} GPUs free · "
             f"{totals.nvlink_domains} NVLink domain{'' if totals.nvlink_domains == 1 else 's'}",
         )
-        reasons = self.query_one("#fleet-reasons", Static)
+        reasons = self._fleet_reasons
         self._update_if_changed(
             reasons,
             "\n".join(
@@ -142,7 +147,7 @@ class FleetScreen(KeptScreen[None]):
 
     def show_failure(self, sentence: str) -> None:
         """Say in red why the fleet cannot be read; the last rows stay as they were."""
-        status = self.query_one("#fleet-status", Static)
+        status = self._fleet_status
         self._update_if_changed(status, sentence)
         status.add_class("-error")
 
@@ -173,7 +178,7 @@ class FleetScreen(KeptScreen[None]):
     def _sync_rows(self) -> None:
         if self._fleet is None:
             return
-        table = self.query_one("#nodes", NodeTable)
+        table = self._node_table
         wanted = [n for n in self._fleet.nodes if matches(n, self.needle)]
         wanted_names = [n.name for n in wanted]
         if wanted_names != self._shown:
@@ -250,7 +255,7 @@ class FleetScreen(KeptScreen[None]):
 
     def selected_node(self) -> str | None:
         """The node under the cursor, if any."""
-        table = self.query_one("#nodes", DataTable)
+        table = self._node_table
         names = self._building[0] if self._building is not None else self._shown
         if table.cursor_row >= min(len(names), table.row_count):
             return None
@@ -324,7 +329,7 @@ class FleetScreen(KeptScreen[None]):
             self._filter_timer.stop()
             self._filter_timer = None
             self._apply_filter()
-        self.query_one("#nodes", DataTable).focus()
+        self._node_table.focus()
 
     def action_clear_filter(self) -> None:
         """Empty and hide the filter."""
@@ -332,4 +337,4 @@ class FleetScreen(KeptScreen[None]):
         if field is not None:
             field.value = ""
             field.remove_class("-visible")
-        self.query_one("#nodes", DataTable).focus()
+        self._node_table.focus()

@@ -72,17 +72,23 @@ class GatewaysScreen(KeptScreen[None]):
     def compose(self) -> ComposeResult:
         """Status line, the gateways, the workers of the one selected, why counts are missing."""
         yield TitleBar(icon="▦")
-        yield Static("reading the gateways…", id="gateways-status", classes="status", markup=False)
+        self._gateways_status = Static(
+            "reading the gateways…", id="gateways-status", classes="status", markup=False
+        )
+        yield self._gateways_status
         table = GatewayTable(
             id="gateway-table", classes="upper", cursor_type="row", zebra_stripes=True
         )
+        self._gateway_table = table
         for key, label in GATEWAY_COLUMNS:
             table.add_column(label, key=key)
         yield table
-        yield Static("", id="gateway-reason", classes="reason", markup=False)
+        self._gateway_reason = Static("", id="gateway-reason", classes="reason", markup=False)
+        yield self._gateway_reason
         workers: DataTable[object] = DataTable(
             id="gateway-workers", classes="fill below", cursor_type="none"
         )
+        self._gateway_workers = workers
         workers.add_columns(*WORKER_COLUMNS)
         yield workers
         yield SteadyFooter()
@@ -91,7 +97,7 @@ class GatewaysScreen(KeptScreen[None]):
         """The table has the keys."""
         self.title = "llmgw"
         self.sub_title = "gateways"
-        self.query_one("#gateway-table", DataTable).focus()
+        self._gateway_table.focus()
 
     def on_first_show(self) -> None:
         """Start reading (the first time the screen is shown)."""
@@ -120,7 +126,7 @@ class GatewaysScreen(KeptScreen[None]):
         answering = sum(1 for d in details if not d.get("error"))  # its router listed its workers
         count = len(details)
         self._status(f"{count} gateway{'' if count == 1 else 's'} running · {answering} answering")
-        table = self.query_one("#gateway-table", DataTable)
+        table = self._gateway_table
         names = [str(d.get("name")) for d in details]
         with self.app.batch_update():
             if names != self._shown:
@@ -164,8 +170,8 @@ class GatewaysScreen(KeptScreen[None]):
 
     def _show_workers(self) -> None:
         detail = self.selected_detail()
-        workers = self.query_one("#gateway-workers", DataTable)
-        reason = self.query_one("#gateway-reason", Static)
+        workers = self._gateway_workers
+        reason = self._gateway_reason
         workers.clear()
         if detail is None:
             reason.update("No gateway runs. The Serve wizard's last page puts replicas behind one.")
@@ -184,13 +190,13 @@ class GatewaysScreen(KeptScreen[None]):
         self.call_after_refresh(redraw_table, workers)
 
     def _status(self, sentence: str, *, error: bool = False) -> None:
-        status = self.query_one("#gateways-status", Static)
+        status = self._gateways_status
         status.update(sentence)
         status.set_class(error, "-error")
 
     def selected(self) -> str | None:
         """The name of the gateway under the cursor."""
-        table = self.query_one("#gateway-table", DataTable)
+        table = self._gateway_table
         if not self._shown or table.cursor_row >= len(self._shown):
             return None
         return self._shown[table.cursor_row]

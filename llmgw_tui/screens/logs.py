@@ -67,22 +67,28 @@ class LogsScreen(Guarded, Screen[None]):
     def compose(self) -> ComposeResult:
         """Status line, the NCCL banner, filter and save fields, the log, the badge."""
         yield TitleBar(icon="▦")
-        yield Static("", id="logs-status", classes="status", markup=False)
-        yield Static("", id="nccl-banner", classes="banner", markup=False)
-        yield CheckedInput(
+        self._logs_status = Static("", id="logs-status", classes="status", markup=False)
+        yield self._logs_status
+        self._nccl_banner = Static("", id="nccl-banner", classes="banner", markup=False)
+        yield self._nccl_banner
+        self._logs_filter_input = CheckedInput(
             placeholder="filter lines (text, case ignored)",
             id="logs-filter-input",
             classes="popup",
             validators=[Checked(filter_refusal)],
         )
-        yield CheckedInput(
+        yield self._logs_filter_input
+        self._logs_save_input = CheckedInput(
             placeholder="save to file: path",
             id="logs-save-input",
             classes="popup",
             validators=[Checked(save_path_refusal)],
         )
-        yield Log(id="log", classes="fill", max_lines=SHOWN_LINES, auto_scroll=True)
-        yield Static("", id="new-lines", classes="new-lines", markup=False)
+        yield self._logs_save_input
+        self._log = Log(id="log", classes="fill", max_lines=SHOWN_LINES, auto_scroll=True)
+        yield self._log
+        self._new_lines = Static("", id="new-lines", classes="new-lines", markup=False)
+        yield self._new_lines
         yield Footer()
 
     def on_mount(self) -> None:
@@ -93,11 +99,11 @@ class LogsScreen(Guarded, Screen[None]):
         )
         for field in self.query(Input):
             field.cursor_blink = False
-        self.query_one("#nccl-banner", Static).display = False
-        self.query_one("#new-lines", Static).display = False
+        self._nccl_banner.display = False
+        self._new_lines.display = False
         self._show_status()
         self.set_interval(1 / FLUSH_HZ, self.flush)
-        self.query_one("#log", Log).focus()
+        self._log.focus()
         self.read_logs()
 
     @work(group="logs", exclusive=True, exit_on_error=False, description="Reading the logs")
@@ -156,7 +162,7 @@ class LogsScreen(Guarded, Screen[None]):
 
     def flush(self) -> None:
         """Draw what arrived since the last flush in one write."""
-        log = self.query_one("#log", Log)
+        log = self._log
         if self.lines.pending:
             batch = self.lines.take()
             at_end = log.is_vertical_scroll_end or log.max_scroll_y == 0
@@ -172,13 +178,13 @@ class LogsScreen(Guarded, Screen[None]):
         self._show_badge()
 
     def _show_badge(self) -> None:
-        badge = self.query_one("#new-lines", Static)
+        badge = self._new_lines
         badge.display = self.new_below > 0
         if self.new_below:
             badge.update(f"↓ {self.new_below} new lines — End to jump")
 
     def _show_banner(self) -> None:
-        banner = self.query_one("#nccl-banner", Static)
+        banner = self._nccl_banner
         if self.gateway:  # a router speaks no NCCL
             return
         said = self.lines.socket_fallback(self.replica, self.node_count)
@@ -212,11 +218,11 @@ class LogsScreen(Guarded, Screen[None]):
             parts.append(f"NCCL {label}")
         if self.stream_ended:
             parts.append(self.stream_ended)
-        self.query_one("#logs-status", Static).update(" · ".join(parts))
+        self._logs_status.update(" · ".join(parts))
 
     def _redraw(self) -> None:
         """Draw every kept line again under the current options."""
-        log = self.query_one("#log", Log)
+        log = self._log
         log.clear()
         log.write_lines(shown(self.lines.kept, self.options), scroll_end=True)
         self.new_below = 0
@@ -226,7 +232,7 @@ class LogsScreen(Guarded, Screen[None]):
     def action_toggle_follow(self) -> None:
         """Follow new lines, or hold the view where it is."""
         self.following = not self.following
-        log = self.query_one("#log", Log)
+        log = self._log
         log.auto_scroll = self.following
         if self.following:
             self.action_jump_end()
@@ -234,13 +240,13 @@ class LogsScreen(Guarded, Screen[None]):
 
     def action_jump_end(self) -> None:
         """Scroll to the last line; the badge goes."""
-        self.query_one("#log", Log).scroll_end(animate=False)
+        self._log.scroll_end(animate=False)
         self.new_below = 0
         self._show_badge()
 
     def action_toggle_wrap(self) -> None:
         """Wrap long lines at the view's width, or not."""
-        width = max(20, self.query_one("#log", Log).scrollable_content_region.width - 1)
+        width = max(20, self._log.scrollable_content_region.width - 1)
         wrap = None if self.options.wrap_width else width
         self.options = ShowOptions(self.options.needle, wrap, self.options.timestamps)
         self._redraw()
@@ -254,7 +260,7 @@ class LogsScreen(Guarded, Screen[None]):
 
     def action_filter(self) -> None:
         """Type a filter; lines without it are hidden."""
-        field = self.query_one("#logs-filter-input", Input)
+        field = self._logs_filter_input
         field.add_class("-visible")
         field.focus()
 
@@ -269,11 +275,11 @@ class LogsScreen(Guarded, Screen[None]):
 
     @on(Input.Submitted, "#logs-filter-input")
     def _filter_done(self) -> None:
-        self.query_one("#log", Log).focus()
+        self._log.focus()
 
     def action_save(self) -> None:
         """Ask for a path to save the lines shown (filtered, without wrap) to."""
-        field = self.query_one("#logs-save-input", Input)
+        field = self._logs_save_input
         if not field.value:
             field.value = f"{self._target().replace(' ', '-')}.log"
         field.add_class("-visible")
@@ -295,7 +301,7 @@ class LogsScreen(Guarded, Screen[None]):
             self.notify(f"Cannot write {path}: {exc.strerror or exc}.", severity="error")
             return
         field.remove_class("-visible")
-        self.query_one("#log", Log).focus()
+        self._log.focus()
         self.notify(f"{len(lines)} lines saved to {path}.", title="Logs")
 
     def action_back(self) -> None:
@@ -305,7 +311,7 @@ class LogsScreen(Guarded, Screen[None]):
                 if field.id == "logs-filter-input":
                     field.value = ""
                 field.remove_class("-visible")
-                self.query_one("#log", Log).focus()
+                self._log.focus()
                 return
         if len(self.app.screen_stack) > 1:
             self.app.pop_screen()

@@ -100,29 +100,37 @@ class NodeScreen(Guarded, Screen[None]):
         """A summary line, the devices, the NVLink matrix beside the adapters."""
         yield TitleBar(icon="▦")
         with VerticalScroll(id="node-body"):
-            yield Static("", id="node-summary", classes="status")
+            self._node_summary = Static("", id="node-summary", classes="status")
+            yield self._node_summary
             devices: DataTable[object] = DataTable(
                 id="devices", classes="devices", cursor_type="row"
             )
+            self._devices = devices
             for key, label in DEVICE_COLUMNS:
                 devices.add_column(label, key=key)
             yield devices
             with Horizontal(id="node-links"):
                 with Vertical(id="matrix-box"):
                     yield Static("NVLink matrix", classes="section-title")
-                    yield DataTable(
+                    self._nvlink: DataTable[object] = DataTable(
                         id="nvlink", classes="nvlink", cursor_type="none", show_cursor=False
                     )
+                    yield self._nvlink
                 with Vertical(id="adapter-box", classes="adapters"):
                     yield Static("Adapters", classes="section-title")
                     adapters: DataTable[object] = DataTable(id="adapters", cursor_type="row")
+                    self._adapters = adapters
                     for key, label in ADAPTER_COLUMNS:
                         adapters.add_column(label, key=key)
                     yield adapters
             yield Static("Replicas here", classes="section-title")
-            yield Static("reading the replicas…", id="node-replicas", classes="section-body")
+            self._node_replicas = Static(
+                "reading the replicas…", id="node-replicas", classes="section-body"
+            )
+            yield self._node_replicas
             yield Static("Doctor", classes="section-title")
-            yield Static("", id="doctor", classes="section-body")
+            self._doctor = Static("", id="doctor", classes="section-body")
+            yield self._doctor
         yield Footer()
 
     def on_mount(self) -> None:
@@ -133,7 +141,7 @@ class NodeScreen(Guarded, Screen[None]):
         fleet = self.console_app.fleet
         if fleet is not None:
             self.show_fleet(fleet)
-        self.query_one("#devices", DataTable).focus()
+        self._devices.focus()
         self.action_doctor()
         self._read_replicas()
         self.set_interval(REPLICAS_EVERY_S, self._read_replicas)
@@ -152,7 +160,7 @@ class NodeScreen(Guarded, Screen[None]):
 
     def on_node_shards_read(self, read: NodeShardsRead) -> None:
         """Draw the shards this node runs (or why they could not be read)."""
-        shown = self.query_one("#node-replicas", Static)
+        shown = self._node_replicas
         if read.error is not None:
             shown.update(Content.from_markup("[$error]$sentence[/]", sentence=read.error))
             return
@@ -161,7 +169,7 @@ class NodeScreen(Guarded, Screen[None]):
 
     def action_doctor(self) -> None:
         """Run the node's doctor again (in a worker: the agent may take seconds)."""
-        self.query_one("#doctor", Static).update("running the doctor…")
+        self._doctor.update("running the doctor…")
         self._run_doctor()
 
     @work(group="doctor", exclusive=True, exit_on_error=False, description="The doctor")
@@ -175,7 +183,7 @@ class NodeScreen(Guarded, Screen[None]):
 
     def on_node_doctor_read(self, read: NodeDoctorRead) -> None:
         """Draw the node's checks (or why the doctor could not run)."""
-        doctor = self.query_one("#doctor", Static)
+        doctor = self._doctor
         if read.error is not None:
             doctor.update(Content.from_markup("[$error]$sentence[/]", sentence=read.error))
             return
@@ -184,7 +192,7 @@ class NodeScreen(Guarded, Screen[None]):
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A doctor that died of an unexpected error says so in its place (the app notifies)."""
         if event.worker.group == "doctor" and event.state == WorkerState.ERROR:
-            self.query_one("#doctor", Static).update(
+            self._doctor.update(
                 Content.from_markup(
                     "[$error]the doctor stopped: $error[/]", error=str(event.worker.error)
                 )
@@ -193,7 +201,7 @@ class NodeScreen(Guarded, Screen[None]):
     def show_fleet(self, fleet: FleetSummary) -> None:
         """Redraw from a new snapshot, updating rows in place."""
         detail = fleet.details.get(self.node_name)
-        summary = self.query_one("#node-summary", Static)
+        summary = self._node_summary
         if detail is None:
             summary.update(f"{self.node_name} is not in the fleet.")
             summary.set_class(True, "-error")
@@ -241,13 +249,13 @@ class NodeScreen(Guarded, Screen[None]):
                 "no GPU: a CPU node" if detail.summary.cpu_only else "no facts: it has not answered"
             )
             rows["none"] = {**blank, "label": plain("-"), "class": plain(why)}
-        sync_rows(self.query_one("#devices", DataTable), rows)
+        sync_rows(self._devices, rows)
 
     def _show_matrix(self, detail: NodeDetail) -> None:
         matrix = detail.nvlink
         if matrix == self._matrix_shown:
             return
-        table = self.query_one("#nvlink", DataTable)
+        table = self._nvlink
         table.clear(columns=True)
         table.add_column("", key="row")
         for label in matrix.labels:
@@ -275,7 +283,7 @@ class NodeScreen(Guarded, Screen[None]):
                 "rate": rate,
                 "layer": plain(adapter.link_layer or "-"),
             }
-        sync_rows(self.query_one("#adapters", DataTable), rows)
+        sync_rows(self._adapters, rows)
 
     def action_back(self) -> None:
         """Back to where the page was opened from."""

@@ -102,13 +102,14 @@ class PlanScreen(KeptScreen[None]):
 
         yield TitleBar(icon="▦")
         with Horizontal(id="plan-form"):
-            yield CheckedInput(
+            self._plan_model = CheckedInput(
                 placeholder="model: org/name, a directory, catalog:org/name",
                 id="plan-model",
                 classes="model",
                 validators=[Checked(model_ref_refusal)],
             )
-            yield number_input(
+            yield self._plan_model
+            self._plan_context = number_input(
                 PlanArgs,
                 "context",
                 "context",
@@ -117,6 +118,7 @@ class PlanScreen(KeptScreen[None]):
                 placeholder="context",
                 optional=True,
             )
+            yield self._plan_context
             yield number_input(
                 PlanArgs,
                 "concurrency",
@@ -126,21 +128,31 @@ class PlanScreen(KeptScreen[None]):
                 value="1",
                 placeholder="sequences",
             )
-            yield Select(FORMATS, value="both", allow_blank=False, id="plan-format")
+            self._plan_format = Select(FORMATS, value="both", allow_blank=False, id="plan-format")
+            yield self._plan_format
         with VerticalScroll(id="plan-body"):
-            yield Static(
+            self._plan_status = Static(
                 "Type a model and press Enter.", id="plan-status", classes="headline", markup=False
             )
+            yield self._plan_status
             files: DataTable[object] = DataTable(id="plan-files", cursor_type="row")
+            self._plan_files = files
             files.add_columns(*FILE_COLUMNS)
             yield files
-            yield Static("", id="plan-best", classes="line", markup=False)
-            yield MemoryBar(id="plan-bar")
-            yield Static("", id="plan-context-line", classes="line", markup=False)
+            self._plan_best = Static("", id="plan-best", classes="line", markup=False)
+            yield self._plan_best
+            self._plan_bar = MemoryBar(id="plan-bar")
+            yield self._plan_bar
+            self._plan_context_line = Static(
+                "", id="plan-context-line", classes="line", markup=False
+            )
+            yield self._plan_context_line
             ways: DataTable[object] = DataTable(id="plan-ways", cursor_type="row")
+            self._plan_ways = ways
             ways.add_columns(*WAY_COLUMNS)
             yield ways
-            yield Static("", id="plan-serve", classes="line command", markup=False)
+            self._plan_serve = Static("", id="plan-serve", classes="line command", markup=False)
+            yield self._plan_serve
         yield SteadyFooter()
 
     def on_mount(self) -> None:
@@ -149,21 +161,21 @@ class PlanScreen(KeptScreen[None]):
         self.sub_title = "plan"
         for field in self.query(Input):
             field.cursor_blink = False
-        self.query_one("#plan-model", Input).focus()
+        self._plan_model.focus()
 
     def plan(self, model_ref: str) -> None:
         """Plan `model_ref` with the form's context, concurrency and format."""
-        self.query_one("#plan-model", Input).value = model_ref
+        self._plan_model.value = model_ref
         self.action_replan()
 
     def action_focus_model(self) -> None:
         """Back to the model field."""
-        self.query_one("#plan-model", Input).focus()
+        self._plan_model.focus()
 
     def action_toggle_form(self) -> None:
         """Leave the form (digits, `?` and `q` are the console's keys again), or go back to it."""
         if isinstance(self.focused, Input):
-            self.query_one("#plan-ways", DataTable).focus()
+            self._plan_ways.focus()
         else:
             self.action_focus_model()
 
@@ -178,7 +190,7 @@ class PlanScreen(KeptScreen[None]):
 
     def action_replan(self) -> None:
         """Plan again with what the form says; a bad field is a red line."""
-        model_ref = self.query_one("#plan-model", Input).value.strip()
+        model_ref = self._plan_model.value.strip()
         if not model_ref:
             self._say("Type a model: a Hub id, a local directory or catalog:org/name.", error=True)
             return
@@ -191,7 +203,7 @@ class PlanScreen(KeptScreen[None]):
         context = int(context_text) if context_text else None
         concurrency = int(fields[2].value.strip() or "1")
         self.model_ref = model_ref
-        format_value = str(self.query_one("#plan-format", Select).value)
+        format_value = str(self._plan_format.value)
         self._say(f"Planning {model_ref}…")
         self._run_plan(model_ref, context, concurrency, format_value)
 
@@ -213,7 +225,7 @@ class PlanScreen(KeptScreen[None]):
             self._say(f"Planning stopped: {event.worker.error}", error=True)
 
     def _say(self, sentence: str, *, error: bool = False) -> None:
-        status = self.query_one("#plan-status", Static)
+        status = self._plan_status
         status.update(sentence)
         status.set_class(error, "-error")
 
@@ -229,7 +241,7 @@ class PlanScreen(KeptScreen[None]):
         planned = f"{body['model']}: planned for a {body['context']}-token context"
         if body["concurrency"] > 1:
             planned += f" × {body['concurrency']} sequences"
-        self.query_one("#plan-context", Input).value = str(body["context"])
+        self._plan_context.value = str(body["context"])
         self._say(planned if body["best"] else body["does_not_fit"], error=not body["best"])
         self._show_files(body)
         self._show_best(body)
@@ -238,7 +250,7 @@ class PlanScreen(KeptScreen[None]):
             self.call_after_refresh(redraw_table, table)
 
     def _show_files(self, body: dict[str, Any]) -> None:
-        table = self.query_one("#plan-files", DataTable)
+        table = self._plan_files
         table.clear()
         for artifact in body["artifacts"]:
             size = artifact["size_gib"]
@@ -261,28 +273,26 @@ class PlanScreen(KeptScreen[None]):
 
     def _show_best(self, body: dict[str, Any]) -> None:
         best = body["best"]
-        bar = self.query_one("#plan-bar", MemoryBar)
+        bar = self._plan_bar
         if best is None:
-            self.query_one("#plan-best", Static).update(
-                "\n".join(f"  - {line}" for line in body["advice"])
-            )
+            self._plan_best.update("\n".join(f"  - {line}" for line in body["advice"]))
             bar.display = False
-            self.query_one("#plan-context-line", Static).update("")
-            self.query_one("#plan-serve", Static).update("")
+            self._plan_context_line.update("")
+            self._plan_serve.update("")
             return
         bar.display = True
-        self.query_one("#plan-best", Static).update(
+        self._plan_best.update(
             f"Best: {best['artifact']} on {best['label']} ({best['layout']}): {best['memory']}."
         )
         bar.show(best["weights_gib"], best["context_gib"], best["engine_gib"], best["usable_gib"])
         line = f"Context costs {best['context_gib_per_1k_tokens']:.2f} GB per 1000 tokens a card"
         if best["max_concurrency"] is not None:
             line += f"; {best['max_concurrency']:.1f} sequences of {body['context']} tokens fit"
-        self.query_one("#plan-context-line", Static).update(line + ".")
-        self.query_one("#plan-serve", Static).update(f"Serve it:\n  {best['serve']}")
+        self._plan_context_line.update(line + ".")
+        self._plan_serve.update(f"Serve it:\n  {best['serve']}")
 
     def _show_ways(self, body: dict[str, Any]) -> None:
-        table = self.query_one("#plan-ways", DataTable)
+        table = self._plan_ways
         table.clear()
         for way in body["options"]:
             parts = f"{way['weights_gib']:.1f}+{way['context_gib']:.1f}+{way['engine_gib']:.1f}"

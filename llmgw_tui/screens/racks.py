@@ -40,7 +40,8 @@ class RacksScreen(KeptScreen[None]):
     def compose(self) -> ComposeResult:
         """Header, the racks (scrolling), the footer."""
         yield TitleBar(icon="▦")
-        yield VerticalScroll(id="racks-body")
+        self._racks_body = VerticalScroll(id="racks-body")
+        yield self._racks_body
         yield SteadyFooter()
 
     async def on_mount(self) -> None:
@@ -52,7 +53,7 @@ class RacksScreen(KeptScreen[None]):
         if fleet is not None:
             await self.show_fleet(fleet)
         else:
-            await self.query_one("#racks-body").mount(Static("connecting to the fleet…"))
+            await self._racks_body.mount(Static("connecting to the fleet…"))
 
     async def show_fleet(self, fleet: FleetSummary) -> None:
         """Redraw only when a tray's state changed: racks do not flicker on every poll."""
@@ -61,7 +62,7 @@ class RacksScreen(KeptScreen[None]):
         before, self._shown = self._shown, fleet.racks
         if self._redraw_in_place(before, fleet.racks):
             return
-        body = self.query_one("#racks-body", VerticalScroll)
+        body = self._racks_body
         await body.remove_children()
         animation = str(self.app.animation_level)
         widgets: list[Static | RackWidget] = [

@@ -127,35 +127,45 @@ class ReplicasScreen(KeptScreen[None]):
     def compose(self) -> ComposeResult:
         """Status line, the replicas, the shards of the one selected, the ask field, the answer."""
         yield TitleBar(icon="▦")
-        yield Static("reading the replicas…", id="replicas-status", classes="status", markup=False)
-        yield Static("", id="gateways", markup=False)
-        yield Static("", id="keeping", markup=False)
+        self._replicas_status = Static(
+            "reading the replicas…", id="replicas-status", classes="status", markup=False
+        )
+        yield self._replicas_status
+        self._gateways = Static("", id="gateways", markup=False)
+        yield self._gateways
+        self._keeping = Static("", id="keeping", markup=False)
+        yield self._keeping
         table = ReplicaTable(id="replicas", classes="upper", cursor_type="row", zebra_stripes=True)
+        self._replicas = table
         for key, label in REPLICA_COLUMNS:
             table.add_column(label, key=key)
         yield table
-        yield Static("", id="replica-reason", classes="reason", markup=False)
+        self._replica_reason = Static("", id="replica-reason", classes="reason", markup=False)
+        yield self._replica_reason
         shards: DataTable[object] = DataTable(id="shards", classes="fill below", cursor_type="none")
+        self._shards = shards
         shards.add_columns(*SHARD_COLUMNS)
         yield shards
-        yield CheckedInput(
+        self._ask = CheckedInput(
             placeholder="ask the replica: type a prompt, Enter sends",
             id="ask",
             classes="popup",
             validators=[Checked(prompt_refusal)],
         )
-        yield Static("", id="replica-answer", classes="detail", markup=False)
+        yield self._ask
+        self._replica_answer = Static("", id="replica-answer", classes="detail", markup=False)
+        yield self._replica_answer
         yield SteadyFooter()
 
     def on_mount(self) -> None:
         """No blinking cursor; the table has the keys."""
         self.title = "llmgw"
         self.sub_title = "replicas"
-        self.query_one("#ask", Input).cursor_blink = False
-        self.query_one("#replica-answer", Static).display = False
-        self.query_one("#gateways", Static).display = False
-        self.query_one("#keeping", Static).display = False
-        self.query_one("#replicas", DataTable).focus()
+        self._ask.cursor_blink = False
+        self._replica_answer.display = False
+        self._gateways.display = False
+        self._keeping.display = False
+        self._replicas.focus()
 
     def on_first_show(self) -> None:
         """Start reading (the first time the screen is shown)."""
@@ -168,7 +178,7 @@ class ReplicasScreen(KeptScreen[None]):
     def watch_focus_name(self, name: str | None) -> None:
         """The cursor on the replica asked for, if it is listed already."""
         if name is not None and name in self._shown:
-            self.query_one("#replicas", DataTable).move_cursor(row=self._shown.index(name))
+            self._replicas.move_cursor(row=self._shown.index(name))
 
     @work(group="replicas-poll", exclusive=True, exit_on_error=False, description="Replicas")
     async def poll_replicas(self) -> None:
@@ -196,7 +206,7 @@ class ReplicasScreen(KeptScreen[None]):
             self.gateways = await feed.gateways()
         except LlmgwError as exc:
             self.gateways = [{"name": "?", "error": exc.sentence()}]
-        line = self.query_one("#gateways", Static)
+        line = self._gateways
         line.update("\n".join(gateway_line(gateway) for gateway in self.gateways))
         line.display = bool(self.gateways)
         self.refresh_bindings()  # `g` shows while a gateway runs
@@ -253,7 +263,7 @@ class ReplicasScreen(KeptScreen[None]):
             self._downloads[key] = (now, fetched, rate)
         ready = sum(v.phase == "ready" for v in views)
         self._status(f"{len(views)} replica{'' if len(views) == 1 else 's'} · {ready} ready")
-        table = self.query_one("#replicas", DataTable)
+        table = self._replicas
         names = [v.name for v in views]
         with self.app.batch_update():
             if names != self._shown:
@@ -298,8 +308,8 @@ class ReplicasScreen(KeptScreen[None]):
 
     def _show_shards(self) -> None:
         view = self.selected_view()
-        shards = self.query_one("#shards", DataTable)
-        reason = self.query_one("#replica-reason", Static)
+        shards = self._shards
+        reason = self._replica_reason
         shards.clear()
         if view is None:
             reason.update("No replica runs. `:serve` brings one up.")
@@ -324,13 +334,13 @@ class ReplicasScreen(KeptScreen[None]):
         self.call_after_refresh(redraw_table, shards)
 
     def _status(self, sentence: str, *, error: bool = False) -> None:
-        status = self.query_one("#replicas-status", Static)
+        status = self._replicas_status
         status.update(sentence)
         status.set_class(error, "-error")
 
     def selected(self) -> str | None:
         """The name of the replica under the cursor."""
-        table = self.query_one("#replicas", DataTable)
+        table = self._replicas
         if not self._shown or table.cursor_row >= len(self._shown):
             return None
         return self._shown[table.cursor_row]
@@ -409,7 +419,7 @@ class ReplicasScreen(KeptScreen[None]):
         self.keep(view.service)
 
     def _show_keeping(self) -> None:
-        line = self.query_one("#keeping", Static)
+        line = self._keeping
         line.display = self.keeping is not None
         if self.keeping is not None:
             last = f" · {self.kept_events[-1]}" if self.kept_events else ""
@@ -467,15 +477,15 @@ class ReplicasScreen(KeptScreen[None]):
         """Type a prompt for the selected replica."""
         if self._need_view() is None:
             return
-        field = self.query_one("#ask", Input)
+        field = self._ask
         field.add_class("-visible")
         field.focus()
 
     def action_close_ask(self) -> None:
         """Hide the prompt field."""
-        field = self.query_one("#ask", Input)
+        field = self._ask
         field.remove_class("-visible")
-        self.query_one("#replicas", DataTable).focus()
+        self._replicas.focus()
 
     @on(Input.Submitted, "#ask")
     def _ask_submitted(self, event: Input.Submitted) -> None:
@@ -502,7 +512,7 @@ class ReplicasScreen(KeptScreen[None]):
         self._answer(f"{view.name}: {text.strip()}")
 
     def _answer(self, sentence: str, *, error: bool = False) -> None:
-        answer = self.query_one("#replica-answer", Static)
+        answer = self._replica_answer
         answer.display = True
         answer.update(sentence)
         answer.set_class(error, "-error")

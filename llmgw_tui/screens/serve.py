@@ -103,7 +103,6 @@ class ServeScreen(KeptScreen[None]):
         Binding("enter", "next", "Next (on Confirm: serve)", show=False, id="serve-enter"),
         Binding("escape", "toggle_field", "Field", show=False, id="serve-field"),
         Binding("ctrl+s", "save_service", "Save as a service", show=False, id="serve-save"),
-        Binding("q", "quit_asked", "Quit", show=False, id="serve-quit"),
     ]
     QUIT_AGAIN_S = 5.0
     """How long a second `q` quits after the first was held back."""
@@ -129,37 +128,43 @@ class ServeScreen(KeptScreen[None]):
         from llmgw_core.script.steps.serve import ServeArgs  # the fields' bounds are the step's
 
         yield TitleBar(icon="▦")
-        yield Static("", id="serve-step", classes="status", markup=False)
-        with ContentSwitcher(initial="model", id="serve-pages"):
+        self._serve_step = Static("", id="serve-step", classes="status", markup=False)
+        yield self._serve_step
+        with ContentSwitcher(initial="model", id="serve-pages") as self._serve_pages:
             with Vertical(id="model"):
                 yield Static(
                     "Which model? A Hub id, a local path, or catalog:org/name (→ completes)."
                 )
-                yield CheckedInput(
+                self._serve_model = CheckedInput(
                     placeholder="model",
                     id="serve-model",
                     suggester=SuggestFromList(catalog_refs(), case_sensitive=False),
                     validators=[Checked(model_ref_refusal)],
                 )
-                yield Static("", id="serve-last", markup=False)
+                yield self._serve_model
+                self._serve_last = Static("", id="serve-last", markup=False)
+                yield self._serve_last
             with Vertical(id="way"):
-                yield Static("", id="serve-plan-line", markup=False)
+                self._serve_plan_line = Static("", id="serve-plan-line", markup=False)
+                yield self._serve_plan_line
                 ways: DataTable[object] = DataTable(
                     id="serve-ways", classes="short", cursor_type="row"
                 )
+                self._serve_ways = ways
                 ways.add_columns(*WAY_COLUMNS)
                 yield ways
             with Vertical(id="size"):
                 yield Static("Tokens a sequence may hold, and sequences served at once.")
                 with Horizontal(classes="serve-row"):
-                    yield number_input(
+                    self._serve_context = number_input(
                         ServeArgs,
                         "context",
                         "context",
                         id="serve-context",
                         placeholder="context (tokens)",
                     )
-                    yield number_input(
+                    yield self._serve_context
+                    self._serve_concurrency = number_input(
                         ServeArgs,
                         "concurrency",
                         "sequences",
@@ -167,10 +172,12 @@ class ServeScreen(KeptScreen[None]):
                         value="1",
                         placeholder="sequences",
                     )
-                yield Static("", id="serve-fit", classes="fit", markup=False)
+                    yield self._serve_concurrency
+                self._serve_fit = Static("", id="serve-fit", classes="fit", markup=False)
+                yield self._serve_fit
             with Vertical(id="extras"):
                 yield Static("Fallbacks: how many next-best ways to try if this one fails.")
-                yield number_input(
+                self._serve_fallbacks = number_input(
                     ServeArgs,
                     "fallbacks",
                     "fallbacks",
@@ -178,30 +185,41 @@ class ServeScreen(KeptScreen[None]):
                     value="0",
                     optional=True,
                 )
+                yield self._serve_fallbacks
                 yield Static("Engine environment: KEY=VALUE entries, space separated.")
-                yield CheckedInput(
+                self._serve_env = CheckedInput(
                     placeholder="KEY=VALUE …", id="serve-env", validators=[Checked(env_refusal)]
                 )
-                yield Static(
+                yield self._serve_env
+                self._serve_flags_hint = Static(
                     "Engine flags: NAME=VALUE entries (the engine's own).", id="serve-flags-hint"
                 )
-                yield CheckedInput(
+                yield self._serve_flags_hint
+                self._serve_flags = CheckedInput(
                     placeholder="NAME=VALUE …",
                     id="serve-flags",
                     validators=[Checked(self._flags_refusal)],
                 )
+                yield self._serve_flags
                 yield Static("Replica name.")
-                yield CheckedInput(id="serve-name", validators=[Checked(replica_name_refusal)])
+                self._serve_name = CheckedInput(
+                    id="serve-name", validators=[Checked(replica_name_refusal)]
+                )
+                yield self._serve_name
             with VerticalScroll(id="confirm"):
-                yield GatewayBox(
+                self._serve_gateway = GatewayBox(
                     f"put behind a gateway ({GATEWAY_NAME}: one address for every model served)",
                     id="serve-gateway",
                 )
-                yield Static("", id="serve-preview", markup=False)
+                yield self._serve_gateway
+                self._serve_preview = Static("", id="serve-preview", markup=False)
+                yield self._serve_preview
         with Horizontal(id="serve-buttons", classes="buttons"):
-            yield Static("", id="serve-reason", markup=False)
+            self._serve_reason = Static("", id="serve-reason", markup=False)
+            yield self._serve_reason
             yield Button("Back", id="serve-back-button")
-            yield Button("Next", id="serve-next-button", variant="primary")
+            self._serve_next_button = Button("Next", id="serve-next-button", variant="primary")
+            yield self._serve_next_button
         yield SteadyFooter()
 
     def on_mount(self) -> None:
@@ -210,9 +228,9 @@ class ServeScreen(KeptScreen[None]):
         self.sub_title = "serve a model"
         for field in self.query(Input):
             field.cursor_blink = False
-        self.query_one("#serve-last", Static).display = False
+        self._serve_last.display = False
         self._show_step()
-        self.query_one("#serve-model", Input).focus()
+        self._serve_model.focus()
 
     def on_screen_resume(self, event: events.ScreenResume) -> None:
         """Shown again with nothing focused: the page's first field.
@@ -233,7 +251,7 @@ class ServeScreen(KeptScreen[None]):
         self._draw_block(reason)
 
     def _show_step(self) -> None:
-        pages = self.query_one("#serve-pages", ContentSwitcher)
+        pages = self._serve_pages
         focused = self.focused
         if (
             focused is not None
@@ -242,7 +260,7 @@ class ServeScreen(KeptScreen[None]):
         ):
             self.set_focus(None)  # a hidden page never holds the focus (its keys would be text)
         pages.current = self.step
-        self.query_one("#serve-step", Static).update(
+        self._serve_step.update(
             "  ".join(f"[{STEP_TITLES[s]}]" if s == self.step else STEP_TITLES[s] for s in STEPS)
         )
         self._draw_block(self.blocked)
@@ -252,10 +270,10 @@ class ServeScreen(KeptScreen[None]):
         self.blocked = reason
 
     def _draw_block(self, reason: str | None) -> None:
-        button = self.query_one("#serve-next-button", Button)
+        button = self._serve_next_button
         button.disabled = reason is not None
         button.label = "Serve" if self.step == "confirm" else "Next"
-        line = self.query_one("#serve-reason", Static)
+        line = self._serve_reason
         line.update(f"Next: {reason}" if reason else "")
         line.set_class(reason is not None, "-error")
 
@@ -266,18 +284,17 @@ class ServeScreen(KeptScreen[None]):
     def _focus_first(self) -> None:
         self.query_one(FIRST_FIELD[self.step]).focus()
 
-    def action_quit_asked(self) -> None:
+    def quit_held(self) -> bool:
         """`q` out of a field quits, unless the wizard holds what was typed: then it says so
         and a second `q` quits (a stray key does not throw the entries away)."""
         import time
 
-        model = self.query_one("#serve-model", Input).value.strip()
+        model = self._serve_model.value.strip()
         asked = self._quit_asked_at
         if (not model and self.step == STEPS[0]) or (
             asked is not None and time.monotonic() - asked < self.QUIT_AGAIN_S
         ):
-            self.app.exit()
-            return
+            return False
         self._quit_asked_at = time.monotonic()
         self.notify(
             "q again quits, and what the wizard holds is lost; 1 goes to the fleet and keeps it",
@@ -285,6 +302,7 @@ class ServeScreen(KeptScreen[None]):
             severity="warning",
             timeout=self.QUIT_AGAIN_S,
         )
+        return True
 
     def action_toggle_field(self) -> None:
         """Leave the field (digits, `?` and `q` are the console's keys again), or go back to it."""
@@ -312,14 +330,14 @@ class ServeScreen(KeptScreen[None]):
         elif self.step == "way":
             self._go("size", None if self._size_checked else "checking…")
             if self.plan_body is not None:
-                context = self.query_one("#serve-context", Input)
+                context = self._serve_context
                 if not context.value:
                     context.value = str(self.plan_body["context"])
                 self.check_size()
         elif self.step == "size":
             from llmgw_core.serve.launch import replica_name
 
-            name = self.query_one("#serve-name", Input)
+            name = self._serve_name
             if not name.value:
                 name.value = replica_name(self.model_ref.removeprefix("catalog:"))
             self._go("extras", None)
@@ -329,12 +347,12 @@ class ServeScreen(KeptScreen[None]):
             request = self._request_or_block()
             if request is not None:
                 self._go("confirm", "building the commands…")
-                self.query_one("#serve-preview", Static).update("")
+                self._serve_preview.update("")
                 self.preview_commands(request)
         else:
             request = self._request_or_block()
             if request is not None:
-                self.submit(request, self.query_one("#serve-gateway", Checkbox).value)
+                self.submit(request, self._serve_gateway.value)
                 self.start_fresh()
 
     def _request_or_block(self) -> ServeRequest | None:
@@ -366,18 +384,18 @@ class ServeScreen(KeptScreen[None]):
             with field.prevent(Input.Changed):
                 field.value = value
             field.remove_class("-invalid")
-        model = self.query_one("#serve-model", Input)
+        model = self._serve_model
         if self.last_served:
             model.suggester = SuggestFromList(
                 [self.last_served, *catalog_refs()], case_sensitive=False
             )
-            hint = self.query_one("#serve-last", Static)
+            hint = self._serve_last
             hint.update(f"Last served: {self.last_served} (type its first letters, → completes)")
             hint.display = True
-        self.query_one("#serve-gateway", Checkbox).value = False
-        self.query_one("#serve-ways", DataTable).clear()
-        self.query_one("#serve-preview", Static).update("")
-        self.query_one("#serve-fit", Static).update("")
+        self._serve_gateway.value = False
+        self._serve_ways.clear()
+        self._serve_preview.update("")
+        self._serve_fit.update("")
         self.plan_body = self.way = self.preview = None
         self._size_checked = False
         self._go("model", "type a model")
@@ -409,7 +427,7 @@ class ServeScreen(KeptScreen[None]):
     @property
     def model_ref(self) -> str:
         """The model as typed."""
-        return self.query_one("#serve-model", Input).value.strip()
+        return self._serve_model.value.strip()
 
     @on(Input.Changed, "#serve-model")
     def _model_changed(self, event: Input.Changed) -> None:
@@ -435,7 +453,7 @@ class ServeScreen(KeptScreen[None]):
     def _show_ways(self, body: dict[str, Any]) -> None:
         self.plan_body = body
         self._size_checked = False
-        table = self.query_one("#serve-ways", DataTable)
+        table = self._serve_ways
         table.clear()
         for way in body["options"]:
             table.add_row(
@@ -447,7 +465,7 @@ class ServeScreen(KeptScreen[None]):
                 Text("free" if way["free_now"] else "busy"),
             )
         line = f"{body['model']}: {len(body['options'])} ways for {body['context']} tokens."
-        self.query_one("#serve-plan-line", Static).update(
+        self._serve_plan_line.update(
             line if body["options"] else body["does_not_fit"] or "no way fits"
         )
         if not body["options"]:
@@ -475,8 +493,8 @@ class ServeScreen(KeptScreen[None]):
 
     def check_size(self) -> None:
         """Plan again for the context and concurrency typed; the chosen way must still fit."""
-        context = self.query_one("#serve-context", Input)
-        concurrency = self.query_one("#serve-concurrency", Input)
+        context = self._serve_context
+        concurrency = self._serve_concurrency
         why = reason(context) or reason(concurrency)
         if why is not None:
             self._block(why)
@@ -511,7 +529,7 @@ class ServeScreen(KeptScreen[None]):
     ) -> None:
         if self.step != "size" or asked != self._typed_size():
             return  # an answer for values no longer typed: it must not clear a refusal
-        fit = self.query_one("#serve-fit", Static)
+        fit = self._serve_fit
         if body is None or self.way is None:
             fit.update(error or "")
             self._block(error or "pick a way first")
@@ -559,7 +577,7 @@ class ServeScreen(KeptScreen[None]):
 
         engine = (self.way or {}).get("engine")
         common = COMMON.get(str(engine), "")
-        hint = self.query_one("#serve-flags-hint", Static)
+        hint = self._serve_flags_hint
         hint.update(
             f"Engine flags for {engine}: NAME=VALUE entries, e.g. {common}"
             if common
@@ -581,9 +599,9 @@ class ServeScreen(KeptScreen[None]):
         gpu_class = way.get("gpu_class")
         return ServeRequest(
             model=self.model_ref,
-            name=self.query_one("#serve-name", Input).value.strip() or None,
-            context=int(self.query_one("#serve-context", Input).value),
-            concurrency=int(self.query_one("#serve-concurrency", Input).value),
+            name=self._serve_name.value.strip() or None,
+            context=int(self._serve_context.value),
+            concurrency=int(self._serve_concurrency.value),
             overrides=Overrides(
                 engine=way.get("engine"),
                 artifact=way.get("artifact"),
@@ -591,10 +609,10 @@ class ServeScreen(KeptScreen[None]):
                 gpus=way.get("cards") if gpu_class else None,
                 nodes=way.get("nodes"),
             ),
-            env=env_lines(self.query_one("#serve-env", Input).value),
-            fallbacks=int(self.query_one("#serve-fallbacks", Input).value.strip() or 0),
+            env=env_lines(self._serve_env.value),
+            fallbacks=int(self._serve_fallbacks.value.strip() or 0),
             wait_ready=True,
-            engine_args=self._engine_args(self.query_one("#serve-flags", Input).value),
+            engine_args=self._engine_args(self._serve_flags.value),
         )
 
     @work(group="serve-preview", exclusive=True, exit_on_error=False, description="Preview")
@@ -609,7 +627,7 @@ class ServeScreen(KeptScreen[None]):
 
     def on_preview_read(self, read: PreviewRead) -> None:
         """Draw the commands per node (or why there are none), and let Next be pressed or not."""
-        page = self.query_one("#serve-preview", Static)
+        page = self._serve_preview
         if read.error is not None:
             page.update(read.error)
             self._block(read.error)
@@ -638,7 +656,7 @@ class ServeScreen(KeptScreen[None]):
         if request is None:
             return
         name = request.name or replica_name(request.model.removeprefix("catalog:"))
-        gateway = GATEWAY_NAME if self.query_one("#serve-gateway", Checkbox).value else None
+        gateway = GATEWAY_NAME if self._serve_gateway.value else None
         try:
             doc = doc_of_request(request, name=name, gateway=gateway)
         except ValidationError as exc:
