@@ -89,7 +89,7 @@ def test_keep_scales_out_on_requests_waiting_and_back_to_one_when_the_load_ends(
     )
     bench = tmp_path / "bench.yaml"
     bench.write_text(
-        "steps:\n  - bench: {gateway: gw-scaled, duration_s: 40, concurrency: 32, max_tokens: 16}\n"
+        "steps:\n  - bench: {gateway: gw-scaled, duration_s: 30, concurrency: 32, max_tokens: 16}\n"
     )
 
     async def scenario() -> tuple[dict, dict, list[int]]:
