@@ -109,9 +109,8 @@ FLAGS: dict[str, dict[str, Flag]] = {
         "enable_metrics": Flag("bool"),
     },
     "llama.cpp": {
-        "jinja": Flag(
-            "bool", default_on=True
-        ),  # on by default in newer builds: false is --no-jinja
+        # On by default in newer builds, so false is written --no-jinja.
+        "jinja": Flag("bool", default_on=True),
         "reasoning_format": Flag("choice", ("none", "deepseek", "deepseek-legacy", "auto")),
         "cache_type_k": Flag("choice", LLAMA_CACHE_TYPES, memory=True),
         "cache_type_v": Flag("choice", LLAMA_CACHE_TYPES, memory=True),

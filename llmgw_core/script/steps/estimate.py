@@ -18,10 +18,13 @@ engine words it.
 
 For llama.cpp it also takes `flash_attn` (true, as the launch passes it),
 `n_ubatch` (512), `sequences` (its `--parallel`), `swa_full` (true for
-llama-cpp-python) and, with `cpu: true`, `cpu_repack` (`x86_64` or
+llama-cpp-python), `n_outputs` (the logits reserved a micro-batch: all its
+tokens unless told) and, with `cpu: true`, `cpu_repack` (`x86_64`, `amx` or
 `aarch64`: the types that CPU copies into a repacked buffer), and adds
 `buffers_mib`: each buffer as llama.cpp logs it — model, repack, KV,
-compute, output, CUDA context — to the hundredth of a MiB. A layout that does not fit is an answer, not a failure: the
+compute, output, CUDA context — to the hundredth of a MiB.
+
+A layout that does not fit is an answer, not a failure: the
 step is ok and exits 0.
 """
 
@@ -66,9 +69,8 @@ class EstimateArgs(StepArgs):
     swa_full: bool = False  # llama-cpp-python keeps whole-context cells on sliding layers
     # Logits reserved a micro-batch: all its tokens unless told (newer llama-server: one a slot).
     n_outputs: int | None = Field(default=None, ge=1, le=65_536)
-    cpu_repack: Literal["none", "x86_64", "amx", "aarch64"] = (
-        "none"  # what a CPU node's CPU repacks
-    )
+    # What a CPU node's CPU copies into a repacked buffer (with `cpu: true`).
+    cpu_repack: Literal["none", "x86_64", "amx", "aarch64"] = "none"
 
     @field_validator("gpu")
     @classmethod
