@@ -231,10 +231,12 @@ def checked_engine_args(engine: str, given: Mapping[str, Any]) -> dict[str, str 
             )
         checked[name] = _value(engine, name, flag, value)
     if engine == "llama.cpp" and checked.get("flash_attn") is False:
+        from llmgw_core.memory.llamacpp import quantised_kv
+
         quantised = [
             f"{name}={checked[name]}"
             for name in ("cache_type_k", "cache_type_v")
-            if str(checked.get(name, "f16")) not in ("f16", "f32", "bf16")
+            if quantised_kv(str(checked.get(name, "f16")))
         ]
         if quantised:
             raise BadInput(

@@ -301,16 +301,17 @@ def estimate(
         BadInput: a quantised KV cache without flash attention (llama.cpp refuses it).
     """
     _check_kv(kv_type, options.flash_attn)
-    placed = device_weights(artifact, shape, devices, cpu_only=cpu_only)
-    count_devices = 1 if cpu_only else devices
-    base, extra = divmod(shape.num_layers, count_devices)
-    cached = _without_window(shape) if swa_full else shape
     repack = 0
     if cpu_only and artifact.gguf_tensors:
         # The mapped span llama.cpp logs, and beside it the repacked copy (counted both: the
         # span's pages of repacked matrices are read once, then left to the page cache).
         mapped, repack = model_buffers(artifact, repack_types)
         placed = DeviceWeights([mapped], 0)
+    else:
+        placed = device_weights(artifact, shape, devices, cpu_only=cpu_only)
+    count_devices = 1 if cpu_only else devices
+    base, extra = divmod(shape.num_layers, count_devices)
+    cached = _without_window(shape) if swa_full else shape
     totals, start = [], 0
     worst = None
     for index in range(count_devices):
@@ -331,7 +332,7 @@ def estimate(
             n_kv_swa=kv.swa_cells or kv.cells,
             n_ubatch=options.n_ubatch,
             flash_attn=options.flash_attn,
-            quantized_kv=kv_type.lower() not in _PLAIN_KV,
+            quantized_kv=quantised_kv(kv_type),
             holds_head=index == count_devices - 1,
             n_outputs=options.n_outputs,
         )
@@ -396,6 +397,7 @@ def card_need(query: NeedQuery) -> CardNeed:
 
 
 REPACK_TYPES = {
+    "none": frozenset(),
     "x86_64": frozenset({"Q4_0", "Q4_K", "IQ4_NL"}),
     "amx": frozenset({"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL"}),
     "aarch64": frozenset({"Q4_0", "Q4_K", "IQ4_NL", "Q8_0"}),
@@ -423,27 +425,30 @@ def repack_kind(arch: str | None, flags: tuple[str, ...] | None) -> str:
     return "none"
 
 
-def _repacked(tensor: Any, types: frozenset[str]) -> bool:
-    from gguf import GGMLQuantizationType
-
-    try:
-        name = GGMLQuantizationType(tensor.ggml_type).name
-    except ValueError:
-        return False
-    return (
-        name in types
-        and len(tensor.dims) >= 2
-        and tensor.dims[1] % 8 == 0
-        and not tensor.name.startswith("token_embd")
-    )
-
-
 def model_buffers(artifact: Artifact, repack_types: frozenset[str]) -> tuple[int, int]:
-    """The mapped span and the repacked bytes of a GGUF set whose tensors were read."""
+    """The mapped span and the repacked bytes of a GGUF set whose tensors were read.
+
+    A matrix is copied when its type is one the CPU repacks, its rows come in
+    eights, and it is not the token embeddings (read a row at a time).
+    """
+    names: dict[int, str] = {}
+    if repack_types:
+        from gguf import GGMLQuantizationType
+
+        names = {kind.value: kind.name for kind in GGMLQuantizationType}
     mapped = repack = 0
     for tensors in artifact.gguf_tensors:
-        kept = [t for t in tensors if not _repacked(t, repack_types)]
-        repack += sum(t.n_bytes for t in tensors if _repacked(t, repack_types))
+        kept = []
+        for tensor in tensors:
+            if (
+                names.get(tensor.ggml_type) in repack_types
+                and len(tensor.dims) >= 2
+                and tensor.dims[1] % 8 == 0
+                and not tensor.name.startswith("token_embd")
+            ):
+                repack += tensor.n_bytes
+            else:
+                kept.append(tensor)
         if kept:
             mapped += max(t.offset + t.n_bytes for t in kept) - min(t.offset for t in kept)
     return mapped, repack
@@ -515,12 +520,14 @@ def compute_bytes(
     return peak
 
 
-_PLAIN_KV = ("f16", "f32", "bf16")
+def quantised_kv(kv_type: str) -> bool:
+    """True for a cache type llama.cpp quantises (`q8_0` …): read only through flash attention."""
+    return kv_type.lower() not in ("f16", "f32", "bf16")
 
 
 def _check_kv(kv_type: str, flash_attn: bool) -> None:
     """llama.cpp reads a quantised V cache only through flash attention (it refuses to start)."""
-    if kv_type.lower() not in _PLAIN_KV and not flash_attn:
+    if quantised_kv(kv_type) and not flash_attn:
         raise BadInput(
             f"llama.cpp refuses a {kv_type} KV cache without flash attention",
             "turn flash_attn on, or keep the cache f16",

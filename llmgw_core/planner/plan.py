@@ -242,7 +242,8 @@ class Plan:
     enforce_eager: bool = False
     """vLLM without CUDA graphs, as the plan sized it."""
     engine_options: EngineOptions = ENGINE_DEFAULTS
-    """llama.cpp's flash attention and micro-batch, as the plan sized them."""
+    """The engine flags that size memory (llama.cpp's flash attention and micro-batch, vLLM's
+    batched tokens), as the plan sized them."""
 
     @property
     def best(self) -> Way | None:

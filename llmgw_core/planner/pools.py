@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
@@ -229,7 +230,7 @@ class Pool:
         """The class label, or `cpu`."""
         return self.gpu_class.label if self.gpu_class else "cpu"
 
-    @property
+    @cached_property
     def repack_types(self) -> frozenset[str]:
         """Every type any of the pool's CPUs repacks: a plan sized for the node that holds most."""
         return frozenset().union(*(node.repack_types for node in self.nodes))

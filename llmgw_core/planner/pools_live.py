@@ -211,9 +211,7 @@ def live_node(
         fabric=fabric,
         nvlink_domain=domain,
         nvlink_groups=groups,
-        repack_types=REPACK_TYPES.get(
-            repack_kind(facts.host.arch, facts.host.cpu_flags), frozenset()
-        ),
+        repack_types=REPACK_TYPES[repack_kind(facts.host.arch, facts.host.cpu_flags)],
     )
     unplaceable = tuple(
         f"card {card.index}: {card.out_of_placement}"

@@ -83,9 +83,8 @@ class Scaler:
     def step(self, now: float, reading: Reading, replicas: int) -> Decision | None:
         """The decision `reading` (taken at `now`, seconds) leads to with `replicas` running."""
         if reading.ready == 0:
-            return (
-                None  # nothing read (healing comes first, or a read failed): no evidence either way
-            )
+            # Nothing read (healing comes first, or a read failed): no evidence either way.
+            return None
         over, under = self._over(reading), self._under(reading)
         if not over:
             self.over_since = None

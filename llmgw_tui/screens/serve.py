@@ -289,9 +289,8 @@ class ServeScreen(KeptScreen[None]):
         and a second `q` quits (a stray key does not throw the entries away)."""
         import time
 
-        model = self._serve_model.value.strip()
         asked = self._quit_asked_at
-        if (not model and self.step == STEPS[0]) or (
+        if (not self.model_ref and self.step == STEPS[0]) or (
             asked is not None and time.monotonic() - asked < self.QUIT_AGAIN_S
         ):
             return False

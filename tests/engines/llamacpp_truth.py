@@ -19,6 +19,7 @@ model that llama.cpp rejects costs one line, not the run).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -442,12 +443,19 @@ def read_artifact(path: Path) -> Any:
     return enrich_gguf(bare, [read_local_gguf(path)])
 
 
+@functools.cache
+def _local_model(path: Path) -> Any:
+    """The file as `estimate` loads it (its header read once a run, not once a case)."""
+    from llmgw_core.model.local import load_local
+
+    return load_local(str(path), path, read_gguf_headers=True)
+
+
 def estimate_figures(path: Path, case: Case, cpu_repack: str) -> dict[str, float]:
     """What the `estimate` step says llama.cpp will allocate on the CPU for `case`, MiB."""
-    from llmgw_core.model.local import load_local
     from llmgw_core.script.steps.estimate import EstimateArgs, estimate_result
 
-    model = load_local(str(path), path, read_gguf_headers=True)
+    model = _local_model(path)
     args = EstimateArgs(
         model=str(path),
         engine="llama.cpp",

@@ -214,7 +214,7 @@ def _llamacpp(shape: Any, artifact: Artifact, args: EstimateArgs, memory: float)
     devices = args.tensor_parallel * args.pipeline_parallel
     context = args.max_model_len or shape.max_context
     kv_type = args.kv_cache_dtype if args.kv_cache_dtype not in (None, "auto") else "f16"
-    repack = llamacpp.REPACK_TYPES.get(args.cpu_repack, frozenset()) if args.cpu else frozenset()
+    repack = llamacpp.REPACK_TYPES[args.cpu_repack if args.cpu else "none"]
     common: dict[str, Any] = dict(
         devices=devices,
         context=context,
