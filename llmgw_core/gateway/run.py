@@ -186,10 +186,19 @@ async def _port_is_free(fleet: Any, node: str, port: int) -> bool:
     return (answer.get("ports") or [None])[0] == port
 
 
-async def _ports(fleet: Any, node: str, port: int) -> GatewayPorts:
-    """The front's `port`, then three free ones after it: the router's, its metrics, the front's."""
+PORT_TRIES = 3
+"""Starts of a router whose ports were taken between the check and its bind, before giving up."""
+ADDRESS_IN_USE = "Address already in use"
+"""What the router says when a port it was given is taken (`os error 98`)."""
+
+
+async def _ports(fleet: Any, node: str, port: int, avoid: tuple[int, ...] = ()) -> GatewayPorts:
+    """The front's `port`, then three free ones after it: the router's, its metrics, the front's
+    (none of `avoid`, the ones a start that lost a race for them tried)."""
     start = port + 1 if port < 65533 else 1024
-    answer = await fleet.request(node, "port.free", {"start": start, "count": 3, "avoid": [port]})
+    answer = await fleet.request(
+        node, "port.free", {"start": start, "count": 3, "avoid": [port, *avoid]}
+    )
     found = [int(p) for p in answer.get("ports") or []]
     if len(found) < 3:
         raise LlmgwError(f"{node} has no three free ports for the gateway's router from {start}")
@@ -246,26 +255,36 @@ async def start_gateway(
             raise BadInput(f"port {args.port} on {node} is in use", "give the gateway another port")
         found = await fleet.request(node, "port.free", {"start": args.port + 1, "count": 1})
         args = args.model_copy(update={"port": int((found.get("ports") or [args.port])[0])})
-    ports = await _ports(fleet, node, args.port)
-    request = shard_args(
-        args,
-        router_argv(program, args, ports),
-        node=node,
-        ports=ports,
-        created_at=time.time(),
-        upstream_key_envs=key_envs,
-    )
-    request["secret_env"] = {FRONT_CONFIG_VARIABLE: config}
     for old in ended:  # the record of its last run (crashed or killed), once all checks passed
         await stop_shard(fleet, old.node, old.shard_id, forget=True)
-    started = await fleet.request(node, "shard.start", request, timeout_s=30.0)
-    shard_id = str(started["shard_id"])
-    try:
-        gateway = await _wait_up(fleet, reach, node, shard_id, ports.front_metrics)
-    except LlmgwError:
-        await stop_shard(fleet, node, shard_id, forget=False)
-        raise
-    return {**await follow(fleet, reach, gateway), "adopted": False}
+    tried: tuple[int, ...] = ()
+    attempt = 0
+    while True:
+        attempt += 1
+        ports = await _ports(fleet, node, args.port, tried)
+        request = shard_args(
+            args,
+            router_argv(program, args, ports),
+            node=node,
+            ports=ports,
+            created_at=time.time(),
+            upstream_key_envs=key_envs,
+        )
+        request["secret_env"] = {FRONT_CONFIG_VARIABLE: config}
+        started = await fleet.request(node, "shard.start", request, timeout_s=30.0)
+        shard_id = str(started["shard_id"])
+        try:
+            gateway = await _wait_up(fleet, reach, node, shard_id, ports.front_metrics)
+        except LlmgwError as exc:
+            # A port found free was taken before the router bound it (the node is shared):
+            # try other ports. Anything else is the router's own failure, kept to be read.
+            lost_race = ADDRESS_IN_USE in str(exc) and attempt < PORT_TRIES
+            await stop_shard(fleet, node, shard_id, forget=lost_race)
+            if not lost_race:
+                raise
+            tried += (ports.router, ports.prometheus, ports.front_metrics)
+            continue
+        return {**await follow(fleet, reach, gateway), "adopted": False}
 
 
 async def _wait_up(
@@ -288,11 +307,13 @@ async def _wait_up(
 
 
 async def _last_lines(fleet: Any, node: str, shard_id: str) -> str:
+    """The router's own last line (its error), else the agent's line about it."""
     try:
         lines = [line for line in await shard_lines(fleet, node, shard_id, 5) if line.strip()]
     except (LlmgwError, AgentLost):
         return ""
-    return f" ({lines[-1].strip()})" if lines else ""
+    own = [line for line in lines if not line.lstrip().startswith("[llmgw]")]
+    return f" ({(own or lines)[-1].strip()})" if lines else ""
 
 
 async def stop_gateway(fleet: Any, name: str) -> dict[str, Any]:
