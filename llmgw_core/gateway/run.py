@@ -40,7 +40,7 @@ from llmgw_core.gateway.spec import (
     wanted_workers,
     worker_changes,
 )
-from llmgw_core.serve.http import EngineReach, health_status
+from llmgw_core.serve.http import EngineReach, Tunnel, health_status
 from llmgw_core.serve.replicas import replicas_now, shard_lines, shard_listings, stop_shard
 
 START_TIMEOUT_S = 60.0
@@ -71,9 +71,9 @@ def _hosts(fleet: Any) -> dict[str, str]:
     return {spec.name: spec.host for spec in fleet.inventory.node_specs()}
 
 
-async def _router(reach: EngineReach, gateway: GatewayView) -> str:
+async def _router(reach: EngineReach, gateway: GatewayView) -> Tunnel:
     """The router's own API (its loopback port), through a tunnel: never the front's."""
-    return await reach.base_url(gateway.node, gateway.api_port)
+    return await reach.tunnel(gateway.node, gateway.api_port)
 
 
 async def router_workers(reach: EngineReach, gateway: GatewayView) -> dict[str, dict[str, Any]]:
@@ -82,9 +82,10 @@ async def router_workers(reach: EngineReach, gateway: GatewayView) -> dict[str, 
     Raises:
         LlmgwError: the router does not answer.
     """
-    base = await _router(reach, gateway)
+    tunnel = await _router(reach, gateway)
+    base = tunnel.url
     try:
-        async with httpx.AsyncClient(timeout=ROUTER_TIMEOUT_S) as client:
+        async with tunnel.client(timeout=ROUTER_TIMEOUT_S) as client:
             response = await client.get(base + "/workers")
             listed = response.json().get("workers") or []
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
@@ -107,8 +108,9 @@ async def change_workers(
         LlmgwError: the router refused a change.
         httpx.HTTPError: the router did not answer.
     """
-    base = await _router(reach, gateway)
-    async with httpx.AsyncClient(timeout=ROUTER_TIMEOUT_S) as client:
+    tunnel = await _router(reach, gateway)
+    base = tunnel.url
+    async with tunnel.client(timeout=ROUTER_TIMEOUT_S) as client:
         for url in remove:
             response = await client.delete(f"{base}/workers/{quote(url, safe='')}")
             if response.status_code != 200:
@@ -384,10 +386,10 @@ async def gateway_logs(fleet: Any, name: str, *, lines: int = 200) -> list[str]:
 
 async def processed_by_worker(reach: EngineReach, gateway: GatewayView) -> dict[str, float]:
     """The router's own count of requests sent to each worker (its Prometheus port)."""
-    base = await reach.base_url(gateway.node, gateway.prometheus_port)
+    tunnel = await reach.tunnel(gateway.node, gateway.prometheus_port)
     try:
-        async with httpx.AsyncClient(timeout=ROUTER_TIMEOUT_S) as client:
-            text = (await client.get(base + "/metrics")).text
+        async with tunnel.client(timeout=ROUTER_TIMEOUT_S) as client:
+            text = (await client.get(tunnel.url + "/metrics")).text
     except httpx.HTTPError:
         return {}
     return processed_requests(text)

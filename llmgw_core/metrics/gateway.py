@@ -84,9 +84,9 @@ def targets_of(views: Iterable[Any]) -> tuple[GatewayTarget, ...]:
 async def scrape_gateway(reach: EngineReach, target: GatewayTarget) -> GatewayScrape:
     """Read a gateway's Prometheus text through an SSH tunnel to its node."""
     try:
-        base = await reach.base_url(target.node, target.port)
-        async with httpx.AsyncClient(timeout=SCRAPE_TIMEOUT_S) as client:
-            response = await client.get(base + target.path)
+        tunnel = await reach.tunnel(target.node, target.port)
+        async with tunnel.client(timeout=SCRAPE_TIMEOUT_S) as client:
+            response = await client.get(tunnel.url + target.path)
     except LlmgwError as exc:
         return GatewayScrape(target, error=exc.sentence())
     except httpx.HTTPError as exc:

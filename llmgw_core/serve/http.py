@@ -2,17 +2,25 @@
 
 Engines listen on their node; nothing of theirs is exposed to the network
 the console is on. Every health check, question and benchmark from the
-console goes through an SSH tunnel (asyncssh local port forwarding) to the
-node's loopback, so nodes behind a bastion work exactly as direct ones.
-One tunnel per node and port, opened on first use and kept until `close`.
+console goes through an SSH tunnel to the node, so nodes behind a bastion
+work exactly as direct ones. One tunnel per node and port, opened on first
+use and kept until `close`.
+
+A tunnel's near end is a Unix socket in a folder of the operator's (mode
+0700, made for this `EngineReach`), never a TCP port: the console's machine
+is shared too, and a port on its loopback would hand the node's engine (or
+the gateway's admin socket) to every other user of that machine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
 import ssl
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -54,8 +62,41 @@ def _https(base: str, tls: ClientTls | None) -> str:
     return "https://" + base.removeprefix("http://") if tls is not None else base
 
 
+def _verify(tls: ClientTls | None) -> ssl.SSLContext | bool:
+    return tls.context() if tls is not None else True
+
+
 class KeyRefused(LlmgwError):
     """The engine (or gateway) answered 401: the request lacked its key, or had another."""
+
+
+@dataclass(frozen=True)
+class Tunnel:
+    """One tunnel's near end: a Unix socket only the operator can open, and the address it reaches.
+
+    `url` names the far end as the node sees it (`http://HOST:PORT`); requests
+    go through the socket whatever the URL says, so make clients with `client`.
+    """
+
+    path: str
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def client(
+        self, *, timeout: float, verify: ssl.SSLContext | bool = True, **kwargs: Any
+    ) -> httpx.AsyncClient:
+        """An httpx client whose every connection goes through this tunnel."""
+        transport = httpx.AsyncHTTPTransport(uds=self.path, verify=verify)
+        return httpx.AsyncClient(transport=transport, timeout=timeout, **kwargs)
+
+    def sync_client(self, *, timeout: float, verify: ssl.SSLContext | bool = True) -> httpx.Client:
+        """The same, blocking (for the OpenAI SDK's `http_client`)."""
+        transport = httpx.HTTPTransport(uds=self.path, verify=verify)
+        return httpx.Client(transport=transport, timeout=timeout)
 
 
 class EngineReach:
@@ -67,8 +108,10 @@ class EngineReach:
 
     def __init__(self, fleet: Any) -> None:
         self._fleet = fleet
-        self._tunnels: dict[tuple[str, int, str], tuple[asyncssh.SSHListener, Any]] = {}
+        self._tunnels: dict[tuple[str, int, str], tuple[asyncssh.SSHListener, Any, Tunnel]] = {}
         self._lock = asyncio.Lock()
+        self._folder: str | None = None
+        self._made = 0
 
     async def connection(self, node: str) -> asyncssh.SSHClientConnection:
         """The fleet's SSH connection to `node` (for tunnels and file copies; not ours to close).
@@ -78,11 +121,18 @@ class EngineReach:
         """
         return self._fleet.connection(node)
 
-    async def base_url(self, node: str, port: int, host: str = "127.0.0.1") -> str:
-        """`http://127.0.0.1:<local>` reaching `host:<port>` on `node` through SSH.
+    def _socket_path(self) -> str:
+        if self._folder is None:
+            # mkdtemp makes the folder 0700: only the operator can reach a socket inside it.
+            self._folder = tempfile.mkdtemp(prefix="llmgw-tunnels-")
+        self._made += 1
+        return os.path.join(self._folder, f"t{self._made}")
+
+    async def tunnel(self, node: str, port: int, host: str = "127.0.0.1") -> Tunnel:
+        """The tunnel reaching `host:<port>` on `node` through SSH (opened on first use).
 
         `host` is the address on the node the port listens on: the loopback for
-        the gateway's router, the management address an engine is bound to.
+        the gateway's own ports, the management address an engine is bound to.
 
         A tunnel is reopened when the node's connection changed (it was lost and came back).
 
@@ -98,26 +148,33 @@ class EngineReach:
                 found[0].close()
                 found = None
             if found is None:
+                path = self._socket_path()
                 try:
-                    listener = await connection.forward_local_port("127.0.0.1", 0, host, port)
+                    listener = await connection.forward_local_path_to_port(path, host, port)
                 except (asyncssh.Error, OSError) as exc:
                     raise TunnelRefused(
                         f"{node} would not open a tunnel to port {port}: {exc}",
                         "allow TCP forwarding in the node's sshd (AllowTcpForwarding local)",
                     ) from None
-                found = (listener, connection)
+                found = (listener, connection, Tunnel(path=path, host=host, port=port))
                 self._tunnels[key] = found
-        return f"http://127.0.0.1:{found[0].get_port()}"
+        return found[2]
 
     async def forget(self, node: str) -> None:
         """Close the tunnels to a node (it was lost, or its replica stopped)."""
         for key in [k for k in self._tunnels if k[0] == node]:
-            self._tunnels.pop(key)[0].close()
+            listener, _, tunnel = self._tunnels.pop(key)
+            listener.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tunnel.path)
 
     async def close(self) -> None:
-        """Close every tunnel (the connections are the fleet's)."""
+        """Close every tunnel (the connections are the fleet's) and remove their folder."""
         for node in list({k[0] for k in self._tunnels}):
             await self.forget(node)
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
 
 
 async def health_status(
@@ -129,14 +186,14 @@ async def health_status(
         TunnelRefused: the node's sshd refuses forwarding.
     """
     try:
-        base = await reach.base_url(node, port, host)
+        tunnel = await reach.tunnel(node, port, host)
     except TunnelRefused:
         raise
     except LlmgwError:
         return None
     try:
-        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as client:
-            response = await client.get(base + path)
+        async with tunnel.client(timeout=HEALTH_TIMEOUT_S) as client:
+            response = await client.get(tunnel.url + path)
     except httpx.HTTPError:
         return None
     return response.status_code
@@ -176,7 +233,8 @@ async def chat(
     Raises:
         LlmgwError: the engine did not answer, or answered with an error.
     """
-    base = _https(await reach.base_url(node, port, host), tls)
+    tunnel = await reach.tunnel(node, port, host)
+    base = _https(tunnel.url, tls)
     body = {
         "model": served_name,
         "messages": [{"role": "user", "content": prompt}],
@@ -189,8 +247,7 @@ async def chat(
     started = time.perf_counter()
     try:
         if client is None:
-            verify: ssl.SSLContext | bool = tls.context() if tls is not None else True
-            async with httpx.AsyncClient(timeout=ASK_TIMEOUT_S, verify=verify) as own:
+            async with tunnel.client(timeout=ASK_TIMEOUT_S, verify=_verify(tls)) as own:
                 response = await own.post(url, json=body, headers=headers, extensions=extensions)
         else:
             response = await client.post(url, json=body, headers=headers, extensions=extensions)
@@ -259,8 +316,8 @@ async def bench(
     answers: list[Answer] = []
     failures: list[LlmgwError] = []
 
-    verify: ssl.SSLContext | bool = tls.context() if tls is not None else True
-    async with httpx.AsyncClient(timeout=ASK_TIMEOUT_S, verify=verify) as client:
+    tunnel = await reach.tunnel(node, port, host)
+    async with tunnel.client(timeout=ASK_TIMEOUT_S, verify=_verify(tls)) as client:
 
         async def one() -> None:
             try:

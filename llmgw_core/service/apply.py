@@ -271,9 +271,9 @@ async def engine_metrics(reach: EngineReach, view: ReplicaView) -> str | None:
     key = _engine_key(view)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        base = await reach.base_url(node, port, view.http_host)
-        async with httpx.AsyncClient(timeout=METRICS_TIMEOUT_S) as client:
-            response = await client.get(base + "/metrics", headers=headers)
+        tunnel = await reach.tunnel(node, port, view.http_host)
+        async with tunnel.client(timeout=METRICS_TIMEOUT_S) as client:
+            response = await client.get(tunnel.url + "/metrics", headers=headers)
     except (httpx.HTTPError, LlmgwError, OSError):
         return None
     return response.text if response.status_code == 200 else None

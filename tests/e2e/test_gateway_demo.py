@@ -184,7 +184,6 @@ def test_a_second_model_is_routed_by_its_name_and_the_worker_list_follows_a_serv
 
 def test_the_openai_sdk_gets_from_the_gateway_what_vllm_would_answer(demo: Demo):
     """The ten ordinary calls of a client, through the gateway fronting two models."""
-    import httpx
     import openai
 
     from llmgw_core.serve.http import EngineReach
@@ -192,8 +191,9 @@ def test_the_openai_sdk_gets_from_the_gateway_what_vllm_would_answer(demo: Demo)
     llama, qwen = "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct"
     reach = EngineReach(demo.fleet)
     try:
-        base = demo.loop.run(reach.base_url("cpu-01", 30400))
-        client = openai.OpenAI(base_url=base + "/v1", api_key="unused")
+        tunnel = demo.loop.run(reach.tunnel("cpu-01", 30400))
+        base, http = tunnel.url, tunnel.sync_client(timeout=30)
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", http_client=http)
         hello = [{"role": "user", "content": "Say hello"}]
         # 1. every model behind the gateway is listed
         assert sorted(m.id for m in client.models.list()) == sorted([llama, qwen])
@@ -225,7 +225,7 @@ def test_the_openai_sdk_gets_from_the_gateway_what_vllm_would_answer(demo: Demo)
         legacy = client.completions.create(model=qwen, prompt="Once upon a time", max_tokens=5)
         assert legacy.choices[0].finish_reason == "length"
         # 9. a body that is not JSON is a 400
-        broken = httpx.post(
+        broken = http.post(
             base + "/v1/chat/completions",
             content=b"{not json",
             headers={"Content-Type": "application/json"},
@@ -239,7 +239,6 @@ def test_the_openai_sdk_gets_from_the_gateway_what_vllm_would_answer(demo: Demo)
 
 
 def test_a_keys_file_limits_each_key_to_its_models_and_counts_per_key(demo: Demo, tmp_path: Path):
-    import httpx
     import openai
 
     from llmgw_core.gateway.run import find_gateway
@@ -262,8 +261,9 @@ def test_a_keys_file_limits_each_key_to_its_models_and_counts_per_key(demo: Demo
     gateway = demo.loop.run(find_gateway(demo.fleet, "keys"))
     reach = EngineReach(demo.fleet)
     try:
-        base = demo.loop.run(reach.base_url("cpu-01", 30600))
-        metrics = demo.loop.run(reach.base_url("cpu-01", gateway.front_metrics_port))
+        tunnel = demo.loop.run(reach.tunnel("cpu-01", 30600))
+        base, http = tunnel.url, tunnel.sync_client(timeout=30)
+        metrics_tunnel = demo.loop.run(reach.tunnel("cpu-01", gateway.front_metrics_port))
         chat = base + "/v1/chat/completions"
         llama = {
             "model": "meta-llama/Llama-3.1-8B-Instruct",
@@ -274,24 +274,24 @@ def test_a_keys_file_limits_each_key_to_its_models_and_counts_per_key(demo: Demo
         def auth(key: str) -> dict[str, str]:
             return {"Authorization": f"Bearer {key}"}
 
-        none = httpx.post(chat, json=llama)
+        none = http.post(chat, json=llama)
         assert none.status_code == 401 and none.json()["error"]["type"] == "invalid_request_error"
-        wrong = httpx.post(chat, json=llama, headers=auth("sk-not-a-key-at-all-000"))
+        wrong = http.post(chat, json=llama, headers=auth("sk-not-a-key-at-all-000"))
         assert (wrong.status_code, wrong.json()["error"]["code"]) == (401, "invalid_api_key")
-        assert httpx.post(chat, json=llama, headers=auth(team)).status_code == 200
-        limited = httpx.post(chat, json=qwen, headers=auth(team))
+        assert http.post(chat, json=llama, headers=auth(team)).status_code == 200
+        limited = http.post(chat, json=qwen, headers=auth(team))
         assert (limited.status_code, limited.json()["error"]["code"]) == (404, "model_not_found")
-        assert httpx.post(chat, json=qwen, headers=auth(ops)).status_code == 200
-        nobody = httpx.post(chat, json={**llama, "model": "gpt-4o"}, headers=auth(ops))
+        assert http.post(chat, json=qwen, headers=auth(ops)).status_code == 200
+        nobody = http.post(chat, json={**llama, "model": "gpt-4o"}, headers=auth(ops))
         assert (nobody.status_code, nobody.json()["error"]["code"]) == (404, "model_not_found")
-        listed = httpx.get(base + "/v1/models", headers=auth(team)).json()["data"]
+        listed = http.get(base + "/v1/models", headers=auth(team)).json()["data"]
         assert [card["id"] for card in listed] == ["meta-llama/Llama-3.1-8B-Instruct"]
         # The router's worker API is not reachable through the network port.
-        admin = httpx.post(base + "/workers", json={"url": "http://evil:1", "model_id": "x"})
+        admin = http.post(base + "/workers", json={"url": "http://evil:1", "model_id": "x"})
         assert admin.status_code == 404
-        assert httpx.get(base + "/health").status_code == 200  # no key: load balancers probe it
+        assert http.get(base + "/health").status_code == 200  # no key: load balancers probe it
         # A real OpenAI client, streaming through the front.
-        client = openai.OpenAI(base_url=base + "/v1", api_key=ops)
+        client = openai.OpenAI(base_url=base + "/v1", api_key=ops, http_client=http)
         stream = client.chat.completions.create(
             model="Qwen/Qwen2.5-7B-Instruct",
             messages=[{"role": "user", "content": "Hi"}],
@@ -303,8 +303,11 @@ def test_a_keys_file_limits_each_key_to_its_models_and_counts_per_key(demo: Demo
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert "Qwen/Qwen2.5-7B-Instruct" in text
         with pytest.raises(openai.AuthenticationError):
-            openai.OpenAI(base_url=base + "/v1", api_key="sk-wrong-wrong-wrong").models.list()
-        counted = httpx.get(metrics + "/metrics").text
+            openai.OpenAI(
+                base_url=base + "/v1", api_key="sk-wrong-wrong-wrong", http_client=http
+            ).models.list()
+        with metrics_tunnel.sync_client(timeout=30) as scrape:
+            counted = scrape.get(metrics_tunnel.url + "/metrics").text
     finally:
         demo.loop.run(reach.close())
     for line in (
@@ -391,9 +394,9 @@ def test_a_gateway_speaks_https_with_the_operators_certificate_checked_by_ask(
         demo.step("ask", gateway="tls", model=llama, prompt="Hi.")
     reach = EngineReach(demo.fleet)
     try:
-        base = demo.loop.run(reach.base_url("cpu-01", 30700))
-        with pytest.raises(httpx.HTTPError):  # plain HTTP on the port: no answer
-            httpx.get(base + "/v1/models", timeout=5).raise_for_status()
+        tunnel = demo.loop.run(reach.tunnel("cpu-01", 30700))
+        with pytest.raises(httpx.HTTPError), tunnel.sync_client(timeout=5) as plain:
+            plain.get(tunnel.url + "/v1/models").raise_for_status()  # plain HTTP: no answer
     finally:
         demo.loop.run(reach.close())
     secret = key.read_bytes().split(b"\n")[1]

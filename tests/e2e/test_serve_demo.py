@@ -727,8 +727,12 @@ def test_a_replica_served_with_tool_calling_answers_the_openai_sdk_with_a_tool_c
     reach = EngineReach(demo.fleet)
     try:
         node, port = replica["endpoint"].rsplit(":", 1)
-        base = demo.loop.run(reach.base_url(node, int(port), replica["http_host"]))
-        client = openai.OpenAI(base_url=base + "/v1", api_key="unused")
+        tunnel = demo.loop.run(reach.tunnel(node, int(port), replica["http_host"]))
+        client = openai.OpenAI(
+            base_url=tunnel.url + "/v1",
+            api_key="unused",
+            http_client=tunnel.sync_client(timeout=60),
+        )
         weather = {
             "type": "function",
             "function": {

@@ -513,3 +513,85 @@ def test_a_ready_node_lends_its_connection_for_a_tunnel_to_a_port_on_it(
             engine.close()
 
     assert asyncio.run(scenario()) == b"HELLO ENGINE\n"
+
+
+def _listening_tcp_inodes() -> set[str]:
+    """The socket inodes of every TCP listener on this machine (state 0A in /proc/net/tcp*)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                if fields[3] == "0A":
+                    found.add(fields[9])
+    return found
+
+
+def _own_socket_inodes() -> set[str]:
+    import os
+
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(target[8:-1])
+    return found
+
+
+def test_the_consoles_tunnels_are_unix_sockets_in_a_private_folder_not_tcp_ports(
+    tmp_path: Path, client_key: ClientKey
+):
+    """Another user of the console's machine can connect to a loopback port; to a socket in a
+    0700 folder of the operator's, not."""
+    import os
+    import stat
+
+    from llmgw_core.serve.http import EngineReach
+
+    async def scenario():
+        async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            await writer.drain()
+            writer.close()
+
+        server_engine = await asyncio.start_server(engine, "127.0.0.1", 0)
+        engine_port = server_engine.sockets[0].getsockname()[1]
+        server = asyncssh_node(tmp_path, "n1", client_key, allow_forwarding=True)
+        await server.start()
+        pin(tmp_path / "known_hosts", [server])
+        text = inventory_text([("n1", server, None)], tmp_path / "known_hosts")
+        fleet = Fleet(
+            parse_inventory(text),
+            connector_for(tmp_path / "known_hosts", client_keys=(client_key.key,)),
+        )
+        reach = EngineReach(fleet)
+        try:
+            await fleet.start()
+            await fleet.wait_settled(30)
+            listening_before = _listening_tcp_inodes() & _own_socket_inodes()
+            tunnel = await reach.tunnel("n1", engine_port)
+            listening_after = _listening_tcp_inodes() & _own_socket_inodes()
+            folder = os.path.dirname(tunnel.path)
+            modes = (
+                stat.S_IMODE(os.stat(folder).st_mode),
+                stat.S_ISSOCK(os.stat(tunnel.path).st_mode),
+            )
+            async with tunnel.client(timeout=10) as client:
+                answer = (await client.get(tunnel.url + "/health")).text
+            await reach.close()
+            return listening_after - listening_before, modes, answer, os.path.exists(folder)
+        finally:
+            await reach.close()
+            await fleet.close()
+            await server.stop()
+            server_engine.close()
+
+    new_listeners, (folder_mode, is_socket), answer, folder_left = asyncio.run(scenario())
+    assert new_listeners == set()
+    assert folder_mode == 0o700 and is_socket
+    assert answer == "ok"
+    assert not folder_left
