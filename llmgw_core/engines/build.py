@@ -40,10 +40,19 @@ def health_path(engine: str, program: tuple[str, ...] = ()) -> str:
     return "/health"
 
 
-def health_url(engine: str, http_host: str, http_port: int, program: tuple[str, ...] = ()) -> str:
-    """The URL the agent polls on the node itself (loopback when the engine binds every address)."""
+def health_url(
+    engine: str,
+    http_host: str,
+    http_port: int,
+    program: tuple[str, ...] = (),
+    *,
+    tls: bool = False,
+) -> str:
+    """The URL the agent polls on the node itself (loopback when the engine binds every
+    address); `https://` when the engine serves its replica's certificate."""
     host = "127.0.0.1" if http_host in ANY_ADDRESS else http_host
-    return f"http://{host_port(host, http_port)}{health_path(engine, program)}"
+    scheme = "https" if tls else "http"
+    return f"{scheme}://{host_port(host, http_port)}{health_path(engine, program)}"
 
 
 def _commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ...]:
@@ -79,6 +88,8 @@ def build_launch(request: LaunchRequest) -> LaunchPlan:
     for node in request.ranked_nodes:
         serves = _serves_http(request, node)
         program = node.program or DEFAULT_PROGRAMS.get(request.engine, ())
+        # Only the rank that serves HTTP holds the key: the others have no port to pin.
+        tls = request.tls if serves else None
         shards.append(
             ShardLaunch(
                 node=node.name,
@@ -86,12 +97,19 @@ def build_launch(request: LaunchRequest) -> LaunchPlan:
                 gpus=tuple(gpu.id for gpu in node.gpus),
                 commands=_commands(request, node),
                 serves_http=serves,
-                health_url=health_url(request.engine, node.bind, node.http_port, program)
+                health_url=health_url(
+                    request.engine, node.bind, node.http_port, program, tls=tls is not None
+                )
                 if serves
                 else None,
                 http_port=node.http_port,
                 http_host=node.reached_at,
-                secret_env={**request.secret_env, **key_env(request, program)},
+                secret_env={
+                    **request.secret_env,
+                    **key_env(request, program),
+                    **(tls.secret_env() if tls is not None else {}),
+                },
+                health_cert=tls.cert_pem if tls is not None else None,
             )
         )
     executor = _executor(request)
@@ -101,4 +119,5 @@ def build_launch(request: LaunchRequest) -> LaunchPlan:
         shards=tuple(shards),
         health_path=health_path(request.engine, request.head.program),
         start_after_head=executor == RAY,
+        tls_cert=request.tls.cert_pem if request.tls is not None else None,
     )

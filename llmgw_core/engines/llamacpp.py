@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from llmgw_core.engines.environment import shard_env
 from llmgw_core.engines.flags import argv_of, engine_options_of
+from llmgw_core.engines.identity import tls_flags
 from llmgw_core.engines.programs import DEFAULT_PROGRAMS, is_llama_cpp_python
 from llmgw_core.engines.spec import LLAMA_CPP, LaunchNode, LaunchRequest, ShardCommand
 from llmgw_core.errors import BadInput
@@ -28,6 +29,10 @@ def _program(node: LaunchNode) -> tuple[str, ...]:
 def _llama_server(request: LaunchRequest, node: LaunchNode) -> list[str]:
     argv = [*_program(node), "--model", request.source, "--alias", request.served_name]
     argv += ["--host", node.bind, "--port", str(node.http_port)]
+    if request.tls is not None:
+        # HTTPS with the replica's own certificate (engines.identity). A build without
+        # OpenSSL refuses these flags at start ("built without SSL support"), loudly.
+        argv += tls_flags("--ssl-cert-file", "--ssl-key-file")
     argv += ["--ctx-size", str(request.context * request.concurrency)]
     if request.concurrency > 1:
         argv += ["--parallel", str(request.concurrency)]
@@ -56,6 +61,8 @@ def _llama_cpp_python(request: LaunchRequest, node: LaunchNode) -> list[str]:
         )
     argv = [*_program(node), "--model", request.source, "--model_alias", request.served_name]
     argv += ["--host", node.bind, "--port", str(node.http_port)]
+    if request.tls is not None:  # its settings' uvicorn TLS files (engines.identity)
+        argv += tls_flags("--ssl_certfile", "--ssl_keyfile")
     argv += ["--n_ctx", str(request.context)]
     argv += ["--n_gpu_layers", "-1" if node.gpus else "0"]
     # A new request (the health probe included) would otherwise cut a streamed answer short.

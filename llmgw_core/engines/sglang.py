@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from llmgw_core.engines.environment import shard_env
 from llmgw_core.engines.flags import argv_of
+from llmgw_core.engines.identity import tls_flags
 from llmgw_core.engines.keys import keyed_program
 from llmgw_core.engines.programs import DEFAULT_PROGRAMS
 from llmgw_core.engines.spec import SGLANG, LaunchNode, LaunchRequest, ShardCommand, host_port
@@ -26,6 +27,9 @@ def commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ..
     argv = [*program, "--model-path", request.source]
     argv += ["--served-model-name", request.served_name]
     argv += ["--host", node.bind, "--port", str(node.http_port)]
+    if request.tls is not None and node.rank == request.head.rank:
+        # HTTPS with the replica's own certificate (engines.identity); the other ranks serve none.
+        argv += tls_flags("--ssl-certfile", "--ssl-keyfile")
     argv += ["--tp-size", str(request.tensor_parallel)]
     if request.pipeline_parallel > 1:
         argv += ["--pp-size", str(request.pipeline_parallel)]

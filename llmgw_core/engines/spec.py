@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from llmgw_core.engines.identity import EngineIdentity
+
 Role = Literal["sidecar", "main"]
 
 VLLM = "vllm"
@@ -168,6 +170,8 @@ class LaunchRequest:
             on rank 0; None: the engine's usual one.
         executor: vLLM across nodes: "ray" or "mp"; None: by the installed version.
         engine_args: the operator's own flags, checked (`engines.flags`), written after ours.
+        tls: the replica's certificate and key (`engines.identity`): the engine that serves
+            HTTP speaks HTTPS with them and its callers pin the certificate; None: plain HTTP.
     """
 
     engine: str
@@ -191,6 +195,7 @@ class LaunchRequest:
     rendezvous_port: int | None = None
     executor: str | None = None
     engine_args: Mapping[str, str | bool] = field(default_factory=dict)
+    tls: EngineIdentity | None = field(default=None, repr=False)
 
     @property
     def ranked_nodes(self) -> tuple[LaunchNode, ...]:
@@ -260,6 +265,8 @@ class ShardLaunch:
         secret_env: variables for every command that must never reach a disk
             (the Hub token, the engine's key): sent apart as `secret_env`, kept
             by the agent in the processes' environment only.
+        health_cert: the engine's certificate the agent's health probe pins (the shard
+            that serves HTTPS), else None.
     """
 
     node: str
@@ -271,6 +278,7 @@ class ShardLaunch:
     http_port: int
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     http_host: str = "127.0.0.1"
+    health_cert: str | None = None
 
     @property
     def main(self) -> ShardCommand:
@@ -298,6 +306,8 @@ class ShardLaunch:
             args["shard_id"] = shard_id
         if self.health_url is not None:
             args["health_url"] = self.health_url
+        if self.health_cert is not None:
+            args["health_cert"] = self.health_cert
         if self.secret_env:
             args["secret_env"] = dict(self.secret_env)
         return args
@@ -315,6 +325,8 @@ class LaunchPlan:
         health_path: the path the engine answers health on.
         start_after_head: start the other shards only once rank 0's shard is
             running (Ray: its head's port accepted, so workers have a cluster to join).
+        tls_cert: the certificate rank 0's engine serves HTTPS with (every caller pins
+            it), None when it speaks plain HTTP.
     """
 
     engine: str
@@ -322,6 +334,7 @@ class LaunchPlan:
     shards: tuple[ShardLaunch, ...]
     health_path: str
     start_after_head: bool = False
+    tls_cert: str | None = None
 
     @property
     def head(self) -> ShardLaunch:

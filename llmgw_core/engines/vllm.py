@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from llmgw_core.engines.environment import shard_env
 from llmgw_core.engines.flags import argv_of
+from llmgw_core.engines.identity import tls_flags
 from llmgw_core.engines.programs import DEFAULT_PROGRAMS, at_least, ray_program
 from llmgw_core.engines.spec import (
     MULTIPROCESSING,
@@ -83,7 +84,10 @@ def model_flags(request: LaunchRequest) -> list[str]:
 
 
 def _http_flags(request: LaunchRequest, node: LaunchNode) -> list[str]:
-    return ["--host", node.bind, "--port", str(node.http_port)]
+    flags = ["--host", node.bind, "--port", str(node.http_port)]
+    if request.tls is not None:  # HTTPS with the replica's own certificate (engines.identity)
+        flags += tls_flags("--ssl-certfile", "--ssl-keyfile")
+    return flags
 
 
 def _serve(request: LaunchRequest, node: LaunchNode) -> list[str]:

@@ -435,3 +435,91 @@ def test_the_sim_answers_max_num_seqs_at_once_and_counts_the_rest_as_waiting(
     assert max(load.kv_use for load in loads if load and load.kv_use is not None) == 1.0
     with urllib.request.urlopen(base + "/metrics", timeout=5) as response:
         assert engine_load(response.read().decode(), "vllm") == type(loads[0])(0, 0, 0.0)
+
+
+def _shard_healthy(agent: AgentClient, shard_id: str, timeout_s: float = 20) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        (shard,) = [s for s in agent.call("shard.list")["shards"] if s["shard_id"] == shard_id]
+        if shard.get("healthy"):
+            return shard
+        assert shard["phase"] in ("starting", "running"), shard
+        time.sleep(0.1)
+    raise AssertionError(f"{shard_id} never answered its pinned health check: {shard}")
+
+
+def test_an_engine_given_its_replicas_identity_serves_https_that_only_its_pin_trusts(
+    replay_agent: AgentClient, state_dir: Path
+) -> None:
+    import ssl
+
+    from llmgw_core.engines.identity import (
+        CERT_PLACEHOLDER,
+        KEY_PLACEHOLDER,
+        EngineIdentity,
+        pinned_context,
+    )
+
+    identity, stranger = EngineIdentity.make("tiny-tls"), EngineIdentity.make("other")
+    port = free_port()
+    argv = ["vllm", "serve", "/models/tiny-llama", "--port", str(port), "--host", "127.0.0.1"]
+    argv += ["--served-model-name", "tiny", "--ssl-certfile", CERT_PLACEHOLDER]
+    argv += ["--ssl-keyfile", KEY_PLACEHOLDER]
+    health = f"https://127.0.0.1:{port}/health"
+    started = replay_agent.call(
+        "shard.start",
+        {
+            "replica": "tiny-tls",
+            "rank": 0,
+            "gpus": ["0"],
+            "commands": [{"name": "vllm", "argv": argv, "env": {"LLMGW_SIM_LOAD_S": "0.3"}}],
+            "health_url": health,
+            "health_cert": identity.cert_pem,
+            "secret_env": identity.secret_env(),
+        },
+    )
+    # The agent's own probe speaks HTTPS pinned to the recorded certificate.
+    shard = _shard_healthy(replay_agent, started["shard_id"])
+    assert shard["health_url"] == health
+    with urllib.request.urlopen(health, context=pinned_context(identity.cert_pem)) as answer:
+        assert answer.status == 200
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        urllib.request.urlopen(health, context=pinned_context(stranger.cert_pem), timeout=5)
+    assert http_status(f"http://127.0.0.1:{port}/health") is None  # no plain HTTP at all
+    # A caller that trusts the system's CAs is refused too.
+    with pytest.raises(ssl.SSLError), socket.create_connection(("127.0.0.1", port), 5) as raw:
+        ssl.create_default_context().wrap_socket(raw, server_hostname="llmgw-engine")
+    lines = wait_for_line(replay_agent, started["shard_id"], "Uvicorn running on https://")
+
+    # The key reached the engine as an in-memory file: a /dev/fd path on its command line,
+    # nothing in its environment, its records or its log.
+    key = identity.key_pem.encode()
+    main_pid = shard["main_pid"]
+    cmdline = Path(f"/proc/{main_pid}/cmdline").read_bytes().split(b"\0")
+    assert b"--ssl-keyfile" in cmdline
+    assert cmdline[cmdline.index(b"--ssl-keyfile") + 1].startswith(b"/dev/fd/")
+    assert b"BEGIN" not in b"\0".join(cmdline)
+    environ = Path(f"/proc/{main_pid}/environ").read_bytes()
+    assert b"LLMGW_ENGINE_TLS" not in environ and key not in environ
+    assert not any(key in path.read_bytes() for path in state_dir.rglob("*") if path.is_file())
+    assert not any("PRIVATE KEY" in line for line in lines)
+
+
+def test_an_https_health_check_is_pinned_to_a_certificate_never_a_key(
+    replay_agent: AgentClient,
+) -> None:
+    from llmgw_core.engines.identity import EngineIdentity
+
+    identity = EngineIdentity.make()
+    base = {
+        "replica": "bad",
+        "rank": 0,
+        "commands": [{"name": "vllm", "argv": ["vllm", "serve", "m"]}],
+        "health_url": "https://127.0.0.1:1/health",
+    }
+    for cert in (identity.key_pem, "not a certificate"):
+        reply = replay_agent.request("shard.start", {**base, "health_cert": cert})
+        assert not reply["ok"] and reply["error"]["code"] == "bad_args", reply
+    plain = {**base, "health_url": "http://127.0.0.1:1/health", "health_cert": identity.cert_pem}
+    reply = replay_agent.request("shard.start", plain)
+    assert "pins an https:// health_url" in reply["error"]["message"]

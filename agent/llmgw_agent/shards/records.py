@@ -32,7 +32,7 @@ from typing import Callable, List, Optional
 
 from llmgw_agent import keepalive, paths, proc_identity
 from llmgw_agent.op_args import OpError
-from llmgw_agent.shards import claims
+from llmgw_agent.shards import claims, memfiles
 from llmgw_agent.shards.spec import SHARD_ID, normalise_spec
 
 TERMINAL_PHASES = ("exited", "failed", "stopped")
@@ -148,6 +148,9 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
     """
     spec = normalise_spec(args)
     secret_env = secret_environment(args)
+    refused = memfiles.refusal(secret_env)
+    if refused:
+        raise OpError("unavailable", refused)
     shard_id = spec["shard_id"] or _new_shard_id(spec["replica"], spec["rank"])
     directory = shards_dir() / shard_id
     try:

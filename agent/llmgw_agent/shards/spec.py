@@ -85,6 +85,22 @@ def _command(index: int, raw: Any, last: bool) -> dict:
     }
 
 
+MAX_CERT_CHARS = 16384
+_PEM_CERT = "-----BEGIN CERTIFICATE-----"
+
+
+def _health_cert(args: dict, health_url: Optional[str]) -> Optional[str]:
+    """The certificate (public, PEM) an https health URL is pinned to, checked for shape."""
+    cert = arg(args, "health_cert", (str,), None)
+    if cert is None:
+        return None
+    if health_url is None or not health_url.startswith("https://"):
+        raise _bad("health_cert pins an https:// health_url; give one")
+    if _PEM_CERT not in cert or len(cert) > MAX_CERT_CHARS or "PRIVATE KEY" in cert:
+        raise _bad("health_cert must be one PEM certificate (and never a key)")
+    return cert
+
+
 def normalise_spec(args: dict) -> dict:
     """A `shard.start` request checked and filled with defaults.
 
@@ -120,6 +136,7 @@ def normalise_spec(args: dict) -> dict:
     health_url = arg(args, "health_url", (str,), None)
     if health_url is not None and not health_url.startswith(("http://", "https://")):
         raise _bad("health_url must be an http:// URL")
+    health_cert = _health_cert(args, health_url)
     log_max_bytes = number_arg(
         args, "log_max_bytes", DEFAULT_LOG_MAX_BYTES, minimum=8192, maximum=2**40
     )
@@ -132,6 +149,7 @@ def normalise_spec(args: dict) -> dict:
         "gpus": list(gpus),
         "commands": commands,
         "health_url": health_url,
+        "health_cert": health_cert,
         "log_max_bytes": int(log_max_bytes),
         "stop_timeout_s": float(stop_timeout_s),
         "spec": spec,

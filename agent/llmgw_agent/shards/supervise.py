@@ -25,7 +25,7 @@ from typing import List, Optional, Tuple
 
 from llmgw_agent import paths, proc_identity
 from llmgw_agent.logcap import CappedLog, LineSplitter
-from llmgw_agent.shards import claims
+from llmgw_agent.shards import claims, memfiles
 from llmgw_agent.shards.records import read_record, terminate_groups, write_record
 
 _WATCH_POLL_S = 0.1
@@ -91,17 +91,22 @@ class Supervisor:
         return env
 
     def _spawn(self, command: dict) -> subprocess.Popen:
-        argv = command.get("run_argv") or command["argv"]
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=command.get("cwd") or None,
-            env=self._environment(command),
-            close_fds=True,
-            start_new_session=True,
-        )
+        # The engine's TLS key and certificate: in-memory files it inherits (memfiles).
+        held = memfiles.hold(command.get("run_argv") or command["argv"], self._environment(command))
+        try:
+            process = subprocess.Popen(
+                held.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=command.get("cwd") or None,
+                env=held.env,
+                close_fds=True,
+                pass_fds=held.fds,
+                start_new_session=True,
+            )
+        finally:
+            held.close()
         prefix = b"" if command["role"] == "main" else "[{}] ".format(command["name"]).encode()
         pump = threading.Thread(target=self._pump, args=(process, prefix), daemon=True)
         pump.start()
@@ -194,10 +199,13 @@ class Supervisor:
         url = self.shard.get("health_url")
         if not url:
             return
+        # HTTPS is pinned to the engine's own certificate: a process that took the port of
+        # a dead engine cannot answer healthy.
+        context = _pinned_context(self.shard.get("health_cert"))
         while not self._done.wait(_HEALTH_POLL_S):
             if self.state.get("phase") != "running":
                 continue
-            status = _http_status(url)
+            status = _http_status(url, context)
             healthy = status == 200
             if healthy != self.state.get("healthy") or status != self.state.get("health_status"):
                 changes = {"healthy": healthy, "health_status": status}
@@ -264,9 +272,22 @@ def _port_accepts(port: int) -> bool:
         return False
 
 
-def _http_status(url: str) -> Optional[int]:
+def _pinned_context(cert_pem: Optional[str]):  # -> Optional[ssl.SSLContext]
+    """A client context trusting `cert_pem` alone (no name checked: the pin is the
+    certificate), None without one; `llmgw_core.engines.identity.pinned_context`'s rule."""
+    if not cert_pem:
+        return None
+    import ssl
+
+    context = ssl.create_default_context(cadata=cert_pem)
+    context.check_hostname = False
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def _http_status(url: str, context=None) -> Optional[int]:
     try:
-        with urllib.request.urlopen(url, timeout=2.0) as response:
+        with urllib.request.urlopen(url, timeout=2.0, context=context) as response:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)

@@ -101,6 +101,10 @@ def _parser(kind: str) -> argparse.ArgumentParser:
     add("--port", "-p", type=int, default=_DEFAULT_PORTS[kind])
     add("--host", "-H", default=None)
     add("--served-model-name", "--alias", "-a", "--model_alias", nargs="+", default=None)
+    # HTTPS files: vLLM's and SGLang's --ssl-certfile, llama-server's --ssl-cert-file,
+    # llama-cpp-python's --ssl_certfile (and the keys alike).
+    add("--ssl-certfile", "--ssl-cert-file", "--ssl_certfile", dest="ssl_certfile", default=None)
+    add("--ssl-keyfile", "--ssl-key-file", "--ssl_keyfile", dest="ssl_keyfile", default=None)
     if kind == "vllm":
         add("--model", default=None)
         add("--tensor-parallel-size", "-tp", type=int, default=1)
@@ -162,7 +166,8 @@ def parse_engine_argv(kind: str, argv: List[str]) -> dict:
 
     Returns:
         `{kind, model, served_name, host, port, tp, pp, nnodes, node_rank,
-        serves_http, context_tokens, memory_fraction, gpu_layers, head, max_seqs}`.
+        serves_http, context_tokens, memory_fraction, gpu_layers, head, max_seqs,
+        ssl_certfile, ssl_keyfile}` (the HTTPS files, None for plain HTTP).
     """
     rest = _engine_args(argv)
     positional_model = None
@@ -211,6 +216,8 @@ def parse_engine_argv(kind: str, argv: List[str]) -> dict:
         "tool_calling": _tool_calling(kind, options),
         "kv_bytes_ratio": _kv_bytes_ratio(kind, options),
         "flash_attn": getattr(options, "flash_attn", "auto") != "off",
+        "ssl_certfile": options.ssl_certfile,
+        "ssl_keyfile": options.ssl_keyfile,
     }
 
 

@@ -228,6 +228,7 @@ def loading_lines(engine: dict, plan: dict, shard_count: int) -> List[Line]:
 def ready_lines(engine: dict, plan: dict, load_s: float, bound: str) -> List[str]:
     """The lines printed once loaded: memory, KV cache, and the server coming up."""
     kind = engine["kind"]
+    scheme = "https" if engine.get("ssl_certfile") else "http"
     context = engine.get("context_tokens") or 32768
     if kind == "vllm":
         lines = [
@@ -243,9 +244,9 @@ def ready_lines(engine: dict, plan: dict, load_s: float, bound: str) -> List[str
         ]
         if engine["serves_http"]:
             lines += [
-                "INFO {} Starting vLLM API server 0 on http://{}".format(_stamp(), bound),
+                "INFO {} Starting vLLM API server 0 on {}://{}".format(_stamp(), scheme, bound),
                 "INFO:     Application startup complete.",
-                "INFO:     Uvicorn running on http://{} (Press CTRL+C to quit)".format(bound),
+                "INFO:     Uvicorn running on {}://{} (Press CTRL+C to quit)".format(scheme, bound),
             ]
         return lines
     if kind == "sglang":
@@ -260,7 +261,7 @@ def ready_lines(engine: dict, plan: dict, load_s: float, bound: str) -> List[str
         ]
         if engine["serves_http"]:
             lines += [
-                "INFO:     Uvicorn running on http://{} (Press CTRL+C to quit)".format(bound),
+                "INFO:     Uvicorn running on {}://{} (Press CTRL+C to quit)".format(scheme, bound),
                 "[{}] The server is fired up and ready to roll!".format(_stamp()),
             ]
         return lines
@@ -272,6 +273,6 @@ def ready_lines(engine: dict, plan: dict, load_s: float, bound: str) -> List[str
         ),
         "load_tensors: offloaded {} layers to GPU".format(engine.get("gpu_layers") or "all"),
         "main: model loaded",
-        "main: server is listening on http://{}".format(bound),
+        "main: server is listening on {}://{}".format(scheme, bound),
         "srv  update_slots: all slots are idle",
     ]

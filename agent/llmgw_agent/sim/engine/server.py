@@ -4,7 +4,9 @@
 command line, prints start-up lines shaped like that engine's (NCCL's lines
 reflecting the environment it was given), serves `/health` (503 while
 loading, then 200), `/v1/models`, `/v1/chat/completions`, `/v1/completions`
-and `/metrics` on 127.0.0.1, and records the memory it holds on its simulated
+and `/metrics` on 127.0.0.1 — over HTTPS when the command names a certificate
+and key (`--ssl-certfile`/`--ssl-keyfile` and the other engines' spellings),
+as the real engine would — and records the memory it holds on its simulated
 cards in `sim_usage_dir()/<pid>.json` until it exits. In replay mode the
 agent's supervisor runs it in place of the real binary (`engine.args.engine_kind`
 says which commands).
@@ -24,6 +26,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -352,9 +355,39 @@ class SimHandler(BaseHTTPRequestHandler):
 
 class _EngineHttpServer(ThreadingHTTPServer):
     """A thread per connection, and a listen backlog an engine's (uvicorn's 2048), not
-    socketserver's 5: a burst of clients is queued, never refused."""
+    socketserver's 5: a burst of clients is queued, never refused. With `tls` each
+    connection's handshake is made on its own thread, so one slow or plain client
+    holds up no other."""
 
     request_queue_size = 2048
+    tls = None  # type: Optional[ssl.SSLContext]
+
+    def finish_request(self, request, client_address) -> None:
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(_HANDSHAKE_S)
+        try:
+            wrapped = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return  # a client that did not complete the handshake: nothing was read
+        try:
+            wrapped.settimeout(None)
+            super().finish_request(wrapped, client_address)
+        finally:
+            with contextlib.suppress(OSError):
+                wrapped.close()
+
+
+_HANDSHAKE_S = 10.0
+
+
+def tls_context(certfile: str, keyfile: str) -> ssl.SSLContext:
+    """The server context of the certificate and key files the command names (TLS 1.2 on)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile, keyfile)
+    return context
 
 
 def _bind_host(requested: Optional[str]) -> str:
@@ -428,11 +461,19 @@ def run_engine(kind: str, real_argv: List[str]) -> int:
     server = None
     if engine["serves_http"]:
         handler = type("BoundSimHandler", (SimHandler,), {"sim": state})
+        tls = None
+        if engine["ssl_certfile"] or engine["ssl_keyfile"]:
+            try:
+                tls = tls_context(engine["ssl_certfile"] or "", engine["ssl_keyfile"] or "")
+            except (OSError, ssl.SSLError) as exc:
+                say("ERROR: the SSL certificate or key cannot be loaded: {}".format(exc))
+                return 1
         try:
             server = _EngineHttpServer((host, engine["port"]), handler)
         except OSError as exc:
             say("ERROR: [Errno {}] could not bind {}: {}".format(exc.errno, bound, exc.strerror))
             return 1
+        server.tls = tls
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
     usage_path = _write_usage(gpus, int(plan["weights_gib"] * 1024))
