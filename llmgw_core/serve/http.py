@@ -28,6 +28,7 @@ from typing import Any
 import asyncssh
 import httpx
 
+from llmgw_core.engines.identity import ENGINE_NAME, pinned_context
 from llmgw_core.errors import BadInput, LlmgwError
 
 HEALTH_TIMEOUT_S = 5.0
@@ -40,22 +41,46 @@ class TunnelRefused(LlmgwError):
 
 @dataclass(frozen=True)
 class ClientTls:
-    """How to speak HTTPS to a gateway through the tunnel: the name its certificate is for
-    (checked, and sent as SNI) and the CA file to check it against (None: the system's)."""
+    """How to speak HTTPS through the tunnel.
+
+    To a gateway: the name its certificate is for (checked, and sent as SNI) and
+    the CA file to check it against (None: the system's). To an engine: `pinned`,
+    its replica's own certificate (`engines.identity`), trusted alone — a process
+    that took a dead engine's port cannot complete the handshake, so it is sent
+    no request and no key.
+    """
 
     server_name: str
     ca_file: str | None = None
+    pinned: str | None = None
+
+    @classmethod
+    def pin(cls, cert_pem: str) -> ClientTls:
+        """HTTPS to an engine that must present exactly `cert_pem`."""
+        return cls(server_name=ENGINE_NAME, pinned=cert_pem)
 
     def context(self) -> ssl.SSLContext:
         """The verifying context.
 
         Raises:
-            BadInput: the CA file cannot be read as certificates.
+            BadInput: the CA file cannot be read as certificates, or the pinned
+                certificate is not one.
         """
+        if self.pinned is not None:
+            try:
+                return pinned_context(self.pinned)
+            except ValueError as exc:
+                raise BadInput(str(exc)) from None
         try:
             return ssl.create_default_context(cafile=self.ca_file)
         except (OSError, ssl.SSLError) as exc:
             raise BadInput(f"the CA file {self.ca_file} cannot be read: {exc}") from None
+
+
+def engine_tls(cert_pem: str | None) -> ClientTls | None:
+    """How to reach a replica's engine: pinned to its certificate, or None (plain HTTP) for
+    one that has none (`ReplicaView.tls_cert`)."""
+    return ClientTls.pin(cert_pem) if cert_pem else None
 
 
 def _https(base: str, tls: ClientTls | None) -> str:
@@ -86,10 +111,22 @@ class Tunnel:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def base(self, tls: ClientTls | None = None) -> str:
+        """`url`, as `https://…` when the far end is spoken to with `tls`."""
+        return _https(self.url, tls)
+
     def client(
-        self, *, timeout: float, verify: ssl.SSLContext | bool = True, **kwargs: Any
+        self,
+        *,
+        timeout: float,
+        verify: ssl.SSLContext | bool = True,
+        tls: ClientTls | None = None,
+        **kwargs: Any,
     ) -> httpx.AsyncClient:
-        """An httpx client whose every connection goes through this tunnel."""
+        """An httpx client whose every connection goes through this tunnel (checked with
+        `tls`'s context when given, else `verify`)."""
+        if tls is not None:
+            verify = tls.context()
         transport = httpx.AsyncHTTPTransport(uds=self.path, verify=verify)
         return httpx.AsyncClient(transport=transport, timeout=timeout, **kwargs)
 
@@ -178,9 +215,15 @@ class EngineReach:
 
 
 async def health_status(
-    reach: EngineReach, node: str, port: int, path: str, host: str = "127.0.0.1"
+    reach: EngineReach,
+    node: str,
+    port: int,
+    path: str,
+    host: str = "127.0.0.1",
+    tls: ClientTls | None = None,
 ) -> int | None:
-    """The HTTP status the engine's health route answers through the tunnel; None: port not open.
+    """The HTTP status the engine's health route answers through the tunnel; None: port not
+    open, or (with `tls`) whoever answers there does not hold the pinned certificate's key.
 
     Raises:
         TunnelRefused: the node's sshd refuses forwarding.
@@ -192,18 +235,23 @@ async def health_status(
     except LlmgwError:
         return None
     try:
-        async with tunnel.client(timeout=HEALTH_TIMEOUT_S) as client:
-            response = await client.get(tunnel.url + path)
+        async with tunnel.client(timeout=HEALTH_TIMEOUT_S, verify=_verify(tls)) as client:
+            response = await client.get(_https(tunnel.url, tls) + path)
     except httpx.HTTPError:
         return None
     return response.status_code
 
 
 async def health_answers(
-    reach: EngineReach, node: str, port: int, path: str, host: str = "127.0.0.1"
+    reach: EngineReach,
+    node: str,
+    port: int,
+    path: str,
+    host: str = "127.0.0.1",
+    tls: ClientTls | None = None,
 ) -> bool:
     """True when the engine's health route answers 200 through the tunnel."""
-    return await health_status(reach, node, port, path, host) == 200
+    return await health_status(reach, node, port, path, host, tls) == 200
 
 
 @dataclass(frozen=True)

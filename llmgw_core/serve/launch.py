@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmgw_core.engines import LaunchPlan, LaunchRequest, launch_node, redact_env
+from llmgw_core.engines.identity import EngineIdentity
 from llmgw_core.engines.spec import ShardLaunch
 from llmgw_core.fabric.rails import RailChoice
 from llmgw_core.facts import NodeFacts
@@ -62,10 +63,12 @@ def launch_request(
     source: str | None = None,
     rails: RailChoice | None = None,
     engine_args: Mapping[str, str | bool] | None = None,
+    tls: EngineIdentity | None = None,
 ) -> LaunchRequest:
     """The request the engine builders turn into each node's shard.
 
-    `rails` names the adapters each node leaves out of `NCCL_IB_HCA`.
+    `rails` names the adapters each node leaves out of `NCCL_IB_HCA`; `tls` is the
+    replica's certificate and key (its engine serves HTTPS with them).
 
     Raises:
         BadInput: a node lacks a card or the fabric (see `engines.launch_node`).
@@ -105,6 +108,7 @@ def launch_request(
         secret_env=dict(secret_env or {}),
         api_key=api_key,
         rendezvous_port=rendezvous_port,
+        tls=tls,
     )
 
 
@@ -139,6 +143,8 @@ def replica_spec(
         "http_port": head.http_port,
         "http_host": head.http_host,
         "health_path": plan.health_path,
+        # Public: every caller (console, gateway) pins rank 0's engine to it.
+        "tls_cert": plan.tls_cert,
         "created_at": created_at,
         "attempt": attempt,
     }

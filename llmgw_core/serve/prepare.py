@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from llmgw_core.engines import LaunchPlan, build_launch, redact_env
 from llmgw_core.engines.flags import plan_options, too_new
+from llmgw_core.engines.identity import EngineIdentity
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fabric.rails import RailChoice, choose_rails
 from llmgw_core.fleet.client import AgentError
@@ -256,6 +257,8 @@ async def launch_for(
     """The engines' launch for one placed way, and its rendezvous port (None on one node).
 
     `rails` (default: `rail_choice` now) names the adapters left out of `NCCL_IB_HCA`.
+    Every launch gets a new certificate and key (`engines.identity`): a heal or a
+    retry is never trusted with the certificate of the engine it replaces.
 
     Raises:
         BadInput: the launch cannot work (see `engines.validate_launch`).
@@ -294,6 +297,7 @@ async def launch_for(
             rails=rails
             if rails is not None
             else rail_choice(fleet, placement, all_rails=request.rails == "all"),
+            tls=EngineIdentity.make(request.name or served_name),
         )
     )
     return launch, rendezvous_port

@@ -36,7 +36,7 @@ from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Placement, explain, place, want_summary
 from llmgw_core.serve.choice import Choice
 from llmgw_core.serve.fetch import FetchFailed, fetch_weights, weights_plan
-from llmgw_core.serve.http import EngineReach, TunnelRefused, health_status
+from llmgw_core.serve.http import ClientTls, EngineReach, TunnelRefused, engine_tls, health_status
 from llmgw_core.serve.launch import replica_spec, shard_spec
 from llmgw_core.serve.preflight import all_reduce_preflight
 from llmgw_core.serve.prepare import (
@@ -154,6 +154,7 @@ async def _wait_ready(
     """
     head, port, path = spec["head"], int(spec["http_port"]), str(spec["health_path"])
     host = str(spec.get("http_host") or "127.0.0.1")
+    tls = engine_tls(spec.get("tls_cert"))
     progress = StartProgress()
     watchers = [
         asyncio.ensure_future(watch_download(fleet, node, fetch_path, progress, trace))
@@ -162,7 +163,7 @@ async def _wait_ready(
     ]
     try:
         await _poll_ready(
-            fleet, reach, started, head, port, path, timeout_s, trace, progress, host=host
+            fleet, reach, started, head, port, path, timeout_s, trace, progress, host=host, tls=tls
         )
     finally:
         for watcher in watchers:
@@ -186,6 +187,7 @@ async def _poll_ready(
     progress: StartProgress,
     *,
     host: str = "127.0.0.1",
+    tls: ClientTls | None = None,
 ) -> None:
     seen_running: set[str] = set()
     tunnel_refused: str | None = None
@@ -231,7 +233,7 @@ async def _poll_ready(
                     return
         if len(seen_running) == len(started) and not tunnel_refused and not answered:
             try:
-                status = await health_status(reach, head, port, path, host)
+                status = await health_status(reach, head, port, path, host, tls)
                 if status is not None and not port_open:
                     port_open = True
                     trace.add("port open", head, f"port {port}, health {status}")

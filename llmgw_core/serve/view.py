@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from llmgw_core.engines.spec import host_port
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.state import FleetState
 
@@ -121,6 +122,13 @@ class ReplicaView:
         return value if isinstance(value, str) and value else "127.0.0.1"
 
     @property
+    def tls_cert(self) -> str | None:
+        """The certificate rank 0's engine serves HTTPS with (PEM), which every caller pins;
+        None for a replica whose engine speaks plain HTTP (one started by an older console)."""
+        value = self.spec.get("tls_cert")
+        return value if isinstance(value, str) and value else None
+
+    @property
     def api_key_env(self) -> str | None:
         """The operator's variable holding the key its engines demand (None: they demand none)."""
         value = self.spec.get("api_key_env")
@@ -156,6 +164,18 @@ class ReplicaView:
             )
         return str(head), port, str(self.spec.get("served_name") or self.name)
 
+    def pinned_engine(self) -> tuple[str, str, str | None]:
+        """Rank 0's engine as a caller on its node reaches it: its URL (`https://` when it
+        has a certificate), its served name, and the certificate to pin (None: plain HTTP).
+
+        Raises:
+            LlmgwError: the replica is not ready (naming its phase and why).
+        """
+        _head, port, served_name = self.ready_engine()
+        cert = self.tls_cert
+        url = f"{'https' if cert else 'http'}://{host_port(self.http_host, port)}"
+        return url, served_name, cert
+
     def live_shards(self) -> tuple[ShardView, ...]:
         """The shards still running (what a stop must end)."""
         return tuple(s for s in self.shards if not s.over)
@@ -172,6 +192,7 @@ class ReplicaView:
             "endpoint": self.endpoint,
             "http_host": self.http_host,
             "api_key_env": self.api_key_env,
+            "tls_cert": self.tls_cert,
             "service": self.service,
             "draining": self.draining,
             "engine_args": dict(self.spec.get("engine_args") or {}),

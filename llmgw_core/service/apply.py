@@ -30,7 +30,7 @@ from llmgw_core.errors import BadInput, DoesNotFit, LlmgwError
 from llmgw_core.fleet.client import AgentLost
 from llmgw_core.gateway.run import follow_all, start_gateway
 from llmgw_core.gateway.spec import gateway_views
-from llmgw_core.serve.http import EngineReach
+from llmgw_core.serve.http import EngineReach, engine_tls
 from llmgw_core.serve.keys import operator_key
 from llmgw_core.serve.replicas import replicas_now, shard_listings, stop_replica
 from llmgw_core.serve.start import ServeRequest, serve
@@ -48,7 +48,7 @@ from llmgw_core.service.spec import (
 DRAIN_POLL_S = 0.25
 DRAIN_SETTLE_S = 0.5
 """After a replica leaves the gateways, how long before its engine's count is believed: a
-request the router routed just before may not have reached the engine yet."""
+request the gateway routed just before may not have reached the engine yet."""
 METRICS_TIMEOUT_S = 5.0
 
 Progress = Callable[[str], None]
@@ -270,10 +270,13 @@ async def engine_metrics(reach: EngineReach, view: ReplicaView) -> str | None:
         return None
     key = _engine_key(view)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    # Pinned to the replica's certificate: a process that took a dead engine's port is
+    # sent neither this request nor the key.
+    tls = engine_tls(view.tls_cert)
     try:
         tunnel = await reach.tunnel(node, port, view.http_host)
-        async with tunnel.client(timeout=METRICS_TIMEOUT_S) as client:
-            response = await client.get(tunnel.url + "/metrics", headers=headers)
+        async with tunnel.client(timeout=METRICS_TIMEOUT_S, tls=tls) as client:
+            response = await client.get(tunnel.base(tls) + "/metrics", headers=headers)
     except (httpx.HTTPError, LlmgwError, OSError):
         return None
     return response.text if response.status_code == 200 else None

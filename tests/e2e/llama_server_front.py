@@ -21,6 +21,10 @@ one process, with one route put in front of it:
   (llama-cpp-python queues them inside the app);
 * anything else: llama-cpp-python's app once the model is loaded, 503 before.
 
+With `--ssl-cert-file` and `--ssl-key-file` (the replica's certificate, as
+`/dev/fd/N` paths of the agent's in-memory files) it serves HTTPS only, as
+llama-server built with OpenSSL does.
+
 The port listens at once and the model loads on a thread, as llama-server
 does, so the agent's and the router's probes see the 503 first. No proxy and
 no second process: the process that answers `/health` is the one computing
@@ -78,7 +82,11 @@ def parse_flags(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--metrics", action="store_true")
     parser.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto")
     parser.add_argument("--ubatch-size", type=int, default=512)
+    parser.add_argument("--ssl-cert-file", default=None)
+    parser.add_argument("--ssl-key-file", default=None)
     flags = parser.parse_args(argv)
+    if (flags.ssl_cert_file is None) != (flags.ssl_key_file is None):
+        parser.error("--ssl-cert-file and --ssl-key-file go together")
     if flags.parallel != 1:
         parser.error("llama-cpp-python's server answers one sequence at a time: --parallel 1 only")
     return flags
@@ -179,7 +187,15 @@ def main(argv: list[str] | None = None) -> int:
 
     flags = parse_flags(sys.argv[1:] if argv is None else argv)
     front = HealthFront(metrics=flags.metrics)
-    server = uvicorn.Server(uvicorn.Config(front, host=flags.host, port=flags.port))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            front,
+            host=flags.host,
+            port=flags.port,
+            ssl_certfile=flags.ssl_cert_file,
+            ssl_keyfile=flags.ssl_key_file,
+        )
+    )
 
     def load() -> None:
         load_engine(front, flags)

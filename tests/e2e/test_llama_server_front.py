@@ -8,6 +8,7 @@ llama-cpp-python's server is absent.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -82,3 +83,51 @@ def test_the_stand_in_refuses_a_flag_llama_cpp_python_cannot_honour(tmp_path: Pa
         "answers one sequence at a time: --parallel 1 only"
     )
     assert refused.stdout == ""
+
+
+@needs_llama_cpp
+def test_given_the_replicas_certificate_the_stand_in_serves_https_only_its_pin_trusts(
+    tmp_path: Path,
+):
+    from llmgw_agent.shards import memfiles
+    from llmgw_core.engines.identity import (
+        CERT_PLACEHOLDER,
+        KEY_PLACEHOLDER,
+        EngineIdentity,
+        pinned_context,
+    )
+
+    identity = EngineIdentity.make("tiny")
+    model = write_tiny_llama_gguf(tmp_path / "tiny.gguf")
+    port = free_port()
+    argv = [str(launcher_script(tmp_path / "bin")), "--model", str(model), "--alias", "tiny"]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--ctx-size", "256"]
+    argv += ["--ssl-cert-file", CERT_PLACEHOLDER, "--ssl-key-file", KEY_PLACEHOLDER]
+    held = memfiles.hold(argv, {**os.environ, **identity.secret_env()})
+    try:
+        process = subprocess.Popen(
+            held.argv, env=held.env, pass_fds=held.fds, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        held.close()
+    base = f"https://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + LOAD_TIMEOUT_S
+        while True:
+            try:
+                status = httpx.get(f"{base}/health", verify=pinned_context(identity.cert_pem))
+                if status.status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, "never ready"
+            time.sleep(0.05)
+        stranger = pinned_context(EngineIdentity.make().cert_pem)
+        try:
+            httpx.get(f"{base}/health", verify=stranger)
+            raise AssertionError("a client pinning another certificate was answered")
+        except httpx.ConnectError as refused:
+            assert "CERTIFICATE_VERIFY_FAILED" in str(refused)
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)

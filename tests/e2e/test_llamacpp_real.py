@@ -6,8 +6,9 @@ ways in:
 
 * the fleet's own parts, step by step: the agent deployed and connected,
   llama-cpp-python found in the node's facts, llama.cpp's command built from
-  them (`launch_node`, `build_launch`), the shard started, the agent seeing
-  it healthy, a chat completion through an SSH tunnel, the shard stopped;
+  them (`launch_node`, `build_launch`) with the replica's own certificate,
+  the shard started, the agent seeing it healthy over pinned HTTPS, a chat
+  completion through an SSH tunnel (pinned too), the shard stopped;
 * the console as a person runs it: `llmgw-tui --inventory … --run` with the
   `serve` (a local GGUF, `engine: llama.cpp`), `ask`, `logs` and `stop` steps,
   through asyncssh's server and through OpenSSH's sshd (where installed).
@@ -53,6 +54,7 @@ from tiny_gguf import (
 from llmgw_agent.discover.engines import EXTRA_PREFIXES_ENV
 from llmgw_core.engines.build import build_launch
 from llmgw_core.engines.from_fleet import launch_node
+from llmgw_core.engines.identity import EngineIdentity, pinned_context
 from llmgw_core.engines.spec import LLAMA_CPP, LaunchPlan, LaunchRequest
 from llmgw_core.facts import NodeFacts
 from llmgw_core.fleet.client import AgentClient
@@ -73,6 +75,8 @@ needs_llama_cpp = pytest.mark.skipif(
     ),
 )
 
+TLS = EngineIdentity.make("tiny-llama")
+"""The replica's certificate and key: its engine serves HTTPS with them, every caller pins it."""
 READY_TIMEOUT_S = 120.0
 SERVED_NAME = "tiny-llama"
 NODE = "here"
@@ -127,7 +131,7 @@ def launch_plan(spec: NodeSpec, facts: NodeFacts, model_path: Path, http_port: i
     """llama.cpp's shard for the node, as the console builds it from the node's own facts.
 
     No cards (a CPU way); the program is where the node's agent found
-    llama-cpp-python installed.
+    llama-cpp-python installed. Its engine serves HTTPS with `TLS`.
     """
     node = launch_node(spec, facts, engine=LLAMA_CPP, rank=0, gpu_ids=(), http_port=http_port)
     request = LaunchRequest(
@@ -136,6 +140,7 @@ def launch_plan(spec: NodeSpec, facts: NodeFacts, model_path: Path, http_port: i
         served_name=SERVED_NAME,
         nodes=(node,),
         context=256,
+        tls=TLS,
     )
     return build_launch(request)
 
@@ -193,14 +198,19 @@ async def started_shard(client: AgentClient, plan: LaunchPlan, replica: str) -> 
 async def engine_url(
     fleet: Fleet, node: str, http_port: int, host: str = "127.0.0.1"
 ) -> AsyncIterator[str]:
-    """`http://127.0.0.1:PORT`: the node's engine port (on `host`, the address it is bound to)
-    through an SSH tunnel on its connection."""
+    """`https://127.0.0.1:PORT`: the node's engine port (on `host`, the address it is bound
+    to) through an SSH tunnel on its connection (speak to it with `pinned_client`)."""
     tunnel = await fleet.connection(node).forward_local_port("127.0.0.1", 0, host, http_port)
     try:
-        yield f"http://127.0.0.1:{tunnel.get_port()}"
+        yield f"https://127.0.0.1:{tunnel.get_port()}"
     finally:
         tunnel.close()
         await tunnel.wait_closed()
+
+
+def pinned_client() -> httpx.AsyncClient:
+    """A client that trusts the replica's certificate and nothing else."""
+    return httpx.AsyncClient(timeout=60, verify=pinned_context(TLS.cert_pem))
 
 
 def chat_body(prompt: str, **options: Any) -> dict[str, Any]:
@@ -219,7 +229,7 @@ async def ask(
     """A chat completion through an SSH tunnel to the node's engine port."""
     async with (
         engine_url(fleet, node, http_port, host) as base,
-        httpx.AsyncClient(timeout=60) as http,
+        pinned_client() as http,
     ):
         response = await http.post(f"{base}/v1/chat/completions", json=chat_body(prompt))
     response.raise_for_status()
@@ -314,13 +324,16 @@ def test_llama_cpp_started_by_the_agent_over_ssh_answers_a_chat_completion(tmp_p
     assert bound == facts.host.mgmt_address or (
         facts.host.mgmt_address is None and bound == "127.0.0.1"
     )
-    assert healthy["health_url"].startswith(f"http://{bound}:{http_port}/")
+    # The agent's probe speaks HTTPS pinned to the replica's certificate.
+    assert healthy["health_url"].startswith(f"https://{bound}:{http_port}/")
+    assert plan.head.health_cert == TLS.cert_pem
     assert answer["model"] == SERVED_NAME
     assert answer["choices"][0]["message"]["content"].strip() == REPLY
     assert answer["choices"][0]["finish_reason"] == "stop"
     assert answer["usage"]["completion_tokens"] == len(REPLY.split())
     assert stopped["phase"] == "stopped"
-    assert any(f"Uvicorn running on http://{bound}:{http_port}" in line for line in lines)
+    assert any(f"Uvicorn running on https://{bound}:{http_port}" in line for line in lines)
+    assert not any("PRIVATE KEY" in line for line in lines)
 
 
 async def _stream_slowly_and_ask_again(
@@ -334,7 +347,7 @@ async def _stream_slowly_and_ask_again(
     chunks, cut, second = 0, None, None
     async with (
         engine_url(fleet, NODE, http_port, host) as base,
-        httpx.AsyncClient(timeout=60) as http,
+        pinned_client() as http,
     ):
         url = f"{base}/v1/chat/completions"
         body = chat_body("Go on.", stream=True, **options)
@@ -565,7 +578,7 @@ def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(
     port = replica["endpoint"].rsplit(":", 1)[1]
     assert any(
         line.startswith(f"[r0 {NODE}]")
-        and f"Uvicorn running on http://{replica['http_host']}:{port}" in line
+        and f"Uvicorn running on https://{replica['http_host']}:{port}" in line
         for line in logged["result"]["lines"]
     )
     assert [entry["shard_id"] for entry in stopped["result"]["stopped"]] == [shard["shard_id"]]
@@ -640,7 +653,11 @@ def test_llama_server_served_with_jinja_answers_an_openai_tools_call_with_a_tool
         assert shard["argv"][0] == server and "--jinja" in shard["argv"]
         assert shard["argv"][shard["argv"].index("--flash-attn") + 1] == "on"
         port = replica["endpoint"].rsplit(":", 1)[1]
-        client = OpenAI(base_url=f"http://{replica['http_host']}:{port}/v1", api_key="none")
+        client = OpenAI(
+            base_url=f"https://{replica['http_host']}:{port}/v1",
+            api_key="none",
+            http_client=httpx.Client(verify=pinned_context(replica["tls_cert"])),
+        )
         tools = [
             {
                 "type": "function",

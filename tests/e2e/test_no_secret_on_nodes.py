@@ -1,14 +1,15 @@
 """No secret on a node's disk or command line, with everything that carries one running.
 
-A Hub token and an engine key, planted with values found nowhere else, are
-carried the way the product carries them: a real download from a stand-in
+A Hub token, an engine key and the replica's TLS private key, planted with
+values found nowhere else, are carried the way the product carries them: a real download from a stand-in
 Hub whose repository is gated behind the token (so the download succeeding
 proves the token reached it), a replica whose engines demand the key and
 are given the token too, and a gateway given the key. While all of it runs,
 a watcher reads every file under the nodes' homes and state folders and
-every `/proc/*/cmdline` on this machine, over and over: neither value may
-appear. Then the key is proven to be there: asked with it, the replica
-answers; asked without it, it refuses.
+every `/proc/*/cmdline` on this machine, over and over: none of them may
+appear, and the engine's own `/proc/<pid>/environ` holds no TLS key (it
+reads it from an in-memory file). Then the key is proven to be there: asked
+with it, the replica answers; asked without it, it refuses.
 
 On the demo fleet (asyncssh servers) and on OpenSSH's sshd.
 """
@@ -31,6 +32,7 @@ from bench import Bench
 from hub_server import FakeRepo, LocalHub
 from kept_demo import free_port
 
+from llmgw_core.engines.identity import EngineIdentity
 from llmgw_core.serve.choice import Overrides
 from llmgw_core.serve.fetch import download_command, run_fetch
 from llmgw_core.serve.http import EngineReach
@@ -94,15 +96,36 @@ class Watch:
         self._round()  # and once more over what was left behind
 
 
+TLS = EngineIdentity.make("watched")
+TLS_KEY_LINE = max(TLS.key_pem.splitlines(), key=len)
+"""The key's longest base64 line: found in any file that holds the key, JSON-escaped or not."""
+
+
+def _engine_environ(bench: Bench, fleet: object, replica: str) -> bytes:
+    """The environment of the replica's running engine (rank 0's main process)."""
+    for node in fleet.snapshot().ready():  # type: ignore[attr-defined]
+        for shard in bench.run(fleet.request(node.name, "shard.list"))["shards"]:  # type: ignore[attr-defined]
+            if shard["replica"] == replica and shard["phase"] == "running" and shard["main_pid"]:
+                return Path(f"/proc/{shard['main_pid']}/environ").read_bytes()
+    raise AssertionError(f"no running engine of {replica}")
+
+
 def _carry_secrets(bench: Bench, node_homes: list[Path], state_dirs: list[Path]) -> Watch:
     """Fetch, serve and front with the planted secrets while a watch runs; fail on any hit."""
+    from unittest import mock
+
     ctx = bench.console()
     fleet = bench.run(ctx.live_fleet())
     repo = FakeRepo(
         files={"config.json": b'{"model_type": "llama"}', "model.safetensors": b"\0" * 4096},
         gated_token=TOKEN,
     )
-    planted = {"the Hub token": TOKEN, "the engine key": KEY, "the canary": CANARY}
+    planted = {
+        "the Hub token": TOKEN,
+        "the engine key": KEY,
+        "the TLS key": TLS_KEY_LINE,
+        "the canary": CANARY,
+    }
     (node_homes[0] / "canary.txt").write_text(CANARY)
     canary = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", CANARY])
     watched = {name: value.encode() for name, value in planted.items()}
@@ -138,10 +161,14 @@ def _carry_secrets(bench: Bench, node_homes: list[Path], state_dirs: list[Path])
 
         reach = EngineReach(fleet)
         try:
-            outcome = bench.run(serve(fleet, reach, request, step_model(MODEL, ctx)))
+            # The replica's identity is the planted one (serve makes a new one per launch).
+            with mock.patch.object(EngineIdentity, "make", return_value=TLS):
+                outcome = bench.run(serve(fleet, reach, request, step_model(MODEL, ctx)))
         finally:
             bench.run(reach.close())
         assert outcome.phase == "ready", outcome.reason
+        environ = _engine_environ(bench, fleet, "watched")
+        assert TLS_KEY_LINE.encode() not in environ and b"LLMGW_ENGINE_TLS" not in environ
         gateway = bench.step(
             ctx, "gateway", name="watched-front", api_key_env=KEY_ENV, port=free_port()
         )
@@ -156,6 +183,7 @@ def _carry_secrets(bench: Bench, node_homes: list[Path], state_dirs: list[Path])
         assert through.ok and through.result["text"], through.error
         for shown in (outcome.as_dict(), gateway.result, asked.result, refused.result):
             assert TOKEN not in str(shown) and KEY not in str(shown)
+            assert TLS_KEY_LINE not in str(shown)
         assert bench.step(ctx, "stop", gateway="watched-front").ok
         assert bench.step(ctx, "stop", replica="watched").ok
     canary.kill()

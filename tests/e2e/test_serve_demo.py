@@ -531,8 +531,12 @@ def test_a_dry_run_shows_the_command_and_environment_of_each_node_and_starts_not
     assert (
         preview["health_url"]
         == head["health_url"]
-        == f"http://127.0.0.1:{head['http_port']}/health"
+        == f"https://127.0.0.1:{head['http_port']}/health"
     )
+    # Rank 0 serves HTTPS with the replica's certificate: the agent fills the placeholders.
+    argv = head["commands"][-1]["argv"]
+    assert argv[argv.index("--ssl-keyfile") + 1] == "@LLMGW_TLS_KEYFILE@"
+    assert "--ssl-keyfile" not in preview["shards"][1]["commands"][-1]["argv"]
     for shard in preview["shards"]:
         engine = shard["commands"][-1]
         assert engine["env"]["NCCL_IB_HCA"] == IB_A and engine["env"]["NCCL_DEBUG"] == "INFO"
@@ -564,7 +568,13 @@ def test_a_dry_run_hides_the_hub_token_and_names_the_fallbacks(demo: Demo):
     shown = json.dumps(preview.as_dict())
     assert "hf_not_for_your_eyes" not in shown
     assert "HF_TOKEN" not in preview.shards[0]["commands"][-1]["env"]
-    assert preview.shards[0]["secrets"] == ["HF_TOKEN"]  # named, never shown
+    # Named, never shown: the Hub token, and the engine's TLS key with its certificate.
+    assert preview.shards[0]["secrets"] == [
+        "HF_TOKEN",
+        "LLMGW_ENGINE_TLS_CERT",
+        "LLMGW_ENGINE_TLS_KEY",
+    ]
+    assert "PRIVATE KEY" not in shown
     assert preview.way is not None and preview.way["label"] == "4 × h100-80g"
     assert preview.fallbacks == ("4 × h100-80g",)  # the same cards with the next engine
     assert demo.claims() == {}
@@ -708,7 +718,7 @@ def test_bench_for_a_duration_counts_what_failed_instead_of_stopping(
 def test_a_replica_served_with_tool_calling_answers_the_openai_sdk_with_a_tool_call(demo: Demo):
     import openai
 
-    from llmgw_core.serve.http import EngineReach
+    from llmgw_core.serve.http import EngineReach, engine_tls
 
     served = _served(
         demo,
@@ -728,10 +738,13 @@ def test_a_replica_served_with_tool_calling_answers_the_openai_sdk_with_a_tool_c
     try:
         node, port = replica["endpoint"].rsplit(":", 1)
         tunnel = demo.loop.run(reach.tunnel(node, int(port), replica["http_host"]))
+        # The engine speaks HTTPS with its replica's certificate, which a client pins.
+        tls = engine_tls(replica["tls_cert"])
+        assert tls is not None
         client = openai.OpenAI(
-            base_url=tunnel.url + "/v1",
+            base_url=tunnel.base(tls) + "/v1",
             api_key="unused",
-            http_client=tunnel.sync_client(timeout=60),
+            http_client=tunnel.sync_client(timeout=60, verify=tls.context()),
         )
         weather = {
             "type": "function",
@@ -758,3 +771,105 @@ def test_a_replica_served_with_tool_calling_answers_the_openai_sdk_with_a_tool_c
     finally:
         demo.loop.run(reach.close())
         demo.step("stop", replica="tools")
+
+
+class Impostor:
+    """Another user's process on the node: it binds a port and keeps every byte it is sent,
+    answering each connection as a plain HTTP engine would."""
+
+    def __init__(self, host: str, port: int, within_s: float = 5.0) -> None:
+        import socket
+        import threading
+        import time
+
+        deadline = time.monotonic() + within_s
+        while True:
+            try:
+                self.listener = socket.create_server((host, port))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"port {port} never came free"
+                time.sleep(0.005)
+        self.received: list[bytes] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(2.0)
+                data = b""
+                try:
+                    data = connection.recv(65536)
+                    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                except OSError:
+                    pass
+                self.received.append(data)
+
+    def close(self) -> None:
+        self.listener.close()
+        self._thread.join(5)
+
+
+def test_a_process_that_binds_a_dead_engines_port_is_sent_no_request_and_no_key(
+    demo: Demo, monkeypatch: pytest.MonkeyPatch
+):
+    import os
+    import secrets
+    import signal
+
+    from llmgw_core.errors import LlmgwError
+    from llmgw_core.serve.http import EngineReach, chat, engine_tls, health_status
+    from llmgw_core.serve.replicas import find_replica
+    from llmgw_core.service.apply import engine_metrics
+
+    key = f"sk-pinned-{secrets.token_hex(8)}"
+    monkeypatch.setenv("LLMGW_PINNED_KEY", key)
+    served = _served(
+        demo, model="catalog:meta-llama/Llama-3.1-8B-Instruct", context=8192,
+        gpu_class="l40s-48g", name="pinned", api_key_env="LLMGW_PINNED_KEY",
+    )  # fmt: skip
+    reach = EngineReach(demo.fleet)
+    impostor = None
+    try:
+        assert served["replica"]["tls_cert"].startswith("-----BEGIN CERTIFICATE-----")
+        assert demo.step("ask", replica="pinned", prompt="hello?").result["text"]
+        # What a console holds between two refreshes: the replica, ready, and its pin.
+        view = demo.loop.run(find_replica(demo.fleet, "pinned"))
+        node, port, served_name = view.ready_engine()
+        host, tls = view.http_host, engine_tls(view.tls_cert)
+        path = str(view.spec["health_path"])
+        assert demo.loop.run(health_status(reach, node, port, path, host, tls)) == 200
+        assert demo.loop.run(engine_metrics(reach, view))  # its /metrics, pinned and keyed
+
+        listed = demo.loop.run(demo.fleet.request(node, "shard.list"))["shards"]
+        (shard,) = [s for s in listed if s["replica"] == "pinned" and s["phase"] == "running"]
+        os.kill(shard["main_pid"], signal.SIGKILL)
+        impostor = Impostor(host, port)
+
+        assert demo.loop.run(health_status(reach, node, port, path, host, tls)) is None
+        with pytest.raises(LlmgwError, match="did not answer"):
+            demo.loop.run(chat(reach, node, port, served_name, "secret prompt", api_key=key,
+                               host=host, tls=tls))  # fmt: skip
+        assert demo.loop.run(engine_metrics(reach, view)) is None
+        pinned = list(impostor.received)
+        assert len(pinned) == 3, pinned  # each call reached it, and each stopped at its hello
+        for sent in pinned:
+            assert sent[:1] == b"\x16"  # a TLS handshake record: the ClientHello, no more
+            assert b"HTTP/1.1" not in sent and b"Authorization" not in sent
+            assert key.encode() not in sent and b"secret prompt" not in sent
+
+        # The same call unpinned, as every caller made it before: the key goes to the impostor.
+        with pytest.raises(LlmgwError):
+            demo.loop.run(chat(reach, node, port, served_name, "secret prompt", api_key=key,
+                               host=host))  # fmt: skip
+        assert f"Authorization: Bearer {key}".encode() in b"".join(impostor.received[3:])
+    finally:
+        if impostor is not None:
+            impostor.close()
+        demo.loop.run(reach.close())
+        demo.step("stop", replica="pinned")

@@ -70,7 +70,7 @@ class Target:
     host: str = "127.0.0.1"
     """The address on the node the port listens on (an engine's bind address)."""
     tls: Any = None
-    """`ClientTls` for a gateway that speaks HTTPS, else None."""
+    """`ClientTls` for a gateway that speaks HTTPS or a replica's pinned engine, else None."""
 
 
 async def engine_target(args: TargetArgs, ctx: StepContext) -> Target:
@@ -85,10 +85,15 @@ async def engine_target(args: TargetArgs, ctx: StepContext) -> Target:
 
     fleet, reach = await fleet_and_reach(ctx)
     if args.gateway is None:
+        from llmgw_core.serve.http import engine_tls
+
         view = await find_replica(fleet, args.replica or "")
         head, port, served_name = view.ready_engine()
         key = client_key(args.api_key_env, view.api_key_env)
-        return Target(reach, head, port, served_name, api_key=key, host=view.http_host)
+        # Pinned to the replica's own certificate: a process that took a dead engine's
+        # port fails the handshake and is sent neither the prompt nor the key.
+        tls = engine_tls(view.tls_cert)
+        return Target(reach, head, port, served_name, api_key=key, host=view.http_host, tls=tls)
     from llmgw_core.gateway.run import find_gateway, router_workers
     from llmgw_core.gateway.spec import choose_model
 
