@@ -30,6 +30,7 @@ from test_llamacpp_real import (
     engine_url,
     free_port,
     launch_plan,
+    pinned_client,
     run_script_on_this_machine,
     started_shard,
     this_machine_as_a_node,
@@ -51,7 +52,7 @@ async def first_token_s(fleet: Fleet, http_port: int) -> tuple[float, int]:
     is asked again.
     """
     cuts = 0
-    async with engine_url(fleet, NODE, http_port) as base, httpx.AsyncClient(timeout=60) as http:
+    async with engine_url(fleet, NODE, http_port) as base, pinned_client() as http:
         while cuts < 10:
             sent = time.perf_counter()
             body = chat_body("Who are you?", stream=True)
