@@ -52,12 +52,26 @@ def build_parser() -> argparse.ArgumentParser:
     web.add_argument(
         "--allow-remote",
         action="store_true",
-        help="with --serve-web: allow a --host other machines can reach (no password is asked)",
+        help="with --serve-web: allow a --host other machines can reach (its token then "
+        "crosses the network in plain HTTP)",
     )
     web.add_argument(
         "--public-url",
         metavar="URL",
-        help="with --serve-web: the address browsers use, if not --host",
+        help="with --serve-web: the address browsers use, if not --host; "
+        "a websocket must come from its origin",
+    )
+    web.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="with --serve-web: the token browsers and scripts give, read from FILE "
+        "(mode 600; without it a new token each start, printed in the address to open)",
+    )
+    web.add_argument(
+        "--unix-socket",
+        metavar="PATH",
+        help="with --serve-web: listen on a Unix socket at PATH (mode 600, in a folder only "
+        "you can enter) and on no TCP port; reach it with ssh -L 8000:PATH",
     )
     return parser
 
@@ -97,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             ("--port", args.port is not None),
             ("--allow-remote", args.allow_remote),
             ("--public-url", args.public_url is not None),
+            ("--token-file", args.token_file is not None),
+            ("--unix-socket", args.unix_socket is not None),
         )
         if given
     ]
@@ -129,16 +145,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve_web(args: argparse.Namespace) -> int:
     from llmgw_core.errors import BadInput
-    from llmgw_tui.web import DEFAULT_HOST, DEFAULT_PORT, serve_web, web_settings
+    from llmgw_tui.web import serve_web, web_settings
 
     try:
         settings = web_settings(
-            host=args.host if args.host is not None else DEFAULT_HOST,
-            port=args.port if args.port is not None else DEFAULT_PORT,
+            host=args.host,
+            port=args.port,
             allow_remote=args.allow_remote,
             inventory=args.inventory,
             demo=args.demo,
             public_url=args.public_url,
+            token_file=args.token_file,
+            unix_socket=args.unix_socket,
         )
         return serve_web(settings)
     except BadInput as exc:

@@ -52,7 +52,8 @@ def test_a_browser_shows_the_fleet_and_its_arrow_key_opens_the_second_node(
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.on("websocket", on_websocket)
-            page.goto(web_console.url + "/", wait_until="load")
+            page.goto(f"{web_console.url}/?token={web_console.token}", wait_until="load")
+            assert page.url == web_console.url + "/"  # the token left the address bar
             socket_url = page.get_attribute("#terminal", "data-session-websocket-url")
             assert socket_url == f"ws://127.0.0.1:{web_console.port}/ws"
             fleet = _wait_for(frames, NODE_NAMES[-1], 90, page)

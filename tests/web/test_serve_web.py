@@ -10,14 +10,12 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-import subprocess
-import sys
 
 import aiohttp
 import httpx
 import pytest
 
-from tests.web.conftest import NODE_NAMES, WebConsole
+from tests.web.conftest import NODE_NAMES, WebConsole, run_cli
 
 ESCAPES = re.compile(
     rb"\x1b(\[[0-9;?<>=]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][0-9A-Za-z]|[=>78])"
@@ -56,7 +54,7 @@ class Tab:
 
 
 def test_the_page_loads_and_points_its_websocket_at_the_loopback_console(web_console: WebConsole):
-    page = httpx.get(web_console.url + "/", timeout=30)
+    page = httpx.get(web_console.url + "/", headers={"Cookie": web_console.cookie()}, timeout=30)
     assert page.status_code == 200
     assert "<div>llmgw</div>" in page.text  # the name on the page's intro
     assert f"ws://127.0.0.1:{web_console.port}/ws" in page.text
@@ -65,10 +63,14 @@ def test_the_page_loads_and_points_its_websocket_at_the_loopback_console(web_con
 def test_the_fleet_arrives_and_a_key_press_moves_the_cursor_to_the_next_node(
     web_console: WebConsole,
 ):
+    cookie = web_console.cookie()
+
     async def drive() -> tuple[str, str]:
         async with aiohttp.ClientSession() as session:
             url = f"ws://127.0.0.1:{web_console.port}/ws?width=120&height=40"
-            async with session.ws_connect(url) as socket:
+            async with session.ws_connect(
+                url, origin=web_console.origin, headers={"Cookie": cookie}
+            ) as socket:
                 tab = Tab(socket)
                 fleet = await tab.wait_for(NODE_NAMES[-1])
                 await tab.press(DOWN)
@@ -82,17 +84,8 @@ def test_the_fleet_arrives_and_a_key_press_moves_the_cursor_to_the_next_node(
     assert f"node {NODE_NAMES[1]}" in node_page and f"node {NODE_NAMES[0]}" not in node_page
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llmgw_tui.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_listening_beyond_this_machine_needs_allow_remote_and_says_why():
-    done = _cli("--serve-web", "--host", "0.0.0.0")
+    done = run_cli("--serve-web", "--host", "0.0.0.0")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "llmgw-tui: --host 0.0.0.0 would let other machines reach a console that holds SSH "
@@ -109,7 +102,7 @@ def test_listening_beyond_this_machine_needs_allow_remote_and_says_why():
     ],
 )
 def test_a_bad_web_option_is_one_sentence_and_exit_code_2(args, sentence):
-    done = _cli(*args)
+    done = run_cli(*args)
     assert done.returncode == 2
     assert sentence in done.stderr
     assert "Traceback" not in done.stderr
@@ -117,7 +110,7 @@ def test_a_bad_web_option_is_one_sentence_and_exit_code_2(args, sentence):
 
 def test_allowing_remote_browsers_prints_the_ssh_warning_before_listening():
     # 192.0.2.1 (TEST-NET-1) is no address of this machine: the warning, then a sentence, exit 2.
-    done = _cli("--serve-web", "--host", "192.0.2.1", "--allow-remote", "--port", "8765")
+    done = run_cli("--serve-web", "--host", "192.0.2.1", "--allow-remote", "--port", "8765")
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2
     assert lines[0].startswith("warning: the console served on 192.0.2.1:8765 holds SSH access")
@@ -130,7 +123,7 @@ def test_a_port_already_taken_is_one_sentence_naming_it():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = _cli("--serve-web", "--port", str(port))
+        done = run_cli("--serve-web", "--port", str(port))
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"llmgw-tui: cannot listen on 127.0.0.1:{port}: address already in use: "
