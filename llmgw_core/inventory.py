@@ -123,7 +123,7 @@ class EngineLocations(_Strict):
     sglang: PythonEngine | None = None
     llama_cpp: BinaryEngine | PythonEngine | None = Field(default=None, alias="llama.cpp")
     router: BinaryEngine | None = None
-    """The gateway's router (`vllm-router`), not an engine: found the same way."""
+    """A router (`vllm-router`), not an engine: found the same way (doctor reports it; the gateway routes by itself)."""
 
 
 class Defaults(_Strict):

@@ -327,7 +327,7 @@ class LlmgwApp(GuardedApp, App[int]):
         await self._to_mode("serve")
 
     async def action_show_gateways(self) -> None:
-        """The gateways screen: routers, their workers, requests and errors."""
+        """The gateways screen: fronts, their workers, requests and errors."""
         await self._to_mode("gateways")
 
     async def action_open_replica(self, name: str) -> None:

@@ -5,7 +5,7 @@ Subcommands:
   doctor      check this node; `--facts --json` prints its facts
   supervise   (internal) the small process that owns one detached shard
   sim-engine  (internal) the simulated inference engine used by the demo and tests
-  front       (internal) a gateway's network port: client keys in front of its router
+  front       (internal) a gateway's network port: client keys, routing to its workers
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ Operations (args → result):
   {name: {out, in}}}`: every service's so far (a Prometheus counter's source);
 * `port.free` `{start, count?=1, avoid?=[]}` → `{ports, listening}`: the first
   ports from `start` nothing listens on here and a bind takes (`ports.py`);
+* `gateway.call` `{shard_id, method, path, body?}` → `{status, body}`: one request
+  on a gateway shard's control socket (its workers, its counters; `front/control.py`),
+  which only the operator's processes can open;
 * `download.watch` `{path, interval_s?=2}` → events `{bytes, files, exists,
   last_moved_at}` until cancelled, then the last one with `cancelled`;
 * `fabric.probe`, `fabric.server` (stream), `fabric.client` — `fabric_test.py`;
@@ -156,6 +159,12 @@ OP_ARGS = {
         "avoid": Arg((list,), [], items=(int,)),
     },
     "download.watch": {"path": Arg((str,)), "interval_s": Arg((int, float), 2.0, 0.05, 3600)},
+    "gateway.call": {
+        "shard_id": Arg((str,)),
+        "method": Arg((str,)),
+        "path": Arg((str,)),
+        "body": Arg((dict,), None),
+    },
 }
 """Each simple op's arguments, declared (`op_args.checked` reads them); the ops that take a
 whole spec (`shard.start`, the fabric tests) check it in their own module, with the same
@@ -197,6 +206,7 @@ class Server:
             "service.counts": _op_service_counts,
             "port.free": _op_port_free,
             "download.watch": _op_download_watch,
+            "gateway.call": _op_gateway_call,
             "fabric.probe": self._op_fabric_probe,
             "fabric.server": self._op_fabric_server,
             "fabric.client": self._op_fabric_client,
@@ -512,6 +522,23 @@ def _op_port_free(args: dict, _stream: Stream) -> dict:
     from llmgw_agent.ports import free_ports
 
     return free_ports(given["start"], given["count"], given["avoid"])
+
+
+def _op_gateway_call(args: dict, _stream: Stream) -> dict:
+    given = checked(args, OP_ARGS["gateway.call"])
+    if given["method"] not in ("GET", "POST", "DELETE") or not given["path"].startswith("/"):
+        raise OpError("bad_args", "gateway.call takes GET, POST or DELETE of a /path")
+    from llmgw_agent.front.control import call, control_socket
+    from llmgw_agent.shards.records import shard_directory
+
+    shard_directory(given["shard_id"])  # not_found for a shard that is not here
+    try:
+        status, body = call(
+            control_socket(given["shard_id"]), given["method"], given["path"], given["body"]
+        )
+    except (OSError, ValueError) as exc:
+        raise OpError("failed", "the gateway's front does not answer: {}".format(exc)) from None
+    return {"status": status, "body": body}
 
 
 def _op_download_watch(args: dict, stream: Stream) -> dict:

@@ -1,10 +1,13 @@
 """What a gateway is and what it should be doing (pure: values in, values out).
 
-The router is `vllm-router` in its multi-model mode (`--enable-igw`): one
-process, one port, a pool of workers per `model_id`, so a request is routed by
-its `model`. Workers are added and removed through the router's own `/workers`
-API while it runs (docs/gateway.md says why, with the figures), so following
-the replicas never drops a connection.
+A gateway is one process on its node: the front (`llmgw front`, the agent's
+own), which takes the network port, checks client keys and routes each
+request by its `model` to one of that model's workers (the ready replicas'
+engines), with the policy asked for. Its workers are added and removed on
+its control socket while it runs — a Unix socket in the shard's 0700 folder,
+reached through the agent — so following the replicas never drops a
+connection, and no other user of the node can change them (docs/gateway.md
+says why the front routes rather than vllm-router, with the figures).
 """
 
 from __future__ import annotations
@@ -18,19 +21,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llmgw_core.engines.spec import host_port
 from llmgw_core.errors import BadInput
-from llmgw_core.facts import Engine
-from llmgw_core.inventory import EngineLocations
 from llmgw_core.serve.keys import ENV_NAME
 
 GATEWAY_KIND = "llmgw-gateway"
 """The `kind` of a gateway shard's spec (a replica's is `llmgw-replica`)."""
-ROUTER = "vllm-router"
-ROUTER_INSTALL = "pip install vllm-router==0.1.17"
 FRONT_CONFIG_VARIABLE = "LLMGW_FRONT_CONFIG"
 """Where the front's keys wait in its environment (they arrive as the shard's `secret_env`)."""
 DEFAULT_PORT = 30000
 HEALTH_INTERVAL_S = 2
-"""How often the router checks its workers' health (its own default is 60 s)."""
+"""How often the front checks its workers' health (`front/routing.py` says the same)."""
 Policy = Literal["round_robin", "cache_aware", "power_of_two"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -51,7 +50,7 @@ class GatewayArgs(BaseModel):
 
     name: str = Field(min_length=1)
     node: str | None = None
-    """Where the router runs; None: the first node without GPUs, else the first node."""
+    """Where the front runs; None: the first node without GPUs, else the first node."""
     port: int = Field(default=DEFAULT_PORT, ge=1, le=65535)
     policy: Policy = "round_robin"
     api_key_env: str | None = None
@@ -61,7 +60,7 @@ class GatewayArgs(BaseModel):
     tls: TlsFiles | None = None
     """HTTPS on the gateway's port with the operator's certificate and key (sent as secrets)."""
     health_path: str = "/health"
-    """The engines' health route for the router; 0.1.17 ignores it for the workers we add (/health)."""
+    """The engines' health route the front probes on every worker."""
 
     @field_validator("name")
     @classmethod
@@ -85,92 +84,27 @@ class GatewayArgs(BaseModel):
         return path
 
 
-def router_program(
-    locations: EngineLocations | None, installed: Mapping[str, Engine]
-) -> str | None:
-    """The router's executable on a node: the inventory's, else the one the agent found.
-
-    Returns None when neither names one (the step then says how to install it).
-    """
-    if locations is not None and locations.router is not None:
-        return locations.router.bin
-    found = installed.get(ROUTER)
-    return found.path if found is not None and found.path else None
-
-
-@dataclass(frozen=True)
-class GatewayPorts:
-    """The ports of one gateway on its node.
-
-    Attributes:
-        port: the front's, on the network: what clients reach.
-        router: the router's, on the node's loopback only (its admin API is there too).
-        prometheus: the router's own metrics.
-        front_metrics: the front's counters per client key, on loopback.
-    """
-
-    port: int
-    router: int
-    prometheus: int
-    front_metrics: int
-
-
-def router_argv(program: str, args: GatewayArgs, ports: GatewayPorts) -> list[str]:
-    """The router's command line: every model behind one loopback port, workers added later.
-
-    No key: vllm-router 0.1.17 checks none, and passes the client's
-    `Authorization` on to the engine; the front in front of it does both jobs.
-    """
-    return [
-        program,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(ports.router),
-        "--enable-igw",
-        "--policy",
-        args.policy,
-        "--prometheus-host",
-        "0.0.0.0",
-        "--prometheus-port",
-        str(ports.prometheus),
-        "--health-check-interval-secs",
-        str(HEALTH_INTERVAL_S),
-        "--health-check-endpoint",
-        args.health_path,
-        "--log-level",
-        "info",
-    ]
-
-
-def front_argv(ports: GatewayPorts) -> list[str]:
-    """The front's subcommand of the agent (`llmgw front …`): the network port, the router's."""
+def front_argv(args: GatewayArgs) -> list[str]:
+    """The front's subcommand of the agent (`llmgw front …`): the network port and the policy
+    (its control socket is in its shard's folder, found from the shard id)."""
     return [
         "front",
-        "--listen",
-        f"0.0.0.0:{ports.port}",
-        "--router",
-        f"127.0.0.1:{ports.router}",
-        "--metrics",
-        f"127.0.0.1:{ports.front_metrics}",
+        *("--listen", f"0.0.0.0:{args.port}"),
+        *("--policy", args.policy),
+        *("--health-path", args.health_path),
     ]
 
 
 def shard_args(
     args: GatewayArgs,
-    argv: Sequence[str],
     *,
     node: str,
-    ports: GatewayPorts,
     created_at: float,
     upstream_key_envs: Mapping[str, str],
 ) -> dict[str, Any]:
     """The agent's `shard.start` arguments for a gateway (no GPUs; the keys go apart).
 
-    The router runs beside the front (a sidecar, its port awaited first); the
-    front is the shard's main process and its health is the router's
-    liveness, asked by the front on its loopback port (plain HTTP, whether or
-    not the network port speaks TLS).
+    One process, the front; its liveness is asked on its control socket.
 
     Args:
         upstream_key_envs: served model → the variable holding its engines' key.
@@ -180,10 +114,7 @@ def shard_args(
         "gateway": {
             "name": args.name,
             "node": node,
-            "port": ports.port,
-            "router_port": ports.router,
-            "prometheus_port": ports.prometheus,
-            "front_metrics_port": ports.front_metrics,
+            "port": args.port,
             "policy": args.policy,
             "api_key_env": args.api_key_env,
             "keys_file": args.keys_file,
@@ -198,15 +129,8 @@ def shard_args(
         "rank": 0,
         "gpus": [],
         "commands": [
-            {
-                "name": "router",
-                "argv": list(argv),
-                "wait_for_port": ports.router,
-                "role": "sidecar",
-            },
-            {"name": "front", "argv": front_argv(ports), "agent": True, "role": "main"},
+            {"name": "front", "argv": front_argv(args), "agent": True, "role": "main"},
         ],
-        "health_url": f"http://127.0.0.1:{ports.front_metrics}/liveness",
         "stop_timeout_s": 10,
         "spec": spec,
     }
@@ -218,17 +142,15 @@ class GatewayView:
 
     Attributes:
         name: the gateway's name.
-        node: where its router runs.
-        port: the router's port (every model, one address).
-        prometheus_port: the router's own metrics port, for a scraper.
+        node: where its front runs.
+        port: the front's port (every model, one address).
         phase: the shard's phase (starting, running, exited, failed, stopped).
-        healthy: whether the router's liveness answered at the agent's last look.
+        healthy: whether its liveness answered at the agent's last look (None: not asked).
     """
 
     name: str
     node: str
     port: int
-    prometheus_port: int
     policy: str
     phase: str
     shard_id: str
@@ -237,21 +159,13 @@ class GatewayView:
     api_key_env: str | None = None
     health_path: str = "/health"
     created_at: float = 0.0
-    router_port: int = 0
-    """The router's loopback port (its API); a gateway of an older console had none: `port`."""
-    front_metrics_port: int = 0
     keys_file: str | None = None
     upstream_key_envs: Mapping[str, str] = field(default_factory=dict)
     tls: bool = False
 
     @property
-    def api_port(self) -> int:
-        """Where the router's own API (`/workers`) answers on the node's loopback."""
-        return self.router_port or self.port
-
-    @property
     def live(self) -> bool:
-        """True while its router process runs (or is starting)."""
+        """True while its front runs (or is starting)."""
         return self.phase in ("starting", "running")
 
     def as_dict(self) -> dict[str, Any]:
@@ -262,7 +176,6 @@ class GatewayView:
             "address": f"{self.node}:{self.port}",
             "url": f"{'https' if self.tls else 'http'}://{self.node}:{self.port}/v1",
             "port": self.port,
-            "prometheus_port": self.prometheus_port,
             "policy": self.policy,
             "phase": self.phase,
             "healthy": self.healthy,
@@ -270,8 +183,6 @@ class GatewayView:
             "api_key_env": self.api_key_env,
             "keys_file": self.keys_file,
             "tls": self.tls,
-            "router_port": self.router_port,
-            "front_metrics_port": self.front_metrics_port,
             "shard_id": self.shard_id,
         }
 
@@ -290,7 +201,6 @@ def gateway_views(listings: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[
                     name=str(gateway.get("name")),
                     node=node,
                     port=_recorded_port(gateway.get("port")),
-                    prometheus_port=_recorded_port(gateway.get("prometheus_port")),
                     policy=str(gateway.get("policy")),
                     phase=str(record.get("phase") or "starting"),
                     shard_id=str(record.get("shard_id")),
@@ -299,8 +209,6 @@ def gateway_views(listings: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[
                     api_key_env=gateway.get("api_key_env"),
                     health_path=str(gateway.get("health_path") or "/health"),
                     created_at=_recorded_time(gateway.get("created_at")),
-                    router_port=_recorded_port(gateway.get("router_port")),
-                    front_metrics_port=_recorded_port(gateway.get("front_metrics_port")),
                     keys_file=gateway.get("keys_file")
                     if isinstance(gateway.get("keys_file"), str)
                     else None,
@@ -336,22 +244,24 @@ def live_gateway(views: Sequence[GatewayView], name: str) -> GatewayView | None:
 
 @dataclass(frozen=True)
 class Worker:
-    """One engine behind a gateway: the URL the router reaches and the model it serves."""
+    """One engine behind a gateway: the URL the front reaches, the model it serves, and the
+    engine's certificate the front pins (None: the engine speaks plain HTTP)."""
 
     url: str
     model: str
     replica: str = ""
+    cert: str | None = None
 
 
 def wanted_workers(
     replicas: Sequence[Any], router_node: str, hosts: Mapping[str, str]
 ) -> tuple[Worker, ...]:
-    """Every ready replica's rank-0 engine, as the router on `router_node` reaches it
+    """Every ready replica's rank-0 engine, as the front on `router_node` reaches it
     (a replica a roll is draining is left out: it finishes what it holds and takes nothing new).
 
     Args:
         replicas: `ReplicaView`s (only the ready ones count).
-        hosts: each node's address in the inventory (an engine on the router's
+        hosts: each node's address in the inventory (an engine on the front's
             own node is reached on its loopback); an engine bound to one address
             (its node's management address) is reached there.
     """
@@ -368,8 +278,10 @@ def wanted_workers(
         else:
             host = "127.0.0.1" if head == router_node else hosts.get(str(head), str(head))
         model = str(replica.spec.get("served_name") or replica.name)
-        url = f"http://{host_port(host, port)}"
-        workers.append(Worker(url=url, model=model, replica=replica.name))
+        cert = replica.spec.get("tls_cert")
+        cert = cert if isinstance(cert, str) and cert else None
+        url = f"{'https' if cert else 'http'}://{host_port(host, port)}"
+        workers.append(Worker(url=url, model=model, replica=replica.name, cert=cert))
     return tuple(sorted(workers, key=lambda w: (w.model, w.url)))
 
 
@@ -397,31 +309,30 @@ def keyed_for(
     return tuple(fronted), tuple(left_out)
 
 
-def unchecked_workers(replicas: Sequence[Any]) -> tuple[str, ...]:
-    """A warning for each ready replica whose engine answers its health on another path than `/health`.
+def unchecked_workers(replicas: Sequence[Any], probed: str = "/health") -> tuple[str, ...]:
+    """A warning for each ready replica whose engine answers its health on another path than the
+    one the gateway's front probes on every worker (`probed`, its `health_path`).
 
-    vllm-router 0.1.17 probes the workers it is given through `/workers` on
-    `/health` whatever `--health-check-endpoint` says, so such an engine
-    (llama-cpp-python's own server: `/openapi.json`) is dropped from rotation
-    a few seconds after it is added.
+    Such an engine (llama-cpp-python's own server: `/openapi.json`, behind a
+    gateway probing `/health`) is out of rotation at its first check.
     """
     return tuple(
-        f"replica {replica.name} answers its health on {path}, not /health: "
-        "vllm-router probes /health and will hold it unhealthy within seconds "
-        "(serve it with llama-server, vLLM or SGLang)"
+        f"replica {replica.name} answers its health on {path}, not {probed}: "
+        f"the gateway probes {probed} and will hold it unhealthy within seconds "
+        f"(serve it with llama-server, vLLM or SGLang, or give the gateway health_path: {path})"
         for replica in replicas
         if replica.phase == "ready"
-        and (path := str(replica.spec.get("health_path") or "/health")) != "/health"
+        and (path := str(replica.spec.get("health_path") or "/health")) != probed
     )
 
 
 def worker_changes(
     wanted: Sequence[Worker], present: Mapping[str, str]
 ) -> tuple[tuple[Worker, ...], tuple[str, ...]]:
-    """What to add and what to remove so the router holds exactly `wanted`.
+    """What to add and what to remove so the front holds exactly `wanted`.
 
     Args:
-        present: the router's workers now, URL → model id.
+        present: the front's workers now, URL → model id.
 
     Returns:
         (workers to add, URLs to remove); a URL serving another model now is both.
@@ -443,7 +354,7 @@ def worker_changes(
 
 
 def load_split(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, int]:
-    """Requests each worker took between two reads of the router's processed-requests counter."""
+    """Requests each worker took between two reads of the front's per-worker counter."""
     return {
         url: int(after[url] - before.get(url, 0.0))
         for url in sorted(after)
@@ -451,13 +362,13 @@ def load_split(before: Mapping[str, float], after: Mapping[str, float]) -> dict[
     }
 
 
-_PROCESSED = re.compile(
-    r'^vllm_router_processed_requests_total\{[^}]*worker="([^"]+)"[^}]*\}\s+(\S+)'
-)
+WORKER_REQUESTS = "llmgw_gateway_worker_requests_total"
+"""The front's count of requests sent to each worker (`front/routing.py`)."""
+_PROCESSED = re.compile(r"^" + WORKER_REQUESTS + r'\{[^}]*worker="([^"]+)"[^}]*\}\s+(\S+)')
 
 
 def processed_requests(metrics_text: str) -> dict[str, float]:
-    """Per worker URL, the requests the router has sent it (its Prometheus text)."""
+    """Per worker URL, the requests the front has sent it (its Prometheus text)."""
     found: dict[str, float] = {}
     for line in metrics_text.splitlines():
         match = _PROCESSED.match(line)
@@ -473,7 +384,7 @@ def gateway_line(gateway: Mapping[str, Any]) -> str:
     """One line for a gateway as the console lists it: address, policy, phase, workers by model.
 
     Args:
-        gateway: `GatewayView.as_dict()` with `workers` (the router's: url → `{model, healthy}`).
+        gateway: `GatewayView.as_dict()` with `workers` (the front's: url → `{model, healthy}`).
     """
     workers = gateway.get("workers") or {}
     by_model: dict[str, int] = {}
@@ -496,7 +407,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def plain_line(line: str) -> str:
-    """A router log line without its colours (it colours them even into a file)."""
+    """A gateway log line without colours (a router of older gateways coloured them)."""
     return _ANSI.sub("", line)
 
 

@@ -5,7 +5,7 @@ the fabric verdicts the nodes keep, the replicas reassembled from it, the
 gateways' scraped samples) into Prometheus metric families — pure, tested
 with plain values.
 `exporter` serves the latest snapshot over HTTP with prometheus_client's own
-server, so a scrape never waits on SSH; `gateway` reads routers' Prometheus
+server, so a scrape never waits on SSH; `gateway` reads gateways' Prometheus
 text through SSH tunnels and re-exports it with a `gateway` label;
 `sources` gathers a snapshot from a live fleet.
 

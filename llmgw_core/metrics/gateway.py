@@ -1,10 +1,11 @@
-"""Gateways' own Prometheus text, read through SSH tunnels and re-exported with a `gateway` label.
+"""Gateways' own Prometheus text, read through the agents and re-exported with a `gateway` label.
 
-A gateway (a router in front of replicas) serves Prometheus text on its
-node's loopback. The console reaches that port as it reaches an engine's —
-an SSH tunnel from `EngineReach` — reads the text, parses it with
-prometheus_client's parser and re-exports every sample with `gateway` and
-`node` labels, so one scrape of llmgw shows every gateway's requests and
+A gateway's front serves Prometheus text (its requests per key and per
+worker) on its control socket, which the console reads through the node's
+agent; a gateway named in a `metrics` step by node and port (someone else's
+router) is read through an SSH tunnel from `EngineReach`. The text is parsed
+with prometheus_client's parser and every sample re-exported with `gateway`
+and `node` labels, so one scrape of llmgw shows every gateway's requests and
 errors beside the fleet. Scraping is I/O; relabelling is pure.
 """
 
@@ -30,18 +31,19 @@ ADDED_LABELS = ("gateway", "node")
 
 @dataclass(frozen=True)
 class GatewayTarget:
-    """A gateway's Prometheus port on a node (reached through SSH, on the node's loopback).
+    """Where a gateway's Prometheus text is read: a gateway shard's front (`shard_id`, through
+    its node's agent), or a port on a node (through an SSH tunnel, on the node's loopback).
 
     Attributes:
-        front: the gateway's front (its requests per client key, families of
-            ours: `llmgw_gateway_requests_total`), not its router.
+        front: a front of ours (families `llmgw_gateway_…`, re-exported as they are).
     """
 
     name: str
     node: str
-    port: int
+    port: int = 0
     path: str = "/metrics"
     front: bool = False
+    shard_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,22 +69,18 @@ def gateway_targets(
 
 
 def targets_of(views: Iterable[Any]) -> tuple[GatewayTarget, ...]:
-    """Where to scrape each running gateway: its router's metrics port on its node, and its
-    front's counters per client key where it has a front."""
-    targets = []
-    for view in views:
-        if view.phase != "running":
-            continue
-        if 0 < view.prometheus_port < 65536:
-            targets.append(GatewayTarget(name=view.name, node=view.node, port=view.prometheus_port))
-        front = view.front_metrics_port
-        if 0 < front < 65536:
-            targets.append(GatewayTarget(name=view.name, node=view.node, port=front, front=True))
-    return tuple(targets)
+    """Where to scrape each running gateway: its front's control socket, through its node's agent."""
+    return tuple(
+        GatewayTarget(name=view.name, node=view.node, front=True, shard_id=str(view.shard_id))
+        for view in views
+        if view.phase == "running"
+    )
 
 
 async def scrape_gateway(reach: EngineReach, target: GatewayTarget) -> GatewayScrape:
-    """Read a gateway's Prometheus text through an SSH tunnel to its node."""
+    """Read a gateway's Prometheus text (its front's, through the agent; else a tunneled port)."""
+    if target.shard_id is not None:
+        return await _scrape_front(reach, target)
     try:
         tunnel = await reach.tunnel(target.node, target.port)
         async with tunnel.client(timeout=SCRAPE_TIMEOUT_S) as client:
@@ -98,6 +96,29 @@ async def scrape_gateway(reach: EngineReach, target: GatewayTarget) -> GatewaySc
             error=f"{target.name} on {target.node} answered {response.status_code} on {target.path}",
         )
     return GatewayScrape(target, text=response.text)
+
+
+async def _scrape_front(reach: EngineReach, target: GatewayTarget) -> GatewayScrape:
+    from llmgw_core.gateway.run import front_call
+    from llmgw_core.gateway.spec import GatewayView
+
+    view = GatewayView(
+        name=target.name,
+        node=target.node,
+        port=0,
+        policy="",
+        phase="running",
+        shard_id=str(target.shard_id),
+    )
+    try:
+        status, text = await front_call(reach.fleet, view, "GET", target.path)
+    except LlmgwError as exc:
+        return GatewayScrape(target, error=exc.sentence())
+    if status != 200:
+        return GatewayScrape(
+            target, error=f"{target.name} on {target.node} answered {status} on {target.path}"
+        )
+    return GatewayScrape(target, text=text)
 
 
 def _families(scrape: GatewayScrape) -> list[Metric]:
@@ -131,9 +152,9 @@ def relabel(scrapes: Iterable[GatewayScrape]) -> tuple[tuple[Metric, ...], dict[
                 continue
             into = merged.get(family.name)
             if into is None:
-                # promtool wants a help text on every family; vllm-router leaves some bare.
+                # promtool wants a help text on every family; a router may leave some bare.
                 helped = family.documentation or (
-                    f"vllm-router's {family.name}, with the gateway and node it came from"
+                    f"the gateway's {family.name}, with the gateway and node it came from"
                 )
                 into = Metric(family.name, helped, family.type, family.unit)
                 merged[family.name] = into
@@ -149,14 +170,14 @@ def relabel(scrapes: Iterable[GatewayScrape]) -> tuple[tuple[Metric, ...], dict[
 
 @dataclass(frozen=True)
 class RouterCounts:
-    """What a router's own samples say it did, per worker URL and in all.
+    """What a gateway front's own samples say it did, per worker URL and in all.
 
     Attributes:
-        requests: per worker, requests the router sent it (`…_processed_requests_total`).
-        failures: per worker, requests its circuit breaker counted as failed
-            (`…_cb_outcomes_total{outcome="failure"}`).
-        errors: requests the router answered with an error, every route together
-            (`…_request_errors_total`).
+        requests: per worker, requests the front sent it (`llmgw_gateway_worker_requests_total`).
+        failures: per worker, connections to it that failed
+            (`llmgw_gateway_worker_failures_total`).
+        errors: requests the front answered with an error of its own, every key and
+            route together (`llmgw_gateway_requests_total` of every outcome but `answered`).
     """
 
     requests: Mapping[str, float]
@@ -164,9 +185,9 @@ class RouterCounts:
     errors: float
 
 
-_PROCESSED_FAMILY = "vllm_router_processed_requests"
-_OUTCOMES_FAMILY = "vllm_router_cb_outcomes"
-_ERRORS_FAMILY = "vllm_router_request_errors"
+_PROCESSED_FAMILY = "llmgw_gateway_worker_requests"
+_FAILURES_FAMILY = "llmgw_gateway_worker_failures"
+_REQUESTS_FAMILY = "llmgw_gateway_requests"
 
 
 def router_counts(scrape: GatewayScrape) -> RouterCounts | None:
@@ -187,19 +208,18 @@ def router_counts(scrape: GatewayScrape) -> RouterCounts | None:
             worker = sample.labels.get("worker")
             if family.name == _PROCESSED_FAMILY and worker:
                 requests[worker] = requests.get(worker, 0.0) + sample.value
-            elif family.name == _OUTCOMES_FAMILY and worker:
-                if sample.labels.get("outcome") == "failure":
-                    failures[worker] = failures.get(worker, 0.0) + sample.value
-            elif family.name == _ERRORS_FAMILY:
+            elif family.name == _FAILURES_FAMILY and worker:
+                failures[worker] = failures.get(worker, 0.0) + sample.value
+            elif family.name == _REQUESTS_FAMILY and sample.labels.get("outcome") != "answered":
                 errors += sample.value
     return RouterCounts(requests=requests, failures=failures, errors=errors)
 
 
 async def gateway_details(fleet: Any, reach: EngineReach) -> list[dict[str, Any]]:
-    """Every running gateway with its router's workers and what its own samples count.
+    """Every running gateway with its front's workers and what its own samples count.
 
     Each is `gateway.run.gateway_summaries`' entry (workers: url → `{model,
-    healthy}`) with each worker's `requests` and `failures`, the router's
+    healthy}`) with each worker's `requests` and `failures`, the front's
     `errors`, and `counts_error`: why the counts could not be read (None when
     they were). What the console's gateway screen lists.
     """
@@ -207,9 +227,9 @@ async def gateway_details(fleet: Any, reach: EngineReach) -> list[dict[str, Any]
 
     details = []
     for summary in await gateway_summaries(fleet, reach):
-        target = next((t for t in targets_of([SimpleNamespace(**summary)]) if not t.front), None)
+        target = next(iter(targets_of([SimpleNamespace(**summary)])), None)
         counts: RouterCounts | None = None
-        why: str | None = f"{summary['name']} records no metrics port"
+        why: str | None = f"{summary['name']} is not running"
         if target is not None:
             scrape = await scrape_gateway(reach, target)
             why = scrape.error

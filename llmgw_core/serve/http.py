@@ -150,6 +150,11 @@ class EngineReach:
         self._folder: str | None = None
         self._made = 0
 
+    @property
+    def fleet(self) -> Any:
+        """The live fleet these tunnels go through (its agents answer ops too)."""
+        return self._fleet
+
     async def connection(self, node: str) -> asyncssh.SSHClientConnection:
         """The fleet's SSH connection to `node` (for tunnels and file copies; not ours to close).
 

@@ -380,7 +380,7 @@ class LiveFeed:
     # --- gateways: one call into the core each (`gateway.run`, `metrics.gateway`) ---
 
     async def gateways(self) -> list[dict[str, Any]]:
-        """Every running gateway with its router's workers (`gateway.run.gateway_summaries`)."""
+        """Every running gateway with its front's workers (`gateway.run.gateway_summaries`)."""
         from llmgw_core.gateway.run import gateway_summaries
 
         return await gateway_summaries(self._live(), self._engines())
@@ -395,7 +395,7 @@ class LiveFeed:
         )
 
     async def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
-        """The router's last lines, then what it writes next (`gateway.run.gateway_log_batches`)."""
+        """The gateway's last lines, then what it writes next (`gateway.run.gateway_log_batches`)."""
         from llmgw_core.gateway.run import gateway_log_batches
 
         batches = gateway_log_batches(self._live(), name, lines=LOG_TAIL_LINES, follow=True)
@@ -406,13 +406,13 @@ class LiveFeed:
             await batches.aclose()
 
     async def gateway_details(self) -> list[dict[str, Any]]:
-        """Every running gateway, its workers and its router's counts (`metrics.gateway`)."""
+        """Every running gateway, its workers and its front's counts (`metrics.gateway`)."""
         from llmgw_core.metrics.gateway import gateway_details
 
         return await gateway_details(self._live(), self._engines())
 
     async def stop_gateway(self, name: str) -> dict[str, Any]:
-        """Stop and forget the gateway's router (`gateway.run.stop_gateway`)."""
+        """Stop and forget the gateway (`gateway.run.stop_gateway`)."""
         from llmgw_core.gateway.run import stop_gateway
 
         return await stop_gateway(self._live(), name)

@@ -59,7 +59,7 @@ class FleetFeed(Protocol):
         ...
 
     async def gateways(self) -> list[dict[str, Any]]:
-        """Every running gateway: `GatewayView.as_dict()` with its router's `workers`."""
+        """Every running gateway: `GatewayView.as_dict()` with its front's `workers`."""
         ...
 
     async def put_behind_gateway(self, name: str) -> dict[str, Any]:
@@ -76,11 +76,11 @@ class FleetFeed(Protocol):
         ...
 
     def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
-        """Batches of the gateway's router log (`[gateway node] …`), followed live."""
+        """Batches of the gateway's front log (`[gateway node] …`), followed live."""
         ...
 
     async def gateway_details(self) -> list[dict[str, Any]]:
-        """Every running gateway with its workers' health and its router's counts."""
+        """Every running gateway with its workers' health and its front's counts."""
         ...
 
     async def stop_gateway(self, name: str) -> dict[str, Any]:

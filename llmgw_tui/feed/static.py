@@ -59,7 +59,7 @@ class StaticFeed:
         raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
 
     async def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
-        """A fixed fleet runs no gateway, so it has no router log."""
+        """A fixed fleet runs no gateway, so it has no gateway log."""
         raise BadInput(f"no gateway is named {name!r}", "a fixed fleet runs no gateway")
         yield []  # an async generator, as the live feed's
 

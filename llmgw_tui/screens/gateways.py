@@ -1,9 +1,9 @@
-"""Gateways (mode 6): each running router, its workers' health, and what it counted.
+"""Gateways (mode 6): each running gateway, its workers' health, and what it counted.
 
 Rows are keyed by gateway name and updated in place as the feed is polled;
 the workers of the gateway under the cursor are listed below with the
-requests the router sent each and the failures it counted. Every figure is
-the core's (`metrics.gateway.gateway_details`). `l` opens the router's log,
+requests the front sent each and the failures it counted. Every figure is
+the core's (`metrics.gateway.gateway_details`). `l` opens the gateway's log,
 `x` stops it after a confirmation.
 """
 
@@ -38,11 +38,11 @@ GATEWAY_COLUMNS = (
 )
 WORKER_COLUMNS = ("WORKER", "MODEL", "HEALTH", "REQUESTS", "FAILURES")
 POLL_S = 2.0
-"""Each read asks every node for its shards and every router for its workers and samples."""
+"""Each read asks every node for its shards and every front for its workers and samples."""
 
 
 def count_cell(value: float | None) -> str:
-    """A router's counter as a whole number; `-` when its samples could not be read."""
+    """A front's counter as a whole number; `-` when its samples could not be read."""
     return "-" if value is None else f"{value:.0f}"
 
 
@@ -109,7 +109,7 @@ class GatewaysScreen(KeptScreen[None]):
         feed = self.console_app.feed
         while True:
             if not self.is_current:
-                # Another mode (or a log over this one) is shown: no node or router is asked.
+                # Another mode (or a log over this one) is shown: no node or front is asked.
                 await asyncio.sleep(POLL_S)
                 continue
             try:
@@ -123,7 +123,7 @@ class GatewaysScreen(KeptScreen[None]):
     def show(self, details: list[dict[str, Any]]) -> None:
         """Update rows in place (keyed by name), then the selected gateway's workers."""
         self.details = details
-        answering = sum(1 for d in details if not d.get("error"))  # its router listed its workers
+        answering = sum(1 for d in details if not d.get("error"))  # its front listed its workers
         count = len(details)
         self._status(f"{count} gateway{'' if count == 1 else 's'} running · {answering} answering")
         table = self._gateway_table
@@ -222,19 +222,19 @@ class GatewaysScreen(KeptScreen[None]):
         return detail
 
     def action_logs(self) -> None:
-        """The router's log of the selected gateway, followed live."""
+        """The log of the selected gateway, followed live."""
         detail = self._need_detail()
         if detail is not None:
             self.post_message(OpenLogs(str(detail["name"]), gateway=True))
 
     def action_stop(self) -> None:
-        """Ask, then stop the selected gateway's router."""
+        """Ask, then stop the selected gateway."""
         detail = self._need_detail()
         if detail is None:
             return
         name = str(detail["name"])
         question = (
-            f"Stop gateway {name}? Its router on {detail.get('node')} ends; "
+            f"Stop gateway {name}? Its front on {detail.get('node')} ends; "
             "the replicas behind it keep running."
         )
 
@@ -246,7 +246,7 @@ class GatewaysScreen(KeptScreen[None]):
 
     @work(group="gateway-action", exit_on_error=False, description="Stopping")
     async def stop_gateway(self, name: str) -> None:
-        """Stop the router; say so, then read the gateways again."""
+        """Stop the gateway; say so, then read the gateways again."""
         feed = self.console_app.feed
         try:
             result = await feed.stop_gateway(name)

@@ -1,4 +1,4 @@
-"""Logs: one shard's engine output, every rank merged, or a gateway's router, followed live.
+"""Logs: one shard's engine output, every rank merged, or a gateway's front, followed live.
 
 A worker reads the feed's batches into `LogLines.pending`; a timer flushes
 them into Textual's `Log` in one `write_lines` (never one write per line).
@@ -53,7 +53,7 @@ class LogsScreen(Guarded, Screen[None]):
         """The replica's name, or the gateway's when `gateway`."""
         self.rank = rank
         self.gateway = gateway
-        """Whether `replica` names a gateway (its router's one log, no ranks)."""
+        """Whether `replica` names a gateway (its front's one log, no ranks)."""
         self.lines = LogLines()
         self.following = True
         self.new_below = 0
@@ -146,7 +146,7 @@ class LogsScreen(Guarded, Screen[None]):
         return found[0] if found and all(f == found[0] for f in found) else None
 
     async def _read_gateway_log(self, feed: Any) -> None:
-        """Follow the router's log through the core's reader (the `logs` step's)."""
+        """Follow the gateway's log through the core's reader (the `logs` step's)."""
         try:
             async for batch in feed.follow_gateway_logs(self.replica):
                 self.lines.add(batch, time.time())
@@ -154,7 +154,7 @@ class LogsScreen(Guarded, Screen[None]):
             self.stream_ended = exc.sentence()
             self.notify(exc.sentence(), title="Logs", severity="error")
         else:
-            self.stream_ended = "the router ended; no more lines"
+            self.stream_ended = "the gateway ended; no more lines"
         self._show_status()
 
     def _target(self) -> str:
@@ -185,7 +185,7 @@ class LogsScreen(Guarded, Screen[None]):
 
     def _show_banner(self) -> None:
         banner = self._nccl_banner
-        if self.gateway:  # a router speaks no NCCL
+        if self.gateway:  # a gateway speaks no NCCL
             return
         said = self.lines.socket_fallback(self.replica, self.node_count)
         if said and not banner.display:
@@ -198,7 +198,7 @@ class LogsScreen(Guarded, Screen[None]):
 
     def _show_status(self) -> None:
         if self.gateway:
-            first = f"gateway {self.replica} · its router"
+            first = f"gateway {self.replica} · its front"
         else:
             ranks = f"rank {self.rank}" if self.rank is not None else "every rank"
             first = f"{self.replica} · {ranks}"

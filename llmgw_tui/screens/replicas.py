@@ -49,7 +49,7 @@ REPLICA_COLUMNS = (
 SHARD_COLUMNS = ("RANK", "NODE", "PHASE", "NCCL", "DOWNLOAD", "GPUS", "WHY")
 POLL_S = 1.0
 GATEWAY_POLLS = 3
-"""Gateways are read every third poll: each read asks every node and every router."""
+"""Gateways are read every third poll: each read asks every node and every gateway."""
 
 PHASE_COLOURS = {
     "ready": "ready",

@@ -1,13 +1,14 @@
-"""The gateway's front as a real process, at the level of HTTP bytes (no router behind it).
+"""The gateway's front as a real process, at the level of HTTP bytes (no worker behind it).
 
 What the demo's gateway tests cannot see: how it frames what it refuses, a
-client that waits for `100 Continue`, a body it will not take, and its
-loopback port saying the router is down.
+client that waits for `100 Continue`, a body it will not take, and a keyed
+request with no worker to take it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from agent_process import agent_env
+
+from llmgw_agent.front.control import call
 
 KEY = "sk-front-test-0123456789"
 
@@ -27,16 +30,18 @@ def _port() -> int:
 
 
 @pytest.fixture(scope="module")
-def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
+def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]:
     state = tmp_path_factory.mktemp("front-state")
-    port, router, metrics = _port(), _port(), _port()  # nothing listens on `router`
+    private = state / "private"
+    private.mkdir(mode=0o700)
+    control = str(private / "front.sock")
+    port = _port()
     config = {"keys": [{"id": "ops", "key": KEY, "models": None}], "upstream": {}}
     env = agent_env(state, LLMGW_FRONT_CONFIG=json.dumps(config))
     process = subprocess.Popen(
         [
             *(sys.executable, "-S", "-m", "llmgw_agent", "front"),
-            *("--listen", f"127.0.0.1:{port}", "--router", f"127.0.0.1:{router}"),
-            *("--metrics", f"127.0.0.1:{metrics}"),
+            *("--listen", f"127.0.0.1:{port}", "--control", control),
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -45,7 +50,7 @@ def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]
     assert process.stdout is not None
     assert process.stdout.readline().startswith(b"llmgw front on 127.0.0.1:")
     try:
-        yield port, metrics
+        yield port, control
     finally:
         process.terminate()
         process.wait(10)
@@ -93,18 +98,26 @@ def test_what_the_front_will_not_take_is_answered_and_closed(front):
     assert _exchange(port, admin).startswith(b"HTTP/1.1 404 ")
 
 
-def test_a_keyed_request_meets_a_router_that_is_down_with_a_502(front):
-    port, metrics = front
+def test_a_keyed_request_with_no_worker_to_take_it_gets_a_503(front):
+    port, control = front
     request = (
         "POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 2\r\n"
         f"Authorization: Bearer {KEY}\r\nConnection: close\r\n\r\n{{}}"
     ).encode()
-    assert _exchange(port, request).startswith(b"HTTP/1.1 502 ")
-    liveness = b"GET /liveness HTTP/1.1\r\nHost: m\r\n\r\n"
-    assert _exchange(metrics, liveness).startswith(b"HTTP/1.1 503 ")
-    counted = _exchange(metrics, b"GET /metrics HTTP/1.1\r\nHost: m\r\n\r\n").decode()
-    assert 'llmgw_gateway_requests_total{key="ops",outcome="router_unreachable"} 1' in counted
+    assert _exchange(port, request).startswith(b"HTTP/1.1 503 ")
+    health = b"GET /health HTTP/1.1\r\nHost: g\r\nConnection: close\r\n\r\n"
+    assert _exchange(port, health).startswith(b"HTTP/1.1 503 ")  # no worker is healthy
+    assert call(control, "GET", "/liveness")[0] == 200
+    status, counted = call(control, "GET", "/metrics")
+    assert status == 200
+    assert 'llmgw_gateway_requests_total{key="ops",outcome="no_worker"} 1' in counted
     assert KEY not in counted
+
+
+def test_the_control_socket_is_the_operators_alone(front):
+    _, control = front
+    assert os.stat(control).st_mode & 0o777 == 0o600
+    assert os.stat(os.path.dirname(control)).st_mode & 0o777 == 0o700
 
 
 def test_a_certificate_that_is_not_one_stops_the_front_with_a_sentence(tmp_path: Path):
@@ -112,7 +125,7 @@ def test_a_certificate_that_is_not_one_stops_the_front_with_a_sentence(tmp_path:
     done = subprocess.run(
         [
             *(sys.executable, "-S", "-m", "llmgw_agent", "front", "--listen", "127.0.0.1:0"),
-            *("--router", "127.0.0.1:1", "--metrics", "127.0.0.1:0"),
+            *("--control", str(tmp_path / "front.sock")),
         ],
         env=agent_env(tmp_path / "state", LLMGW_FRONT_CONFIG=json.dumps(config)),
         capture_output=True,

@@ -47,6 +47,7 @@ BASE = {
     "holder": '"tester"',
     "token": '"t"',
     "direction": '"out"',
+    "method": '"GET"',
 }
 """A valid value for each required argument, for the others' cases."""
 

@@ -1,14 +1,21 @@
-"""Benchmark: what checking client keys at the gateway costs, against the router alone.
+"""Benchmark: the gateway's front, routing by itself, against the router alone and the front
+it replaced (key checks in front of vllm-router), side by side in one run.
 
 Run: `.venv/bin/python tests/benchmarks/bench_gateway_front.py`. Prints figures; asserts nothing.
 
 Everything on this machine, no SSH (a tunnel would hide the difference):
-two sim engines (vLLM's shape, loaded at once), the real vllm-router in
-front of them on the loopback, and the gateway's front (`llmgw front`, a
-client key and the engines' key) in front of the router. The same client
-(httpx, keep-alive, `CONCURRENCY` at a time) sends `REQUESTS` chat
-completions to the router directly and to the front, in alternating rounds;
-the median of the rounds is compared.
+two sim engines (vLLM's shape, loaded at once), and three paths to them:
+
+* `router alone`: the real vllm-router 0.1.17 on the loopback (no key check);
+* `before`: the front as it was until the router was dropped (`git show
+  BEFORE:agent/llmgw_agent/front/server.py`, run from a temporary copy: a
+  client key checked, then the router);
+* `after`: today's front, a client key checked, then its own round-robin
+  choice of an engine.
+
+The same client (httpx, keep-alive, `CONCURRENCY` at a time) sends
+`REQUESTS` chat completions to each path in alternating rounds; the median
+of the rounds is compared.
 """
 
 from __future__ import annotations
@@ -30,7 +37,10 @@ import httpx
 
 from llmgw_core.fleet.sim.demo import demo_router
 
-AGENT = Path(__file__).resolve().parents[2] / "agent"
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = ROOT / "agent"
+BEFORE = "13e6c81"
+"""The last commit whose gateway ran vllm-router behind the front."""
 REQUESTS = 2000
 CONCURRENCY = 8
 ROUNDS = 5
@@ -55,9 +65,23 @@ def _wait(url: str, headers: dict[str, str] | None = None) -> None:
     raise RuntimeError(f"{url} never answered")
 
 
+def _old_front(root: Path) -> Path:
+    """The front of `BEFORE`, written out of git beside the bench's other files."""
+    text = subprocess.run(
+        ["git", "show", f"{BEFORE}:agent/llmgw_agent/front/server.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    path = root / "old_front.py"
+    path.write_text(text + "\n\nif __name__ == '__main__':\n    sys.exit(main(sys.argv[1:]))\n")
+    return path
+
+
 @contextlib.contextmanager
-def stack() -> Iterator[tuple[str, str]]:
-    """Two keyed sim engines, the router over them, the front over it: (router URL, front URL)."""
+def stack() -> Iterator[tuple[str, str, str]]:
+    """Two keyed sim engines and the three paths to them: (router, before, after) URLs."""
     router_bin = demo_router()
     if router_bin is None:
         raise SystemExit("vllm-router is not installed (the test extra installs it)")
@@ -114,27 +138,54 @@ def stack() -> Iterator[tuple[str, str]]:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the router never took its workers")
                 time.sleep(0.1)
-            front_port, metrics = _port(), _port()
             config = {
                 "keys": [{"id": "bench", "key": CLIENT_KEY, "models": None}],
                 "upstream": {MODEL: ENGINE_KEY},
             }
+            env = {**base_env, "LLMGW_FRONT_CONFIG": json.dumps(config)}
+            before_port, metrics = _port(), _port()
             processes.append(
                 subprocess.Popen(
                     [
-                        *(sys.executable, "-S", "-m", "llmgw_agent", "front"),
-                        *("--listen", f"127.0.0.1:{front_port}"),
+                        *(sys.executable, "-S", str(_old_front(Path(root)))),
+                        *("--listen", f"127.0.0.1:{before_port}"),
                         *("--router", f"127.0.0.1:{router_port}"),
                         *("--metrics", f"127.0.0.1:{metrics}"),
                     ],
-                    env={**base_env, "LLMGW_FRONT_CONFIG": json.dumps(config)},
+                    env=env,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
             )
-            front = f"http://127.0.0.1:{front_port}"
-            _wait(front + "/liveness")
-            yield router, front
+            before = f"http://127.0.0.1:{before_port}"
+            after_port = _port()
+            control = Path(root) / "control"
+            control.mkdir(mode=0o700)
+            processes.append(
+                subprocess.Popen(
+                    [
+                        *(sys.executable, "-S", "-m", "llmgw_agent", "front"),
+                        *("--listen", f"127.0.0.1:{after_port}", "--policy", "round_robin"),
+                        *("--control", str(control / "front.sock")),
+                    ],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            after = f"http://127.0.0.1:{after_port}"
+            _wait(after + "/liveness")
+            from llmgw_agent.front.control import call
+
+            for engine in engines:
+                call(
+                    str(control / "front.sock"),
+                    "POST",
+                    "/workers",
+                    {"url": engine, "model_id": MODEL},
+                )
+            _wait(before + "/liveness")
+            yield router, before, after
         finally:
             for process in processes:
                 process.terminate()
@@ -164,23 +215,26 @@ async def load(url: str, key: str) -> tuple[float, list[float]]:
 
 
 def main() -> None:
-    with stack() as (router, front):
+    with stack() as (router, before, after):
         # The router passes the client's header on: straight to it, the engines' key is needed.
-        asyncio.run(load(router, ENGINE_KEY))
-        asyncio.run(load(front, CLIENT_KEY))
-        alone, fronted = [], []
+        paths = (("router alone", router, ENGINE_KEY), ("before", before, CLIENT_KEY))
+        paths += (("after", after, CLIENT_KEY),)
+        for _, url, key in paths:
+            asyncio.run(load(url, key))
+        runs: dict[str, list[tuple[float, list[float]]]] = {label: [] for label, _, _ in paths}
         for _ in range(ROUNDS):
-            alone.append(asyncio.run(load(router, ENGINE_KEY)))
-            fronted.append(asyncio.run(load(front, CLIENT_KEY)))
+            for label, url, key in paths:
+                runs[label].append(asyncio.run(load(url, key)))
     print(f"{REQUESTS} requests, {CONCURRENCY} at a time, median of {ROUNDS} alternating rounds:")
-    for label, runs in (("router alone", alone), ("front + router", fronted)):
-        rps = statistics.median(r for r, _ in runs)
-        p50 = statistics.median(statistics.median(lat) for _, lat in runs) * 1000
-        p99 = statistics.median(sorted(lat)[int(len(lat) * 0.99)] for _, lat in runs) * 1000
-        print(f"  {label:<15}: {rps:8.1f} requests/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-    alone_rps = statistics.median(r for r, _ in alone)
-    fronted_rps = statistics.median(r for r, _ in fronted)
-    print(f"  the front costs {(1 - fronted_rps / alone_rps) * 100:+.1f} % of the throughput")
+    rates = {}
+    for label, measured in runs.items():
+        rates[label] = statistics.median(r for r, _ in measured)
+        p50 = statistics.median(statistics.median(lat) for _, lat in measured) * 1000
+        p99 = statistics.median(sorted(lat)[int(len(lat) * 0.99)] for _, lat in measured) * 1000
+        print(f"  {label:<13}: {rates[label]:8.1f} requests/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    for label in ("before", "after"):
+        cost = (1 - rates[label] / rates["router alone"]) * 100
+        print(f"  {label}: {cost:+.1f} % of the router's throughput")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import time
@@ -53,6 +54,7 @@ from tiny_gguf import REPLY, write_tiny_llama_gguf
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.fleet import Fleet
 from llmgw_core.fleet.sim.demo import demo_router
+from llmgw_core.gateway.run import find_gateway, front_call
 
 pytestmark = [
     pytest.mark.slow,
@@ -137,10 +139,9 @@ async def _completions_served(fleet: Fleet, shard_id: str) -> int:
     return sum(COMPLETED in line for line in await log_lines(fleet.client(NODE), shard_id))
 
 
-async def _router_workers(http: httpx.AsyncClient, base: str) -> dict[str, bool]:
-    """The router's own worker list: URL → healthy."""
-    listed = (await http.get(f"{base}/workers")).json()["workers"]
-    return {w["url"]: w["is_healthy"] for w in listed}
+async def _router_workers(_http: httpx.AsyncClient, admin: Any) -> dict[str, bool]:
+    """The gateway front's own worker list (its control socket, through the agent): URL → healthy."""
+    return await admin()
 
 
 async def _send_until(
@@ -189,11 +190,11 @@ async def _watch_unhealthy(
 
 
 async def _kill_and_keep_asking(
-    fleet: Fleet, base: str, admin: str, dead_url: str, seen: dict[str, Any]
+    fleet: Fleet, base: str, admin: Any, dead_url: str, seen: dict[str, Any]
 ) -> None:
     """SIGKILL tiny-a's engine while requests go through the gateway, two at a time.
 
-    `base` is the gateway's port (its front), `admin` the router's own API.
+    `base` is the gateway's port (its front), `admin` reads the front's workers.
 
     They go on until the router has held the dead worker unhealthy for
     `AFTER_UNHEALTHY_S` (at most `AFTER_KILL_CAP_S`).
@@ -244,11 +245,14 @@ async def _scenario(tmp_path: Path) -> dict[str, Any]:
                 for name in ("tiny-a", "tiny-b")
             }
             urls = {w["replica"]: w["url"] for w in gateway["workers"]}
-            router_port = int(gateway["router_port"])  # its admin API: on the node's loopback
-            async with (
-                engine_url(fleet, NODE, port) as base,
-                engine_url(fleet, NODE, router_port) as admin,
-            ):
+            view = await find_gateway(fleet, "front")
+
+            async def admin() -> dict[str, bool]:
+                status, text = await front_call(fleet, view, "GET", "/workers")
+                assert status == 200, text
+                return {w["url"]: w["is_healthy"] for w in json.loads(text)["workers"]}
+
+            async with engine_url(fleet, NODE, port) as base:
                 await _kill_and_keep_asking(fleet, base, admin, urls["tiny-a"], seen)
                 seen["stopped"] = await _ok(step(ctx, "stop", replica="tiny-a"))
                 async with httpx.AsyncClient(timeout=30) as http:

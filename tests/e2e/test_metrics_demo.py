@@ -13,7 +13,6 @@ import asyncio
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -73,22 +72,6 @@ EXPECTED_LABELS = {
 }
 
 
-# A router's metrics port as a process the agent supervises: a shard of the gateway kind.
-ROUTER_PROGRAM = """
-import http.server, sys
-text = sys.argv[2].encode()
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(text)))
-        self.end_headers()
-        self.wfile.write(text)
-    def log_message(self, *args):
-        pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
-"""
-
-
 class _Router(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         body = ROUTER_TEXT.encode()
@@ -131,16 +114,17 @@ def _free_port() -> int:
 
 
 def _start_gateway_shard(demo: Demo, node: str, name: str, port: int) -> str:
-    """A gateway's router (serving `ROUTER_TEXT`) started by the node's agent; its shard id."""
-    spec = {"kind": "llmgw-gateway", "gateway": {"name": name, "prometheus_port": port}}
+    """A gateway's front (no key, no worker) started by the node's agent; its shard id."""
+    spec = {"kind": "llmgw-gateway", "gateway": {"name": name, "port": port}}
     args = {
         "replica": f"gateway-{name}",
         "rank": 0,
         "commands": [
             {
-                "name": "router",
-                "argv": [sys.executable, "-c", ROUTER_PROGRAM, str(port), ROUTER_TEXT],
-                "wait_for_port": port,
+                "name": "front",
+                "argv": ["front", "--listen", f"127.0.0.1:{port}"],
+                "agent": True,
+                "role": "main",
             }
         ],
         "spec": spec,
@@ -211,7 +195,17 @@ def test_every_family_is_exported_with_its_labels_and_the_facts_of_the_demo_flee
     tested_until = time.time()
     assert tested.result["rails"], tested.error
     closed = _free_port()
-    shard_id = _start_gateway_shard(demo, "cpu-01", "gw-found", _free_port())
+    found_port = _free_port()
+    shard_id = _start_gateway_shard(demo, "cpu-01", "gw-found", found_port)
+    deadline = time.monotonic() + 30
+    while True:  # one request with no worker to take it: counted by the front
+        try:
+            refused = httpx.post(f"http://127.0.0.1:{found_port}/v1/chat/completions", json={})
+            break
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline, "the gateway's front never answered"
+            time.sleep(0.2)
+    assert refused.status_code == 503
     text, outcome = _scrape_while_serving(
         demo,
         port=_free_port(),
@@ -280,8 +274,8 @@ def test_every_family_is_exported_with_its_labels_and_the_facts_of_the_demo_flee
 
     assert _value(families["llmgw_gateway_up"], gateway="gw-a") == 1
     assert _value(families["llmgw_gateway_up"], gateway="gw-found", node="cpu-01") == 1
-    found = {"gateway": "gw-found", "node": "cpu-01", "route": "/v1/chat/completions"}
-    assert _value(families["vllm_router_requests"], "_total", **found) == 12
+    found = {"gateway": "gw-found", "node": "cpu-01", "key": "-", "outcome": "no_worker"}
+    assert _value(families["llmgw_gateway_requests"], "_total", **found) == 1
     assert _value(families["llmgw_gateway_up"], gateway="gw-gone") == 0
     chat = {"gateway": "gw-a", "node": "h100-a-01", "route": "/v1/chat/completions"}
     assert _value(families["vllm_router_requests"], "_total", **chat) == 12

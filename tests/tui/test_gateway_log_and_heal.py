@@ -1,14 +1,14 @@
 """A gateway in the console: its log followed live, the heal moving its worker, mode 6.
 
 One console over the real demo fleet (agents over SSH, sim engines, the real
-vllm-router on cpu-01). Two replicas and a gateway are started by the
+gateway front on cpu-01). Two replicas and a gateway are started by the
 headless steps against the console's own fleet; the console opens the
-router's log from the replicas screen, then one engine is killed and its
+gateway's log from the replicas screen, then one engine is killed and its
 port taken, so the console's background heal brings the replica back on
-another port: the router's own lines saying so arrive in the open log view,
-and the router's worker list (as the console reads it) drops the dead URL.
-Then mode 6 lists the gateway with its workers' health and the requests its
-router counted, opens its log with `l`, and stops it with `x` and `y`.
+another port: the front's own lines saying so arrive in the open log view,
+and its worker list (as the console reads it) drops the dead URL. Then mode
+6 lists the gateway with its workers' health and the requests its front
+counted, opens its log with `l`, and stops it with `x` and `y`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import pytest
 from live_walk import ready_nodes, until
 from textual.widgets import DataTable, Log, Static
 
-from llmgw_core.fleet.sim.demo import demo_router
 from llmgw_core.gateway.run import gateways_now
 from llmgw_core.script.registry import StepOutcome, all_steps
 from llmgw_tui.app import LlmgwApp
@@ -36,15 +35,13 @@ from llmgw_tui.screens.replicas import ConfirmStop, ReplicasScreen
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(600),
-    pytest.mark.skipif(demo_router() is None, reason="vllm-router is not installed (test extra)"),
 ]
 
 MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"
 GATEWAY = "front"
 SECOND = "back"
 GATEWAY_PORT = 30731
-"""Away from other gateway tests' ports (they may run beside this one). SECOND's is 10
-above: each router takes the next free port above its own for its metrics."""
+"""Away from other gateway tests' ports (they may run beside this one). SECOND's is 10 above."""
 
 
 async def _step(ctx: ConsoleContext, name: str, /, **args: Any) -> StepOutcome:
@@ -111,11 +108,10 @@ async def _walk() -> None:
             return any(text in line for line in kept())
 
         await until(pilot, lambda: said(f"llmgw front on 0.0.0.0:{GATEWAY_PORT}"), "start")
-        await until(pilot, lambda: said("Starting server on 127.0.0.1:"), "the router")
         for url in urls.values():
             await until(pilot, lambda url=url: said(f"with URL {url} for model"), f"{url} added")
         assert all(line.startswith("[gateway cpu-01] ") for line in kept())
-        assert not any("\x1b[" in line for line in kept())  # the router's colours are gone
+        assert not any("\x1b[" in line for line in kept())  # no colours in the log
 
         # Kill heal-a's engine and take its port: the heal must bring it back elsewhere.
         (view,) = [v for v in await feed.replicas() if v.name == "heal-a"]
@@ -144,20 +140,20 @@ async def _walk() -> None:
             new_port = int(back.spec["http_port"])
             assert back.phase == "ready" and new_port != old_port
 
-            # The router's own lines about the move arrive in the open log view.
+            # The front's own lines about the move arrive in the open log view.
             await until(pilot, lambda: said(f"Removed worker with URL {urls['heal-a']}"), "gone")
             await until(pilot, lambda: said(f":{new_port} for model"), "the new worker added", 30)
             drawn = logs.query_one("#log", Log).lines
             assert any(f":{new_port} for model" in line for line in drawn)
 
-            # The router's worker list, as the console reads it, follows the heal.
+            # The front's worker list, as the console reads it, follows the heal.
             (gateway,) = await feed.gateways()
             workers = sorted(gateway["workers"])
             assert urls["heal-a"] not in workers and urls["heal-b"] in workers
             (new_url,) = [u for u in workers if u != urls["heal-b"]]
             assert new_url.endswith(f":{new_port}")
             print(
-                f"engine killed → healed and ready: {healed_s:.1f} s; → router following "
+                f"engine killed → healed and ready: {healed_s:.1f} s; → gateway following "
                 f"(its lines in the view, its /workers read): {time.monotonic() - killed_at:.1f} s"
             )
         finally:

@@ -1,4 +1,4 @@
-"""The gateway's pure decisions: its router's command line, the workers it should hold, the changes."""
+"""The gateway's pure decisions: its front's command line, the workers it should hold, the changes."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from llmgw_core.errors import BadInput
-from llmgw_core.facts import Engine
 from llmgw_core.gateway.spec import (
     GatewayArgs,
-    GatewayPorts,
     Worker,
     choose_model,
     front_argv,
@@ -22,14 +20,11 @@ from llmgw_core.gateway.spec import (
     load_split,
     plain_line,
     processed_requests,
-    router_argv,
-    router_program,
     shard_args,
     unchecked_workers,
     wanted_workers,
     worker_changes,
 )
-from llmgw_core.inventory import BinaryEngine, EngineLocations
 
 
 @dataclass(frozen=True)
@@ -46,63 +41,37 @@ def _replica(name: str, head: str, port: int, served: str, phase: str = "ready")
     return Replica(name, phase, {"head": head, "http_port": port, "served_name": served})
 
 
-PORTS = GatewayPorts(port=30000, router=30001, prometheus=30002, front_metrics=30003)
-
-
-def test_the_router_fronts_every_model_on_the_loopback_and_the_front_takes_the_port():
+def test_the_front_takes_the_port_and_routes_with_the_policy_asked_for():
     args = GatewayArgs(name="front", port=30000, policy="power_of_two", api_key_env="MY_KEY")
-    argv = router_argv("/opt/r/bin/vllm-router", args, PORTS)
-    assert argv[0] == "/opt/r/bin/vllm-router"
-    assert argv[argv.index("--host") + 1] == "127.0.0.1"  # its admin API is not on the network
-    assert argv[argv.index("--port") + 1] == "30001"
-    assert argv[argv.index("--policy") + 1] == "power_of_two"
-    assert argv[argv.index("--prometheus-port") + 1] == "30002"
-    assert "--enable-igw" in argv and "--api-key" not in argv
-    assert front_argv(PORTS) == [
-        "front",
-        "--listen",
-        "0.0.0.0:30000",
-        "--router",
-        "127.0.0.1:30001",
-        "--metrics",
-        "127.0.0.1:30003",
+    assert front_argv(args) == [
+        *("front", "--listen", "0.0.0.0:30000"),
+        *("--policy", "power_of_two", "--health-path", "/health"),
     ]
 
 
-def test_the_inventory_names_the_router_before_what_the_node_found():
-    located = EngineLocations(router=BinaryEngine(bin="/srv/router/bin/vllm-router"))
-    found = {"vllm-router": Engine(version="0.1.17", path="/usr/local/bin/vllm-router")}
-    assert router_program(located, found) == "/srv/router/bin/vllm-router"
-    assert router_program(EngineLocations(), found) == "/usr/local/bin/vllm-router"
-    assert router_program(EngineLocations(), {}) is None
-
-
 def _shard(args: GatewayArgs, key_envs: dict[str, str] | None = None) -> dict[str, Any]:
-    return shard_args(
-        args,
-        ["vllm-router"],
-        node="cpu-01",
-        ports=PORTS,
-        created_at=1.0,
-        upstream_key_envs=key_envs or {},
-    )
+    return shard_args(args, node="cpu-01", created_at=1.0, upstream_key_envs=key_envs or {})
 
 
-def test_a_gateway_shard_claims_no_card_runs_the_router_beside_the_front_and_records_ports():
+def test_a_gateway_shard_claims_no_card_and_runs_one_process_with_no_port_but_its_own():
     request = _shard(GatewayArgs(name="front", port=30000), {"llama": "LLAMA_KEY"})
     assert request["gpus"] == [] and request["spec"]["kind"] == "llmgw-gateway"
     recorded = request["spec"]["gateway"]
-    assert (recorded["port"], recorded["router_port"], recorded["prometheus_port"]) == (
-        30000,
-        30001,
-        30002,
-    )
+    assert recorded["port"] == 30000
+    assert not {"router_port", "prometheus_port", "front_metrics_port"} & set(recorded)
     assert recorded["upstream_key_envs"] == {"llama": "LLAMA_KEY"}  # names, never keys
-    router, front = request["commands"]
-    assert (router["role"], router["wait_for_port"]) == ("sidecar", 30001)
+    (front,) = request["commands"]
     assert (front["role"], front["agent"], front["argv"][0]) == ("main", True, "front")
-    # The router's liveness, asked by the front on its loopback port (plain HTTP even with TLS).
-    assert request["health_url"] == "http://127.0.0.1:30003/liveness"
+    assert "health_url" not in request  # its liveness is asked on its control socket
+
+
+def test_a_replica_with_an_engine_certificate_is_a_worker_reached_over_pinned_https():
+    cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    pinned = Replica(
+        "p", "ready", {"head": "h100-a-01", "http_port": 8000, "served_name": "m", "tls_cert": cert}
+    )
+    (worker,) = wanted_workers([pinned], "cpu-01", {"h100-a-01": "10.0.0.1"})
+    assert (worker.url, worker.cert) == ("https://10.0.0.1:8000", cert)
 
 
 def test_only_ready_replicas_become_workers_reached_by_their_node_address():
@@ -135,6 +104,7 @@ def test_a_ready_engine_checked_on_another_path_than_health_is_warned_about():
     warnings = unchecked_workers([bare, loading, server, unrecorded])
     assert len(warnings) == 1
     assert warnings[0].startswith("replica bare answers its health on /openapi.json, not /health")
+    assert unchecked_workers([bare], "/openapi.json") == ()  # the gateway probes that path
 
 
 def test_changes_add_what_is_missing_and_remove_what_left_or_changed_model():
@@ -146,12 +116,12 @@ def test_changes_add_what_is_missing_and_remove_what_left_or_changed_model():
     assert worker_changes(wanted, {"http://a:1": "llama", "http://b:2": "qwen"}) == ((), ())
 
 
-def test_the_load_split_is_read_from_the_routers_own_counters():
+def test_the_load_split_is_read_from_the_fronts_own_counters():
     text = (
-        "# TYPE vllm_router_processed_requests_total counter\n"
-        'vllm_router_processed_requests_total{worker="http://a:1"} 12\n'
-        'vllm_router_processed_requests_total{worker="http://b:2"} 3\n'
-        'vllm_router_policy_decisions_total{policy="round_robin",worker="http://a:1"} 12\n'
+        "# TYPE llmgw_gateway_worker_requests_total counter\n"
+        'llmgw_gateway_worker_requests_total{worker="http://a:1",model="m"} 12\n'
+        'llmgw_gateway_worker_requests_total{worker="http://b:2",model="m"} 3\n'
+        'llmgw_gateway_worker_failures_total{worker="http://a:1",model="m"} 12\n'
     )
     after = processed_requests(text)
     assert after == {"http://a:1": 12.0, "http://b:2": 3.0}
@@ -176,9 +146,7 @@ def test_a_gateway_is_read_back_from_a_nodes_shard_listing():
     other = {"shard_id": "x", "phase": "running", "spec": {"kind": "llmgw-replica"}}
     (view,) = gateway_views({"cpu-01": [record, other]})
     assert view.live and view.as_dict()["address"] == "cpu-01:30000"
-    assert view.api_port == 30001  # the router's API, on the node's loopback
-    older = {**record, "spec": {"kind": "llmgw-gateway", "gateway": {"name": "g", "port": 30000}}}
-    assert gateway_views({"cpu-01": [older]})[0].api_port == 30000  # a router with no front
+    assert view.shard_id == "gateway-front-r0-abc"  # its control socket is in that shard's folder
 
 
 def test_a_replica_keyed_by_a_variable_the_gateway_was_not_given_is_left_out_saying_why():

@@ -1,22 +1,23 @@
-"""`llmgw front`: the gateway's one network port, in front of its router (standard library).
+"""`llmgw front`: the gateway's one network port, and its router (standard library).
 
-The router (vllm-router) checks no key on what it is sent and serves its
-worker-admin API (`POST /workers`, `DELETE /workers/…`) on the same port as
-the models, so the gateway's router listens on the node's loopback only and
-this small proxy takes the network port:
+The front takes the network port, checks client keys and routes each request
+to one of its model's workers itself (`routing.py`: the policies, the pinned
+certificates, the health checks). Its workers and counters are changed and
+read only on its control socket (`control.py`), in the shard's 0700 folder:
+no admin API listens on any TCP port.
 
 * `/v1/…` needs `Authorization: Bearer KEY` with one of the gateway's client
   keys; without one it is answered 401 as OpenAI answers, and never reaches
   an engine. A key limited to some models gets 404 `model_not_found` for the
   others, as OpenAI answers a model one has no access to; so does a model no
   worker serves. `GET /v1/models` lists what the key may use.
-* The request then goes to the router with the engines' key for its model in
-  place of the client's (the router passes the header on to the engine).
-* `/health` and `/liveness` pass without a key (load balancers probe them);
-  every other route (the router's admin API among them) is 404 here.
-* Requests and refusals are counted per key id (never a key) and served as
-  Prometheus text on a loopback-only port, which also answers `/liveness`
-  (the router's, asked in plain HTTP on the loopback) for the agent.
+* The request then goes to a worker of its model with the engines' key for
+  that model in place of the client's.
+* `/health` (200 while some worker is healthy) and `/liveness` (200) are
+  answered without a key (load balancers probe them); every other route is
+  404 here.
+* Requests and refusals are counted per key id (never a key), requests per
+  worker too, and served as Prometheus text on the control socket.
 * With `tls` in its configuration (the operator's certificate and key, PEM)
   the network port speaks HTTPS only. The PEM text is handed to `ssl` through
   anonymous in-memory files (`memfd_create`): never a file on the node.
@@ -34,8 +35,13 @@ import asyncio
 import hmac
 import json
 import os
+import ssl
 import sys
 import time
+from urllib.parse import unquote
+
+from llmgw_agent.front.control import control_socket, serve_control
+from llmgw_agent.front.routing import POLICIES, Pool, Worker
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,8 +50,6 @@ if TYPE_CHECKING:
 CONFIG_ENV = "LLMGW_FRONT_CONFIG"
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
-MODELS_TTL_S = 1.0
-"""How long the router's model list is trusted before it is asked again."""
 _HOP = {
     "connection",
     "keep-alive",
@@ -167,47 +171,45 @@ def no_model(model: str) -> Tuple[int, bytes]:
 
 
 class Front:
-    """The proxy: one per process."""
+    """The proxy and router: one per process."""
 
-    def __init__(self, config: Config, router: Tuple[str, int]) -> None:
+    def __init__(self, config: Config, pool: Pool) -> None:
         self.config = config
-        self.router = router
+        self.pool = pool
         self.counters = Counters()
-        self._idle = []  # type: List[Tuple[asyncio.StreamReader, asyncio.StreamWriter]]
-        self._models = None  # type: Optional[Tuple[float, List[str]]]
-
-    # --- the router ------------------------------------------------------------
-
-    async def _connection(self) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        while self._idle:
-            reader, writer = self._idle.pop()
-            if not writer.is_closing() and not reader.at_eof():
-                return reader, writer
-            writer.close()
-        return await asyncio.open_connection(*self.router)
 
     async def served_models(self) -> List[str]:
-        """The models the router's workers serve (asked again after a second)."""
-        now = time.monotonic()
-        if self._models is not None and now - self._models[0] < MODELS_TTL_S:
-            return self._models[1]
-        reader, writer = await asyncio.open_connection(*self.router)
-        try:
-            writer.write(
-                "GET /workers HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\n\r\n".format(
-                    *self.router
-                ).encode()
-            )
-            raw = await reader.read()
-        finally:
-            writer.close()
-        head, _, body = raw.partition(b"\r\n\r\n")
-        if b"chunked" in head.lower():
-            body = _dechunk(body)
-        workers = json.loads(body.decode() or "{}").get("workers") or []
-        models = sorted({str(w.get("model_id")) for w in workers if isinstance(w, dict)})
-        self._models = (now, models)
-        return models
+        """The models the workers serve."""
+        return self.pool.models()
+
+    # --- the control socket ----------------------------------------------------
+
+    def control(self, method: str, target: str, body: bytes) -> Tuple[int, str, bytes]:
+        """One request on the control socket: the workers, the counters, liveness."""
+        route = target.split("?", 1)[0]
+        if method == "GET" and route == "/liveness":
+            return 200, "application/json", b"{}"
+        if method == "GET" and route == "/metrics":
+            text = self.counters.text() + self.pool.metrics_text()
+            return 200, "text/plain; version=0.0.4", text.encode()
+        if method == "GET" and route == "/workers":
+            listed = [w.as_dict() for w in sorted(self.pool.workers.values(), key=_url)]
+            return 200, "application/json", json.dumps({"workers": listed}).encode()
+        if method == "POST" and route == "/workers":
+            try:
+                given = json.loads(body.decode() or "{}")
+                worker = Worker(str(given["url"]), str(given["model_id"]), given.get("cert"))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                message = {"error": "not a worker: {}".format(exc)}
+                return 400, "application/json", json.dumps(message).encode()
+            self.pool.add(worker)
+            return 200, "application/json", json.dumps({"added": worker.url}).encode()
+        if method == "DELETE" and route.startswith("/workers/"):
+            url = unquote(route[len("/workers/") :])
+            if not self.pool.remove(url):
+                return 404, "application/json", json.dumps({"error": "no such worker"}).encode()
+            return 200, "application/json", json.dumps({"removed": url}).encode()
+        return 404, "application/json", b'{"error": "Not Found"}'
 
     # --- one client connection -------------------------------------------------
 
@@ -260,7 +262,9 @@ class Front:
         body = await reader.readexactly(length) if length else b""
         route = target.split("?", 1)[0]
         if route in _OPEN:
-            return await self._pass(writer, method, target, headers, body, None, close, "-")
+            healthy = route == "/liveness" or any(w.healthy for w in self.pool.workers.values())
+            await _answer(writer, 200 if healthy else 503, b"{}", close)
+            return not close
         if route != "/v1" and not route.startswith("/v1/"):
             await _answer(writer, 404, b'{"error": "Not Found"}', close)
             return not close
@@ -291,7 +295,15 @@ class Front:
                 await _answer(writer, *no_model(model), close=close)
                 return not close
         return await self._pass(
-            writer, method, target, headers, body, self.config.upstream_key(model), close, key_id
+            writer,
+            method,
+            target,
+            headers,
+            body,
+            model,
+            self.config.upstream_key(model),
+            close,
+            key_id,
         )
 
     async def _pass(
@@ -301,33 +313,68 @@ class Front:
         target: str,
         headers: List[Tuple[str, str]],
         body: bytes,
+        model: Optional[str],
         upstream_key: Optional[str],
         close: bool,
         key_id: str,
     ) -> bool:
-        """Send the request to the router and its answer back, as it comes (streams included)."""
-        out = ["{} {} HTTP/1.1".format(method, target), "Host: {}:{}".format(*self.router)]
-        out += ["{}: {}".format(n, v) for n, v in headers if n.lower() not in _HOP]
-        if upstream_key:
-            out.append("Authorization: Bearer {}".format(upstream_key))
-        out.append("Content-Length: {}".format(len(body)))
-        request = ("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + body
-        try:
-            up_reader, up_writer = await self._connection()
-            up_writer.write(request)
-            status_head = await up_reader.readuntil(b"\r\n\r\n")
-        except (OSError, asyncio.IncompleteReadError):
-            self.counters.add(key_id, "router_unreachable")
-            await _answer(writer, 502, b'{"error": "the gateway\'s router did not answer"}', close)
+        """Send the request to a worker of its model and the answer back, as it comes (streams
+        included). A worker that will not connect is out of rotation and the next one is tried;
+        nothing was sent to it."""
+        tried = ()  # type: Tuple[str, ...]
+        while True:
+            worker = self.pool.choose(model, body, tried)
+            if worker is None:
+                self.counters.add(key_id, "no_worker")
+                message = b'{"error": "no worker of the gateway is healthy"}'
+                await _answer(writer, 503, message, close)
+                return not close
+            tried += (worker.url,)
+            try:
+                up_reader, up_writer = await worker.open()
+            except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
+                self.pool.failed(worker, "it would not connect ({})".format(_why(exc)))
+                continue
+            out = ["{} {} HTTP/1.1".format(method, target)]
+            out.append("Host: {}:{}".format(worker.host, worker.port))
+            out += ["{}: {}".format(n, v) for n, v in headers if n.lower() not in _HOP]
+            if upstream_key:
+                out.append("Authorization: Bearer {}".format(upstream_key))
+            out.append("Content-Length: {}".format(len(body)))
+            request = ("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + body
+            worker.in_flight += 1
+            worker.processed += 1
+            try:
+                try:
+                    up_writer.write(request)
+                    status_head = await up_reader.readuntil(b"\r\n\r\n")
+                except (OSError, ssl.SSLError, asyncio.IncompleteReadError) as exc:
+                    # Nothing came back: the engine died (or its kept connection did) before
+                    # answering. Out of rotation, and the request goes to another worker.
+                    up_writer.close()
+                    self.pool.failed(worker, "it dropped a request ({})".format(_why(exc)))
+                    continue
+                self.counters.add(key_id, "answered")
+                if status_head[9:10] == b"5":  # "HTTP/1.1 5xx": the engine failed the request
+                    worker.failures += 1
+                reusable = await _relay(status_head, up_reader, writer, method)
+            finally:
+                worker.in_flight -= 1
+            if reusable:
+                worker.keep(up_reader, up_writer)
+            else:
+                up_writer.close()
+                close = close or not reusable
             return not close
-        self.counters.add(key_id, "answered")
-        reusable = await _relay(status_head, up_reader, writer, method)
-        if reusable:
-            self._idle.append((up_reader, up_writer))
-        else:
-            up_writer.close()
-            close = close or not reusable
-        return not close
+
+
+def _url(worker: Worker) -> str:
+    return worker.url
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return "{}: {}".format(type(exc).__name__, text) if text else type(exc).__name__
 
 
 def _model_of(body: bytes) -> Optional[str]:
@@ -345,21 +392,10 @@ def _model_list(models: List[str]) -> bytes:
     return json.dumps({"object": "list", "data": cards}).encode()
 
 
-def _dechunk(body: bytes) -> bytes:
-    out, rest = b"", body
-    while rest:
-        size_line, _, rest = rest.partition(b"\r\n")
-        size = int(size_line.split(b";")[0] or b"0", 16)
-        if size == 0:
-            break
-        out, rest = out + rest[:size], rest[size + 2 :]
-    return out
-
-
 async def _relay(
     head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, method: str
 ) -> bool:
-    """Copy one response from the router to the client; True when the router's connection
+    """Copy one response from a worker to the client; True when the worker's connection
     may carry another request."""
     writer.write(head)
     lines = head.decode("latin-1").split("\r\n")
@@ -393,12 +429,12 @@ async def _relay(
         while left:
             piece = await reader.read(min(left, 65536))
             if not piece:
-                raise ConnectionError("the router closed mid-answer")
+                raise ConnectionError("the engine closed mid-answer")
             writer.write(piece)
             left -= len(piece)
             await writer.drain()
         return named.get("connection") != "close"
-    while True:  # neither: the body runs to the router closing the connection
+    while True:  # neither: the body runs to the engine closing the connection
         piece = await reader.read(65536)
         if not piece:
             break
@@ -410,6 +446,7 @@ async def _relay(
 async def _answer(writer: asyncio.StreamWriter, status: int, body: bytes, close: bool) -> None:
     reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}
     reason.update({411: "Length Required", 413: "Payload Too Large", 502: "Bad Gateway"})
+    reason.update({503: "Service Unavailable"})
     head = "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}\r\n".format(
         status,
         reason.get(status, "Error"),
@@ -419,50 +456,6 @@ async def _answer(writer: asyncio.StreamWriter, status: int, body: bytes, close:
     )
     writer.write(head.encode() + body)
     await writer.drain()
-
-
-async def _metrics_client(
-    front: Front, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> None:
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-        if head.split(b" ")[1:2] == [b"/liveness"]:
-            status = 200 if await _router_alive(front.router) else 503
-            await _answer(writer, status, b"{}", close=True)
-            return
-        body = front.counters.text().encode()
-        head_out = "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-        writer.write(
-            (
-                head_out + "Content-Length: {}\r\nConnection: close\r\n\r\n".format(len(body))
-            ).encode()
-            + body
-        )
-        await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-        pass
-    finally:
-        writer.close()
-
-
-async def _router_alive(router: Tuple[str, int]) -> bool:
-    """Whether the router answers its `/liveness` (200) on the loopback."""
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(*router), 5.0)
-    except (OSError, asyncio.TimeoutError):
-        return False
-    try:
-        writer.write(
-            "GET /liveness HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\n\r\n".format(
-                *router
-            ).encode()
-        )
-        line = await asyncio.wait_for(reader.readline(), 5.0)
-    except (OSError, asyncio.TimeoutError):
-        return False
-    finally:
-        writer.close()
-    return line.split(b" ")[1:2] == [b"200"]
 
 
 def tls_context(cert_pem: str, key_pem: str):  # -> ssl.SSLContext
@@ -500,39 +493,44 @@ def _host_port(text: str) -> Tuple[str, int]:
 
 
 async def _serve(args: argparse.Namespace, config: Config) -> None:
-    front = Front(config, _host_port(args.router))
+    pool = Pool(args.policy)
+    pool.health_path = args.health_path
+    front = Front(config, pool)
     host, port = _host_port(args.listen)
     context = tls_context(*config.tls) if config.tls else None
+    control_path = args.control or control_socket(os.environ.get("LLMGW_SHARD_ID", ""))
+    control = await serve_control(control_path, front.control)
     server = await asyncio.start_server(
         front.serve_client, host, port, limit=MAX_HEAD_BYTES, ssl=context
     )
-    metrics_host, metrics_port = _host_port(args.metrics)
-    metrics = await asyncio.start_server(
-        lambda r, w: _metrics_client(front, r, w), metrics_host, metrics_port
-    )
     sys.stdout.write(
-        "llmgw front on {}:{} ({}, {} client key(s)), router at {}, metrics on {}:{}\n".format(
+        "llmgw front on {}:{} ({}, {} client key(s), policy {}), control on {}\n".format(
             host,
             port,
             "https" if context else "http",
             len(config.keys),
-            args.router,
-            metrics_host,
-            metrics_port,
+            args.policy,
+            control_path,
         )
     )
     sys.stdout.flush()
-    async with server, metrics:
-        await asyncio.gather(server.serve_forever(), metrics.serve_forever())
+    async with server, control:
+        await asyncio.gather(server.serve_forever(), control.serve_forever(), pool.watch())
 
 
 def main(argv: List[str]) -> int:
-    """`llmgw front --listen HOST:PORT --router HOST:PORT --metrics HOST:PORT`."""
+    """`llmgw front --listen HOST:PORT --policy P [--health-path /health] [--control PATH]`."""
     parser = argparse.ArgumentParser(prog="llmgw front")
     parser.add_argument("--listen", required=True, help="HOST:PORT clients reach")
-    parser.add_argument("--router", required=True, help="HOST:PORT of the router (loopback)")
-    parser.add_argument("--metrics", required=True, help="HOST:PORT of the key counters")
+    parser.add_argument("--policy", choices=POLICIES, default="round_robin")
+    parser.add_argument("--health-path", default="/health", help="the workers' health route")
+    parser.add_argument(
+        "--control", default=None, help="the control socket (default: in the shard's folder)"
+    )
     args = parser.parse_args(argv)
+    if args.control is None and not os.environ.get("LLMGW_SHARD_ID"):
+        sys.stderr.write("llmgw front: give --control PATH (no shard started this front)\n")
+        return 2
     raw = os.environ.pop(CONFIG_ENV, "") or "{}"
     try:
         config = Config(json.loads(raw))

@@ -74,7 +74,7 @@ class Target:
 
 
 async def engine_target(args: TargetArgs, ctx: StepContext) -> Target:
-    """The replica's rank 0 (or the gateway's router) a question goes to, with the key to present.
+    """The replica's rank 0 (or the gateway's front) a question goes to, with the key to present.
 
     The key is `api_key_env`'s, else the one the replica or gateway was started
     with; `api_key_env: none` presents none.

@@ -7,7 +7,7 @@ steps:
 ```
 
 Through a gateway it also says how the load split: the requests each
-engine took, from the router's own counters. `duration_s: 40` sends for 40
+engine took, from the gateway's own counters. `duration_s: 40` sends for 40
 seconds instead of a count; a request that fails is counted in `failed`
 (the first errors named in `errors`) rather than ending the step.
 """
@@ -33,7 +33,7 @@ class BenchArgs(TargetArgs):
 
 
 async def run_bench(args: BenchArgs, ctx: StepContext) -> StepOutcome:
-    """Send `requests` completions, `concurrency` at a time, through the tunnel to rank 0 or the router."""
+    """Send `requests` completions, `concurrency` at a time, through the tunnel to rank 0 or the gateway."""
     from llmgw_core.serve.http import bench
 
     target = await engine_target(args, ctx)

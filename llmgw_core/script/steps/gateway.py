@@ -45,8 +45,7 @@ def render_gateway(result: dict[str, Any]) -> Any:
 
     how = "adopted" if result.get("adopted") else "started"
     text = Text(
-        f"gateway {result.get('name')} {how} at {result.get('address')} "
-        f"({result.get('policy')}; metrics on port {result.get('prometheus_port')})"
+        f"gateway {result.get('name')} {how} at {result.get('address')} ({result.get('policy')})"
     )
     for worker in result.get("workers", []):
         text.append(f"\n  {worker['model']} → {worker['url']} ({worker['replica']})")

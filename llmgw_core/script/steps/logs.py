@@ -4,7 +4,7 @@
 steps:
   - logs: {replica: llama-70b, lines: 50}            # every rank, each line `[r1 node] …`
   - logs: {replica: llama-70b, shard: h100-a-02}     # one shard: a node, a rank or a shard id
-  - logs: {gateway: front}                           # a gateway's router
+  - logs: {gateway: front}                           # a gateway's front
 ```
 """
 
@@ -33,7 +33,7 @@ class LogsArgs(StepArgs):
 
 
 async def run_logs(args: LogsArgs, ctx: StepContext) -> StepOutcome:
-    """Read the last lines of every shard (or one) of the replica, or of the gateway's router."""
+    """Read the last lines of every shard (or one) of the replica, or of the gateway's front."""
     from llmgw_core.serve.replicas import replica_logs
 
     fleet = await ctx.live_fleet()

@@ -60,7 +60,7 @@ def render_stop(result: dict[str, Any]) -> Any:
         stopped = ", ".join(result.get("stopped") or []) or "nothing"
         return Text(f"service {result['service']}: stopped {stopped}")
     if "gateway" in result:
-        return Text(f"gateway {result['gateway']}: its router on {result['node']} stopped")
+        return Text(f"gateway {result['gateway']}: its front on {result['node']} stopped")
     stopped = result.get("stopped", [])
     where = ", ".join(f"{s['node']} ({','.join(s['gpus']) or 'RAM'})" for s in stopped)
     text = Text(f"{result.get('name')}: stopped {len(stopped)} shard(s) on {where}")

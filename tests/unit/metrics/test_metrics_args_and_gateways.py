@@ -94,33 +94,35 @@ def test_a_gateway_that_sends_something_else_than_prometheus_text_is_named_and_l
     assert failed["gw-b"] == "gw-b on node-2 did not answer"
 
 
-def _gateway_record(name: str, phase: str, port: object) -> dict:
-    spec = {"kind": "llmgw-gateway", "gateway": {"name": name, "prometheus_port": port}}
-    return {"replica": f"gateway-{name}", "rank": 0, "phase": phase, "spec": spec}
+def _gateway_record(name: str, phase: str) -> dict:
+    spec = {"kind": "llmgw-gateway", "gateway": {"name": name, "port": 30000}}
+    return {
+        "replica": f"gateway-{name}",
+        "shard_id": f"gw-{name}",
+        "rank": 0,
+        "phase": phase,
+        "spec": spec,
+    }
 
 
-def test_a_running_gateway_shard_that_records_its_metrics_port_is_scraped():
+def test_every_running_gateway_shard_is_scraped_on_its_fronts_control_socket():
     listings = {
         "cpu-01": [
-            _gateway_record("main", "running", 29001),
-            _gateway_record("old", "stopped", 29002),
-            _gateway_record("odd", "running", None),
+            _gateway_record("main", "running"),
+            _gateway_record("old", "stopped"),
             {"replica": "llama", "rank": 0, "phase": "running", "spec": {"kind": "llmgw-replica"}},
         ],
-        "cpu-02": [_gateway_record("second", "running", 29004)],
+        "cpu-02": [_gateway_record("second", "running")],
     }
     assert gateway_targets(listings) == (
-        GatewayTarget("main", "cpu-01", 29001),
-        GatewayTarget("second", "cpu-02", 29004),
+        GatewayTarget("main", "cpu-01", front=True, shard_id="gw-main"),
+        GatewayTarget("second", "cpu-02", front=True, shard_id="gw-second"),
     )
 
 
 def test_the_fronts_requests_per_key_are_scraped_and_re_exported_with_the_gateway():
-    record = _gateway_record("keys", "running", 29001)
-    record["spec"]["gateway"]["front_metrics_port"] = 29003
-    router, front = gateway_targets({"cpu-01": [record]})
-    assert (router.port, router.front) == (29001, False)
-    assert (front.port, front.front) == (29003, True)
+    (front,) = gateway_targets({"cpu-01": [_gateway_record("keys", "running")]})
+    router = GatewayTarget("keys", "cpu-01", 29001)  # someone's router, named in a metrics step
     counted = (
         "# HELP llmgw_gateway_requests_total Requests at the gateway's front.\n"
         "# TYPE llmgw_gateway_requests_total counter\n"

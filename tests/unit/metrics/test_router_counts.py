@@ -1,27 +1,29 @@
-"""What a real vllm-router counts: requests and failures per worker, errors in all.
+"""What a gateway's front counts: requests and failures per worker, its own refusals in all.
 
-The router runs here on loopback in front of one real HTTP server that
-refuses every completion (Python's `http.server` answers POST with 501), so
-each request is sent, counted, and counted as failed.
+A real front runs here in front of one real HTTP server that refuses every
+completion (Python's `http.server` answers POST with 501), so each request
+is sent, counted, and counted as failed; one request without a key is the
+front's own refusal.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
-from llmgw_core.fleet.sim.demo import demo_router
+from llmgw_agent.front.control import call
 from llmgw_core.metrics.gateway import GatewayScrape, GatewayTarget, router_counts
 
-pytestmark = pytest.mark.skipif(
-    demo_router() is None, reason="vllm-router is not installed (test extra)"
-)
+KEY = "sk-counts-0123456789abcdef"
 
 
 def _free_port() -> int:
@@ -44,31 +46,32 @@ def _wait_for(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30.
 
 
 @pytest.fixture
-def router_and_worker() -> Iterator[tuple[str, int, str]]:
-    """(router URL, its metrics port, the worker's URL); both processes end afterwards."""
-    router_port, metrics_port, worker_port = _free_port(), _free_port(), _free_port()
+def front_and_worker(tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    """(the front's URL, its control socket, the worker's URL); both processes end afterwards."""
+    port, worker_port = _free_port(), _free_port()
+    control = str(tmp_path / "front.sock")
     worker = subprocess.Popen(
         [sys.executable, "-m", "http.server", str(worker_port), "--bind", "127.0.0.1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    router = subprocess.Popen(
+    config = {"keys": [{"id": "ops", "key": KEY}], "upstream": {}}
+    front = subprocess.Popen(
         [
-            str(demo_router()),
-            *("--host", "127.0.0.1", "--port", str(router_port), "--enable-igw"),
-            *("--policy", "round_robin", "--prometheus-host", "127.0.0.1"),
-            *("--prometheus-port", str(metrics_port), "--log-level", "warning"),
+            *(sys.executable, "-m", "llmgw_agent", "front"),
+            *("--listen", f"127.0.0.1:{port}", "--control", control),
         ],
+        env={**os.environ, "LLMGW_FRONT_CONFIG": json.dumps(config)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        base = f"http://127.0.0.1:{router_port}"
-        _wait_for(base + "/liveness", router)
+        base = f"http://127.0.0.1:{port}"
+        _wait_for(base + "/liveness", front)
         _wait_for(f"http://127.0.0.1:{worker_port}/", worker)
-        yield base, metrics_port, f"http://127.0.0.1:{worker_port}"
+        yield base, control, f"http://127.0.0.1:{worker_port}"
     finally:
-        for process in (router, worker):
+        for process in (front, worker):
             process.terminate()
             try:
                 process.wait(10)
@@ -77,23 +80,25 @@ def router_and_worker() -> Iterator[tuple[str, int, str]]:
                 process.wait(10)
 
 
-def test_three_refused_completions_are_three_requests_three_failures_and_three_errors(
-    router_and_worker,
+def test_three_refused_completions_are_three_requests_three_failures_and_one_refusal(
+    front_and_worker,
 ):
-    base, metrics_port, worker_url = router_and_worker
-    added = httpx.post(base + "/workers", json={"url": worker_url, "model_id": "m"}, timeout=10)
-    assert added.status_code == 200, added.text
+    base, control, worker_url = front_and_worker
+    assert call(control, "POST", "/workers", {"url": worker_url, "model_id": "m"})[0] == 200
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"Authorization": f"Bearer {KEY}"}
     for _ in range(3):
-        answer = httpx.post(base + "/v1/chat/completions", json=body, timeout=10)
-        assert answer.status_code >= 400
-    text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
-    target = GatewayTarget(name="front", node="here", port=metrics_port)
+        answer = httpx.post(base + "/v1/chat/completions", json=body, headers=headers, timeout=10)
+        assert answer.status_code == 501
+    assert httpx.post(base + "/v1/chat/completions", json=body, timeout=10).status_code == 401
+    status, text = call(control, "GET", "/metrics")
+    assert status == 200
+    target = GatewayTarget(name="front", node="here", front=True, shard_id="gateway-front")
     counts = router_counts(GatewayScrape(target, text=text))
     assert counts is not None
     assert dict(counts.requests) == {worker_url: 3.0}
     assert dict(counts.failures) == {worker_url: 3.0}
-    assert counts.errors == 3.0
+    assert counts.errors == 1.0  # the keyless request: the front's own refusal
 
 
 def test_a_scrape_without_text_has_no_counts_and_text_that_is_not_prometheus_is_refused():
