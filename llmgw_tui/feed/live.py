@@ -319,19 +319,26 @@ class LiveFeed:
 
     async def ask(self, view: ReplicaView, prompt: str) -> str:
         """Rank 0's chat answer to `prompt`, with the key the replica was started with."""
-        from llmgw_core.serve.http import chat
+        from llmgw_core.serve.http import chat, engine_tls
         from llmgw_core.serve.keys import client_key
 
         node, port, served = view.ready_engine()
         key = client_key(None, view.api_key_env)
         answer = await chat(
-            self._engines(), node, port, served, prompt, api_key=key, host=view.http_host
+            self._engines(),
+            node,
+            port,
+            served,
+            prompt,
+            api_key=key,
+            host=view.http_host,
+            tls=engine_tls(view.tls_cert),
         )
         return answer.text
 
     async def bench(self, view: ReplicaView) -> dict[str, Any]:
         """Sixteen completions, four at a time: tokens a second and latency."""
-        from llmgw_core.serve.http import bench
+        from llmgw_core.serve.http import bench, engine_tls
         from llmgw_core.serve.keys import client_key
 
         node, port, served = view.ready_engine()
@@ -345,6 +352,7 @@ class LiveFeed:
             concurrency=4,
             api_key=key,
             host=view.http_host,
+            tls=engine_tls(view.tls_cert),
         )
 
     async def refresh(self) -> None:

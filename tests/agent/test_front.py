@@ -67,18 +67,29 @@ def _exchange(port: int, raw: bytes, *, read_until_close: bool = True) -> bytes:
         return b"".join(chunks)
 
 
-def test_a_client_waiting_for_100_continue_gets_it_before_sending_its_body(front):
-    port, _metrics = front
+def test_a_keyed_client_waiting_for_100_continue_gets_it_before_sending_its_body(front):
+    port, _control = front
     body = json.dumps({"model": "m", "prompt": "x" * 5000}).encode()
     head = (
         "POST /v1/completions HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+        f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\nConnection: close\r\n"
+        f"Authorization: Bearer {KEY}\r\n\r\n"
     ).encode()
     with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
         connection.sendall(head)
         assert connection.recv(1024).startswith(b"HTTP/1.1 100 Continue\r\n")
         connection.sendall(body)
         answer = b"".join(iter(lambda: connection.recv(65536), b""))
+    assert answer.startswith(b"HTTP/1.1 404 ")  # no worker serves `m`: the body was read
+
+
+def test_a_keyless_client_waiting_for_100_continue_is_refused_without_sending_its_body(front):
+    port, _control = front
+    head = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: g\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 5000\r\nExpect: 100-continue\r\n\r\n"
+    )
+    answer = _exchange(port, head)
     assert answer.startswith(b"HTTP/1.1 401 ")
     error = json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
     assert error["type"] == "invalid_request_error" and "API key" in error["message"]
@@ -91,7 +102,10 @@ def test_what_the_front_will_not_take_is_answered_and_closed(front):
         b"5\r\nhello\r\n0\r\n\r\n"
     )
     assert _exchange(port, chunked).startswith(b"HTTP/1.1 411 ")
-    huge = b"POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 99999999999\r\n\r\n"
+    huge = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: g\r\nContent-Length: 99999999999\r\n"
+        f"Authorization: Bearer {KEY}\r\n\r\n"
+    ).encode()
     assert _exchange(port, huge).startswith(b"HTTP/1.1 413 ")
     assert _exchange(port, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400 ")
     admin = b"POST /workers HTTP/1.1\r\nHost: g\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"

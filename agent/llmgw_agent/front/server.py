@@ -21,11 +21,18 @@ no admin API listens on any TCP port.
 * With `tls` in its configuration (the operator's certificate and key, PEM)
   the network port speaks HTTPS only. The PEM text is handed to `ssl` through
   anonymous in-memory files (`memfd_create`): never a file on the node.
+* What a client sends is read within limits (`http.py`): the key is checked
+  from the request's head before a byte of its body is read, so a client
+  without one costs the front a head at most; heads, bodies and idle
+  connections have time limits, and connections are capped per peer and in
+  all, those that have not shown a key closed first to make room.
 
 Configuration comes from the environment, where the agent put it from the
 shard's `secret_env`; it is taken out of the environment at start.
 `LLMGW_FRONT_CONFIG` is JSON: `{"keys": [{"id", "key", "models"?}],
-"upstream": {model: key}, "upstream_default": key?, "tls": {"cert", "key"}?}`.
+"upstream": {model: key}, "upstream_default": key?, "tls": {"cert", "key"}?,
+"limits": {name: value}?}` (`http.Limits.FIELDS`: the time limits and caps, for tests
+and for operators who need others than the defaults).
 """
 
 from __future__ import annotations
@@ -41,6 +48,21 @@ import time
 from urllib.parse import unquote
 
 from llmgw_agent.front.control import control_socket, serve_control
+from llmgw_agent.front.http import (
+    REASONS,
+    Governor,
+    Limits,
+    Refusal,
+    Slot,
+    clean_path,
+    close_gently,
+    connection_caps,
+    listen,
+    open_file_limit,
+    read_body,
+    read_request,
+    serve_connections,
+)
 from llmgw_agent.front.routing import POLICIES, Pool, Worker
 
 TYPE_CHECKING = False
@@ -48,7 +70,6 @@ if TYPE_CHECKING:
     from typing import List, Optional, Tuple
 
 CONFIG_ENV = "LLMGW_FRONT_CONFIG"
-MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
 _HOP = {
     "connection",
@@ -65,6 +86,7 @@ _HOP = {
     "expect",
 }
 _OPEN = ("/health", "/liveness")
+_INVALID = "invalid_request_error"
 
 
 class Config:
@@ -85,6 +107,7 @@ class Config:
         self.upstream_default = raw.get("upstream_default")
         tls = raw.get("tls")
         self.tls = (str(tls["cert"]), str(tls["key"])) if tls else None
+        self.limits = Limits(raw.get("limits"))
 
     @property
     def open(self) -> bool:
@@ -126,7 +149,8 @@ class Counters:
         lines = [
             "# HELP llmgw_gateway_requests_total Requests at the gateway's front by client key id "
             "and outcome (answered, no_key, bad_key, model_refused, no_such_model, "
-            "router_unreachable).",
+            "router_unreachable; refused before a key is known, under key none: bad_request, "
+            "too_large, timeout, not_found, evicted, busy).",
             "# TYPE llmgw_gateway_requests_total counter",
         ]
         for (key_id, outcome), count in sorted(self.counts.items()):
@@ -214,71 +238,73 @@ class Front:
     # --- one client connection -------------------------------------------------
 
     async def serve_client(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, slot: Slot
     ) -> None:
+        """Serve one connection's requests, each read and checked within the limits."""
+        fresh = True
         try:
-            while await self._one_request(reader, writer):
-                pass
+            while await self._one_request(reader, writer, slot, fresh):
+                fresh = False
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         finally:
             writer.close()
 
     async def _one_request(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, slot: Slot, fresh: bool
     ) -> bool:
-        """Read, check and pass on one request; False when the connection is to close."""
+        """Read, check and pass on one request; False when the connection is to close.
+
+        The key is checked from the head alone: a request without one is
+        answered and closed before a byte of its body is read.
+        """
+        limits = self.config.limits
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError:
+            request = await read_request(reader, limits, fresh)
+        except Refusal as refusal:
+            await self._refuse(reader, writer, "none", refusal)
             return False
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3:
-            await _answer(writer, 400, b'{"error": "bad request line"}', close=True)
+        if request is None:
             return False
-        method, target, version = parts
-        headers = []  # type: List[Tuple[str, str]]
-        for line in lines[1:]:
-            if line:
-                name, _, value = line.partition(":")
-                headers.append((name.strip(), value.strip()))
-        named = {name.lower(): value for name, value in headers}
-        close = named.get("connection", "").lower() == "close" or version == "HTTP/1.0"
-        if "chunked" in named.get("transfer-encoding", "").lower():
-            await _answer(writer, 411, b'{"error": "send a Content-Length"}', close=True)
-            return False
-        try:
-            length = int(named.get("content-length") or 0)
-        except ValueError:
-            length = -1
-        if not 0 <= length <= MAX_BODY_BYTES:
-            await _answer(writer, 413, b'{"error": "body too large"}', close=True)
-            return False
-        if length and named.get("expect", "").lower() == "100-continue":
-            # curl and others wait for this before sending a body over 1 KiB.
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            await writer.drain()
-        body = await reader.readexactly(length) if length else b""
-        route = target.split("?", 1)[0]
+        method, target, headers = request.method, request.target, request.headers
+        route = clean_path(target)
+        unread = request.content_length > 0  # bodies of keyless routes are never read
         if route in _OPEN:
             healthy = route == "/liveness" or any(w.healthy for w in self.pool.workers.values())
-            await _answer(writer, 200 if healthy else 503, b"{}", close)
-            return not close
-        if route != "/v1" and not route.startswith("/v1/"):
-            await _answer(writer, 404, b'{"error": "Not Found"}', close)
-            return not close
+            await _answer(writer, 200 if healthy else 503, b"{}", request.close or unread)
+            return await self._keep(reader, writer, request.close or unread)
+        if route is None or (route != "/v1" and not route.startswith("/v1/")):
+            self.counters.add("none", "not_found")
+            invalid = _error(404, "Invalid URL ({} {})".format(method, target), _INVALID, None)
+            await _answer(writer, *invalid, close=request.close or unread)
+            return await self._keep(reader, writer, request.close or unread)
         key_id = "-"
         models = None  # type: Optional[frozenset]
         if not self.config.open:
-            found = self.config.who(named.get("authorization", ""))
+            authorization = request.header("authorization")
+            found = self.config.who(authorization)
             if found is None:
-                given = bool(named.get("authorization"))
-                key_id = "unknown" if given else "none"
-                self.counters.add(key_id, "bad_key" if given else "no_key")
-                await _answer(writer, *(bad_key() if given else no_key()), close=close)
-                return not close
+                key_id = "unknown" if authorization else "none"
+                self.counters.add(key_id, "bad_key" if authorization else "no_key")
+                await _answer(writer, *(bad_key() if authorization else no_key()), close=True)
+                await close_gently(reader, writer, limits.linger_s)
+                return False
             key_id, models = found
+        slot.trust()
+        close = request.close
+        if request.content_length > MAX_BODY_BYTES:
+            too_large = "The request's body is over {} bytes.".format(MAX_BODY_BYTES)
+            await self._refuse(reader, writer, key_id, Refusal(413, "too_large", too_large))
+            return False
+        if unread and request.expects == "100-continue":
+            # curl and others wait for this before sending a body over 1 KiB.
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await writer.drain()
+        try:
+            body = await read_body(reader, request.content_length, limits) if unread else b""
+        except Refusal as refusal:
+            await self._refuse(reader, writer, key_id, refusal)
+            return False
         model = _model_of(body) if method == "POST" else None
         if method == "GET" and route == "/v1/models":
             listed = [m for m in await self.served_models() if models is None or m in models]
@@ -305,6 +331,27 @@ class Front:
             close,
             key_id,
         )
+
+    async def _refuse(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        key_id: str,
+        refusal: Refusal,
+    ) -> None:
+        """Answer a request the front will not take (OpenAI's error body), count it, close."""
+        self.counters.add(key_id, refusal.outcome)
+        await _answer(writer, *_error(refusal.status, refusal.message, _INVALID, None), close=True)
+        await close_gently(reader, writer, self.config.limits.linger_s)
+
+    async def _keep(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, close: bool
+    ) -> bool:
+        """Whether the connection carries another request; closed gently when not (a body
+        may be left unread)."""
+        if close:
+            await close_gently(reader, writer, self.config.limits.linger_s)
+        return not close
 
     async def _pass(
         self,
@@ -354,10 +401,23 @@ class Front:
                     up_writer.close()
                     self.pool.failed(worker, "it dropped a request ({})".format(_why(exc)))
                     continue
+                try:
+                    # A whole answer of known length is read before a byte of it is sent on:
+                    # an engine that dies mid-answer is then retried elsewhere, unseen.
+                    whole = await _whole_answer(status_head, up_reader, method)
+                except (OSError, ssl.SSLError, asyncio.IncompleteReadError) as exc:
+                    up_writer.close()
+                    self.pool.failed(worker, "it dropped an answer ({})".format(_why(exc)))
+                    continue
                 self.counters.add(key_id, "answered")
                 if status_head[9:10] == b"5":  # "HTTP/1.1 5xx": the engine failed the request
                     worker.failures += 1
-                reusable = await _relay(status_head, up_reader, writer, method)
+                if whole is not None:
+                    writer.write(status_head + whole)
+                    await writer.drain()
+                    reusable = b"connection: close" not in status_head.lower()
+                else:
+                    reusable = await _relay(status_head, up_reader, writer, method)
             finally:
                 worker.in_flight -= 1
             if reusable:
@@ -390,6 +450,36 @@ def _model_list(models: List[str]) -> bytes:
     now = int(time.time())
     cards = [{"id": m, "object": "model", "created": now, "owned_by": "llmgw"} for m in models]
     return json.dumps({"object": "list", "data": cards}).encode()
+
+
+WHOLE_ANSWER_BYTES = 8 * 1024 * 1024
+"""The largest answer of known length read whole before it is sent on (larger ones stream)."""
+
+
+async def _whole_answer(head: bytes, reader: asyncio.StreamReader, method: str) -> Optional[bytes]:
+    """The body of an answer with a `Content-Length` up to `WHOLE_ANSWER_BYTES`, read whole
+    (b"" for an answer without one); None for a stream or a larger answer, to relay as it comes.
+
+    Raises:
+        asyncio.IncompleteReadError: the engine closed before the body ended.
+    """
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ")[1])
+    if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+        return b""
+    named = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        named[name.strip().lower()] = value.strip().lower()
+    if "transfer-encoding" in named or "content-length" not in named:
+        return None
+    try:
+        length = int(named["content-length"])
+    except ValueError:
+        return None
+    if not 0 <= length <= WHOLE_ANSWER_BYTES:
+        return None
+    return await reader.readexactly(length) if length else b""
 
 
 async def _relay(
@@ -444,12 +534,9 @@ async def _relay(
 
 
 async def _answer(writer: asyncio.StreamWriter, status: int, body: bytes, close: bool) -> None:
-    reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}
-    reason.update({411: "Length Required", 413: "Payload Too Large", 502: "Bad Gateway"})
-    reason.update({503: "Service Unavailable"})
     head = "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}\r\n".format(
         status,
-        reason.get(status, "Error"),
+        REASONS.get(status, "Error"),
         "application/json",
         len(body),
         "Connection: close\r\n" if close else "",
@@ -500,9 +587,13 @@ async def _serve(args: argparse.Namespace, config: Config) -> None:
     context = tls_context(*config.tls) if config.tls else None
     control_path = args.control or control_socket(os.environ.get("LLMGW_SHARD_ID", ""))
     control = await serve_control(control_path, front.control)
-    server = await asyncio.start_server(
-        front.serve_client, host, port, limit=MAX_HEAD_BYTES, ssl=context
-    )
+    listener = listen(host, port)
+    limits = config.limits
+    governor = Governor(*connection_caps(limits, open_file_limit()))
+
+    def count(outcome: str) -> None:
+        front.counters.add("none", outcome)
+
     sys.stdout.write(
         "llmgw front on {}:{} ({}, {} client key(s), policy {}), control on {}\n".format(
             host,
@@ -514,8 +605,15 @@ async def _serve(args: argparse.Namespace, config: Config) -> None:
         )
     )
     sys.stdout.flush()
-    async with server, control:
-        await asyncio.gather(server.serve_forever(), control.serve_forever(), pool.watch())
+    try:
+        async with control:
+            await asyncio.gather(
+                serve_connections(listener, front.serve_client, governor, limits, context, count),
+                control.serve_forever(),
+                pool.watch(),
+            )
+    finally:
+        listener.close()
 
 
 def main(argv: List[str]) -> int:
