@@ -428,7 +428,9 @@ def _router_checks(facts: Dict[str, Any]) -> List[Check]:
 
 def _engine_checks(facts: Dict[str, Any]) -> List[Check]:
     engines = {
-        name: entry for name, entry in (facts.get("engines") or {}).items() if name != "vllm-router"
+        name: entry
+        for name, entry in (facts.get("engines") or {}).items()
+        if name not in ("vllm-router", "ray")
     }
     if not engines:
         return [

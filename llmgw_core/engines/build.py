@@ -8,7 +8,7 @@ health. Nothing here starts a process.
 
 from __future__ import annotations
 
-from llmgw_core.engines import llamacpp, sglang, sim, vllm
+from llmgw_core.engines import llamacpp, ray_cluster, sglang, sim, vllm
 from llmgw_core.engines.keys import key_env
 from llmgw_core.engines.programs import DEFAULT_PROGRAMS
 from llmgw_core.engines.spec import (
@@ -84,6 +84,10 @@ def build_launch(request: LaunchRequest) -> LaunchPlan:
         BadInput: the launch cannot work (see `validate.validate_launch`).
     """
     validate_launch(request)
+    # One token per replica, on every shard: its Ray processes take only each other.
+    ray_secret = (
+        {ray_cluster.TOKEN_VARIABLE: ray_cluster.new_token()} if _executor(request) == RAY else {}
+    )
     shards = []
     for node in request.ranked_nodes:
         serves = _serves_http(request, node)
@@ -107,6 +111,7 @@ def build_launch(request: LaunchRequest) -> LaunchPlan:
                 secret_env={
                     **request.secret_env,
                     **key_env(request, program),
+                    **ray_secret,
                     **(tls.secret_env() if tls is not None else {}),
                 },
                 health_cert=tls.cert_pem if tls is not None else None,

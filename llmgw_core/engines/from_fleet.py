@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from llmgw_core.engines import ray_cluster
 from llmgw_core.engines.programs import engine_program, installed_version
 from llmgw_core.engines.spec import FabricAdapter, LaunchGpu, LaunchNode
 from llmgw_core.errors import BadInput
@@ -105,6 +106,7 @@ def launch_node(
         nvlink_domain=nvlink_domain,
         http_port=http_port,
         engine_version=installed_version(engine, facts.engines),
+        ray_version=installed_version(ray_cluster.REPORTED_AS, facts.engines),
         program=engine_program(engine, spec.engines, facts.engines),
         simulated=spec.replay is not None,
         bind=engine_bind(spec, facts),

@@ -106,6 +106,8 @@ class LaunchNode:
             is placed inside, None when it is not.
         http_port: the port its engine listens on.
         engine_version: the engine's version installed here (`0.12.0`, `b6500`).
+        ray_version: Ray's version installed here (`2.52.0`), None when the node did not
+            report one; a replica joined through Ray needs token authentication (2.52 on).
         program: how the engine is run here (`("vllm",)`, or
             `("/opt/py/bin/python3", "-m", "sglang.launch_server")`); see
             `programs.engine_program`. Empty: the engine's default.
@@ -125,6 +127,7 @@ class LaunchNode:
     nvlink_domain: str | None = None
     http_port: int = 8000
     engine_version: str | None = None
+    ray_version: str | None = None
     program: tuple[str, ...] = ()
     simulated: bool = False
     bind: str = "0.0.0.0"

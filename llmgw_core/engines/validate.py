@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from llmgw_core.engines import ray_cluster
 from llmgw_core.engines.allowlist import checked_env, value_refusal
 from llmgw_core.engines.programs import at_least
 from llmgw_core.engines.spec import (
@@ -23,7 +24,7 @@ from llmgw_core.engines.spec import (
     LaunchNode,
     LaunchRequest,
 )
-from llmgw_core.engines.vllm import MP_MULTI_NODE_SINCE
+from llmgw_core.engines.vllm import MP_MULTI_NODE_SINCE, executor
 from llmgw_core.errors import BadInput
 from llmgw_core.model.quantization import online_fp8
 
@@ -44,6 +45,7 @@ def validate_launch(request: LaunchRequest) -> None:
     _check_compute_capability(request)
     _check_fabric(request)
     _check_versions(request)
+    _check_ray(request)
     _check_ports(request)
     checked_env(request.extra_env)
     for key, value in request.secret_env.items():
@@ -278,6 +280,16 @@ def _check_versions(request: LaunchRequest) -> None:
             "(--nnodes) came in 0.12.0",
             "use the ray executor, or install vLLM 0.12 or later",
         )
+
+
+def _check_ray(request: LaunchRequest) -> None:
+    # A Ray without tokens takes jobs from anyone who reaches its port: never start one.
+    if request.engine not in (VLLM, SIM) or executor(request) != RAY:
+        return
+    mp_available = at_least(request.head.engine_version, MP_MULTI_NODE_SINCE) is not False
+    refused = ray_cluster.refusal(request, mp_available)
+    if refused is not None:
+        raise refused
 
 
 def _check_ports(request: LaunchRequest) -> None:

@@ -6,6 +6,8 @@ Across nodes vLLM has two ways to join them:
   the other nodes join it as Ray workers, and `vllm serve` runs on rank 0
   alone with `--distributed-executor-backend ray`. Ray takes its environment
   when it starts, so the NCCL variables go on `ray start` too, on every node.
+  Every Ray process keeps its files in a private folder and demands the
+  replica's token (`engines.ray_cluster`); a Ray without tokens is refused.
 * **Multiprocessing** (0.12 on: `--nnodes` first appears there): every node
   runs `vllm serve` with `--nnodes N --node-rank R --master-addr HEAD
   --master-port PORT`; ranks from 1 on add `--headless` and serve no HTTP.
@@ -21,6 +23,13 @@ from llmgw_core.engines.environment import shard_env
 from llmgw_core.engines.flags import argv_of
 from llmgw_core.engines.identity import tls_flags
 from llmgw_core.engines.programs import DEFAULT_PROGRAMS, at_least, ray_program
+from llmgw_core.engines.ray_cluster import (
+    DEFAULT_RAY_PORT,
+    auth_env,
+    driver_env,
+    head_argv,
+    worker_argv,
+)
 from llmgw_core.engines.spec import (
     MULTIPROCESSING,
     RAY,
@@ -28,13 +37,11 @@ from llmgw_core.engines.spec import (
     LaunchNode,
     LaunchRequest,
     ShardCommand,
-    host_port,
 )
 
 MP_MULTI_NODE_SINCE = (0, 12)
 """vLLM joins nodes without Ray from 0.12.0 (`--nnodes`, `--node-rank`, `--master-addr`)."""
 
-DEFAULT_RAY_PORT = 6379
 DEFAULT_MASTER_PORT = 29501
 SINGLE = "single"
 
@@ -107,17 +114,17 @@ def commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ..
     if mode == RAY:
         ray_port = request.rendezvous_port or DEFAULT_RAY_PORT
         ray = ray_program(_program(node))
+        # Set after the operator's `--env`, so no variable of theirs turns the token off.
+        ray_env = {**env, **auth_env()}
         if node.rank != head.rank:
-            join = [*ray, "start", "--address", host_port(head.address, ray_port)]
-            join += ["--node-ip-address", node.address, "--block"]
-            return (ShardCommand("ray-worker", tuple(join), env),)
-        start = [*ray, "start", "--head", "--port", str(ray_port)]
-        start += ["--node-ip-address", node.address, "--block"]
+            join = worker_argv(ray, head, node, ray_port)
+            return (ShardCommand("ray-worker", join, ray_env),)
+        start = head_argv(ray, node, ray_port)
         argv = _serve(request, node) + _http_flags(request, node)
         argv += ["--distributed-executor-backend", RAY]
         return (
-            ShardCommand("ray-head", tuple(start), env, role="sidecar", wait_for_port=ray_port),
-            ShardCommand("vllm", tuple(argv), env),
+            ShardCommand("ray-head", start, ray_env, role="sidecar", wait_for_port=ray_port),
+            ShardCommand("vllm", tuple(argv), {**env, **driver_env(head, ray_port)}),
         )
     master_port = request.rendezvous_port or DEFAULT_MASTER_PORT
     argv = _serve(request, node)

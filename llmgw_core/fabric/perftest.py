@@ -32,6 +32,7 @@ _ROW = re.compile(
     r"(?:^|\s)(?P<size>\d+)\s+(?P<iterations>\d+)\s+(?P<peak>\d+(?:\.\d+)?)"
     r"\s+(?P<average>\d+(?:\.\d+)?)\s+(?P<msg_rate>\d+(?:\.\d+)?)\s*$"
 )
+_ADDRESS = re.compile(r"^\s*(?P<end>local|remote) address:.*?\bQPN\s+(?P<qpn>0x[0-9a-fA-F]+)")
 _PREAMBLE_PAIR = re.compile(r"(?P<key>[A-Za-z][A-Za-z0-9 .*_/-]*?)\s*:\s*(?P<value>\S+)")
 
 _UNREACHABLE_MARKS = (
@@ -80,6 +81,8 @@ class IbWriteBw(BaseModel):
         failure: why there is no table (`unreachable`, `down`, `no-device`,
             `no-result`), or None when there is one.
         error_lines: the lines that explain a failure, as printed.
+        local_qpns: this side's queue pairs (`local address: … QPN 0x…`), sorted.
+        remote_qpns: the queue pairs of the side it ran with (`remote address:`), sorted.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -96,6 +99,8 @@ class IbWriteBw(BaseModel):
     warnings: tuple[str, ...] = ()
     failure: Failure | None = None
     error_lines: tuple[str, ...] = ()
+    local_qpns: tuple[int, ...] = ()
+    remote_qpns: tuple[int, ...] = ()
 
     @property
     def average_gbps(self) -> float | None:
@@ -191,6 +196,11 @@ def parse_ib_write_bw(output: str) -> IbWriteBw:
                 )
             )
     duration_mode = any("bw peak won't be measured" in w.lower() for w in warnings)
+    qpns: dict[str, list[int]] = {"local": [], "remote": []}
+    for line in lines:
+        address = _ADDRESS.match(line)
+        if address:
+            qpns[address.group("end")].append(int(address.group("qpn"), 16))
     failure: Failure | None = None
     error_lines: tuple[str, ...] = ()
     if not rows:
@@ -208,6 +218,8 @@ def parse_ib_write_bw(output: str) -> IbWriteBw:
         warnings=tuple(warnings),
         failure=failure,
         error_lines=error_lines,
+        local_qpns=tuple(sorted(qpns["local"])),
+        remote_qpns=tuple(sorted(qpns["remote"])),
     )
 
 

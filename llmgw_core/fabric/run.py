@@ -9,12 +9,18 @@ without perftest is tested over TCP instead — and the row says TCP.
 Rails of one pair run one at a time by default; with `concurrent_rails`
 they run together, each on its own out-of-band port (perftest needs that).
 The matrix runs waves of pairs from `plan_matrix`, no node in two at once.
+
+Each rail (and each TCP pair) gets a secret of its own, sent to both halves
+over the agents' private SSH channels: the server half's port takes only the
+client that proves it holds it, so another user of a node who connects
+first can neither end the test nor be measured in its place.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,6 +49,12 @@ LISTEN_TIMEOUT_S = 30.0
 SLACK_S = 60.0
 """Added to a test's duration for connecting, exchanging and reporting."""
 BASE_PORT = 18515
+SECRET_BYTES = 32
+
+
+def new_secret() -> str:
+    """A new secret for one test's two halves, as hex (it goes in their args, nowhere else)."""
+    return secrets.token_bytes(SECRET_BYTES).hex()
 
 
 class AgentStreamLike(Protocol):
@@ -242,7 +254,9 @@ async def _rail(
 ) -> RailResult:
     """One rail: the server half on A, then the client half on B; judged from both outputs."""
     run_s = settings.duration_s + SLACK_S
-    stream = link_a.stream("fabric.server", {**_half_args(pair.adapter_a, settings), "port": port})
+    secret = new_secret()
+    server_args = {**_half_args(pair.adapter_a, settings), "port": port, "secret": secret}
+    stream = link_a.stream("fabric.server", server_args)
     try:
         listening = await asyncio.wait_for(_listening(stream), LISTEN_TIMEOUT_S)
         if listening is None:
@@ -252,6 +266,7 @@ async def _rail(
             **_half_args(pair.adapter_b, settings),
             "port": listening.get("port", port),
             "server_address": listening.get("address") or node_a.address,
+            "secret": secret,
         }
         client = await link_b.request("fabric.client", client_args, timeout_s=run_s)
         server = await _finish(stream, run_s)
@@ -304,7 +319,9 @@ async def _tcp_pair(
 ) -> RailResult:
     """A TCP stream from B to A over the management network, labelled as such."""
     run_s = settings.duration_s + SLACK_S
-    stream = link_a.stream("fabric.server", {"method": "tcp", "duration_s": settings.duration_s})
+    secret = new_secret()
+    server_args = {"method": "tcp", "duration_s": settings.duration_s, "secret": secret}
+    stream = link_a.stream("fabric.server", server_args)
     try:
         listening = await asyncio.wait_for(_listening(stream), LISTEN_TIMEOUT_S)
         if listening is None:
@@ -314,6 +331,7 @@ async def _tcp_pair(
             "duration_s": settings.duration_s,
             "port": listening["port"],
             "server_address": listening.get("address") or node_a.address,
+            "secret": secret,
         }
         client = await link_b.request("fabric.client", client_args, timeout_s=run_s)
         server = await _finish(stream, run_s)

@@ -218,13 +218,23 @@ def _rated(end_a: AdapterEnd | None, end_b: AdapterEnd | None) -> float | None:
 def judge_rail(pair: RailPair, server_output: str, client_output: str) -> RailResult:
     """Judge one rail from what `ib_write_bw` printed on both sides.
 
-    The client's (sender's) average at the largest message size is the figure;
-    the server's is used when the client printed none. A side that could not
-    reach the other, or found its port down, fails the rail with that reason.
+    The client's (sender's) average at the largest message size is the figure.
+    The server's counts only where it ran with this client: perftest's port
+    takes whoever connects first, and on a shared node that may be another
+    user's client, so it is used when the queue pairs both sides printed
+    match (or when there is no client output at all). Queue pairs that do not
+    match fail the rail; a side that could not reach the other, or found its
+    port down, fails it with that reason.
     """
     server = parse_ib_write_bw(server_output)
     client = parse_ib_write_bw(client_output)
-    measured = client.average_gbps if client.average_gbps is not None else server.average_gbps
+    paired = same_peer(server, client)
+    if client.average_gbps is not None:
+        measured: float | None = client.average_gbps
+    elif paired is True or not client_output.strip():
+        measured = server.average_gbps
+    else:
+        measured = None
     common = {
         "node_a": pair.node_a,
         "node_b": pair.node_b,
@@ -236,6 +246,15 @@ def judge_rail(pair: RailPair, server_output: str, client_output: str) -> RailRe
         "raw_server": server_output,
         "raw_client": client_output,
     }
+    if paired is False:
+        return RailResult(
+            **common,
+            verdict="fail",
+            reason=(
+                f"not measured: the server half on {pair.node_a} ran with a peer that is not "
+                f"{pair.node_b}'s client (another user may have reached its port first)"
+            ),
+        )
     if measured is None:
         return RailResult(
             **common,
@@ -257,6 +276,24 @@ def judge_rail(pair: RailPair, server_output: str, client_output: str) -> RailRe
         verdict=verdict_for_ratio(ratio),
         reason=f"{measured:.1f} of {pair.rated_gbps:g} Gb/s ({ratio:.0%})",
     )
+
+
+def same_peer(server: IbWriteBw, client: IbWriteBw) -> bool | None:
+    """Whether the two sides ran with each other, by the queue pairs each printed.
+
+    None when a side printed none (a failed run, or an output without them).
+    """
+    checks = [
+        (theirs, mine)
+        for theirs, mine in (
+            (server.remote_qpns, client.local_qpns),
+            (client.remote_qpns, server.local_qpns),
+        )
+        if theirs and mine
+    ]
+    if not checks:
+        return None
+    return all(theirs == mine for theirs, mine in checks)
 
 
 def _no_result_reason(pair: RailPair, server: IbWriteBw, client: IbWriteBw) -> str:

@@ -4,6 +4,7 @@ between two of them on loopback, and simulated ib_write_bw read by the core's pa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -43,18 +44,29 @@ from llmgw_agent.fabric.run import fabric_client, fabric_server
 def emit(event):
     print(json.dumps({{"event": event}}), flush=True)
 half = fabric_server if sys.argv[1] == "server" else fabric_client
-replay = sys.argv[3] if len(sys.argv) > 3 else None
-print(json.dumps({{"result": half(json.loads(sys.argv[2]), emit, replay=replay)}}), flush=True)
+replay = sys.argv[2] if len(sys.argv) > 2 else None
+args = json.loads(sys.stdin.readline())
+print(json.dumps({{"result": half(args, emit, replay=replay)}}), flush=True)
 """
+
+SECRET = "5e" * 32
+"""The test's secret, as the console makes one per test (`llmgw_core.fabric.run.new_secret`)."""
 
 
 def start_half(side: str, args: dict, replay: Path | None = None) -> subprocess.Popen[str]:
-    """One half as its own process: `python -S` with only `agent/` on the path."""
-    argv = [sys.executable, "-S", "-c", HALF.format(root=str(AGENT_ROOT)), side, json.dumps(args)]
+    """One half as its own process: `python -S` with only `agent/` on the path.
+
+    Its arguments (the secret among them) come on stdin, as over the agent's channel.
+    """
+    argv = [sys.executable, "-S", "-c", HALF.format(root=str(AGENT_ROOT)), side]
     if replay is not None:
         argv.append(str(replay))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMGW_", "PYTHON"))}
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps({"secret": SECRET, **args}) + "\n")
+    proc.stdin.close()
+    return proc
 
 
 def read_message(proc: subprocess.Popen[str]) -> dict:
@@ -65,12 +77,15 @@ def read_message(proc: subprocess.Popen[str]) -> dict:
 
 
 def run_halves(
-    server_args: dict, client_args: dict, replay_a=None, replay_b=None
+    server_args: dict, client_args: dict, replay_a=None, replay_b=None, before=None
 ) -> tuple[dict, dict]:
+    """Both halves as processes; `before(port)` runs once the server listens, before the client."""
     server = start_half("server", server_args, replay_a)
     try:
         listening = read_message(server)["event"]
         assert listening["listening"] is True
+        if before is not None:
+            before(listening["port"])
         client_args = {
             **client_args,
             "port": listening["port"],
@@ -150,8 +165,102 @@ def test_a_simulated_down_port_prints_what_ib_write_bw_would(tmp_path: Path) -> 
     assert parse_ib_write_bw(result["output"]).failure == "down"
 
 
+class Strangers:
+    """Another user of the node, connecting to a server half's port before its client does."""
+
+    def __init__(self) -> None:
+        self.sockets: list[socket.socket] = []
+
+    def connect(self, port: int) -> None:
+        """Three at once: silent, 64 zero bytes (an answer's length), and a fake sim report."""
+        for payload in (b"", b"\0" * 64, json.dumps({"gbps": 9999.0}).encode() + b"\n"):
+            stranger = socket.create_connection(("127.0.0.1", port), timeout=5)
+            stranger.sendall(payload)
+            self.sockets.append(stranger)
+
+    def were_dropped(self) -> bool:
+        """The two that answered wrongly were closed (the silent one may still wait)."""
+        dropped = []
+        for stranger in self.sockets[1:]:
+            stranger.settimeout(10)
+            with contextlib.suppress(ConnectionResetError):
+                while stranger.recv(4096):  # the server's hello, then its close
+                    pass
+            dropped.append(True)
+        return all(dropped)
+
+    def close(self) -> None:
+        for stranger in self.sockets:
+            stranger.close()
+
+
+def test_strangers_who_connect_first_neither_end_nor_skew_a_tcp_test() -> None:
+    strangers = Strangers()
+    try:
+        args = {"method": "tcp", "duration_s": 0.5, "bind_address": "127.0.0.1"}
+        server_result, client_result = run_halves(
+            args, {"method": "tcp", "duration_s": 0.5}, before=strangers.connect
+        )
+        assert strangers.were_dropped()
+    finally:
+        strangers.close()
+    received, sent = read_tcp_result(server_result), read_tcp_result(client_result)
+    assert received.bytes_moved == sent.bytes_moved > 0  # the client's bytes, and only those
+    assert server_result["stopped"] is None
+    assert SECRET not in json.dumps([server_result, client_result])
+
+
+def test_a_stranger_cannot_pass_for_the_peer_of_a_simulated_rail(tmp_path: Path) -> None:
+    node_a = replay_node(tmp_path / "h100-a")
+    node_b = replay_node(tmp_path / "h100-b", degraded="mlx5_0")
+    strangers = Strangers()
+    try:
+        args = {"device": "mlx5_0", "duration_s": 1}
+        server_result, client_result = run_halves(
+            args, args, node_a, node_b, before=strangers.connect
+        )
+    finally:
+        strangers.close()
+    # The peer's degraded adapter sets the figure, not the stranger's 9999 Gb/s.
+    assert parse_ib_write_bw(server_result["output"]).average_gbps == pytest.approx(240, abs=1)
+    assert parse_ib_write_bw(client_result["output"]).average_gbps == pytest.approx(240, abs=1)
+
+
+def test_a_client_refuses_a_server_that_does_not_hold_the_secret() -> None:
+    with socket.socket() as impostor:
+        impostor.bind(("127.0.0.1", 0))
+        impostor.listen(1)
+        port = impostor.getsockname()[1]
+
+        def answer() -> None:
+            connection, _ = impostor.accept()
+            with connection:
+                connection.sendall(b"llmgw-fabric-1\n" + b"\1" * 32)
+                connection.recv(64)
+                connection.sendall(b"\0" * 32)
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        args = {"method": "tcp", "server_address": "127.0.0.1", "port": port, "secret": SECRET}
+        with pytest.raises(OpError, match=r"is not this test's server half") as refused:
+            fabric_client({**args, "duration_s": 0.2}, lambda event: None)
+        thread.join(5)
+    assert SECRET not in refused.value.message
+
+
+def test_a_half_that_opens_or_reaches_a_port_needs_the_tests_secret() -> None:
+    with pytest.raises(OpError, match=r"argument 'secret' is required"):
+        fabric_server({"method": "tcp", "duration_s": 0.2}, lambda event: None)
+    with pytest.raises(OpError, match=r"argument 'secret' must be 16 bytes or more"):
+        HalfOptions({"method": "tcp", "secret": "00ff"}, "server")
+    # ib_write_bw's own port is perftest's: its argv never holds the secret.
+    options = HalfOptions({"device": "mlx5_0", "secret": SECRET}, "server")
+    assert SECRET not in " ".join(ib_write_bw_argv(options, numactl=False))
+
+
 def test_a_client_with_no_server_is_refused_with_a_sentence() -> None:
     args = {"method": "tcp", "server_address": "127.0.0.1", "port": 1, "duration_s": 0.2}
+    args["secret"] = SECRET
     with pytest.raises(OpError, match=r"cannot reach 127\.0\.0\.1:1 over TCP"):
         fabric_client(args, lambda event: None)
 

@@ -221,6 +221,47 @@ def test_a_failing_sim_engine_fails_the_shard_with_its_last_lines_in_the_log(
     assert replay_agent.call("claims") == {"claims": []}
 
 
+def _ray_head_shard(port: int, secret_env: dict) -> dict:
+    """The Ray head the core builds for rank 0 (on this machine's loopback), as one shard."""
+    from llmgw_core.engines import LaunchNode
+    from llmgw_core.engines.ray_cluster import auth_env, head_argv
+
+    node = LaunchNode(name="h100-a-01", rank=0, address="127.0.0.1")
+    return {
+        "replica": "ray",
+        "rank": 0,
+        "gpus": ["0"],
+        "commands": [{"name": "ray-head", "argv": list(head_argv(("ray",), node, port)),
+                      "env": auth_env()}],
+        "secret_env": secret_env,
+    }  # fmt: skip
+
+
+def test_the_sim_ray_head_starts_with_its_token_in_the_private_folder_the_agent_made(
+    replay_agent: AgentClient, state_dir: Path
+) -> None:
+    from llmgw_core.engines.ray_cluster import new_token
+
+    port = free_port()
+    shard_id = replay_agent.call(
+        "shard.start", _ray_head_shard(port, {"RAY_AUTH_TOKEN": new_token()})
+    )["shard_id"]
+    wait_for_line(replay_agent, shard_id, "Ray runtime started.")
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+    private = Path(
+        json.loads((state_dir / "shards" / shard_id / "shard.json").read_text())["private_dir"]
+    )
+    assert (private / "ray").is_dir()
+    assert private.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_ray_head_without_its_token_stops_as_ray_does(replay_agent: AgentClient) -> None:
+    shard_id = replay_agent.call("shard.start", _ray_head_shard(free_port(), {}))["shard_id"]
+    lines = wait_for_line(replay_agent, shard_id, "shard failed")
+    assert any("no authentication token was found" in line for line in lines)
+
+
 @pytest.mark.parametrize(
     ("argv", "kind"),
     [

@@ -248,3 +248,69 @@ def test_under_python_3_8_the_agent_starts_lists_and_stops_a_shard(
         assert stopped["phase"] == "stopped"
     finally:
         client.close()
+
+
+# --- nothing another user of the node can read or enter --------------------------------
+
+PRINT_ARGV = "import sys, time; print('argv', sys.argv[1], flush=True); time.sleep(120)"
+
+
+def test_the_supervisors_command_line_holds_no_token_and_its_environment_proves_it_ours(
+    agent: AgentClient, state_dir: Path
+) -> None:
+    started = agent.call("shard.start", shard_spec(SLEEPER, ["0"]))
+    shard_id = started["shard_id"]
+    wait_until(lambda: "engine up" in log_lines(agent, shard_id))
+    token = json.loads((state_dir / "shards" / shard_id / "shard.json").read_text())["token"]
+    supervisor = Path(f"/proc/{started['pid']}")
+    assert token.encode() not in supervisor.joinpath("cmdline").read_bytes()  # what `ps` shows
+    assert f"LLMGW_SHARD_TOKEN={token}".encode() in supervisor.joinpath("environ").read_bytes()
+    shard = listed(agent, shard_id)
+    assert shard["supervisor_alive"] is True  # judged by the token in its environment
+    engine = Path(f"/proc/{shard['main_pid']}")
+    assert token.encode() not in engine.joinpath("cmdline").read_bytes()
+    stopped = agent.call("shard.stop", {"shard_id": shard_id, "timeout_s": 5})
+    assert stopped["phase"] == "stopped"
+
+
+def test_a_command_that_names_a_secret_on_its_command_line_is_refused(
+    agent: AgentClient,
+) -> None:
+    secret = "hf_" + "x" * 30
+    spec = shard_spec(f"print({secret!r})", ["0"], secret_env={"HF_TOKEN": secret})
+    reply = agent.request("shard.start", spec)
+    assert reply["ok"] is False
+    assert reply["error"]["code"] == "bad_args"
+    assert reply["error"]["message"] == (
+        "engine's command line holds the secret HF_TOKEN, and every user of the node can read "
+        "a command line: pass it in secret_env only"
+    )
+    assert agent.call("claims") == {"claims": []}
+
+
+def test_a_private_folder_is_made_for_the_placeholder_and_goes_when_the_shard_is_forgotten(
+    agent: AgentClient, state_dir: Path
+) -> None:
+    spec = shard_spec(PRINT_ARGV, ["0"])
+    spec["commands"][0]["argv"].append("@LLMGW_PRIVATE_DIR@/ray")
+    shard_id = agent.call("shard.start", spec)["shard_id"]
+    lines = wait_until(lambda: [line for line in log_lines(agent, shard_id) if "argv" in line])
+    given = Path(lines[0].split()[-1])
+    private = given.parent
+    recorded = json.loads((state_dir / "shards" / shard_id / "shard.json").read_text())
+    assert recorded["private_dir"] == str(private) and given.name == "ray"
+    # Ray opens its own --temp-dir to everyone; the folder above it lets no one else in.
+    assert private.stat().st_mode & 0o777 == 0o700 and private.stat().st_uid == os.getuid()
+    assert len(str(private)) <= 39  # Ray's sockets, 68 characters below, fit in 107 bytes
+    assert "@LLMGW_PRIVATE_DIR@" in recorded["commands"][0]["argv"][-1]  # as the console sent it
+    agent.call("shard.stop", {"shard_id": shard_id, "timeout_s": 5})
+    assert private.is_dir()  # Ray's session logs stay while the shard is kept
+    agent.call("shard.forget", {"shard_id": shard_id})
+    assert not private.exists()
+
+
+def test_the_agents_placeholder_is_the_one_the_core_writes() -> None:
+    from llmgw_agent.shards import records
+    from llmgw_core.engines import ray_cluster
+
+    assert records.PRIVATE_DIR_PLACEHOLDER == ray_cluster.PRIVATE_DIR_PLACEHOLDER

@@ -74,7 +74,8 @@ def main() -> None:
             "print(json.dumps(f(json.loads(sys.argv[2]), lambda e: print(json.dumps(e), flush=True), replay=sys.argv[3])), flush=True)"
         )
         started = time.perf_counter()
-        args = {"device": "mlx5_5", "duration_s": 1}
+        # A throwaway secret for two local processes (the console sends its own over SSH).
+        args = {"device": "mlx5_5", "duration_s": 1, "secret": "b3" * 32}
         server = subprocess.Popen(
             [sys.executable, "-S", "-c", half, "server", json.dumps(args), str(capture)],
             stdout=subprocess.PIPE,

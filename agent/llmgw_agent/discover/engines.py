@@ -30,6 +30,9 @@ _PYTHON_ENGINES = (
     ("llama-cpp-python", None, "llama_cpp_python"),
     # Not an engine: the gateway's router, found the same way (doctor checks it apart).
     (ROUTER, "vllm-router", "vllm_router"),
+    # Not an engine either: the Ray vLLM may join nodes through; its version decides whether
+    # it can authenticate its cluster (llmgw_core/engines/ray_cluster.py).
+    ("ray", "ray", "ray"),
 )
 
 

@@ -4,10 +4,23 @@ The options a half is given (checked: an adapter name or an address reaches
 argv), the command line `ib_write_bw` gets, and the shape of what a half
 answers. `fabric.run` (the real tools) and `fabric.replay` (the simulated
 nodes) both build on this module, which imports neither.
+
+The nodes are shared, so a half's TCP port takes only its own peer: whoever
+starts the test (the console) makes a secret for it and sends it to both
+halves in the op's arguments, over the agents' private SSH channels. Before
+any byte counts, the two prove to each other that they hold it (`accept_peer`,
+`prove_to_server`: HMAC-SHA256 over nonces of both sides, so nothing a
+listener sees can be replayed). A connection that fails is closed and the
+server waits on for its peer until its own deadline: another user of a node
+who connects first can neither end the test nor be measured in its place.
+The secret is never put in an argv, a result, a log or a file.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
 import socket
 import threading
 import time
@@ -29,6 +42,13 @@ LISTEN_WAIT_S = 15.0
 """How long the server half waits for ib_write_bw to open its port before giving up."""
 OUTPUT_LIMIT_BYTES = 512 * 1024
 TCP_BUFFER_BYTES = 1024 * 1024
+SECRET_MIN_BYTES = 16
+NONCE_BYTES = 32
+HANDSHAKE_S = 5.0
+"""How long one connection may take to prove it is the peer before it is dropped."""
+HANDSHAKES_AT_ONCE = 32
+"""Connections proving themselves at once; more are closed unread (a flood is not the peer)."""
+_HELLO = b"llmgw-fabric-1\n"
 
 
 class HalfOptions:
@@ -67,11 +87,40 @@ class HalfOptions:
                 "bad_args", "server_address {!r} is not an address".format(self.server_address)
             )
         self.bind_address = arg(args, "bind_address", (str,), None)
+        self.secret = _secret(arg(args, "secret", (str,), None))
+
+    def required_secret(self) -> bytes:
+        """The test's secret, which a half that opens or reaches a TCP port must be given.
+
+        Raises:
+            OpError: `bad_args` when the console sent none.
+        """
+        if self.secret is None:
+            raise OpError(
+                "bad_args",
+                "argument 'secret' is required: a half's port takes only the peer holding it",
+            )
+        return self.secret
 
     @property
     def expected_run_s(self) -> float:
         """How long the tool should take once connected (iterations: a generous guess)."""
         return self.duration_s if self.iterations is None else 60.0
+
+
+def _secret(text: Optional[str]) -> Optional[bytes]:
+    """The secret's bytes from its hex text (never quoted back in a message)."""
+    if text is None:
+        return None
+    try:
+        secret = bytes.fromhex(text)
+    except ValueError:
+        raise OpError("bad_args", "argument 'secret' must be hex") from None
+    if len(secret) < SECRET_MIN_BYTES:
+        raise OpError(
+            "bad_args", "argument 'secret' must be {} bytes or more".format(SECRET_MIN_BYTES)
+        )
+    return secret
 
 
 def _safe_token(text: str) -> bool:
@@ -123,20 +172,106 @@ def listening_event(options: HalfOptions, address: Optional[str]) -> Dict[str, A
     return {"listening": True, "method": options.method, "port": options.port, "address": address}
 
 
-def accept_one(
-    listener: socket.socket, cancelled: threading.Event, timeout_s: float
+def accept_peer(
+    listener: socket.socket, cancelled: threading.Event, timeout_s: float, secret: bytes
 ) -> Optional[socket.socket]:
-    """The first connection within `timeout_s`, or None when none came or the test was cancelled."""
+    """The first connection within `timeout_s` that proves it holds `secret`.
+
+    Each connection proves itself on a thread of its own, so one that sends
+    nothing delays no other; one that fails is closed and the wait goes on.
+    None when no peer came or the test was cancelled.
+    """
     listener.settimeout(0.2)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not cancelled.is_set():
+    lock = threading.Lock()
+    pending = threading.Semaphore(HANDSHAKES_AT_ONCE)
+    found = threading.Event()
+    chosen: Dict[str, Any] = {"peer": None, "open": True}
+
+    def prove(connection: socket.socket) -> None:
         try:
-            connection, _peer = listener.accept()
+            proved = _peer_proves(connection, secret, deadline)
+        finally:
+            pending.release()
+        with lock:
+            if proved and chosen["open"] and chosen["peer"] is None:
+                chosen["peer"] = connection
+                found.set()
+                return
+        connection.close()
+
+    while time.monotonic() < deadline and not cancelled.is_set() and not found.is_set():
+        try:
+            connection, _address = listener.accept()
         except socket.timeout:
             continue
-        connection.settimeout(0.5)
-        return connection
-    return None
+        if not pending.acquire(blocking=False):
+            connection.close()
+            continue
+        threading.Thread(target=prove, args=(connection,), daemon=True).start()
+    with lock:
+        chosen["open"] = False  # a connection still proving itself now closes its own
+        peer = chosen["peer"]
+    if peer is not None:
+        peer.settimeout(0.5)
+    return peer
+
+
+def _mac(secret: bytes, side: bytes, first: bytes, second: bytes) -> bytes:
+    return hmac.new(secret, side + first + second, hashlib.sha256).digest()
+
+
+def _read_exactly(connection: socket.socket, count: int) -> Optional[bytes]:
+    """`count` bytes, or None when the peer closed first (a timeout raises)."""
+    received = b""
+    while len(received) < count:
+        chunk = connection.recv(count - len(received))
+        if not chunk:
+            return None
+        received += chunk
+    return received
+
+
+def _peer_proves(connection: socket.socket, secret: bytes, deadline: float) -> bool:
+    """The server's side: send a nonce, check the client's answer, prove ourselves back."""
+    connection.settimeout(max(0.05, min(HANDSHAKE_S, deadline - time.monotonic())))
+    nonce = os.urandom(NONCE_BYTES)
+    try:
+        connection.sendall(_HELLO + nonce)
+        answer = _read_exactly(connection, NONCE_BYTES + hashlib.sha256().digest_size)
+        if answer is None:
+            return False
+        theirs, mac = answer[:NONCE_BYTES], answer[NONCE_BYTES:]
+        if not hmac.compare_digest(mac, _mac(secret, b"client", nonce, theirs)):
+            return False
+        connection.sendall(_mac(secret, b"server", theirs, nonce))
+    except OSError:
+        return False
+    return True
+
+
+def prove_to_server(connection: socket.socket, secret: bytes, where: str) -> None:
+    """The client's side: answer the server's nonce, and check that the server holds it too.
+
+    Raises:
+        OpError: `failed` when what answered at `where` is not the test's server half.
+    """
+    not_ours = OpError(
+        "failed",
+        "what answers at {} is not this test's server half (it does not hold the "
+        "test's secret)".format(where),
+    )
+    try:
+        hello = _read_exactly(connection, len(_HELLO) + NONCE_BYTES)
+        if hello is None or not hello.startswith(_HELLO):
+            raise not_ours
+        nonce, mine = hello[len(_HELLO) :], os.urandom(NONCE_BYTES)
+        connection.sendall(mine + _mac(secret, b"client", nonce, mine))
+        proof = _read_exactly(connection, hashlib.sha256().digest_size)
+    except OSError as exc:
+        raise OpError("failed", "the connection to {} broke: {}".format(where, exc)) from exc
+    if proof is None or not hmac.compare_digest(proof, _mac(secret, b"server", mine, nonce)):
+        raise not_ours
 
 
 def stop_reason(cancelled: threading.Event) -> Optional[str]:

@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from llmgw_agent.fabric.half import (
+    HANDSHAKES_AT_ONCE,
     Emit,
     HalfOptions,
-    accept_one,
+    accept_peer,
     half_result,
     ib_write_bw_argv,
     listening_event,
+    prove_to_server,
     stop_reason,
 )
 
@@ -96,6 +98,7 @@ def sim_server(
     The rail runs at the slower of the two adapters the profiles describe, and
     the output reads as `ib_write_bw` prints it, so the core judges it unchanged.
     """
+    secret = options.required_secret()
     adapter, failure = _sim_failure(options, replay)
     if adapter is None:
         return half_result(
@@ -108,10 +111,10 @@ def sim_server(
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
+        listener.listen(HANDSHAKES_AT_ONCE)
         options.port = listener.getsockname()[1]
         emit(listening_event(options, "127.0.0.1"))
-        connection = accept_one(listener, cancelled, options.accept_timeout_s)
+        connection = accept_peer(listener, cancelled, options.accept_timeout_s, secret)
         if connection is None:
             return half_result(
                 options,
@@ -139,6 +142,7 @@ def sim_client(options: HalfOptions, cancelled: threading.Event, replay: str) ->
     argv = ib_write_bw_argv(options, False)
     if adapter is None:
         return half_result(options, argv=argv, exit_code=1, output=failure, simulated=True)
+    secret = options.required_secret()
     try:
         connection = socket.create_connection((str(options.server_address), options.port), 5.0)
     except OSError:
@@ -148,6 +152,8 @@ def sim_client(options: HalfOptions, cancelled: threading.Event, replay: str) ->
         return half_result(options, argv=argv, exit_code=1, output=text, simulated=True)
     with connection:
         connection.settimeout(5.0)
+        where = "{}:{}".format(options.server_address, options.port)
+        prove_to_server(connection, secret, where)
         peer = _exchange(
             connection, {"gbps": _sim_speed(adapter), "link_layer": adapter.get("link_layer")}
         )

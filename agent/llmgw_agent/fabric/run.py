@@ -41,16 +41,18 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from llmgw_agent.fabric import replay as fabric_replay
 from llmgw_agent.fabric.half import (
+    HANDSHAKES_AT_ONCE,
     LISTEN_WAIT_S,
     OUTPUT_LIMIT_BYTES,
     PERFTEST,
     TCP_BUFFER_BYTES,
     Emit,
     HalfOptions,
-    accept_one,
+    accept_peer,
     half_result,
     ib_write_bw_argv,
     listening_event,
+    prove_to_server,
     stop_reason,
 )
 from llmgw_agent.op_args import OpError
@@ -252,12 +254,13 @@ def _wait_until_listening(
 def tcp_server(
     options: HalfOptions, emit: Emit, cancelled: threading.Event, replay: Optional[str] = None
 ) -> Dict[str, Any]:
-    """Accept one client and count what it sends, for the test's duration.
+    """Accept the test's client (it proves it holds the secret) and count what it sends.
 
     Binds `bind_address` (default: every interface; loopback on a simulated
     node, where every node is this machine) on `port` (0: any free port,
     announced in the `listening` event).
     """
+    secret = options.required_secret()
     bind = options.bind_address or ("127.0.0.1" if replay is not None else "0.0.0.0")
     family = socket.AF_INET6 if ":" in bind else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as listener:
@@ -268,10 +271,10 @@ def tcp_server(
             raise OpError(
                 "busy", "cannot listen on {}:{}: {}".format(bind, options.port, exc)
             ) from exc
-        listener.listen(1)
+        listener.listen(HANDSHAKES_AT_ONCE)
         options.port = listener.getsockname()[1]
         emit(listening_event(options, bind if bind not in ("0.0.0.0", "::") else _mgmt_address()))
-        connection = accept_one(listener, cancelled, options.accept_timeout_s)
+        connection = accept_peer(listener, cancelled, options.accept_timeout_s, secret)
         if connection is None:
             return half_result(
                 options, bytes=0, seconds=0.0, gbps=0.0, stopped=stop_reason(cancelled)
@@ -291,7 +294,9 @@ def tcp_server(
 
 
 def tcp_client(options: HalfOptions, emit: Emit, cancelled: threading.Event) -> Dict[str, Any]:
-    """Send a fixed buffer to the server half for the test's duration."""
+    """Send a fixed buffer to the server half for the test's duration, once each side has
+    proved it holds the test's secret (the clock starts after)."""
+    secret = options.required_secret()
     address = str(options.server_address)
     try:
         connection = socket.create_connection((address, options.port), timeout=10.0)
@@ -303,6 +308,7 @@ def tcp_client(options: HalfOptions, emit: Emit, cancelled: threading.Event) -> 
     sent = 0
     with connection:
         connection.settimeout(10.0)
+        prove_to_server(connection, secret, "{}:{}".format(address, options.port))
         started = time.monotonic()
         end = started + options.duration_s
         try:

@@ -10,6 +10,10 @@ Each shard lives in `state_dir/shards/<shard_id>/`:
 * `stop.json` — a stop request's timeout; `engine.log`, `engine.log.1`,
   `supervisor.log`.
 
+A command whose argv names `PRIVATE_DIR_PLACEHOLDER` (Ray's `--temp-dir`) is
+given a short folder only this user can enter, made for the shard, recorded
+as `private_dir` and removed when the shard is forgotten.
+
 Nothing lives in the agent's memory: any agent, started any time, judges the
 same directory the same way, trusting only pid + start time + token.
 """
@@ -23,8 +27,10 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -42,6 +48,12 @@ _STARTUP_GRACE_S = 15.0
 _SUPERVISOR_APPEAR_S = 10.0
 _STOP_SLACK_S = 5.0
 """How much longer than the stop timeout the agent waits for the supervisor's own stop."""
+PRIVATE_DIR_PLACEHOLDER = "@LLMGW_PRIVATE_DIR@"
+"""`llmgw_core.engines.ray_cluster`'s: replaced in a command's argv by the shard's private folder."""
+PRIVATE_DIR_MAX_CHARS = 39
+"""Ray's longest socket is 68 characters below the folder (`/ray/session_<date>_<pid>/sockets/
+plasma_store`) and a Unix socket path holds 107 bytes: a longer folder fails Ray's start."""
+_SHORTEST_SECRET = 8
 
 
 def shards_dir() -> Path:
@@ -151,6 +163,7 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
     refused = memfiles.refusal(secret_env)
     if refused:
         raise OpError("unavailable", refused)
+    _refuse_secrets_on_argv(spec["commands"], secret_env)
     shard_id = spec["shard_id"] or _new_shard_id(spec["replica"], spec["rank"])
     directory = shards_dir() / shard_id
     try:
@@ -161,14 +174,24 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
         ) from None
     token = secrets.token_hex(16)
     method, method_reason = keepalive.keepalive_method()
+    private = None
+    if any(PRIVATE_DIR_PLACEHOLDER in arg for c in spec["commands"] for arg in c["argv"]):
+        try:
+            private = make_private_dir()
+        except OpError:
+            _discard(directory, None)
+            raise
     for command in spec["commands"]:
         # `agent: true`: argv is this agent's own subcommand (`front …`), run by this agent.
         run = agent_command(*command["argv"]) if command["agent"] else command["argv"]
+        if private is not None:
+            run = [arg.replace(PRIVATE_DIR_PLACEHOLDER, str(private)) for arg in run]
         command["run_argv"] = _run_argv(run, replay)
     record = dict(
         spec,
         shard_id=shard_id,
         token=token,
+        private_dir=str(private) if private is not None else None,
         replay=replay,
         created_at=time.time(),
         created_mono=time.monotonic(),
@@ -181,7 +204,7 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
         write_record(directory / "shard.json", record)
         write_record(directory / "state.json", {"phase": "starting", "commands": []})
     except OSError as exc:
-        shutil.rmtree(str(directory), ignore_errors=True)
+        _discard(directory, record["private_dir"])
         raise OpError("failed", _unwritable(exc)) from None
     holder = {
         "shard_id": shard_id,
@@ -195,10 +218,10 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
     try:
         claims.acquire(spec["gpus"], holder, _claim_is_stale)
     except OpError:
-        shutil.rmtree(str(directory), ignore_errors=True)
+        _discard(directory, record["private_dir"])
         raise
     except OSError as exc:
-        shutil.rmtree(str(directory), ignore_errors=True)
+        _discard(directory, record["private_dir"])
         raise OpError("failed", _unwritable(exc)) from None
     try:
         pid = _spawn_supervisor(directory, shard_id, token, replay, method, secret_env)
@@ -209,6 +232,62 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
         _finish(directory, record, "failed", exc.message)
         raise
     return {"shard_id": shard_id, "pid": pid, "phase": "starting"}
+
+
+def _refuse_secrets_on_argv(commands: List[dict], secret_env: dict) -> None:
+    """Refuse a command that names one of the shard's secrets on its command line.
+
+    Every user of the node reads argv (`ps`, `/proc/<pid>/cmdline`); a secret
+    reaches a command through its environment alone.
+    """
+    for command in commands:
+        for key, value in secret_env.items():
+            if len(value) >= _SHORTEST_SECRET and any(value in arg for arg in command["argv"]):
+                raise OpError(
+                    "bad_args",
+                    "{}'s command line holds the secret {}, and every user of the node can "
+                    "read a command line: pass it in secret_env only".format(command["name"], key),
+                )
+
+
+def make_private_dir() -> Path:
+    """A new folder only this user can enter, short enough for Ray's sockets below it.
+
+    In the state folder when its path is short, else in `$TMPDIR` or `/tmp`:
+    `mkdtemp` makes it 0700 under a name no one can guess, in a folder whose
+    sticky bit (or closed mode) keeps other users from moving it away.
+
+    Raises:
+        OpError: `failed` when no such folder can be made.
+    """
+    state = paths.state_dir() / "p"
+    for base in (state, Path(os.environ.get("TMPDIR") or "/tmp"), Path("/tmp")):
+        if not base.is_absolute() or len(str(base)) + 15 > PRIVATE_DIR_MAX_CHARS:
+            continue  # 15: `/llmgw-` and mkdtemp's 8 characters
+        try:
+            if base == state:
+                base.mkdir(mode=0o700, exist_ok=True)
+            mode = os.stat(str(base)).st_mode
+            if stat.S_ISDIR(mode) and (not mode & 0o022 or mode & stat.S_ISVTX):
+                return Path(tempfile.mkdtemp(prefix="llmgw-", dir=str(base)))
+        except OSError:
+            continue
+    raise OpError(
+        "failed",
+        "no folder of {} characters or fewer that only this user can enter could be made in "
+        "the state folder, $TMPDIR or /tmp (Ray's sockets must fit below it)".format(
+            PRIVATE_DIR_MAX_CHARS
+        ),
+    )
+
+
+def _discard(directory: Path, private: Optional[str]) -> None:
+    """Remove a shard's folder and its private folder (when still this user's own folder)."""
+    with contextlib.suppress(OSError):
+        found = os.lstat(private) if private else None
+        if found is not None and stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid():
+            shutil.rmtree(str(private))
+    shutil.rmtree(str(directory), ignore_errors=True)
 
 
 def secret_environment(args: dict) -> dict:
@@ -249,11 +328,12 @@ def _spawn_supervisor(
     # its argv, shard.json or a log.
     env.update(secret_env or {})
     env[paths.STATE_ENV] = str(paths.state_dir())
+    # The token too: every user reads a command line, only ours `/proc/<pid>/environ`,
+    # which still proves the supervisor ours once it has taken the variable out.
+    env[proc_identity.TOKEN_ENV] = token
     if replay:
         env[paths.REPLAY_ENV] = replay
-    argv = keepalive.launch_prefix(method, shard_id) + agent_command(
-        "supervise", str(directory), "--token", token
-    )
+    argv = keepalive.launch_prefix(method, shard_id) + agent_command("supervise", str(directory))
     with open(str(directory / "supervisor.log"), "ab") as log:
         process = subprocess.Popen(
             argv,
@@ -525,5 +605,7 @@ def forget_shard(shard_id: str) -> dict:
     judged = judge_shard(directory)
     if judged["phase"] not in TERMINAL_PHASES:
         raise OpError("busy", "shard {} is {}; stop it first".format(shard_id, judged["phase"]))
+    private = read_record(directory / "shard.json").get("private_dir")
     shutil.rmtree(str(directory))
+    _discard(directory, private)
     return {"shard_id": shard_id, "forgotten": True}

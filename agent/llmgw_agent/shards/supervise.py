@@ -296,10 +296,21 @@ def _http_status(url: str, context=None) -> Optional[int]:
 
 
 def supervise_main(argv) -> int:
-    """`llmgw supervise SHARD_DIR --token T` (internal: started by the agent)."""
+    """`llmgw supervise SHARD_DIR` (internal: started by the agent, the shard's token in
+    `LLMGW_SHARD_TOKEN`).
+
+    The token comes in the environment, not as an argument: a command line is
+    every user's to read (`ps`), `/proc/<pid>/environ` this user's alone. It
+    is taken out of `os.environ` at once, so nothing started here inherits it
+    unasked (each command is given it on purpose, `_environment`); the kernel
+    keeps the environment the process was started with, which is what
+    `proc_identity.carries_token` reads to know this supervisor is the shard's.
+    """
     parser = argparse.ArgumentParser(prog="llmgw supervise")
     parser.add_argument("directory")
-    parser.add_argument("--token", required=True)
     options = parser.parse_args(argv)
+    token = os.environ.pop(proc_identity.TOKEN_ENV, "")
+    if not token:
+        raise SystemExit("llmgw supervise: no shard token in {}".format(proc_identity.TOKEN_ENV))
     paths.state_dir()
-    return Supervisor(Path(options.directory), options.token).run()
+    return Supervisor(Path(options.directory), token).run()

@@ -35,7 +35,7 @@ def ib_adapters(*names: str) -> tuple[FabricAdapter, ...]:
 
 
 def h100_node(rank: int = 0, **changes: Any) -> LaunchNode:
-    """An HGX H100 node on ib-a (two rails), vLLM 0.12.0 installed in /opt/llm/venv."""
+    """An HGX H100 node on ib-a (two rails), vLLM 0.12.0 and Ray 2.52.0 installed in /opt/llm/venv."""
     node = LaunchNode(
         name=f"h100-a-{rank + 1:02d}",
         rank=rank,
@@ -46,6 +46,7 @@ def h100_node(rank: int = 0, **changes: Any) -> LaunchNode:
         fabric="ib-a",
         http_port=8000,
         engine_version="0.12.0",
+        ray_version="2.52.0",
         program=("/opt/llm/venv/bin/vllm",),
     )
     return replace(node, **changes)

@@ -129,6 +129,9 @@ def test_vllm_0_11_joins_nodes_through_ray_head_and_worker_sidecars():
         "6379",
         "--node-ip-address",
         "10.20.0.11",
+        "--temp-dir",
+        "@LLMGW_PRIVATE_DIR@/ray",
+        "--include-dashboard=false",
         "--block",
     )
     assert (ray_head.role, ray_head.wait_for_port) == ("sidecar", 6379)
@@ -144,6 +147,8 @@ def test_vllm_0_11_joins_nodes_through_ray_head_and_worker_sidecars():
         "10.20.0.11:6379",
         "--node-ip-address",
         "10.20.0.12",
+        "--temp-dir",
+        "@LLMGW_PRIVATE_DIR@/ray",
         "--block",
     )
     assert join.role == "main"

@@ -116,3 +116,8 @@ def test_output_with_no_table_and_no_known_error_keeps_its_last_lines() -> None:
     run = parse_ib_write_bw("something odd\nthen a crash\n")
     assert run.failure == "no-result"
     assert run.error_lines == ("something odd", "then a crash")
+
+
+def test_each_side_names_its_queue_pairs_and_its_peers() -> None:
+    run = parse_ib_write_bw(CLIENT_GBITS_DURATION)
+    assert (run.local_qpns, run.remote_qpns) == ((0x0101,), (0x0207,))

@@ -220,3 +220,42 @@ def test_a_node_puts_the_sum_of_its_rails_on_the_fabric_and_a_down_rail_adds_not
     assert node_fabric_gbps(HCAS, ends, 400) == 1200
     assert node_fabric_gbps(HCAS, ends, 400, {"mlx5_3": 240.0}) == 1040
     assert node_fabric_gbps(["mlx5_9"], {}) is None
+
+
+def with_qps(output: str, local: tuple[int, ...], remote: tuple[int, ...]) -> str:
+    """ib_write_bw's output with the queue-pair lines each side prints before its table."""
+    lines = [f" local address: LID 0x11 QPN {qpn:#06x} PSN 0x8c2a1d RKey 0x1fff00" for qpn in local]
+    lines += [
+        f" remote address: LID 0x2a QPN {qpn:#06x} PSN 0x41b2e0 RKey 0x1ffe00" for qpn in remote
+    ]
+    return "\n".join(lines) + "\n" + output
+
+
+def test_a_server_half_that_ran_with_a_strangers_client_is_not_measured() -> None:
+    pairs, _ = pair_rails("h100-a", HCAS, adapters(), "h100-b", HCAS, adapters(), 400)
+    # Another user's ib_write_bw reached the server's port first (QPNs 0x300…) and sent at 390.
+    server = with_qps(gbits_output(390.0, "mlx5_0"), (0x101, 0x102), (0x300, 0x301))
+    client = with_qps(gbits_output(120.0, "mlx5_0"), (0x201, 0x202), (0x101, 0x102))
+    result = judge_rail(pairs[0], server, client)
+    assert result.verdict == "fail"
+    assert result.measured_gbps is None
+    assert result.reason == (
+        "not measured: the server half on h100-a ran with a peer that is not h100-b's client "
+        "(another user may have reached its port first)"
+    )
+
+
+def test_a_client_left_without_a_result_is_not_replaced_by_what_the_server_measured() -> None:
+    pairs, _ = pair_rails("h100-a", HCAS, adapters(), "h100-b", HCAS, adapters(), 400)
+    server = with_qps(gbits_output(390.0, "mlx5_0"), (0x101,), (0x300,))
+    result = judge_rail(pairs[0], server, " Couldn't connect to 10.0.0.7:18515\n")
+    assert result.verdict == "fail"
+    assert result.reason.startswith("unreachable: h100-b could not reach h100-a on mlx5_0")
+
+
+def test_the_servers_figure_counts_when_its_queue_pairs_are_the_clients() -> None:
+    pairs, _ = pair_rails("h100-a", HCAS, adapters(), "h100-b", HCAS, adapters(), 400)
+    server = with_qps(gbits_output(388.0, "mlx5_0"), (0x101, 0x102), (0x201, 0x202))
+    client = with_qps("", (0x202, 0x201), (0x102, 0x101))  # exchanged, then printed no table
+    result = judge_rail(pairs[0], server, client)
+    assert (result.verdict, result.measured_gbps) == ("pass", pytest.approx(388.0))

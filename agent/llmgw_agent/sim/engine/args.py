@@ -146,6 +146,7 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--head", action="store_true")
         add("--address", default=None)
         add("--block", action="store_true")
+        add("--temp-dir", default=None)
     return parser
 
 
@@ -218,6 +219,7 @@ def parse_engine_argv(kind: str, argv: List[str]) -> dict:
         "flash_attn": getattr(options, "flash_attn", "auto") != "off",
         "ssl_certfile": options.ssl_certfile,
         "ssl_keyfile": options.ssl_keyfile,
+        "temp_dir": getattr(options, "temp_dir", None),
     }
 
 

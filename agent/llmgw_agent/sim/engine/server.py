@@ -523,7 +523,34 @@ def _load_and_serve(
     return 0
 
 
+def ray_refusal(engine: dict, environ: dict) -> Optional[str]:
+    """Why Ray, so started, would stop at once (None: it starts), as Ray 2.52 on does.
+
+    With `RAY_AUTH_MODE=token` Ray takes its token from `RAY_AUTH_TOKEN` (taken
+    out of `environ` here, as nothing of the sim's own needs it) and stops
+    without one; its `--temp-dir` is a folder it makes. A placeholder the
+    agent did not fill is refused, so the demo fails where a real node would.
+    """
+    token = environ.pop("RAY_AUTH_TOKEN", "")
+    if environ.get("RAY_AUTH_MODE") == "token" and not token:
+        return "token authentication is enabled but no authentication token was found"
+    temp_dir = engine.get("temp_dir")
+    if temp_dir is not None:
+        if "@" in temp_dir or not os.path.isabs(temp_dir):
+            return "--temp-dir {!r} is not an absolute folder".format(temp_dir)
+        try:
+            os.makedirs(temp_dir, exist_ok=True)
+        except OSError as exc:
+            return "cannot create --temp-dir {}: {}".format(temp_dir, exc.strerror)
+    return None
+
+
 def _run_listener(kind: str, engine: dict, host: str, stop: threading.Event) -> int:
+    if kind == "ray":
+        refused = ray_refusal(engine, os.environ)
+        if refused is not None:
+            say("ERROR: {}".format(refused))
+            return 1
     listens = kind == "rpc-server" or engine["head"]
     listener = None
     if listens:
