@@ -28,13 +28,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    Strict,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from llmgw_core.errors import BadInput
+from llmgw_core.written_numbers import MAX_RATE_GBPS, Amount, Count
 from llmgw_core.yaml_text import line_of, load_checked, read_text_file
 
 DEFAULT_INVENTORY = "~/.config/llmgw/inventory.yaml"
@@ -101,7 +101,7 @@ class Fabric(_Strict):
 
     name: WordText = Field(min_length=1)
     hcas: tuple[WordText, ...] = Field(min_length=1)
-    rate_gbps: float | None = Field(default=None, gt=0)
+    rate_gbps: Amount | None = Field(default=None, gt=0, le=MAX_RATE_GBPS)
 
 
 class BinaryEngine(_Strict):
@@ -130,7 +130,7 @@ class Defaults(_Strict):
     """Values every node takes unless it says otherwise."""
 
     user: UserText | None = None
-    port: Annotated[int, Strict()] | None = Field(default=None, ge=1, le=65535)
+    port: Count | None = Field(default=None, ge=1, le=65535)
     identity_file: PathText | None = None
     mgmt_interface: WordText | None = None
     engine_bind: BindText | None = None
@@ -145,7 +145,7 @@ class InventoryNode(_Strict):
 
     name: str
     host: HostText = Field(min_length=1)
-    port: Annotated[int, Strict()] | None = Field(default=None, ge=1, le=65535)
+    port: Count | None = Field(default=None, ge=1, le=65535)
     user: UserText | None = None
     identity_file: PathText | None = None
     mgmt_interface: WordText | None = None
@@ -212,12 +212,12 @@ class SshLimits(_Strict):
         connect_timeout_s: the bound on a whole connect, handshake and login.
     """
 
-    max_startups: int = Field(default=8, ge=1, le=10_000)
-    max_startups_per_bastion: int = Field(default=10, ge=1, le=10_000)
-    max_handshakes: int = Field(default=32, ge=1, le=10_000)
-    banner_grace_s: float = Field(default=1.0, gt=0, le=600)
-    banner_timeout_s: float = Field(default=10.0, gt=0, le=600)
-    connect_timeout_s: float = Field(default=15.0, gt=0, le=600)
+    max_startups: Count = Field(default=8, ge=1, le=10_000)
+    max_startups_per_bastion: Count = Field(default=10, ge=1, le=10_000)
+    max_handshakes: Count = Field(default=32, ge=1, le=10_000)
+    banner_grace_s: Amount = Field(default=1.0, gt=0, le=600)
+    banner_timeout_s: Amount = Field(default=10.0, gt=0, le=600)
+    connect_timeout_s: Amount = Field(default=15.0, gt=0, le=600)
 
 
 class Inventory(_Strict):

@@ -27,12 +27,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from llmgw_core.errors import BadInput
 from llmgw_core.planner.gpu_classes import GpuClass, gpu_class
+from llmgw_core.written_numbers import MAX_CLIQUE, MAX_MEMORY_GIB, Amount, Count, refusal
 
 InterconnectKind = Literal["fabric", "nvlink-domain"]
 
@@ -381,7 +382,7 @@ class NvlinkDomainEntry(BaseModel):
 
     name: str = Field(min_length=1)
     cluster_uuid: str | None = None
-    clique: int = Field(default=0, ge=0)
+    clique: Count = Field(default=0, ge=0, le=MAX_CLIQUE)
     imex: Literal["up", "down"] = "up"
     joined: bool = True
 
@@ -397,15 +398,15 @@ class FleetEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1)
-    count: Annotated[int, Strict()] = Field(default=1, ge=1, le=100_000)
+    count: Count = Field(default=1, ge=1, le=100_000)
     gpu: str | None = None
-    gpus: Annotated[int, Strict()] = Field(default=0, ge=0, le=1024)
-    memory_gib: float | None = Field(default=None, gt=0)
+    gpus: Count = Field(default=0, ge=0, le=1024)
+    memory_gib: Amount | None = Field(default=None, gt=0, le=MAX_MEMORY_GIB)
     fabric: str | None = None
     nvlink: bool | None = None
     nvlink_domain: str | NvlinkDomainEntry | None = None
-    free: Annotated[int, Strict()] | None = Field(default=None, ge=0)
-    busy: Annotated[int, Strict()] | None = Field(default=None, ge=0)
+    free: Count | None = Field(default=None, ge=0, le=1024)
+    busy: Count | None = Field(default=None, ge=0, le=1024)
 
     @model_validator(mode="after")
     def _consistent(self) -> FleetEntry:
@@ -442,7 +443,7 @@ def _entry_sentence(index: int, raw: Any, error: ValidationError) -> str:
     parts = []
     for item in error.errors():
         field_name = ".".join(str(p) for p in item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
+        message = refusal(item) or item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "is not a known key"
         elif item["type"] == "missing":

@@ -71,6 +71,8 @@ class Result:
             return False
         if self.got != self.case.expect:
             return False
+        if self.case.unsaid and self.case.unsaid in self.output:
+            return False
         if self.case.kind == "run" and self.case.as_json:
             return len(self.lines) == 1 and _json_refusal(self.lines[0], self.case.fragment)
         if self.case.kind == "run":

@@ -68,6 +68,7 @@ class Case:
         as_json: pass `--json` (the sentence then comes as `{"ok": false, "error": …}`).
         line: the protocol line (agent kind), or its builder.
         shell: for the shell kind, the value put through the command builder.
+        unsaid: text the output must not hold (a value its field takes: read without a word).
     """
 
     id: str
@@ -82,6 +83,7 @@ class Case:
     as_json: bool = False
     line: bytes | Callable[[], bytes] | None = None
     shell: dict[str, str] | None = None
+    unsaid: str = ""
 
 
 def _y(text: str) -> bytes:
@@ -1055,7 +1057,9 @@ def injection_cases() -> Iterator[Case]:
 
 
 def cases() -> list[Case]:
-    """Every case of the corpus, ids unique."""
+    """Every case of the corpus, ids unique (the typed-reader family from `generate_typed`)."""
+    from generate_typed import typed_capture_cases, written_number_cases
+
     every = [
         *script_cases(),
         *inventory_cases(),
@@ -1063,6 +1067,8 @@ def cases() -> list[Case]:
         *protocol_cases(),
         *capture_cases(),
         *injection_cases(),
+        *typed_capture_cases(),
+        *written_number_cases(),
     ]
     ids = [case.id for case in every]
     assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})

@@ -34,7 +34,6 @@ longer alive are ignored and deleted.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from pathlib import Path
 
@@ -43,6 +42,16 @@ from llmgw_agent.discover import engines as engines_mod
 from llmgw_agent.discover import host as host_mod
 from llmgw_agent.discover import ib, imex, smi, storage, topo
 from llmgw_agent.discover.assemble import apply_sim_usage, build_facts
+from llmgw_agent.discover.schema import (
+    CaptureError,
+    Either,
+    ListOf,
+    Record,
+    Text,
+    Whole,
+    read_json,
+)
+from llmgw_agent.discover.schema import read_text as read_capture_text
 from llmgw_agent.executables import which
 
 TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
@@ -99,8 +108,13 @@ def run_command(
     return out, None
 
 
-def _read(path: Path) -> Optional[str]:
-    return path.read_text(errors="replace") if path.is_file() else None
+def _read(path: Path, errors: List[str]) -> Optional[str]:
+    """A capture file's text, None when absent; one that cannot be read is named in `errors`."""
+    try:
+        return read_capture_text(path)
+    except CaptureError as exc:
+        errors.append(str(exc))
+        return None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -113,17 +127,31 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+SIM_USAGE_SCHEMA = Record(
+    {
+        "pid": Whole(1, 1 << 22),  # the kernel's pid_max
+        "gpus": ListOf(Either(Whole(0, 1 << 20), Text())),
+        "used_mib": Whole(0, 1 << 40),
+    },
+    required=("pid",),
+)
+"""A sim engine's usage file (see the module docstring): the GPUs it names and the MiB it holds."""
+
+
 def read_sim_usage(directory: Path) -> List[Dict[str, Any]]:
-    """The usage files of live sim engines; files of dead engines are deleted."""
-    usages = []
+    """The usage files of live sim engines, read by `SIM_USAGE_SCHEMA`; dead engines' are deleted."""
+    usages: List[Dict[str, Any]] = []
     if not directory.is_dir():
         return usages
     for path in sorted(directory.glob("*.json")):
         try:
-            usage = json.loads(path.read_text())
-            pid = int(usage["pid"])
-        except (ValueError, KeyError, TypeError, OSError):
+            present, document = read_json(path)
+            usage = SIM_USAGE_SCHEMA.read(document, str(path)) if present else None
+        except CaptureError:
             continue  # being written, or not ours: the next refresh reads it
+        if usage is None:
+            continue
+        pid = usage["pid"]
         if not _pid_alive(pid):
             with contextlib.suppress(OSError):  # another reader removed it first
                 path.unlink()
@@ -167,13 +195,13 @@ def _replay_facts(directory: Path, model_dirs: Iterable[str]) -> Dict[str, Any]:
         )
     errors: List[str] = []
     try:
-        recorded = host_mod.read_host_json(directory / "host.json")
-    except ValueError as exc:
+        recorded = host_mod.read_host_json(directory / "host.json", errors)
+    except CaptureError as exc:
         recorded = {}
         errors.append(str(exc))
     smi_log = None
-    xml_text = _read(directory / "nvidia-smi-q-x.xml")
-    text_q = _read(directory / "nvidia-smi-q.txt")
+    xml_text = _read(directory / "nvidia-smi-q-x.xml", errors)
+    text_q = _read(directory / "nvidia-smi-q.txt", errors)
     try:
         if xml_text is not None:
             smi_log = smi.parse_smi_xml(xml_text)
@@ -181,18 +209,18 @@ def _replay_facts(directory: Path, model_dirs: Iterable[str]) -> Dict[str, Any]:
             smi_log = smi.parse_smi_text(text_q)
     except smi.SmiParseError as exc:
         errors.append("{}: {}".format(directory / "nvidia-smi-q-x.xml", exc))
-    listing_text = _read(directory / "nvidia-smi-L.txt")
+    listing_text = _read(directory / "nvidia-smi-L.txt", errors)
     listing = smi.parse_smi_list(listing_text) if listing_text else []
     if smi_log is None and not listing and not recorded.get("cpu_only"):
         errors.append("nvidia-smi is not installed (not on PATH)")
-    topo_text = _read(directory / "nvidia-smi-topo-m.txt")
-    imex_text = _read(directory / "nvidia-imex-ctl-N.txt")
+    topo_text = _read(directory / "nvidia-smi-topo-m.txt", errors)
+    imex_text = _read(directory / "nvidia-imex-ctl-N.txt", errors)
     sys_ib = directory / "sys" / "class" / "infiniband"
     ibstat_text = None
     if sys_ib.is_dir():
         adapters = ib.read_sysfs(sys_ib)
     else:
-        ibstat_text = _read(directory / "ibstat.txt")
+        ibstat_text = _read(directory / "ibstat.txt", errors)
         adapters = ib.parse_ibstat(ibstat_text) if ibstat_text else []
     topo_parsed = topo.parse_topo(topo_text) if topo_text else None
     imex_parsed = imex.parse_imex_nodes(imex_text) if imex_text else None
@@ -206,7 +234,7 @@ def _replay_facts(directory: Path, model_dirs: Iterable[str]) -> Dict[str, Any]:
             errors.append(sentence)
     host = host_mod.replay_host(recorded)
     host["cpu_only"] = bool(recorded.get("cpu_only"))
-    mounts = list(recorded.get("mounts") or []) + storage.live_mounts()
+    mounts = (recorded.get("mounts") or []) + storage.live_mounts()
     facts = build_facts(
         smi=smi_log,
         listing=listing,

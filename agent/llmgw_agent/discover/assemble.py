@@ -11,6 +11,7 @@ import copy
 
 from llmgw_agent.discover import classes
 from llmgw_agent.discover.fabric import fabric_verdict, nvlink_domain
+from llmgw_agent.discover.fields import ascii_int
 from llmgw_agent.discover.ib import rated_speeds
 from llmgw_agent.discover.records import card_record, mig_record
 from llmgw_agent.discover.topo import nearest_nics, nic_affinity, nvlink_matrix
@@ -41,9 +42,8 @@ def _profile_memory_mib(profile: Optional[str]) -> Optional[int]:
     if not profile:
         return None
     tail = profile.rsplit(".", 1)[-1]
-    if tail.endswith("gb") and tail[:-2].isdigit():
-        return int(tail[:-2]) * 1024
-    return None
+    gb = ascii_int(tail[:-2]) if tail.endswith("gb") else None  # `1g.²gb`: no size, no crash
+    return gb * 1024 if gb is not None else None
 
 
 def join_listing(cards: List[Record], listing: List[Record]) -> List[Record]:
@@ -200,7 +200,7 @@ def apply_sim_usage(facts: Record, usages: List[Record]) -> None:
                 by_key[str(key)] = gpu
     cards = {card["index"]: card for card in facts["cards"]}
     for usage in usages:
-        used = int(usage.get("used_mib") or 0)
+        used = usage.get("used_mib") or 0  # a whole number: read by SIM_USAGE_SCHEMA
         for target in usage.get("gpus") or []:
             gpu = by_key.get(str(target))
             if gpu is None:

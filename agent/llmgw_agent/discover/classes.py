@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import re
 
+from llmgw_agent.discover.fields import ascii_int
+
 TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
 if TYPE_CHECKING:
     from typing import Dict, Optional
@@ -111,9 +113,10 @@ def nominal_gb(memory_mib: Optional[int], name: str = "") -> Optional[int]:
     smallest nominal size at or a little above the reported GiB (within 8 %);
     else the GiB rounded.
     """
-    printed = re.search(r"(\d+)\s*GB", name, re.IGNORECASE)
-    if printed:
-        return int(printed.group(1))
+    printed = re.search(r"([0-9]+)\s*GB", name, re.IGNORECASE)
+    size = ascii_int(printed.group(1)) if printed else None
+    if size is not None:
+        return size
     if not memory_mib:
         return _NOMINAL_BY_FAMILY.get(family(name)) if name else None
     gib = memory_mib / 1024.0

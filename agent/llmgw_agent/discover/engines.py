@@ -88,7 +88,7 @@ def llama_server_version(path: str, timeout_s: float = 5.0) -> Optional[str]:
     except (OSError, subprocess.TimeoutExpired):
         return None
     text = done.stdout.decode(errors="replace")
-    match = re.search(r"version:\s*(\d+)", text)
+    match = re.search(r"version:\s*([0-9]+)", text)
     return "b" + match.group(1) if match else None
 
 
@@ -122,12 +122,16 @@ def live_engines() -> Dict[str, Dict[str, Any]]:
 
 
 def replay_engines(recorded: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
-    """Engines as a capture's `host.json` lists them (`{name: {version, path}}`)."""
+    """Engines as a capture's `host.json` lists them (`{name: {version, path}}`).
+
+    `recorded` is `host.read_host_json`'s: each value already an engine
+    object or a version string (`HOST_SCHEMA`).
+    """
     engines = recorded.get("engines") or {}
     result: Dict[str, Dict[str, Any]] = {}
     for name, value in engines.items():
         if isinstance(value, dict):
-            result[str(name)] = {"version": value.get("version"), "path": value.get("path")}
+            result[name] = {"version": value.get("version"), "path": value.get("path")}
         else:
-            result[str(name)] = {"version": str(value), "path": None}
+            result[name] = {"version": value, "path": None}
     return result

@@ -7,10 +7,24 @@ in a capture directory. Driver and CUDA versions come from nvidia-smi/NVML;
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
+
+from llmgw_agent.discover.fields import ascii_int
+from llmgw_agent.discover.schema import (
+    Either,
+    Flag,
+    ListOf,
+    MapOf,
+    Maybe,
+    OneOf,
+    Real,
+    Record,
+    Text,
+    Whole,
+    read_json,
+)
 
 TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
 if TYPE_CHECKING:
@@ -38,17 +52,79 @@ _NVIDIA_VENDOR = "0x10de"
 _GPU_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers; NVSwitches are bridges (0x0680)
 
 
-def read_host_json(path: Path) -> Dict[str, Any]:
-    """A capture's `host.json` as a dict ({} when absent); a broken file raises ValueError."""
-    if not path.is_file():
+_NAME = Maybe(Text())
+
+HOST_SCHEMA = Record(
+    {
+        "hostname": _NAME,
+        "cpus": Maybe(Whole(1, 1 << 20)),
+        "memory_mib": Maybe(Whole(0, 1 << 40)),
+        "mgmt_address": _NAME,
+        "mgmt_interface": _NAME,
+        "driver_version": _NAME,
+        "cuda_version": _NAME,
+        "python": _NAME,
+        "kernel": _NAME,
+        "arch": _NAME,
+        "pci_gpus": Maybe(Whole(0, 4096)),
+        "cpu_flags": Maybe(ListOf(Text())),
+        "cpu_only": Maybe(Flag()),
+        "mounts": Maybe(
+            ListOf(
+                Record(
+                    {"path": Text(), "fs_type": Text()},
+                    required=("path", "fs_type"),
+                    what="a mount {path, fs_type}",
+                    plural="mounts {path, fs_type}",
+                )
+            )
+        ),
+        "engines": Maybe(
+            MapOf(
+                Either(
+                    Record(
+                        {"version": _NAME, "path": _NAME},
+                        what="an engine {version, path}",
+                        plural="engines {version, path}",
+                    ),
+                    Text(),
+                )
+            )
+        ),
+        "keepalive": Maybe(
+            Record(
+                {"method": Maybe(OneOf("setsid", "systemd-run")), "reason": Text()},
+                what="a keepalive {method, reason}",
+            )
+        ),
+        "sim": Maybe(Record({"fabric_ratio": MapOf(Real(0.0, 1.0))})),
+    },
+    what="a JSON object",
+)
+"""What a capture's `host.json` may hold, field by field (other keys are not read).
+
+`mounts` make a replayed model directory look shared; `engines` are
+`{name: {version, path}}` (or `{name: version}`); `keepalive` overrides this
+machine's own; `sim.fabric_ratio` is the share of its rate a simulated rail carries.
+"""
+
+
+def read_host_json(path: Path, problems: Optional[List[str]] = None) -> Dict[str, Any]:
+    """A capture's `host.json`, every field of the type `HOST_SCHEMA` gives it ({} when absent).
+
+    With `problems`, a field of the wrong shape is left out and its sentence
+    appended (the rest of the node is still known); without, it raises.
+
+    Raises:
+        CaptureError: (a ValueError) a file that is not JSON or not an object, or,
+            without `problems`, the first field of the wrong shape.
+    """
+    present, document = read_json(path)
+    if not present:
         return {}
-    try:
-        loaded = json.loads(path.read_text())
-    except ValueError as exc:
-        raise ValueError("{} is not JSON ({})".format(path, exc)) from exc
-    if not isinstance(loaded, dict):
-        raise ValueError("{} must hold a JSON object".format(path))
-    return loaded
+    if problems is None:
+        return HOST_SCHEMA.read(document, str(path))
+    return HOST_SCHEMA.read_fields(document, str(path), problems)
 
 
 def memory_mib(meminfo: str) -> Optional[int]:
@@ -56,8 +132,9 @@ def memory_mib(meminfo: str) -> Optional[int]:
     for line in meminfo.splitlines():
         if line.startswith("MemTotal:"):
             parts = line.split()
-            if len(parts) >= 2 and parts[1].isdigit():
-                return int(parts[1]) // 1024
+            kib = ascii_int(parts[1]) if len(parts) >= 2 else None
+            if kib is not None:
+                return kib // 1024
     return None
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from llmgw_agent.discover.fields import ascii_int, finite
+
 TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional
@@ -47,8 +49,8 @@ def rate_gbps(text: Optional[str]) -> Optional[float]:
     """`400 Gb/sec (4X NDR)` or `400` -> 400.0."""
     if not text:
         return None
-    match = re.match(r"\s*(\d+(?:\.\d+)?)", text, re.ASCII)
-    return float(match.group(1)) if match else None
+    match = re.match(r"\s*([0-9]+(?:\.[0-9]+)?)", text)
+    return finite(float(match.group(1))) if match else None  # 400 digits: no rate
 
 
 def link_layer(text: Optional[str]) -> Optional[str]:
@@ -99,8 +101,8 @@ def roce_gid_index(port_dir: Path) -> Optional[int]:
     if not types_dir.is_dir():
         return None
     fallback = None
-    indices = sorted(int(p.name) for p in types_dir.iterdir() if p.name.isdigit())
-    for index in indices:
+    named = (ascii_int(p.name) for p in types_dir.iterdir())
+    for index in sorted(index for index in named if index is not None):
         kind = (_read(types_dir / str(index)) or "").lower()
         if "v2" not in kind:
             continue
@@ -129,9 +131,10 @@ def read_sysfs(class_dir: Path) -> List[Record]:
         net_dir = device / "device" / "net"
         netdevs = sorted(p.name for p in net_dir.iterdir()) if net_dir.is_dir() else []
         for port_dir in sorted(ports_dir.iterdir(), key=lambda p: _natural(p.name)):
-            if not port_dir.name.isdigit():
-                continue
-            adapter = _adapter(device.name, int(port_dir.name))
+            port = ascii_int(port_dir.name)
+            if port is None:
+                continue  # `²`, `1x`: no port the kernel names
+            adapter = _adapter(device.name, port)
             adapter["state"] = port_state(_read(port_dir / "state"))
             adapter["phys_state"] = phys_state(_read(port_dir / "phys_state"))
             adapter["rate_gbps"] = rate_gbps(_read(port_dir / "rate"))
@@ -146,7 +149,12 @@ def read_sysfs(class_dir: Path) -> List[Record]:
 
 
 def _natural(name: str) -> List[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+    """`mlx5_10` after `mlx5_9`: ASCII digit runs compared as numbers, the rest as text."""
+    key = []
+    for at, part in enumerate(re.split(r"([0-9]+)", name)):
+        number = ascii_int(part) if at % 2 else None  # odd places hold the digit runs
+        key.append((0, number, "") if number is not None else (1, 0, part))
+    return key
 
 
 def parse_ibstat(text: str) -> List[Record]:
@@ -163,9 +171,13 @@ def parse_ibstat(text: str) -> List[Record]:
         if ca:
             name, hca_type, fw_version, current = ca.group(1), None, None, None
             continue
-        port = re.match(r"^Port (\d+):$", line)
-        if port and name:
-            current = _adapter(name, int(port.group(1)))
+        port = re.match(r"^Port ([0-9]+):$", line)
+        number = ascii_int(port.group(1)) if port else None
+        if port and name and number is None:
+            current = None  # a port we cannot name: what follows belongs to none
+            continue
+        if number is not None and name:
+            current = _adapter(name, number)
             current["hca_type"], current["fw_version"] = hca_type, fw_version
             adapters.append(current)
             continue
@@ -194,10 +206,12 @@ def parse_ibstatus(text: str) -> List[Record]:
     current: Optional[Record] = None
     for raw in text.splitlines():
         line = raw.strip()
-        head = re.match(r"^Infiniband device '([^']+)' port (\d+) status:", line)
+        head = re.match(r"^Infiniband device '([^']+)' port ([0-9]+) status:", line)
         if head:
-            current = _adapter(head.group(1), int(head.group(2)))
-            adapters.append(current)
+            number = ascii_int(head.group(2))
+            current = _adapter(head.group(1), number) if number is not None else None
+            if current is not None:
+                adapters.append(current)
             continue
         if current is None or ":" not in line:
             continue
@@ -231,10 +245,11 @@ def parse_ibv_devinfo(text: str) -> List[Record]:
         key, _, value = line.partition(":")
         key, value = key.strip(), value.strip()
         if key == "port":
-            if not value.isdigit():
+            number = ascii_int(value)
+            if number is None:
                 current = None  # a damaged port line: what follows belongs to no port we can name
                 continue
-            current = _adapter(name, int(value))
+            current = _adapter(name, number)
             current["fw_version"], current["hca_type"] = fw_version, hca_type
             adapters.append(current)
         elif current is None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from llmgw_agent.discover.fields import ascii_int
+
 TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional
@@ -18,8 +20,8 @@ if TYPE_CHECKING:
 CHANNEL_DIR = "dev/nvidia-caps-imex-channels"
 """Where IMEX channel devices live, relative to `/` (or to a capture directory)."""
 
-_NODE = re.compile(r"^Node\s+#(\d+)\s+-\s+(\S+)\s+-\s+([A-Z_]+)(?:\s+-\s+Version:\s+(\S+))?\s*$")
-_ROW = re.compile(r"^\s*(\d+)\s+((?:(?:[A-Z]|!V!|!M!)\s*)+)$")
+_NODE = re.compile(r"^Node\s+#([0-9]+)\s+-\s+(\S+)\s+-\s+([A-Z_]+)(?:\s+-\s+Version:\s+(\S+))?\s*$")
+_ROW = re.compile(r"^\s*([0-9]+)\s+((?:(?:[A-Z]|!V!|!M!)\s*)+)$")
 
 
 def parse_imex_nodes(text: str) -> Dict[str, Any]:
@@ -36,10 +38,11 @@ def parse_imex_nodes(text: str) -> Dict[str, Any]:
     for raw in text.splitlines():
         line = raw.rstrip()
         node = _NODE.match(line.strip())
-        if node:
+        index = ascii_int(node.group(1)) if node else None
+        if node and index is not None:
             nodes.append(
                 {
-                    "index": int(node.group(1)),
+                    "index": index,
                     "address": node.group(2),
                     "state": node.group(3),
                     "version": node.group(4),

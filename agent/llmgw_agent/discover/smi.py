@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from llmgw_agent.discover.fields import clean, flag, number, whole
+from llmgw_agent.discover.fields import ascii_int, clean, flag, number, printed, whole
 from llmgw_agent.discover.records import Record, card_record, mig_record
 
 TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
@@ -159,7 +159,7 @@ MAX_CARD_MIB = 16 * 1024 * 1024
 
 def card_memory_mib(text: Optional[str], index: int) -> Optional[int]:
     """A card's total memory in MiB, refused when no card could hold it."""
-    value = number(text)
+    value = printed(text)
     if value is not None and not value <= MAX_CARD_MIB:  # NaN and infinity included
         shown = "{:.0f}".format(value) if value < 1e30 else "an absurd number of"
         raise SmiParseError(
@@ -219,8 +219,8 @@ def parse_smi_xml(text: str) -> Record:
     }
 
 
-_LIST_GPU = re.compile(r"^GPU\s+(\d+):\s+(.+?)\s+\(UUID:\s+(GPU-[^)]+)\)\s*$")
-_LIST_MIG = re.compile(r"MIG\s+(\S+)\s+Device\s+(\d+):\s+\(UUID:\s+(MIG-[^)]+)\)")
+_LIST_GPU = re.compile(r"^GPU\s+([0-9]+):\s+(.+?)\s+\(UUID:\s+(GPU-[^)]+)\)\s*$")
+_LIST_MIG = re.compile(r"MIG\s+(\S+)\s+Device\s+([0-9]+):\s+\(UUID:\s+(MIG-[^)]+)\)")
 
 
 def parse_smi_list(text: str) -> List[Record]:
@@ -232,10 +232,11 @@ def parse_smi_list(text: str) -> List[Record]:
     cards: List[Record] = []
     for line in text.splitlines():
         gpu = _LIST_GPU.match(line.strip())
-        if gpu:
+        index = ascii_int(gpu.group(1)) if gpu else None
+        if gpu and index is not None:
             cards.append(
                 {
-                    "index": int(gpu.group(1)),
+                    "index": index,
                     "name": gpu.group(2),
                     "uuid": gpu.group(3),
                     "migs": [],
@@ -243,9 +244,10 @@ def parse_smi_list(text: str) -> List[Record]:
             )
             continue
         mig = _LIST_MIG.search(line)
-        if mig and cards:
+        instance = ascii_int(mig.group(2)) if mig else None
+        if mig and cards and instance is not None:
             cards[-1]["migs"].append(
-                {"index": int(mig.group(2)), "profile": mig.group(1), "uuid": mig.group(3)}
+                {"index": instance, "profile": mig.group(1), "uuid": mig.group(3)}
             )
     return cards
 

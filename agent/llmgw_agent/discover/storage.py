@@ -10,9 +10,11 @@ plain directories holding `config.json` or `*.gguf` files. Shared storage
 
 from __future__ import annotations
 
-import json
 import os
+import re
 from pathlib import Path
+
+from llmgw_agent.discover.schema import CaptureError, MapOf, Record, Text, read_json
 
 TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
 if TYPE_CHECKING:
@@ -43,6 +45,13 @@ SHARED_FS_TYPES = frozenset(
 _PARTIAL_SUFFIXES = (".incomplete", ".part", ".tmp", ".download")
 _MAX_DEPTH = 3
 
+INDEX_SCHEMA = Record({"weight_map": MapOf(Text())})
+"""What discovery reads of a `*.index.json`: which file holds each tensor."""
+
+_MOUNT_ESCAPES = {"\\040": " ", "\\011": "\t", "\\012": "\n", "\\134": "\\"}
+"""The four characters the kernel escapes in a mount point (`mangle` in fs/proc_namespace.c)."""
+_MOUNT_ESCAPE = re.compile(r"\\(?:040|011|012|134)")
+
 
 def parse_mountinfo(text: str) -> List[Dict[str, str]]:
     """`/proc/self/mountinfo` -> `[{path, fs_type}]` (octal escapes such as `\\040` decoded)."""
@@ -52,7 +61,7 @@ def parse_mountinfo(text: str) -> List[Dict[str, str]]:
         fields = left.split()
         if not sep or len(fields) < 5 or not right.split():
             continue
-        path = fields[4].encode().decode("unicode_escape")
+        path = _MOUNT_ESCAPE.sub(lambda m: _MOUNT_ESCAPES[m.group(0)], fields[4])
         mounts.append({"path": path, "fs_type": right.split()[0]})
     return mounts
 
@@ -102,8 +111,9 @@ def _weights_state(directory: Path) -> Dict[str, Any]:
         if not index.is_file():
             continue
         try:
-            listed += list(json.loads(index.read_text()).get("weight_map", {}).values())
-        except ValueError:
+            _, document = read_json(index)
+            listed += list(INDEX_SCHEMA.read(document, str(index)).get("weight_map", {}).values())
+        except CaptureError:
             missing.append(index_name)
     for weight in sorted(set(listed) | set(shards) | set(bins) | set(ggufs)):
         if not _usable(directory / weight):
@@ -140,7 +150,10 @@ def _revisions(entry: Path) -> List[Path]:
     )
     main = entry / "refs" / "main"
     if main.is_file():
-        wanted = main.read_text().strip()
+        try:
+            wanted = main.read_text(errors="replace").strip()
+        except OSError:
+            return revisions  # an unreadable ref names no snapshot: the newest is used
         revisions.sort(key=lambda p: p.name == wanted)
     return revisions
 

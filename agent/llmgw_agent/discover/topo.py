@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import re
 
-from llmgw_agent.discover.fields import whole
+from llmgw_agent.discover.fields import ascii_int, whole
 
 TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_COLUMN = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\w+)$")
-_LEGEND_NIC = re.compile(r"^\s*(NIC\d+):\s*(\S+)\s*$")
+_COLUMN = re.compile(r"^(GPU[0-9]{1,16}|NIC[0-9]+|mlx[0-9]+_\w+)$", re.ASCII)
+_LEGEND_NIC = re.compile(r"^\s*(NIC[0-9]+):\s*(\S+)\s*$")
 
 # How close a NIC is to a GPU, closest first (NV# never links a GPU to a NIC).
 _CLOSENESS = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -71,7 +71,11 @@ def parse_topo(text: str) -> Dict[str, Any]:
         if not _COLUMN.match(row):
             continue
         values = tokens[1 : 1 + len(header)]
-        matrix[rename(row)] = {rename(col): val for col, val in zip(header, values)}
+        # A cell the tool never prints (`NV²`) is left out: the matrix is then not
+        # whole, and the capture is named damaged instead of read as "no NVLink".
+        matrix[rename(row)] = {
+            rename(col): val for col, val in zip(header, values) if val.isascii()
+        }
         if row.startswith("GPU"):
             tail = _affinity_tail(cells, tokens, len(header))
             affinity[row] = tail
@@ -139,7 +143,9 @@ def nearest_nics(topo: Dict[str, Any]) -> Dict[int, Optional[str]]:
                 best_rank, best = rank, [nic]
             elif rank == best_rank:
                 best.append(nic)
-        index = int(gpu[3:])
+        index = ascii_int(gpu[3:])  # `GPU` and at most 16 ASCII digits (`_COLUMN`)
+        if index is None:
+            continue
         if not best:
             result[index] = None
             continue
