@@ -1,30 +1,27 @@
 """The gateway in front of two real llama.cpp engines, over real SSH.
 
 This machine is node `here` behind asyncssh's server on loopback; its real
-agent starts two llama.cpp replicas of the tiny GGUF and the real
-`vllm-router` 0.1.17 in front of them, each as a shard.
+agent starts two llama.cpp replicas of the tiny GGUF and the gateway's front
+(the agent's own router) in front of them, each as a shard.
 
-How the engines are fronted: vllm-router 0.1.17 probes the workers it is
-given through its `/workers` API on `GET /health` whatever
-`--health-check-endpoint` says, and llama-cpp-python's server has no
-`/health` (404: the router held both workers unhealthy within 6 s and
-answered 503). llama.cpp's own `llama-server` answers it, but is not
-installed here. So the node's inventory names a test-side launcher as its
-llama.cpp program (`engines: {llama.cpp: {bin: …/llama-server}}`, see
-`llama_server_front`): it takes the `llama-server` flags the product builds
-and runs llama-cpp-python's own FastAPI app, unchanged, in that one process
-with a `/health` route in front answering as llama-server does (503 "Loading
-model", then 200). Not a proxy: the process the test SIGKILLs is the one
-computing the tokens. The product is unchanged: it builds llama-server's
-command and checks `/health`, as for the real binary.
+How the engines are fronted: the front asks each worker's `/health` every
+few seconds, and llama-cpp-python's server has no `/health` route (a 404
+holds a worker out of rotation). llama.cpp's own `llama-server` answers it,
+but is not installed here. So the node's inventory names a test-side
+launcher as its llama.cpp program (`engines: {llama.cpp: {bin: …/llama-server}}`,
+see `llama_server_front`): it takes the `llama-server` flags the product
+builds and runs llama-cpp-python's own FastAPI app, unchanged, in that one
+process with a `/health` route in front answering as llama-server does (503
+"Loading model", then 200). Not a proxy: the process the test SIGKILLs is
+the one computing the tokens. The product is unchanged: it builds
+llama-server's command and checks `/health`, as for the real binary.
 
 One scenario, in the order a person would live it: both engines get traffic
-(the router's own counters and each engine's own log); one engine's process
+(the front's own counters and each engine's own log); one engine's process
 is SIGKILLed and requests through the gateway keep succeeding through the
-other (every one counted, with when the router marked the dead worker
-unhealthy); the router's worker list follows a `stop` and a new `serve`.
-Skips, saying what to install, where llama-cpp-python's server or
-vllm-router is absent.
+other (every one counted, with when the front marked the dead worker
+unhealthy); the front's worker list follows a `stop` and a new `serve`.
+Skips, saying what to install, where llama-cpp-python's server is absent.
 """
 
 from __future__ import annotations
@@ -53,20 +50,19 @@ from tiny_gguf import REPLY, write_tiny_llama_gguf
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.fleet import Fleet
-from llmgw_core.fleet.sim.demo import demo_router
 from llmgw_core.gateway.run import find_gateway, front_call
+from llmgw_core.gateway.spec import HEALTH_INTERVAL_S
 
 pytestmark = [
     pytest.mark.slow,
     needs_llama_cpp,
-    pytest.mark.skipif(demo_router() is None, reason="vllm-router is not installed (test extra)"),
 ]
 
 MODEL = "tiny"
 """Two replicas of one local file serve one model, named from the file: one pool."""
 BENCH_REQUESTS = 20
 AFTER_UNHEALTHY_S = 1.0
-"""Requests go on this long after the router marked the dead engine unhealthy."""
+"""Requests go on this long after the front marked the dead engine unhealthy."""
 AFTER_KILL_CAP_S = 15.0
 """…and never longer than this after the kill."""
 SENDERS = 2
@@ -128,7 +124,7 @@ async def _gateway_port(fleet: Fleet) -> int:
     """A port the node's agent finds free, below the kernel's ephemeral range.
 
     An ephemeral port free a moment ago may be taken by any outgoing
-    connection (SSH tunnels, clients) before the router binds it.
+    connection (SSH tunnels, clients) before the front binds it.
     """
     answer = await fleet.request(NODE, "port.free", {"start": GATEWAY_PORT_FROM, "count": 1})
     return int(answer["ports"][0])
@@ -172,7 +168,7 @@ async def _send_until(
 async def _watch_unhealthy(
     http: httpx.AsyncClient, base: str, url: str, done: asyncio.Event, cap_at: float
 ) -> float | None:
-    """When the router's worker list first showed `url` unhealthy (None: not by `cap_at`).
+    """When the front's worker list first showed `url` unhealthy (None: not by `cap_at`).
 
     Sets `done` `AFTER_UNHEALTHY_S` later (or at `cap_at`), ending the traffic.
     """
@@ -196,7 +192,7 @@ async def _kill_and_keep_asking(
 
     `base` is the gateway's port (its front), `admin` reads the front's workers.
 
-    They go on until the router has held the dead worker unhealthy for
+    They go on until the front has held the dead worker unhealthy for
     `AFTER_UNHEALTHY_S` (at most `AFTER_KILL_CAP_S`).
     """
     pid = await _running_pid(fleet, "tiny-a")
@@ -252,7 +248,7 @@ async def _scenario(tmp_path: Path) -> dict[str, Any]:
                 assert status == 200, text
                 return {w["url"]: w["is_healthy"] for w in json.loads(text)["workers"]}
 
-            async with engine_url(fleet, NODE, port) as base:
+            async with engine_url(fleet, NODE, port, scheme="http") as base:
                 await _kill_and_keep_asking(fleet, base, admin, urls["tiny-a"], seen)
                 seen["stopped"] = await _ok(step(ctx, "stop", replica="tiny-a"))
                 async with httpx.AsyncClient(timeout=30) as http:
@@ -292,7 +288,7 @@ def test_two_llama_cpp_engines_behind_the_gateway_share_traffic_survive_a_kill_a
     assert {w["model"] for w in gateway["workers"]} == {MODEL}
     urls = {w["replica"]: w["url"] for w in gateway["workers"]}
 
-    # Both engines got traffic: the router's counters and each engine's own log agree.
+    # Both engines got traffic: the front's counters and each engine's own log agree.
     split = seen["bench"]["split"]
     assert sum(split.values()) == BENCH_REQUESTS, split
     assert sorted(split) == sorted(urls.values()) and all(n >= 5 for n in split.values()), split
@@ -301,15 +297,16 @@ def test_two_llama_cpp_engines_behind_the_gateway_share_traffic_survive_a_kill_a
     # The process killed was the engine itself: the launcher, holding the engine's port.
     assert "llama_server_front.py" in seen["killed_cmdline"]
     assert seen["killed_held_port"] is True
-    # Every request after the kill succeeded, before and after the router's health
-    # check (every 2 s) caught the dead engine.
+    # Every request after the kill succeeded: the front took the dead engine out of
+    # rotation at its first refused connection and sent that request to tiny-b.
     after_kill = seen["after_kill"]
     failed = [(at, status) for at, _, status in after_kill if status != 200]
     assert failed == [], failed
     caught_s = seen["unhealthy_after_s"]
-    assert caught_s is not None, "the router never marked the killed engine unhealthy"
+    assert caught_s is not None, "the front never marked the killed engine unhealthy"
     before_caught = [at for at, _, _ in after_kill if at < caught_s]
-    assert len(before_caught) >= 10 and after_kill[-1][0] > caught_s, (caught_s, after_kill[-3:])
+    assert caught_s < HEALTH_INTERVAL_S + 1.0, caught_s  # not left for the health check
+    assert len(after_kill) >= 10 and after_kill[-1][0] > caught_s, (caught_s, after_kill[-3:])
 
     # The worker list follows a stop and a serve (tiny-c may take tiny-a's old port).
     (follow,) = seen["stopped"]["gateways"]
@@ -321,9 +318,10 @@ def test_two_llama_cpp_engines_behind_the_gateway_share_traffic_survive_a_kill_a
     assert sorted(w["replica"] for w in follow["workers"]) == ["tiny-b", "tiny-c"]
     assert follow["warnings"] == []  # both answer /health, as llama-server does
     url_c = next(w["url"] for w in follow["workers"] if w["replica"] == "tiny-c")
-    # tiny-b, added long before, is still healthy: /health answered the router all along.
+    # tiny-b, added long before, is still healthy: /health answered the front all along.
     assert seen["workers_after_serve"] == {urls["tiny-b"]: True, url_c: True}
-    assert seen["b_in_rotation_s"] > 6.0
+    # Long enough for the front's health check to have asked it more than once.
+    assert seen["b_in_rotation_s"] > 1.5 * HEALTH_INTERVAL_S
     assert seen["ask"]["text"].strip() == REPLY
     split_after = seen["bench_after"]["split"]
     assert sorted(split_after) == sorted([urls["tiny-b"], url_c]), split_after
@@ -335,12 +333,12 @@ def test_two_llama_cpp_engines_behind_the_gateway_share_traffic_survive_a_kill_a
         f"\ntwo llama.cpp replicas served in {seen['serve_two_s']:.1f} s, gateway up in "
         f"{seen['gateway_s']:.1f} s; {BENCH_REQUESTS} requests at "
         f"{seen['bench']['requests_per_s']} requests/s, split {seen['logged']} "
-        "(router counters and engine logs agree)\n"
+        "(front counters and engine logs agree)\n"
         f"after SIGKILL of tiny-a ({SENDERS} at a time): {len(after_kill) - len(failed)} of "
         f"{len(after_kill)} requests succeeded in {after_kill[-1][0]:.1f} s, "
-        f"{len(before_caught)} of them before the router marked it unhealthy "
-        f"({caught_s:.1f} s after the kill); first answer {after_kill[0][1]:.2f} s, "
+        f"{len(before_caught)} of them before the front marked it unhealthy "
+        f"({caught_s:.2f} s after the kill); first answer {after_kill[0][1]:.2f} s, "
         f"slowest {slowest_s:.2f} s\n"
-        f"tiny-b healthy at the router {seen['b_in_rotation_s']:.0f} s after the gateway started; "
+        f"tiny-b healthy at the front {seen['b_in_rotation_s']:.0f} s after the gateway started; "
         f"after stop tiny-a + serve tiny-c, 10 requests split {split_after}"
     )

@@ -196,13 +196,14 @@ async def started_shard(client: AgentClient, plan: LaunchPlan, replica: str) -> 
 
 @contextlib.asynccontextmanager
 async def engine_url(
-    fleet: Fleet, node: str, http_port: int, host: str = "127.0.0.1"
+    fleet: Fleet, node: str, http_port: int, host: str = "127.0.0.1", scheme: str = "https"
 ) -> AsyncIterator[str]:
     """`https://127.0.0.1:PORT`: the node's engine port (on `host`, the address it is bound
-    to) through an SSH tunnel on its connection (speak to it with `pinned_client`)."""
+    to) through an SSH tunnel on its connection (speak to it with `pinned_client`); `scheme`
+    "http" for a port that speaks plain HTTP (a gateway's front)."""
     tunnel = await fleet.connection(node).forward_local_port("127.0.0.1", 0, host, http_port)
     try:
-        yield f"https://127.0.0.1:{tunnel.get_port()}"
+        yield f"{scheme}://127.0.0.1:{tunnel.get_port()}"
     finally:
         tunnel.close()
         await tunnel.wait_closed()

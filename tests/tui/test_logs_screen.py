@@ -115,7 +115,7 @@ def test_logs_gateway_name_opens_a_gateways_log_and_a_fixed_fleet_says_it_runs_n
             assert isinstance(screen, LogsScreen) and screen.gateway
             assert screen.sub_title == "logs gateway front"
             status = str(screen.query_one("#logs-status", Static).content)
-            assert status.startswith("gateway front · its router · 0 lines")
+            assert status.startswith("gateway front · its front · 0 lines")
             assert status.endswith("no gateway is named 'front': a fixed fleet runs no gateway")
 
     asyncio.run(run())

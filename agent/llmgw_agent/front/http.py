@@ -34,7 +34,7 @@ import ssl
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Awaitable, Callable, Dict, List, Optional, Tuple  # noqa: F401 (type comments)
+    from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple  # noqa: F401 (type comments)
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADER_LINES = 100
@@ -560,6 +560,9 @@ async def serve_connections(
     """
     loop = asyncio.get_running_loop()
     backoff_s = ACCEPT_BACKOFF_S
+    # The loop holds tasks weakly: a connection waiting on an engine is otherwise reachable
+    # from nothing once it is authenticated, and the collector destroys it mid-request.
+    running = set()  # type: Set[asyncio.Task]
     while True:
         try:
             sock, address = await loop.sock_accept(listener)
@@ -589,6 +592,8 @@ async def serve_connections(
             count("busy")
         else:
             slot.task = loop.create_task(_connection(slot, handle, governor, limits, context))
+            running.add(slot.task)
+            slot.task.add_done_callback(running.discard)
         await asyncio.sleep(0)  # let the connections run between accepts of a burst
 
 

@@ -11,6 +11,7 @@ replica's certificate, and refuses the handshake of one that pins another.
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import ssl
@@ -72,8 +73,10 @@ def test_a_certificate_is_made_for_the_engines_name_valid_from_a_little_before_n
     assert certificate.subject.rfc4514_string() == f"OU=llama-70b,CN={ENGINE_NAME}"
     names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     assert names.value.get_values_for_type(x509.DNSName) == [ENGINE_NAME]
-    age_s = time.time() - certificate.not_valid_before_utc.timestamp()
-    assert 3500 < age_s < 3700  # a node whose clock is behind still accepts it
+    made_at = datetime.datetime(2026, 12, 4, 12, 0, tzinfo=datetime.UTC)
+    dated = x509.load_pem_x509_certificate(EngineIdentity.make(now=made_at).cert_pem.encode())
+    # A node whose clock is an hour behind still accepts it.
+    assert made_at - dated.not_valid_before_utc == datetime.timedelta(hours=1)
     assert (certificate.not_valid_after_utc - certificate.not_valid_before_utc).days == 3650
     assert "PRIVATE KEY" in IDENTITY.key_pem and "PRIVATE" not in IDENTITY.cert_pem
     assert IDENTITY.key_pem not in repr(IDENTITY)
