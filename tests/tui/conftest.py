@@ -98,7 +98,9 @@ def h100_fabric_run() -> tuple[dict, str | None]:
         check=False,
     )
     lines = done.stdout.strip().splitlines()
-    assert lines, f"the demo's fabric-test said nothing (exit {done.returncode}): {done.stderr[-3000:]}"
+    assert lines, (
+        f"the demo's fabric-test said nothing (exit {done.returncode}): {done.stderr[-3000:]}"
+    )
     line = json.loads(lines[-1])
     assert line["step"] == "fabric-test" and line.get("result"), done.stderr
     return line["result"], None if line["ok"] else line["error"]
