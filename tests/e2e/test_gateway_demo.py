@@ -1,7 +1,7 @@
-"""The gateway on the demo fleet: the real vllm-router, supervised as a shard, over real SSH.
+"""The gateway on the demo fleet: the agent's own front, supervised as a shard, over real SSH.
 
 Two replicas of one model (and one of another) are sim engines started by
-the real agents; the router runs on the CPU node and is reached, like the
+the real agents; the front runs on the CPU node and is reached, like the
 engines, through an SSH tunnel. One demo fleet for the module; the tests run
 in order and share what they started.
 """
@@ -22,12 +22,10 @@ from kept_demo import example_on_a_free_port
 from serve_demo_harness import Demo, open_console
 
 from llmgw_core.errors import BadInput, LlmgwError
-from llmgw_core.fleet.sim.demo import demo_router
 from llmgw_core.gateway.run import router_workers, start_gateway
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(demo_router() is None, reason="vllm-router is not installed (test extra)"),
 ]
 
 REPO = Path(__file__).resolve().parents[2]

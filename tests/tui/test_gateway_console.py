@@ -1,7 +1,7 @@
 """The wizard's last page puts a replica behind a gateway; the replicas screen lists it.
 
-One console over the real demo fleet (agents over SSH, a sim engine, the real
-vllm-router on cpu-01): serve with "put behind a gateway" ticked, see the
+One console over the real demo fleet (agents over SSH, a sim engine, the
+gateway's front on cpu-01): serve with "put behind a gateway" ticked, see the
 gateway's line on the replicas screen, then stop the replica and the gateway.
 """
 
@@ -14,7 +14,6 @@ import pytest
 from live_walk import ready_nodes, until
 from textual.widgets import Checkbox, Static
 
-from llmgw_core.fleet.sim.demo import demo_router
 from llmgw_core.gateway.run import gateways_now, stop_gateway
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import LiveFeed
@@ -24,7 +23,6 @@ from llmgw_tui.screens.serve import GATEWAY_NAME, ServeScreen
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(420),
-    pytest.mark.skipif(demo_router() is None, reason="vllm-router is not installed (test extra)"),
 ]
 
 MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"

@@ -199,13 +199,14 @@ def _inventory_entry(node: SimNode, port: int, capture: Path, key_file: Path) ->
         entry["labels"] = dict(node.labels)
     router = demo_router()
     if node.profile == "cpu" and router is not None:
-        # The gateway's default node; its router is the real one installed beside llmgw.
+        # The gateway's default node: it reports the vllm-router installed beside llmgw, as a
+        # real node would (doctor names it; the gateway's front routes by itself).
         entry["engines"] = {"router": {"bin": router}}
     return entry
 
 
 def demo_router() -> str | None:
-    """The `vllm-router` installed beside this Python (the demo's gateway runs it), if any."""
+    """The `vllm-router` installed beside this Python (the demo's CPU node reports it), if any."""
     beside = Path(sys.executable).parent / "vllm-router"
     if beside.is_file():
         return str(beside)
