@@ -1,14 +1,15 @@
 """Benchmark: what the gateway costs, and how its worker list is best changed.
 
 Run: `.venv/bin/python tests/benchmarks/bench_gateway.py`. Prints figures; asserts nothing.
-On the demo fleet (real agents over real SSH, sim engines, the real
-vllm-router): two replicas of one model behind a gateway on cpu-01.
+On the demo fleet (real agents over real SSH, sim engines, the gateway's
+front routing by itself): two replicas of one model behind a gateway on cpu-01.
 
 * requests/s asking one replica directly through its SSH tunnel, against
-  asking through the gateway (same kind of tunnel, to the router), at the
+  asking through the gateway (same kind of tunnel, to the front), at the
   same concurrency;
-* the time to change the router's workers through its `/workers` API,
-  against restarting the router with a new list (stop, start, liveness).
+* the time to change the front's workers on its control socket (through the
+  agent's `gateway.call`), against restarting the gateway with a new list
+  (stop, start, liveness).
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
 from serve_demo_harness import Demo
 
-from llmgw_core.gateway.run import change_workers, find_gateway, router_workers
-from llmgw_core.gateway.spec import Worker
+from llmgw_core.gateway.run import change_workers, find_gateway, follow, router_workers
 from llmgw_core.serve.tunnels import fleet_and_reach
 
 MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"
@@ -90,19 +90,22 @@ def run(demo: Demo) -> None:
     )
     print(f"  last split           : {split}")
     api_s, restart_s = workerchange_workers_times(demo)
-    print(f"worker list change through /workers (remove + add): {api_s * 1000:.1f} ms median")
-    print(f"router restart with a new list (stop, start, liveness): {restart_s:.2f} s median")
+    print(
+        f"worker list change on the control socket (remove, then follow adds it back): {api_s * 1000:.1f} ms median"
+    )
+    print(f"gateway restart with a new list (stop, start, liveness): {restart_s:.2f} s median")
 
 
 def workerchange_workers_times(demo: Demo) -> tuple[float, float]:
     async def api_round() -> float:
         fleet, reach = await fleet_and_reach(demo.ctx)
         gateway = await find_gateway(fleet, "front")
-        workers = await router_workers(reach, gateway)
-        url, found = sorted(workers.items())[0]
+        url = sorted(await router_workers(reach, gateway))[0]
         started = time.perf_counter()
         await change_workers(reach, gateway, (), (url,))
-        await change_workers(reach, gateway, (Worker(url, found["model"]),), ())
+        # Back through `follow`, as a serve does: it adds the worker with its certificate.
+        (added,) = (await follow(fleet, reach, gateway))["added"]
+        assert added == url, (added, url)
         return time.perf_counter() - started
 
     api = [demo.loop.run(api_round()) for _ in range(10)]

@@ -233,8 +233,8 @@ def main() -> None:
         p99 = statistics.median(sorted(lat)[int(len(lat) * 0.99)] for _, lat in measured) * 1000
         print(f"  {label:<13}: {rates[label]:8.1f} requests/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
     for label in ("before", "after"):
-        cost = (1 - rates[label] / rates["router alone"]) * 100
-        print(f"  {label}: {cost:+.1f} % of the router's throughput")
+        change = (rates[label] / rates["router alone"] - 1) * 100
+        print(f"  {label}: {change:+.1f} % requests/s against the router alone")
 
 
 if __name__ == "__main__":
