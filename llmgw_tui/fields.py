@@ -112,21 +112,14 @@ def replica_name_refusal(name: str) -> str | None:
 
 
 def env_lines(text: str) -> dict[str, str]:
-    """`KEY=VALUE` entries (space or comma separated) checked against the engines' allowlist.
+    """`KEY=VALUE` entries apart by spaces, by the core's rule (`parse_env_text`).
 
     Raises:
         BadInput: an entry without `=`, or a refused variable (naming each).
     """
-    from llmgw_core.engines import checked_env
-    from llmgw_core.errors import BadInput
+    from llmgw_core.engines.allowlist import parse_env_text
 
-    pairs: dict[str, str] = {}
-    for entry in text.replace(",", " ").split():
-        key, equals, value = entry.partition("=")
-        if not equals or not key:
-            raise BadInput(f"{_shown(entry)} is not KEY=VALUE", "write one KEY=VALUE per entry")
-        pairs[key] = value
-    return checked_env(pairs)
+    return parse_env_text(text)
 
 
 def env_refusal(text: str) -> str | None:

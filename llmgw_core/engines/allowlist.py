@@ -130,10 +130,11 @@ def checked_env(env: Mapping[str, object]) -> dict[str, str]:
     return checked
 
 
-def parse_env_options(options: Iterable[str]) -> dict[str, str]:
+def parse_env_options(options: Iterable[str], *, flag: str = "--env ") -> dict[str, str]:
     """`["NCCL_DEBUG=INFO", …]` (as `--env` gives them) checked into a mapping.
 
-    A key given twice keeps its last value, as a shell would.
+    A key given twice keeps its last value, as a shell would. `flag` is how the
+    operator wrote each entry, for the refusal ("" where a field holds them).
 
     Raises:
         BadInput: an option without `=`, or a refused variable.
@@ -143,7 +144,17 @@ def parse_env_options(options: Iterable[str]) -> dict[str, str]:
         key, equals, value = option.partition("=")
         if not equals or not key:
             raise BadInput(
-                f"--env {option!r} is not KEY=VALUE", "write it as --env NCCL_DEBUG=INFO"
+                f"{flag}{option[:60]!r} is not KEY=VALUE", f"write it as {flag}NCCL_DEBUG=INFO"
             )
         env[key] = value
     return checked_env(env)
+
+
+def parse_env_text(text: str) -> dict[str, str]:
+    """`NCCL_DEBUG=INFO NCCL_IB_HCA=mlx5_0,mlx5_1` (a field of entries apart by spaces; a
+    value may hold commas) checked into a mapping, by `parse_env_options`'s rule.
+
+    Raises:
+        BadInput: an entry without `=`, or a refused variable.
+    """
+    return parse_env_options(text.split(), flag="")

@@ -115,6 +115,11 @@ class Way:
         return self.per_card_gib * max(self.cards, 1)
 
     @property
+    def cards_per_node(self) -> int:
+        """The cards the way takes on each of its nodes (`cards` counts them all)."""
+        return self.cards // max(self.nodes, 1)
+
+    @property
     def on_cpu(self) -> bool:
         """True for a CPU node."""
         return self.kind == CPU_NODE
@@ -124,8 +129,10 @@ class Way:
         if self.on_cpu:
             return "CPU node"
         if self.nodes > 1:
-            per_node = self.cards // self.nodes
-            return f"{self.nodes} nodes × {per_node} × {self.gpu_class} on {self.interconnect}"
+            return (
+                f"{self.nodes} nodes × {self.cards_per_node} × {self.gpu_class} "
+                f"on {self.interconnect}"
+            )
         return f"{self.cards} × {self.gpu_class}"
 
     def layout_text(self) -> str:
@@ -171,6 +178,7 @@ class Way:
             "interconnect": self.interconnect,
             "over_pcie": self.over_pcie,
             "cards": self.cards,
+            "cards_per_node": self.cards_per_node,
             "nodes": self.nodes,
             "tensor_parallel": self.tensor_parallel,
             "pipeline_parallel": self.pipeline_parallel,

@@ -11,6 +11,7 @@ it or the width cannot split the heads.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,19 @@ class Overrides:
     def forces_layout(self) -> bool:
         """True when the operator gave the cards of each node or the nodes."""
         return self.gpus is not None or self.nodes is not None
+
+    @classmethod
+    def of_way(cls, way: Mapping[str, Any]) -> Overrides:
+        """What picks a plan's way again, from its record (`Way.as_dict`): the console's
+        wizard serves the way it listed through this, as `serve` would with those fields."""
+        gpu_class = way.get("gpu_class")
+        return cls(
+            engine=way.get("engine"),
+            artifact=way.get("artifact"),
+            gpu_class=gpu_class,
+            gpus=way.get("cards_per_node") if gpu_class else None,
+            nodes=way.get("nodes"),
+        )
 
 
 @dataclass(frozen=True)
@@ -144,7 +158,7 @@ def choice_of_way(way: Way, model: ModelInfo) -> Choice:
     """A plan's way, as a choice to place and launch."""
     artifact = _artifact(model, way.artifact)
     on_cpu = way.on_cpu
-    per_node = 0 if on_cpu else way.cards // max(way.nodes, 1)
+    per_node = 0 if on_cpu else way.cards_per_node
     share = way.usable_gib / way.card_memory_gib if way.card_memory_gib else DEFAULT_USABLE_FRACTION
     gguf = way.artifact_format == "gguf"
     return Choice(
@@ -200,11 +214,7 @@ def _matches(way: Way, overrides: Overrides) -> bool:
             return False
     if overrides.nodes is not None and way.nodes != overrides.nodes:
         return False
-    if overrides.gpus is not None:
-        per_node = way.cards // max(way.nodes, 1)
-        if per_node != overrides.gpus:
-            return False
-    return True
+    return overrides.gpus is None or way.cards_per_node == overrides.gpus
 
 
 def choices(

@@ -594,20 +594,12 @@ class ServeScreen(KeptScreen[None]):
         from llmgw_core.serve.choice import Overrides
         from llmgw_core.serve.start import ServeRequest
 
-        way = self.way or {}
-        gpu_class = way.get("gpu_class")
         return ServeRequest(
             model=self.model_ref,
             name=self._serve_name.value.strip() or None,
             context=int(self._serve_context.value),
             concurrency=int(self._serve_concurrency.value),
-            overrides=Overrides(
-                engine=way.get("engine"),
-                artifact=way.get("artifact"),
-                gpu_class=gpu_class,
-                gpus=way.get("cards") if gpu_class else None,
-                nodes=way.get("nodes"),
-            ),
+            overrides=Overrides.of_way(self.way or {}),
             env=env_lines(self._serve_env.value),
             fallbacks=int(self._serve_fallbacks.value.strip() or 0),
             wait_ready=True,

@@ -86,6 +86,11 @@ def test_env_entries_are_checked_against_the_allowlist():
         "NCCL_DEBUG": "INFO",
         "VLLM_LOGGING_LEVEL": "DEBUG",
     }
+    # A value may hold commas, as the headless `env:` takes it (one rule, the core's).
+    assert env_lines("NCCL_IB_HCA=mlx5_0,mlx5_1 NCCL_DEBUG=INFO") == {
+        "NCCL_IB_HCA": "mlx5_0,mlx5_1",
+        "NCCL_DEBUG": "INFO",
+    }
     for bad in ("NCCL_DEBUG", "CUDA_VISIBLE_DEVICES=1"):
         try:
             env_lines(bad)

@@ -145,3 +145,33 @@ def test_a_secret_never_shows_in_the_spec_a_shard_keeps(demo_facts):
     kept = shard_spec({"name": "llama"}, shard)
     assert "hf_secret" not in str(kept)
     assert "hf_secret" not in str(shard.start_args("llama")["commands"])
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "catalog:meta-llama/Llama-3.1-8B-Instruct",
+        LLAMA,
+        "catalog:meta-llama/Meta-Llama-3.1-405B",
+        "catalog:deepseek-ai/DeepSeek-V3",
+    ],
+)
+def test_every_way_the_plan_lists_is_the_way_its_record_serves(demo_facts, model):
+    """The wizard serves the way it listed from the way's record (`Overrides.of_way`): a way
+    over several nodes is asked for by its cards on each node, not all its cards."""
+    _, fleet, info, the_plan = _setup(demo_facts, model=model, context=8192)
+    assert the_plan.options
+    nodes_seen = set()
+    for way in the_plan.options:
+        record = way.as_dict()
+        (chosen,) = choices(the_plan, info, fleet, Overrides.of_way(record), fallbacks=0)
+        assert (chosen.label, chosen.engine, chosen.artifact) == (
+            way.label(),
+            way.engine,
+            way.artifact,
+        )
+        assert chosen.nodes == way.nodes
+        assert chosen.cards_per_node * chosen.nodes == (0 if way.on_cpu else way.cards)
+        nodes_seen.add(way.nodes)
+    if "405B" in model or "DeepSeek" in model:
+        assert max(nodes_seen) > 1, nodes_seen  # listed over several nodes (or trays)
