@@ -857,7 +857,9 @@ def test_a_process_that_binds_a_dead_engines_port_is_sent_no_request_and_no_key(
                                host=host, tls=tls))  # fmt: skip
         assert demo.loop.run(engine_metrics(reach, view)) is None
         pinned = list(impostor.received)
-        assert len(pinned) == 3, pinned  # each call reached it, and each stopped at its hello
+        # Each call reached it, and each stopped at its hello (so did any health check of
+        # the node's own that came by meanwhile: CI saw a fourth hello).
+        assert len(pinned) >= 3, pinned
         for sent in pinned:
             assert sent[:1] == b"\x16"  # a TLS handshake record: the ClientHello, no more
             assert b"HTTP/1.1" not in sent and b"Authorization" not in sent
@@ -867,7 +869,7 @@ def test_a_process_that_binds_a_dead_engines_port_is_sent_no_request_and_no_key(
         with pytest.raises(LlmgwError):
             demo.loop.run(chat(reach, node, port, served_name, "secret prompt", api_key=key,
                                host=host))  # fmt: skip
-        assert f"Authorization: Bearer {key}".encode() in b"".join(impostor.received[3:])
+        assert f"Authorization: Bearer {key}".encode() in b"".join(impostor.received[len(pinned) :])
     finally:
         if impostor is not None:
             impostor.close()

@@ -62,7 +62,7 @@ def test_environment_entries_are_key_value_and_allowlisted_naming_what_is_refuse
     assert env_refusal("NCCL_DEBUG=INFO VLLM_LOGGING_LEVEL=DEBUG") is None
     assert env_refusal("") is None
     assert env_refusal("nope") == (
-        "environment: 'nope' is not KEY=VALUE: write one KEY=VALUE per entry"
+        "environment: 'nope' is not KEY=VALUE: write it as NCCL_DEBUG=INFO"
     )
     assert "A (" in (env_refusal("A=B=C") or "")
     assert "CUDA_VISIBLE_DEVICES" in (env_refusal("CUDA_VISIBLE_DEVICES=0") or "")
