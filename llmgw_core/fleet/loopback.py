@@ -21,6 +21,10 @@ import asyncssh
 
 _PUMP_CHUNK = 65536
 _KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "PYTHONDONTWRITEBYTECODE")
+SIM_ENV_PREFIX = "LLMGW_SIM_"
+"""The simulated engines' knobs (`LLMGW_SIM_LOAD_S`, `LLMGW_SIM_TOKEN_S`, …): a node on
+loopback keeps them from the environment it was started in, so a demo started with one
+simulates with it."""
 
 
 class _HomeSftp(asyncssh.SFTPServer):
@@ -112,7 +116,11 @@ class LoopbackSshd:
         return self.port
 
     def _command_env(self) -> dict[str, str]:
-        env = {key: os.environ[key] for key in _KEPT_ENV if key in os.environ}
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if key in _KEPT_ENV or key.startswith(SIM_ENV_PREFIX)
+        }
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         env.update({"HOME": str(self.home), "USER": os.environ.get("USER", "llmgw")})
         env.update(self.env)

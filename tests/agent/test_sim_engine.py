@@ -14,6 +14,7 @@ from agent_process import AgentClient, agent_env
 
 from llmgw_agent.sim.engine.args import engine_kind, parse_engine_argv
 from llmgw_agent.sim.engine.lines import nccl_lines
+from llmgw_agent.sim.engine.server import TOKEN_S, _token_s
 
 CARD_MIB = 81559
 CAPTURE_XML = (
@@ -564,3 +565,23 @@ def test_an_https_health_check_is_pinned_to_a_certificate_never_a_key(
     plain = {**base, "health_url": "http://127.0.0.1:1/health", "health_cert": identity.cert_pem}
     reply = replay_agent.request("shard.start", plain)
     assert "pins an https:// health_url" in reply["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("given", "pace"),
+    [
+        (None, TOKEN_S),
+        ("", TOKEN_S),
+        ("0.02", 0.02),
+        ("0", 0.0),
+        ("fast", TOKEN_S),
+        ("nan", TOKEN_S),
+        ("inf", TOKEN_S),
+        ("-1", TOKEN_S),
+        ("11", TOKEN_S),
+    ],
+)
+def test_the_sim_pace_is_taken_from_the_environment_only_when_it_is_a_sane_number(
+    given: str | None, pace: float
+):
+    assert _token_s(given) == pace

@@ -47,18 +47,24 @@ def free_port() -> int:
 
 
 def cli(
-    *args: str, timeout: float = 180, stdin: str | None = None
+    *args: str, timeout: float = 180, stdin: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """`llmgw-tui ARGS` in a process of its own."""
+    """`llmgw-tui ARGS` in a process of its own (with `env` added to this one's environment)."""
     return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, timeout=timeout, input=stdin
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=stdin,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
 @contextmanager
-def kept_demo(folder: Path) -> Iterator[str]:
-    """A kept-up demo fleet in `folder` for the block; its inventory's path. Down afterwards."""
-    started = cli("demo", "up", "--dir", str(folder))
+def kept_demo(folder: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A kept-up demo fleet in `folder` for the block; its inventory's path. Down afterwards.
+    `env`: what the demo is started with (its simulated engines' `LLMGW_SIM_*` knobs)."""
+    started = cli("demo", "up", "--dir", str(folder), env=env)
     assert started.returncode == 0, started.stdout + started.stderr
     try:
         yield started.stdout.strip().splitlines()[-1]

@@ -12,6 +12,7 @@ agent's supervisor runs it in place of the real binary (`engine.args.engine_kind
 says which commands).
 
 Environment: `LLMGW_SIM_LOAD_S` (seconds of loading, default 1.5),
+`LLMGW_SIM_TOKEN_S` (seconds per generated token, default `TOKEN_S`),
 `LLMGW_SIM_FAIL` (a message: fail with it after loading half-way),
 `LLMGW_SIM_CARD_MIB` (memory of one card, else from the replayed node).
 """
@@ -184,6 +185,17 @@ class SimState:
         self.generation_tokens_total = 0
         self.started = int(time.time())
         """When the engine started: its model card's `created`."""
+        self.token_s = _token_s(os.environ.get("LLMGW_SIM_TOKEN_S"))
+        """Seconds per generated token (`LLMGW_SIM_TOKEN_S`, else `TOKEN_S`)."""
+
+
+def _token_s(given: Optional[str]) -> float:
+    """A pace from the environment: a number of seconds from 0 to 10, else `TOKEN_S`."""
+    try:
+        value = float(given) if given else TOKEN_S
+    except ValueError:
+        return TOKEN_S
+    return value if 0 <= value <= 10 else TOKEN_S
 
 
 def _answer_text(state: SimState) -> str:
@@ -323,7 +335,7 @@ class SimHandler(BaseHTTPRequestHandler):
             self.sim.running += 1
 
     def _answer(self, route: str, body: object) -> None:
-        """A completion, paced as an engine generates it (`TOKEN_S` per token)."""
+        """A completion, paced as an engine generates it (`token_s` per token)."""
         found, refused = api.plan(route, body, self.sim.engine, _answer_text(self.sim))
         if refused is not None or found is None:
             self._send(*(refused or api.bad_request("the request could not be read")))
@@ -333,7 +345,7 @@ class SimHandler(BaseHTTPRequestHandler):
             self.sim.prompt_tokens_total += found.prompt_tokens
             self.sim.generation_tokens_total += found.completion_tokens
             number = self.sim.requests_total
-        time.sleep(TOKEN_S * found.completion_tokens)
+        time.sleep(self.sim.token_s * found.completion_tokens)
         request_id = api.request_id(found.chat, number)
         created = api.now()
         if isinstance(body, dict) and body.get("stream"):
