@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw_core.errors import BadInput
+from llmgw_core.model.model_shape import ModelShape
 from llmgw_core.model.quantization import Quantization
-from llmgw_core.model.shape import ModelShape
 
 GIB = 1024**3
 

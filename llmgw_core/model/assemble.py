@@ -15,8 +15,9 @@ from typing import Any
 
 from llmgw_core.errors import BadInput, shown_value
 from llmgw_core.model.artifacts import Artifact, RepoFile, artifacts_from_listing, gguf_quant_name
+from llmgw_core.model.model_shape import ModelShape
 from llmgw_core.model.numbers import whole_number
-from llmgw_core.model.shape import ModelShape, is_full_config, shape_from_config
+from llmgw_core.model.shape import is_full_config, shape_from_config
 
 # Small JSON files that can change how the weights are read.
 EXTRA_CONFIG_FILES = ("hf_quant_config.json", "quantize_config.json")

@@ -27,16 +27,9 @@ from gguf.constants import (
 )
 
 from llmgw_core.errors import BadInput
+from llmgw_core.model.config_numbers import MAX_LAYERS, bounded_count
+from llmgw_core.model.model_shape import FULL, SLIDING, MlaShape, ModelShape, check_shape
 from llmgw_core.model.quantization import Quantization
-from llmgw_core.model.shape import (
-    FULL,
-    MAX_LAYERS,
-    SLIDING,
-    MlaShape,
-    ModelShape,
-    bounded_count,
-    check_shape,
-)
 
 ReadRange = Callable[[int, int], bytes]
 
@@ -320,7 +313,7 @@ def _count(metadata: dict[str, Any], template: str, arch: str, where: str) -> in
     """A count that may be per layer (a list): its largest value; None when absent or zero.
 
     Every value is a whole number within the bound `config.json` is held to
-    (`shape.bounded_count`): NaN, infinite, negative or huge is one sentence.
+    (`config_numbers.bounded_count`): NaN, infinite, negative or huge is one sentence.
     """
     name = template.format(arch=arch)
     value = metadata.get(name)
