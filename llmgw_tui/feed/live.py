@@ -24,6 +24,8 @@ from llmgw_tui.feed.protocol import running_shards, shard_prefix, with_shards
 
 if TYPE_CHECKING:
     from llmgw_core.metrics.families import MetricsSnapshot
+    from llmgw_core.script.registry import StepOutcome
+    from llmgw_core.script.steps.plan import PlanArgs
     from llmgw_core.serve.prepare import ServePreview
     from llmgw_core.serve.start import ServeOutcome, ServeRequest
     from llmgw_core.serve.view import ReplicaView
@@ -279,6 +281,15 @@ class LiveFeed:
                 with contextlib.suppress(LlmgwError):
                     await stream.cancel()
         return found
+
+    async def plan(self, args: PlanArgs) -> StepOutcome:
+        """`plan` as the step makes it on a live fleet: the nodes now, cards any claim holds
+        marked busy (`fleet_for`), then `plan_outcome` off the loop (the Hub may be read)."""
+        from llmgw_core.script.steps.plan import fleet_for, plan_outcome
+
+        ctx = ConsoleContext(self._live(), self._demo)
+        fleet = await fleet_for(ctx)
+        return await asyncio.to_thread(plan_outcome, args, ctx, fleet)
 
     async def preview(self, request: ServeRequest) -> ServePreview | None:
         """What `serve` would start, per node, without starting it (`preview_serve`)."""

@@ -10,6 +10,8 @@ from llmgw_core.views.fleet import FleetSummary
 
 if TYPE_CHECKING:
     from llmgw_core.metrics.families import MetricsSnapshot
+    from llmgw_core.script.registry import StepOutcome
+    from llmgw_core.script.steps.plan import PlanArgs
     from llmgw_core.serve.prepare import ServePreview
     from llmgw_core.serve.start import ServeOutcome, ServeRequest
     from llmgw_core.serve.view import ReplicaView
@@ -99,6 +101,15 @@ class FleetFeed(Protocol):
         """Rail by rail between two nodes: the `fabric-test` step's result and its error."""
         ...
 
+    async def plan(self, args: PlanArgs) -> StepOutcome:
+        """The `plan` step's outcome on this fleet (the agents' claims read fresh): its result,
+        and its error sentence when nothing fits.
+
+        Raises:
+            LlmgwError: the step's own refusals (an unknown model, no files to plan, …).
+        """
+        ...
+
     async def preview(self, request: ServeRequest) -> ServePreview | None:
         """What `serve` would start, per node; None where the feed cannot say (a fixed fleet)."""
         ...
@@ -106,6 +117,12 @@ class FleetFeed(Protocol):
     async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
         """Per node, the bytes of the replica's Hub weights fetched so far."""
         ...
+
+
+def plan_body(outcome: StepOutcome) -> dict[str, Any]:
+    """A `plan` outcome as the screens lay it out: the step's result, with `does_not_fit` the
+    step's own sentence when nothing fits (None when something does)."""
+    return {**outcome.result, "does_not_fit": None if outcome.ok else outcome.error}
 
 
 def shard_prefix(rank: int, node: str) -> str:

@@ -11,6 +11,8 @@ from llmgw_tui.feed.protocol import running_shards, shard_prefix, with_shards
 
 if TYPE_CHECKING:
     from llmgw_core.metrics.families import MetricsSnapshot
+    from llmgw_core.script.registry import StepOutcome
+    from llmgw_core.script.steps.plan import PlanArgs
     from llmgw_core.serve.prepare import ServePreview
     from llmgw_core.serve.start import ServeOutcome, ServeRequest
     from llmgw_core.serve.view import ReplicaView
@@ -92,6 +94,21 @@ class StaticFeed:
         raise BadInput(
             "a fixed fleet runs no service", "run the console with --demo or --inventory"
         )
+
+    async def plan(self, args: PlanArgs) -> StepOutcome:
+        """`plan_outcome` on the fixed fleet's nodes (it has no claims: cards are busy by what
+        they report), the model read offline as in the demo."""
+        import asyncio
+        from pathlib import Path
+
+        from llmgw_core.planner.pools_live import live_nodes, planner_fleet
+        from llmgw_core.script.context import StepContext
+        from llmgw_core.script.steps.plan import plan_outcome
+
+        summary = self._summary
+        fleet = planner_fleet(live_nodes(summary.fleet_state, summary.fabrics or {}))
+        ctx = StepContext(script_dir=Path.cwd(), described_fleet=None, inventory=None, demo=True)
+        return await asyncio.to_thread(plan_outcome, args, ctx, fleet)
 
     async def preview(self, request: ServeRequest) -> ServePreview | None:
         """None: a fixed fleet has no agents to ask what would start."""

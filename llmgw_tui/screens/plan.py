@@ -8,7 +8,6 @@ and format are editable; each change plans again in a worker.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -21,6 +20,7 @@ from textual.worker import Worker, WorkerState
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain, redraw_table
+from llmgw_tui.feed.protocol import plan_body
 from llmgw_tui.fields import Checked, CheckedInput, model_ref_refusal, number_input, reason
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.theme import theme_style
@@ -45,41 +45,6 @@ def short_where(way: dict[str, Any]) -> str:
 
 FORM_FIELDS = ("model", "context", "concurrency")
 FORMATS = (("every file", "both"), ("safetensors", "safetensors"), ("GGUF", "gguf"))
-
-
-def plan_model(
-    model_ref: str, fleet_summary: Any, *, context: int | None, concurrency: int, format: str
-) -> dict[str, Any]:
-    """Load the model and plan it against the fleet; the plan as the `plan` step's JSON gives it.
-
-    Blocking (the Hub is read): run it in a thread worker.
-
-    Raises:
-        LlmgwError: an unknown model, a bad context, a fleet not seen yet.
-    """
-    from llmgw_core.errors import BadInput
-    from llmgw_core.planner.plan import plan
-    from llmgw_core.planner.pools_live import live_nodes, planner_fleet
-    from llmgw_core.script.steps.plan import model_for
-
-    if fleet_summary is None or fleet_summary.fleet_state is None:
-        raise BadInput("the fleet has not answered yet", "wait for the fleet screen to fill")
-    model = model_for(model_ref, Path.cwd())
-    shape = model.any_shape
-    if context is None:
-        if shape is None:
-            raise BadInput(f"{model_ref}: the trained context is unknown", "type a context")
-        context = shape.max_context
-    result = plan(
-        model,
-        planner_fleet(live_nodes(fleet_summary.fleet_state, fleet_summary.fabrics or {})),
-        format=None if format == "both" else format,
-        context=context,
-        concurrency=concurrency,
-    )
-    body = result.as_dict()
-    body["does_not_fit"] = None if result.best else result.does_not_fit_sentence()
-    return body
 
 
 class PlanScreen(KeptScreen[None]):
@@ -207,17 +172,24 @@ class PlanScreen(KeptScreen[None]):
         self._say(f"Planning {model_ref}…")
         self._run_plan(model_ref, context, concurrency, format_value)
 
-    @work(thread=True, group="plan", exclusive=True, exit_on_error=False, description="Planning")
-    def _run_plan(self, model_ref: str, context: int | None, concurrency: int, format: str) -> None:
-        fleet = self.console_app.fleet
+    @work(group="plan", exclusive=True, exit_on_error=False, description="Planning")
+    async def _run_plan(
+        self, model_ref: str, context: int | None, concurrency: int, format: str
+    ) -> None:
+        """The `plan` step's outcome from the feed (the core plans; this lays it out)."""
+        from llmgw_core.script.steps.plan import PlanArgs
+
         try:
-            body = plan_model(
-                model_ref, fleet, context=context, concurrency=concurrency, format=format
-            )
+            given = {"model": model_ref, "context": context, "concurrency": concurrency}
+            args = PlanArgs.model_validate({**given, "format": format})
+            outcome = await self.console_app.feed.plan(args)
         except LlmgwError as error:
-            self.app.call_from_thread(self._say, str(error), error=True)
+            self._say(str(error), error=True)
             return
-        self.app.call_from_thread(self.show_plan, body)
+        except ValueError as error:  # pydantic's: a field the step refuses
+            self._say(f"Not planned: {error}", error=True)
+            return
+        self.show_plan(plan_body(outcome))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A plan that died of an unexpected error says so here too (the app notifies)."""

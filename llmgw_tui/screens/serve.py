@@ -31,6 +31,7 @@ from textual.widgets import (
 
 from llmgw_core.errors import LlmgwError
 from llmgw_tui.cells import plain
+from llmgw_tui.feed.protocol import plan_body
 from llmgw_tui.fields import (
     Checked,
     CheckedInput,
@@ -43,7 +44,6 @@ from llmgw_tui.fields import (
 )
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.messages import OpenReplica, PreviewRead
-from llmgw_tui.screens.plan import plan_model
 from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar
 
@@ -436,18 +436,34 @@ class ServeScreen(KeptScreen[None]):
 
     # --- planning --------------------------------------------------------------------------
 
-    @work(group="serve-plan", exclusive=True, thread=True, exit_on_error=False, description="Plan")
-    def plan_ways(self, model_ref: str, context: int | None, concurrency: int) -> None:
-        """Plan the model on the fleet shown (blocking: the Hub may be read), then the ways page."""
-        fleet = self.console_app.fleet
+    @work(group="serve-plan", exclusive=True, exit_on_error=False, description="Plan")
+    async def plan_ways(self, model_ref: str, context: int | None, concurrency: int) -> None:
+        """Plan the model as the `plan` step does (the feed asks the core), then the ways page."""
         try:
-            body = plan_model(
-                model_ref, fleet, context=context, concurrency=concurrency, format="both"
-            )
+            body = await self._planned(model_ref, context, concurrency)
         except LlmgwError as exc:
-            self.app.call_from_thread(self._block, exc.sentence())
+            self._block(exc.sentence())
             return
-        self.app.call_from_thread(self._show_ways, body)
+        self._show_ways(body)
+
+    async def _planned(
+        self, model_ref: str, context: int | None, concurrency: int
+    ) -> dict[str, Any]:
+        """The `plan` step's result for the wizard's model (every file), from the feed.
+
+        Raises:
+            LlmgwError: the step's refusal (an unknown model, no files to plan, a bad field).
+        """
+        from pydantic import ValidationError
+
+        from llmgw_core.errors import BadInput
+        from llmgw_core.script.steps.plan import PlanArgs
+
+        try:
+            args = PlanArgs(model=model_ref, context=context, concurrency=concurrency)
+        except ValidationError as exc:
+            raise BadInput(str(exc.errors()[0]["msg"])) from None
+        return plan_body(await self.console_app.feed.plan(args))
 
     def _show_ways(self, body: dict[str, Any]) -> None:
         self.plan_body = body
@@ -501,20 +517,15 @@ class ServeScreen(KeptScreen[None]):
         self._block("checking…")
         self.replan_size(self.model_ref, int(context.value), int(concurrency.value))
 
-    @work(group="serve-size", exclusive=True, thread=True, exit_on_error=False, description="Fit")
-    def replan_size(self, model_ref: str, context: int, concurrency: int) -> None:
+    @work(group="serve-size", exclusive=True, exit_on_error=False, description="Fit")
+    async def replan_size(self, model_ref: str, context: int, concurrency: int) -> None:
         """Whether the chosen way holds `context` × `concurrency` (the planner's figure)."""
-        fleet = self.console_app.fleet
         try:
-            body = plan_model(
-                model_ref, fleet, context=context, concurrency=concurrency, format="both"
-            )
+            body = await self._planned(model_ref, context, concurrency)
         except LlmgwError as exc:
-            self.app.call_from_thread(
-                self._size_result, None, exc.sentence(), (context, concurrency)
-            )
+            self._size_result(None, exc.sentence(), (context, concurrency))
             return
-        self.app.call_from_thread(self._size_result, body, None, (context, concurrency))
+        self._size_result(body, None, (context, concurrency))
 
     def _typed_size(self) -> tuple[int, int] | None:
         """The context and concurrency the page holds now, None while either is refused."""

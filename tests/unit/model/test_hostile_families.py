@@ -2,7 +2,7 @@
 and a schema-driven fuzz that puts hostile values at any depth of real files.
 
 Every outside document is read by one typed reader with bounds fit for the
-domain (`shape._BOUNDS`, shared by `config.json` and GGUF metadata;
+domain (`config_numbers._BOUNDS`, shared by `config.json` and GGUF metadata;
 `assemble.read_index` for the safetensors index) and cross-field rules
 (`shape.check_shape`): a value is taken, or refused in one sentence naming the
 file and the field — never a traceback, and never a shape that cannot exist
