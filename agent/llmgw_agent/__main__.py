@@ -35,7 +35,7 @@ def main(argv=None):
 
         return serve_main(rest)
     if command == "doctor":
-        from llmgw_agent.doctor import main as doctor_main
+        from llmgw_agent.doctor.command import main as doctor_main
 
         return doctor_main(rest)
     if command == "supervise":

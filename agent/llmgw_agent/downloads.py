@@ -10,7 +10,14 @@ import os
 import stat
 import threading
 import time
-from typing import Callable, Optional, Tuple
+
+from llmgw_agent import allowed_paths
+from llmgw_agent.op_args import Arg, OpError
+from llmgw_agent.ops import Op, operation
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Callable, Optional, Tuple
 
 
 def tree_size(path: str) -> Tuple[int, int, Optional[float]]:
@@ -76,3 +83,20 @@ def watch_download(
         emit(sample)
         if cancelled.wait(interval_s):
             return dict(sample, cancelled=True)
+
+
+@operation(
+    Op.DOWNLOAD_WATCH,
+    args={"path": Arg((str,)), "interval_s": Arg((int, float), 2.0, 0.05, 3600)},
+)
+def download_watch(given: dict, call: Any) -> dict:
+    """`download.watch` `{path, interval_s?=2}` → events `{bytes, files, exists,
+    last_moved_at}` until cancelled, then the last one with `cancelled`.
+
+    Only a path inside the agent's own folders or the model directories is
+    watched (`allowed_paths.py`); any other is `refused`.
+    """
+    refusal = allowed_paths.refusal(given["path"])
+    if refusal:
+        raise OpError("refused", "path {}".format(refusal))
+    return watch_download(given["path"], given["interval_s"], call.emit, call.cancelled)

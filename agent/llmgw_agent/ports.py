@@ -12,7 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from typing import Iterable, List, Set
+
+from llmgw_agent.op_args import REQUIRED, Arg
+from llmgw_agent.ops import Op, operation
+
+TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
+if TYPE_CHECKING:
+    from typing import Any, Iterable, List, Set
 
 _LISTEN = "0A"
 """The state column of a listening socket in /proc/net/tcp."""
@@ -73,3 +79,17 @@ def free_ports(start: int, count: int, avoid: Iterable[int] = ()) -> dict:
             ports.append(port)
         port += 1
     return {"ports": ports, "listening": seen_listening}
+
+
+@operation(
+    Op.PORT_FREE,
+    args={
+        "start": Arg((int,), REQUIRED, 1, 65535),
+        "count": Arg((int,), 1, 1, 64),
+        "avoid": Arg((list,), [], items=(int,)),
+    },
+)
+def port_free(given: dict, _call: Any) -> dict:
+    """`port.free` `{start, count?=1, avoid?=[]}` → `{ports, listening}`: the first ports from
+    `start` nothing listens on here and a bind takes."""
+    return free_ports(given["start"], given["count"], given["avoid"])

@@ -14,42 +14,14 @@ The console runs `python3 agent.pyz serve` on one SSH channel and speaks this:
   sends its final result, with `"cancelled": true`) and answers X with
   `{"cancelled": bool}`.
 
-Operations (args → result):
-
-* `ping` → `{pong, time}`;
-* `facts` `{model_dirs?}` → the node's facts; `doctor` `{model_dirs?}` → `{checks}`;
-* `claims` → `{claims: [{gpu, shard_id, replica, rank, claimed_at}]}`;
-* `shard.start` (a resolved spec, see `shards/spec.py`; `secret_env` goes only into
-  the shard's environment, never its records) → `{shard_id, pid, phase}`;
-* `shard.stop` `{shard_id, timeout_s?}` → `{shard_id, phase, exit_code, killed}`;
-* `shard.list` → `{shards: [...]}` (see `shards.judge_shard`);
-* `shard.forget` `{shard_id}` → `{shard_id, forgotten}` (a finished shard only);
-* `shard.logs` `{shard_id, tail?=200, follow?=false}` → events `{lines}`, then
-  `{lines_sent, cancelled, phase}`;
-* `shard.nccl` `{shard_id, limit?=400}` → `{lines, truncated}`: the first NCCL
-  INFO/WARN lines of the shard's kept log (what transport NCCL chose);
-* `shard.drain` `{shard_id}` → `{shard_id, draining_since}`: marks a shard
-  draining (gateways take its replica out of rotation; `shard.list` shows it);
-* `lease.take` `{name, holder, ttl_s?=30}` → `{name, holder, since, expires_at,
-  token}`, or `held` naming who holds it and since when; `lease.renew` `{name,
-  token, ttl_s?=30}` → the lease, or `lost`; `lease.release` `{name, token}` →
-  `{name, released}`; `lease.list` → `{leases}` (see `shards/leases.py`). The
-  leases taken on a connection are given back when it ends;
-* `service.count` `{name, direction}` → `{name, direction, total}`: one scale
-  event of a service counted (`out` or `in`); `service.counts` → `{counts:
-  {name: {out, in}}}`: every service's so far (a Prometheus counter's source);
-* `port.free` `{start, count?=1, avoid?=[]}` → `{ports, listening}`: the first
-  ports from `start` nothing listens on here and a bind takes (`ports.py`);
-* `gateway.call` `{shard_id, method, path, body?}` → `{status, body}`: one request
-  on a gateway shard's control socket (its workers, its counters; `front/control.py`),
-  which only the operator's processes can open;
-* `download.watch` `{path, interval_s?=2}` → events `{bytes, files, exists,
-  last_moved_at}` until cancelled, then the last one with `cancelled`;
-* `fabric.probe`, `fabric.server` (stream), `fabric.client` — `fabric_test.py`;
-* `fabric.record` `{rails: [{peer, adapter, verdict, rail?, ratio?, measured_gbps?,
-  rated_gbps?, measured_at?}]}` → `{recorded, rails}`; `fabric.verdicts` →
-  `{rails}`: the fabric verdicts this node keeps (`fabric/verdicts.py`; the
-  facts carry them too, as `rail_verdicts`).
+Operations: each is declared once, beside the state it touches, with its
+name, its arguments and its handler (`ops.py`: `@operation`); the handler's
+docstring says what it takes and answers. This module knows only `ping` and
+`cancel`, which are the channel's own, and imports the modules that declare
+the rest: `discover/ops.py` (`facts`, `doctor`), `shards/ops.py` (`claims`,
+`shard.*`), `shards/lease_ops.py` (`lease.*`, `service.count[s]`), `ports.py`
+(`port.free`), `downloads.py` (`download.watch`), `front/ops.py`
+(`gateway.call`), `fabric/ops.py` (`fabric.*`).
 
 Requests run on their own threads, so many are in flight at once; one lock
 guards stdout and every line is flushed. A bad line (not JSON, not an object,
@@ -75,8 +47,14 @@ import threading
 import time
 
 import llmgw_agent
-from llmgw_agent import PROTOCOL_VERSION, __version__, allowed_paths, paths
-from llmgw_agent.op_args import REQUIRED, Arg, OpError, checked
+from llmgw_agent import PROTOCOL_VERSION, __version__, downloads, paths, ports
+from llmgw_agent.discover import ops as discover_ops
+from llmgw_agent.fabric import ops as fabric_ops
+from llmgw_agent.front import ops as front_ops
+from llmgw_agent.op_args import Arg, OpError, checked
+from llmgw_agent.ops import OPERATIONS, Connection, Op, end_connection, operation
+from llmgw_agent.shards import lease_ops
+from llmgw_agent.shards import ops as shard_ops
 
 TYPE_CHECKING = False  # `typing` costs ms of every agent start; annotations are strings here
 if TYPE_CHECKING:
@@ -88,14 +66,24 @@ MAX_LINE_BYTES = 1024 * 1024
 _EXIT_JOIN_S = 2.0
 """How long, after stdin ends, running requests get to finish their replies."""
 
+DECLARING_MODULES = (discover_ops, shard_ops, lease_ops, ports, downloads, front_ops, fabric_ops)
+"""The modules whose `@operation`s this agent serves (imported for that alone)."""
+
 
 class Stream:
-    """What an operation sees of its request: a way to send events, a cancel flag."""
+    """What an operation sees of its request: a way to send events, a cancel flag, and its
+    connection (the replay folder, what it holds until it ends)."""
 
-    def __init__(self, request_id: Any, channel: "Channel") -> None:
+    def __init__(self, request_id: Any, channel: "Channel", connection: Connection) -> None:
         self.request_id = request_id
         self.cancelled = threading.Event()
+        self.connection = connection
         self._channel = channel
+
+    @property
+    def replay(self) -> Optional[str]:
+        """The capture this agent reads instead of the hardware (None on a real node)."""
+        return self.connection.replay
 
     def emit(self, event: dict) -> None:
         """Send one `{"id", "event"}` line for this request."""
@@ -127,48 +115,21 @@ if TYPE_CHECKING:
     Handler = Callable[[dict, Stream], Any]
 
 
-PORT = (1, 65535)
+CANCEL_ARGS = {"target": Arg((str, int))}
+
+
+@operation(Op.PING, args={}, inline=True)
+def ping(_given: dict, _call: Any) -> dict:
+    """`ping` → `{pong, time}`, answered on the reading thread: the channel is alive."""
+    return {"pong": True, "time": time.time()}
+
+
 OP_ARGS = {
-    "cancel": {"target": Arg((str, int))},
-    "facts": {"model_dirs": Arg((list,), [], items=(str,))},
-    "doctor": {"model_dirs": Arg((list,), [], items=(str,))},
-    "shard.stop": {"shard_id": Arg((str,)), "timeout_s": Arg((int, float), None, 0, 3600)},
-    "shard.forget": {"shard_id": Arg((str,))},
-    "shard.logs": {
-        "shard_id": Arg((str,)),
-        "tail": Arg((int,), 200, 0, 1_000_000),
-        "follow": Arg((bool,), False),
-    },
-    "shard.nccl": {"shard_id": Arg((str,)), "limit": Arg((int,), 400, 1, 100_000)},
-    "shard.drain": {"shard_id": Arg((str,))},
-    "lease.take": {
-        "name": Arg((str,)),
-        "holder": Arg((str,)),
-        "ttl_s": Arg((int, float), 30.0, 0.05, 86_400),
-    },
-    "lease.renew": {
-        "name": Arg((str,)),
-        "token": Arg((str,)),
-        "ttl_s": Arg((int, float), 30.0, 0.05, 86_400),
-    },
-    "lease.release": {"name": Arg((str,)), "token": Arg((str,))},
-    "service.count": {"name": Arg((str,)), "direction": Arg((str,))},
-    "port.free": {
-        "start": Arg((int,), REQUIRED, *PORT),
-        "count": Arg((int,), 1, 1, 64),
-        "avoid": Arg((list,), [], items=(int,)),
-    },
-    "download.watch": {"path": Arg((str,)), "interval_s": Arg((int, float), 2.0, 0.05, 3600)},
-    "gateway.call": {
-        "shard_id": Arg((str,)),
-        "method": Arg((str,)),
-        "path": Arg((str,)),
-        "body": Arg((dict,), None),
-    },
+    **{name: op.args for name, op in sorted(OPERATIONS.items()) if op.args is not None},
+    Op.CANCEL: CANCEL_ARGS,
 }
-"""Each simple op's arguments, declared (`op_args.checked` reads them); the ops that take a
-whole spec (`shard.start`, the fabric tests) check it in their own module, with the same
-`arg`/`number_arg` rules."""
+"""Each op's argument table, by name, as its declaration gives it (the ops that take a
+whole spec, `shard.start` and the fabric tests, check it in their own module)."""
 
 
 def _failure(request_id: Any, code: str, message: str) -> dict:
@@ -184,36 +145,10 @@ class Server:
         self._in_flight: Dict[Any, Stream] = {}
         self._threads: Dict[Any, threading.Thread] = {}
         self._lock = threading.Lock()
-        self._leases: Dict[str, str] = {}
-        """The leases taken on this connection (name → token): given back when it ends."""
-        self.ops: Dict[str, Handler] = {
-            "ping": self._op_ping,
-            "facts": self._op_facts,
-            "doctor": self._op_doctor,
-            "claims": _op_claims,
-            "shard.start": self._op_shard_start,
-            "shard.stop": _op_shard_stop,
-            "shard.list": _op_shard_list,
-            "shard.forget": _op_shard_forget,
-            "shard.logs": _op_shard_logs,
-            "shard.nccl": _op_shard_nccl,
-            "shard.drain": _op_shard_drain,
-            "lease.take": self._op_lease_take,
-            "lease.renew": self._op_lease_renew,
-            "lease.release": self._op_lease_release,
-            "lease.list": _op_lease_list,
-            "service.count": _op_service_count,
-            "service.counts": _op_service_counts,
-            "port.free": _op_port_free,
-            "download.watch": _op_download_watch,
-            "gateway.call": _op_gateway_call,
-            "fabric.probe": self._op_fabric_probe,
-            "fabric.server": self._op_fabric_server,
-            "fabric.client": self._op_fabric_client,
-            "fabric.all_reduce": self._op_fabric_all_reduce,
-            "fabric.record": _op_fabric_record,
-            "fabric.verdicts": _op_fabric_verdicts,
-        }
+        self.connection = Connection(replay)
+        self.ops: Dict[str, Handler] = dict(OPERATIONS)
+        """Each op this agent serves, by name: a handler taking a request's raw args."""
+        self._inline = {name for name, op in OPERATIONS.items() if op.inline}
 
     def hello(self) -> dict:
         """The first line the agent writes: who it is and what it can do."""
@@ -222,7 +157,7 @@ class Server:
                 "agent_version": __version__,
                 "protocol": PROTOCOL_VERSION,
                 "python": "{}.{}.{}".format(*sys.version_info[:3]),
-                "capabilities": sorted([*self.ops, "cancel"]),
+                "capabilities": sorted([*self.ops, Op.CANCEL]),
                 "pid": os.getpid(),
                 "replay": self.replay is not None,
                 "runs_from": llmgw_agent.RUNS_FROM,
@@ -262,15 +197,15 @@ class Server:
         if not isinstance(args, dict):
             self.error(request_id, "bad_args", "args must be a JSON object")
             return
-        if op == "cancel":
+        if op == Op.CANCEL:
             self.channel.send(self._outcome(request_id, self._cancel, args, None))
             return
         handler = self.ops.get(op)
         if handler is None:
-            known = ", ".join(sorted([*self.ops, "cancel"]))
+            known = ", ".join(sorted([*self.ops, Op.CANCEL]))
             self.error(request_id, "unknown_op", "unknown op {!r}; known: {}".format(op, known))
             return
-        stream = Stream(request_id, self.channel)
+        stream = Stream(request_id, self.channel, self.connection)
         with self._lock:
             if request_id in self._in_flight:
                 self.error(
@@ -278,7 +213,7 @@ class Server:
                 )
                 return
             self._in_flight[request_id] = stream
-        if op == "ping":
+        if op in self._inline:
             self._run(request_id, handler, args, stream)
             return
         thread = threading.Thread(
@@ -317,7 +252,7 @@ class Server:
         return {"id": request_id, "ok": True, "result": result}
 
     def _cancel(self, args: dict, _stream) -> dict:
-        target = checked(args, OP_ARGS["cancel"])["target"]
+        target = checked(args, CANCEL_ARGS)["target"]
         with self._lock:
             stream = self._in_flight.get(target)
         if stream is None:
@@ -335,221 +270,7 @@ class Server:
         deadline = time.monotonic() + _EXIT_JOIN_S
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        self._give_back_leases()
-
-    def _give_back_leases(self) -> None:
-        """Release every lease taken on this connection: its holder is gone."""
-        with self._lock:
-            held = list(self._leases.items())
-            self._leases.clear()
-        if not held:
-            return
-        from llmgw_agent.shards import leases
-
-        for name, token in held:
-            with contextlib.suppress(OSError, OpError):
-                leases.release(name, token)
-
-    # --- operations -------------------------------------------------------
-
-    def _op_ping(self, _args: dict, _stream: Stream) -> dict:
-        return {"pong": True, "time": time.time()}
-
-    def _collect(self, args: dict) -> dict:
-        model_dirs = checked(args, OP_ARGS["facts"])["model_dirs"]
-        for item in model_dirs:
-            refusal = allowed_paths.model_dir_refusal(item)
-            if refusal:
-                raise OpError("bad_args", "model_dirs: {}".format(refusal))
-        allowed_paths.add_model_dirs(model_dirs)
-        try:
-            from llmgw_agent.discover import DiscoveryError, collect_facts
-        except ImportError as exc:
-            raise OpError(
-                "unavailable", "discovery is not part of this agent: {}".format(exc)
-            ) from exc
-        try:
-            return collect_facts(replay=self.replay, model_dirs=tuple(model_dirs))
-        except DiscoveryError as exc:
-            raise OpError("failed", str(exc)) from exc
-
-    def _op_facts(self, args: dict, _stream: Stream) -> dict:
-        return self._collect(args)
-
-    def _op_doctor(self, args: dict, _stream: Stream) -> dict:
-        facts = self._collect(args)
-        try:
-            from llmgw_agent.doctor import run_checks
-        except ImportError as exc:
-            raise OpError(
-                "unavailable", "the doctor is not part of this agent: {}".format(exc)
-            ) from exc
-        return {"checks": run_checks(facts, state_dir=str(paths.state_dir()))}
-
-    def _op_fabric_probe(self, args: dict, _stream: Stream) -> dict:
-        from llmgw_agent.fabric import run as fabric_test
-
-        return fabric_test.fabric_probe(args, self.replay)
-
-    def _op_fabric_server(self, args: dict, stream: Stream) -> dict:
-        from llmgw_agent.fabric import run as fabric_test
-
-        return fabric_test.fabric_server(args, stream.emit, stream.cancelled, self.replay)
-
-    def _op_fabric_client(self, args: dict, stream: Stream) -> dict:
-        from llmgw_agent.fabric import run as fabric_test
-
-        return fabric_test.fabric_client(args, stream.emit, stream.cancelled, self.replay)
-
-    def _op_fabric_all_reduce(self, args: dict, stream: Stream) -> dict:
-        from llmgw_agent.fabric import allreduce as fabric_allreduce
-
-        return fabric_allreduce.all_reduce(args, stream.emit, stream.cancelled, self.replay)
-
-    def _op_lease_take(self, args: dict, _stream: Stream) -> dict:
-        given = checked(args, OP_ARGS["lease.take"])
-        from llmgw_agent.shards import leases
-
-        taken = leases.take(leases.checked_name(given["name"]), given["holder"], given["ttl_s"])
-        with self._lock:
-            self._leases[taken["name"]] = taken["token"]
-        return taken
-
-    def _op_lease_renew(self, args: dict, _stream: Stream) -> dict:
-        given = checked(args, OP_ARGS["lease.renew"])
-        from llmgw_agent.shards import leases
-
-        return leases.renew(leases.checked_name(given["name"]), given["token"], given["ttl_s"])
-
-    def _op_lease_release(self, args: dict, _stream: Stream) -> dict:
-        given = checked(args, OP_ARGS["lease.release"])
-        from llmgw_agent.shards import leases
-
-        released = leases.release(leases.checked_name(given["name"]), given["token"])
-        with self._lock:
-            if self._leases.get(given["name"]) == given["token"]:
-                del self._leases[given["name"]]
-        return released
-
-    def _op_shard_start(self, args: dict, _stream: Stream) -> dict:
-        from llmgw_agent.shards.records import start_shard
-
-        return start_shard(args, replay=self.replay)
-
-
-def _op_claims(_args: dict, _stream: Stream) -> dict:
-    from llmgw_agent.shards.claims import list_claims
-
-    return {"claims": list_claims()}
-
-
-def _op_shard_stop(args: dict, _stream: Stream) -> dict:
-    given = checked(args, OP_ARGS["shard.stop"])
-    from llmgw_agent.shards.records import stop_shard
-
-    return stop_shard(given["shard_id"], given["timeout_s"])
-
-
-def _op_shard_list(_args: dict, _stream: Stream) -> dict:
-    from llmgw_agent.shards.records import list_shards
-
-    return {"shards": list_shards()}
-
-
-def _op_shard_forget(args: dict, _stream: Stream) -> dict:
-    shard_id = checked(args, OP_ARGS["shard.forget"])["shard_id"]
-    from llmgw_agent.shards.records import forget_shard
-
-    return forget_shard(shard_id)
-
-
-def _op_shard_logs(args: dict, stream: Stream) -> dict:
-    given = checked(args, OP_ARGS["shard.logs"])
-    from llmgw_agent.shards.logs import stream_shard_log
-
-    return stream_shard_log(
-        given["shard_id"], given["tail"], given["follow"], stream.emit, stream.cancelled
-    )
-
-
-def _op_shard_nccl(args: dict, _stream: Stream) -> dict:
-    given = checked(args, OP_ARGS["shard.nccl"])
-    from llmgw_agent.shards.nccl import nccl_lines
-
-    return nccl_lines(given["shard_id"], given["limit"])
-
-
-def _op_shard_drain(args: dict, _stream: Stream) -> dict:
-    shard_id = checked(args, OP_ARGS["shard.drain"])["shard_id"]
-    from llmgw_agent.shards.records import drain_shard
-
-    return drain_shard(shard_id)
-
-
-def _op_lease_list(_args: dict, _stream: Stream) -> dict:
-    from llmgw_agent.shards.leases import list_leases
-
-    return {"leases": list_leases()}
-
-
-def _op_service_count(args: dict, _stream: Stream) -> dict:
-    given = checked(args, OP_ARGS["service.count"])
-    from llmgw_agent.shards import leases
-
-    return leases.count_scale(leases.checked_name(given["name"]), given["direction"])
-
-
-def _op_service_counts(_args: dict, _stream: Stream) -> dict:
-    from llmgw_agent.shards.leases import scale_counts
-
-    return {"counts": scale_counts()}
-
-
-def _op_fabric_record(args: dict, _stream: Stream) -> dict:
-    from llmgw_agent.fabric.verdicts import record_verdicts
-
-    return record_verdicts(args)
-
-
-def _op_fabric_verdicts(_args: dict, _stream: Stream) -> dict:
-    from llmgw_agent.fabric.verdicts import read_verdicts
-
-    return {"rails": read_verdicts()}
-
-
-def _op_port_free(args: dict, _stream: Stream) -> dict:
-    given = checked(args, OP_ARGS["port.free"])
-    from llmgw_agent.ports import free_ports
-
-    return free_ports(given["start"], given["count"], given["avoid"])
-
-
-def _op_gateway_call(args: dict, _stream: Stream) -> dict:
-    given = checked(args, OP_ARGS["gateway.call"])
-    if given["method"] not in ("GET", "POST", "DELETE") or not given["path"].startswith("/"):
-        raise OpError("bad_args", "gateway.call takes GET, POST or DELETE of a /path")
-    from llmgw_agent.front.control import call, control_socket
-    from llmgw_agent.shards.records import shard_directory
-
-    shard_directory(given["shard_id"])  # not_found for a shard that is not here
-    try:
-        status, body = call(
-            control_socket(given["shard_id"]), given["method"], given["path"], given["body"]
-        )
-    except (OSError, ValueError) as exc:
-        raise OpError("failed", "the gateway's front does not answer: {}".format(exc)) from None
-    return {"status": status, "body": body}
-
-
-def _op_download_watch(args: dict, stream: Stream) -> dict:
-    given = checked(args, OP_ARGS["download.watch"])
-    path, interval_s = given["path"], given["interval_s"]
-    refusal = allowed_paths.refusal(path)
-    if refusal:
-        raise OpError("refused", "path {}".format(refusal))
-    from llmgw_agent.downloads import watch_download
-
-    return watch_download(path, interval_s, stream.emit, stream.cancelled)
+        end_connection(self.connection)
 
 
 def _private_stdio():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from llmgw_agent.secret_names import is_secret_name
 from llmgw_core.errors import BadInput
 
 ALLOWED_PREFIXES = (
@@ -51,17 +52,15 @@ MAX_VALUE_CHARS = 1024
 """The longest value taken: tuning values are short; a long one is a mistake or an attack."""
 
 _KEY = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-_SECRET = re.compile(
-    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)"
-)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 ALLOWED_TEXT = ", ".join([*(prefix + "*" for prefix in ALLOWED_PREFIXES), *ALLOWED_NAMES])
 
 
 def is_secret_key(key: str) -> bool:
-    """True for a variable that holds a secret (`HF_TOKEN`, `VLLM_API_KEY`)."""
-    return bool(_SECRET.search(key.upper()))
+    """True for a variable that holds a secret (`HF_TOKEN`, `VLLM_API_KEY`): the agent's rule
+    (`llmgw_agent.secret_names`), which refuses one in a shard's stored env by the same test."""
+    return is_secret_name(key)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -13,17 +13,22 @@ which the agent keeps off the node's disk:
 | llama-cpp-python's server | `API_KEY`, its settings' own variable |
 | SGLang | no variable: a shim runs `sglang.launch_server` in the same process with `--api-key` appended to `sys.argv` only (never to the process's argv) |
 
-Each refuses a request without `Authorization: Bearer KEY` with 401.
+Each refuses a request without `Authorization: Bearer KEY` with 401. The
+variables' names are the agent's (`llmgw_agent.engine_keys`): its sim engine
+reads the key from the same one.
 """
 
 from __future__ import annotations
 
+from llmgw_agent.engine_keys import (
+    LLAMA_CPP_PYTHON_KEY_VARIABLE,
+    LLAMA_SERVER_KEY_VARIABLE,
+    SHIM_KEY_VARIABLE,
+    VLLM_KEY_VARIABLE,
+)
 from llmgw_core.engines.programs import LLAMA_CPP_PYTHON_MODULE, SGLANG_MODULE
 from llmgw_core.engines.spec import LLAMA_CPP, SGLANG, SIM, VLLM, LaunchRequest
 from llmgw_core.errors import BadInput
-
-SHIM_KEY_VARIABLE = "LLMGW_ENGINE_API_KEY"
-"""Where the key waits for the SGLang shim (it takes it out of the environment at once)."""
 
 KEY_SHIM = (
     "import os, runpy, sys; "
@@ -45,9 +50,11 @@ def _python_module(program: tuple[str, ...]) -> str | None:
 def key_variable(engine: str, program: tuple[str, ...]) -> str:
     """The variable `engine`, started as `program`, reads its client key from."""
     if engine in (VLLM, SIM):
-        return "VLLM_API_KEY"
+        return VLLM_KEY_VARIABLE
     if engine == LLAMA_CPP:
-        return "API_KEY" if _python_module(program) == LLAMA_CPP_PYTHON_MODULE else "LLAMA_API_KEY"
+        if _python_module(program) == LLAMA_CPP_PYTHON_MODULE:
+            return LLAMA_CPP_PYTHON_KEY_VARIABLE
+        return LLAMA_SERVER_KEY_VARIABLE
     return SHIM_KEY_VARIABLE
 
 

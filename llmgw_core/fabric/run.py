@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fabric.nccl import AllReducePerf, parse_all_reduce_perf
 from llmgw_core.fabric.perftest import read_tcp_result
@@ -208,7 +209,7 @@ async def run_pair(
 
 
 async def _probe(link: AgentLink) -> dict[str, Any]:
-    answer = await link.request("fabric.probe", {}, timeout_s=PROBE_TIMEOUT_S)
+    answer = await link.request(Op.FABRIC_PROBE, {}, timeout_s=PROBE_TIMEOUT_S)
     return answer if isinstance(answer, dict) else {}
 
 
@@ -256,7 +257,7 @@ async def _rail(
     run_s = settings.duration_s + SLACK_S
     secret = new_secret()
     server_args = {**_half_args(pair.adapter_a, settings), "port": port, "secret": secret}
-    stream = link_a.stream("fabric.server", server_args)
+    stream = link_a.stream(Op.FABRIC_SERVER, server_args)
     try:
         listening = await asyncio.wait_for(_listening(stream), LISTEN_TIMEOUT_S)
         if listening is None:
@@ -268,7 +269,7 @@ async def _rail(
             "server_address": listening.get("address") or node_a.address,
             "secret": secret,
         }
-        client = await link_b.request("fabric.client", client_args, timeout_s=run_s)
+        client = await link_b.request(Op.FABRIC_CLIENT, client_args, timeout_s=run_s)
         server = await _finish(stream, run_s)
     except (LlmgwError, asyncio.TimeoutError) as exc:
         await _cancel_quietly(stream)
@@ -321,7 +322,7 @@ async def _tcp_pair(
     run_s = settings.duration_s + SLACK_S
     secret = new_secret()
     server_args = {"method": "tcp", "duration_s": settings.duration_s, "secret": secret}
-    stream = link_a.stream("fabric.server", server_args)
+    stream = link_a.stream(Op.FABRIC_SERVER, server_args)
     try:
         listening = await asyncio.wait_for(_listening(stream), LISTEN_TIMEOUT_S)
         if listening is None:
@@ -333,7 +334,7 @@ async def _tcp_pair(
             "server_address": listening.get("address") or node_a.address,
             "secret": secret,
         }
-        client = await link_b.request("fabric.client", client_args, timeout_s=run_s)
+        client = await link_b.request(Op.FABRIC_CLIENT, client_args, timeout_s=run_s)
         server = await _finish(stream, run_s)
         received = read_tcp_result(server)
     except (LlmgwError, asyncio.TimeoutError) as exc:
@@ -373,7 +374,7 @@ async def run_all_reduce(
         "env": dict(env or {}),
         "timeout_s": timeout_s,
     }
-    answer = await link.request("fabric.all_reduce", args, timeout_s=timeout_s + SLACK_S)
+    answer = await link.request(Op.FABRIC_ALL_REDUCE, args, timeout_s=timeout_s + SLACK_S)
     output = answer.get("output", "") if isinstance(answer, dict) else ""
     run = parse_all_reduce_perf(str(output))
     speeds = [

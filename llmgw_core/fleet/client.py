@@ -22,9 +22,10 @@ from typing import Any
 
 import asyncssh
 
+from llmgw_agent import PROTOCOL_VERSION
+from llmgw_agent.ops import Op
 from llmgw_core.errors import LlmgwError
 
-PROTOCOL_VERSION = 1
 HELLO_TIMEOUT_S = 30.0
 _STDERR_LINES_KEPT = 20
 _PROTOCOL_ERRORS_KEPT = 20
@@ -99,7 +100,7 @@ class AgentStream:
         """Ask the agent to end the stream; returns its final result."""
         if not self._pending.future.done():
             with contextlib.suppress(AgentError):
-                await self._client.request("cancel", {"target": self.request_id}, timeout_s=10)
+                await self._client.request(Op.CANCEL, {"target": self.request_id}, timeout_s=10)
         with contextlib.suppress(AgentError, AgentLost):
             self.result = await asyncio.wait_for(asyncio.shield(self._pending.future), 10)
         return self.result

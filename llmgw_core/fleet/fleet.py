@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncssh
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.facts import NodeFacts, parse_facts
 from llmgw_core.fleet.checks import fabric_problem
@@ -301,7 +302,7 @@ class Fleet:
         )
         node.connection = await self.connector.connect(target)
         options = {"replay": spec.replay, "state_dir": spec.work_dir}
-        facts = ("facts", self._facts_args(node))
+        facts = (Op.FACTS, self._facts_args(node))
         try:
             # Most connections find the agent in place: start it straight away,
             # its facts asked for with the command.
@@ -349,7 +350,7 @@ class Fleet:
             if client is None:
                 return
             raw = await client.first_answer(
-                "facts", self._facts_args(node), timeout_s=FACTS_TIMEOUT_S
+                Op.FACTS, self._facts_args(node), timeout_s=FACTS_TIMEOUT_S
             )
             facts = validate_facts(raw, node.spec.name)
             problem = fabric_problem(node.spec, facts)

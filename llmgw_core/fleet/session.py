@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.client import AgentLost
 from llmgw_core.fleet.fleet import Fleet
@@ -96,7 +97,7 @@ async def stop_every_shard(fleet: Fleet) -> None:
 
     async def stop_node(name: str) -> None:
         try:
-            listing = await fleet.request(name, "shard.list", timeout_s=SHARD_STOP_TIMEOUT_S)
+            listing = await fleet.request(name, Op.SHARD_LIST, timeout_s=SHARD_STOP_TIMEOUT_S)
         except (LlmgwError, AgentLost):
             return
         shards = listing.get("shards", []) if isinstance(listing, dict) else []
@@ -106,7 +107,7 @@ async def stop_every_shard(fleet: Fleet) -> None:
                 with contextlib.suppress(LlmgwError):
                     await fleet.request(
                         name,
-                        "shard.stop",
+                        Op.SHARD_STOP,
                         {"shard_id": shard_id, "timeout_s": SHARD_STOP_TIMEOUT_S},
                         timeout_s=SHARD_STOP_TIMEOUT_S + 5,
                     )

@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 from urllib.parse import quote
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.client import AgentError, AgentLost
 from llmgw_core.gateway.keys import client_keys, front_config, read_tls, upstream_key_envs
@@ -80,7 +81,7 @@ async def front_call(
     if body is not None:
         args["body"] = body
     try:
-        answer = await fleet.request(gateway.node, "gateway.call", args, timeout_s=CALL_TIMEOUT_S)
+        answer = await fleet.request(gateway.node, Op.GATEWAY_CALL, args, timeout_s=CALL_TIMEOUT_S)
     except (AgentError, AgentLost) as exc:
         raise LlmgwError(
             f"the front of gateway {gateway.name} on {gateway.node} does not answer: {exc}"
@@ -190,7 +191,7 @@ def _default_node(fleet: Any) -> str:
 
 
 async def _port_is_free(fleet: Any, node: str, port: int) -> bool:
-    answer = await fleet.request(node, "port.free", {"start": port, "count": 1, "avoid": []})
+    answer = await fleet.request(node, Op.PORT_FREE, {"start": port, "count": 1, "avoid": []})
     return (answer.get("ports") or [None])[0] == port
 
 
@@ -234,13 +235,13 @@ async def start_gateway(
     if not await _port_is_free(fleet, node, args.port):
         if not any_port:
             raise BadInput(f"port {args.port} on {node} is in use", "give the gateway another port")
-        found = await fleet.request(node, "port.free", {"start": args.port + 1, "count": 1})
+        found = await fleet.request(node, Op.PORT_FREE, {"start": args.port + 1, "count": 1})
         args = args.model_copy(update={"port": int((found.get("ports") or [args.port])[0])})
     for old in ended:  # the record of its last run (crashed or killed), once all checks passed
         await stop_shard(fleet, old.node, old.shard_id, forget=True)
     request = shard_args(args, node=node, created_at=time.time(), upstream_key_envs=key_envs)
     request["secret_env"] = {FRONT_CONFIG_VARIABLE: config}
-    started = await fleet.request(node, "shard.start", request, timeout_s=30.0)
+    started = await fleet.request(node, Op.SHARD_START, request, timeout_s=30.0)
     shard_id = str(started["shard_id"])
     try:
         gateway = await _wait_up(fleet, node, shard_id)
@@ -292,9 +293,9 @@ async def stop_gateway(fleet: Any, name: str) -> dict[str, Any]:
     for view in views:
         try:
             await fleet.request(
-                view.node, "shard.stop", {"shard_id": view.shard_id, "timeout_s": 10}
+                view.node, Op.SHARD_STOP, {"shard_id": view.shard_id, "timeout_s": 10}
             )
-            await fleet.request(view.node, "shard.forget", {"shard_id": view.shard_id})
+            await fleet.request(view.node, Op.SHARD_FORGET, {"shard_id": view.shard_id})
         except (AgentError, AgentLost) as exc:
             raise LlmgwError(f"gateway {name} on {view.node} did not stop: {exc}") from None
     first = views[0]
@@ -320,7 +321,7 @@ async def gateway_log_batches(
     view = named[0]
     prefix = f"[gateway {view.node}] "
     stream = fleet.client(view.node).stream(
-        "shard.logs", {"shard_id": view.shard_id, "tail": lines, "follow": follow}
+        Op.SHARD_LOGS, {"shard_id": view.shard_id, "tail": lines, "follow": follow}
     )
     try:
         async for event in stream:

@@ -485,7 +485,7 @@ def compute_bytes(
       stream (one H more when a quantised KV cache is read through flash
       attention; MLA 6 H).
     The stream terms are measured against llama.cpp's allocator
-    (`tests/engines/llamacpp_truth.py`), not derived from its graph.
+    (`tests/support/llamacpp_truth.py`), not derived from its graph.
     """
     hidden, heads = shape.hidden_size, shape.num_attention_heads
     masks = n_kv + (n_kv_swa if shape.sliding_window else 0)

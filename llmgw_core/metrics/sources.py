@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import LlmgwError
 from llmgw_core.metrics.families import MetricsSnapshot
 from llmgw_core.metrics.gateway import (
@@ -84,7 +85,7 @@ async def scale_events(fleet: Any) -> dict[str, dict[str, int]]:
     from llmgw_core.service.lease import lease_node
 
     try:
-        answer = await fleet.request(lease_node(fleet), "service.counts", timeout_s=10)
+        answer = await fleet.request(lease_node(fleet), Op.SERVICE_COUNTS, timeout_s=10)
     except (LlmgwError, AgentLost):
         return {}
     counts = answer.get("counts") if isinstance(answer, dict) else None

@@ -21,7 +21,7 @@ no admin API listens on any TCP port.
 * With `tls` in its configuration (the operator's certificate and key, PEM)
   the network port speaks HTTPS only. The PEM text is handed to `ssl` through
   anonymous in-memory files (`memfd_create`): never a file on the node.
-* What a client sends is read within limits (`http.py`): the key is checked
+* What a client sends is read within limits (`http.py`, `connections.py`): the key is checked
   from the request's head before a byte of its body is read, so a client
   without one costs the front a head at most; heads, bodies and idle
   connections have time limits, and connections are capped per peer and in
@@ -47,22 +47,25 @@ import sys
 import time
 from urllib.parse import unquote
 
-from llmgw_agent.front.control import control_socket, serve_control
-from llmgw_agent.front.http import (
-    REASONS,
+from llmgw_agent.front.connections import (
     Governor,
-    Limits,
-    Refusal,
     Slot,
-    clean_path,
-    close_gently,
     connection_caps,
     listen,
     open_file_limit,
-    read_body,
-    read_request,
     serve_connections,
 )
+from llmgw_agent.front.control import control_socket, serve_control
+from llmgw_agent.front.http import (
+    REASONS,
+    Limits,
+    Refusal,
+    clean_path,
+    close_gently,
+    read_body,
+    read_request,
+)
+from llmgw_agent.front.relay import relay, whole_answer
 from llmgw_agent.front.routing import POLICIES, Pool, Worker
 
 TYPE_CHECKING = False
@@ -404,7 +407,7 @@ class Front:
                 try:
                     # A whole answer of known length is read before a byte of it is sent on:
                     # an engine that dies mid-answer is then retried elsewhere, unseen.
-                    whole = await _whole_answer(status_head, up_reader, method)
+                    whole = await whole_answer(status_head, up_reader, method)
                 except (OSError, ssl.SSLError, asyncio.IncompleteReadError) as exc:
                     up_writer.close()
                     self.pool.failed(worker, "it dropped an answer ({})".format(_why(exc)))
@@ -417,7 +420,7 @@ class Front:
                     await writer.drain()
                     reusable = b"connection: close" not in status_head.lower()
                 else:
-                    reusable = await _relay(status_head, up_reader, writer, method)
+                    reusable = await relay(status_head, up_reader, writer, method)
             finally:
                 worker.in_flight -= 1
             if reusable:
@@ -450,87 +453,6 @@ def _model_list(models: List[str]) -> bytes:
     now = int(time.time())
     cards = [{"id": m, "object": "model", "created": now, "owned_by": "llmgw"} for m in models]
     return json.dumps({"object": "list", "data": cards}).encode()
-
-
-WHOLE_ANSWER_BYTES = 8 * 1024 * 1024
-"""The largest answer of known length read whole before it is sent on (larger ones stream)."""
-
-
-async def _whole_answer(head: bytes, reader: asyncio.StreamReader, method: str) -> Optional[bytes]:
-    """The body of an answer with a `Content-Length` up to `WHOLE_ANSWER_BYTES`, read whole
-    (b"" for an answer without one); None for a stream or a larger answer, to relay as it comes.
-
-    Raises:
-        asyncio.IncompleteReadError: the engine closed before the body ended.
-    """
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ")[1])
-    if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-        return b""
-    named = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        named[name.strip().lower()] = value.strip().lower()
-    if "transfer-encoding" in named or "content-length" not in named:
-        return None
-    try:
-        length = int(named["content-length"])
-    except ValueError:
-        return None
-    if not 0 <= length <= WHOLE_ANSWER_BYTES:
-        return None
-    return await reader.readexactly(length) if length else b""
-
-
-async def _relay(
-    head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, method: str
-) -> bool:
-    """Copy one response from a worker to the client; True when the worker's connection
-    may carry another request."""
-    writer.write(head)
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ")[1])
-    named = {}
-    for line in lines[1:]:
-        if line:
-            name, _, value = line.partition(":")
-            named[name.strip().lower()] = value.strip().lower()
-    if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-        await writer.drain()
-        return True
-    if "chunked" in named.get("transfer-encoding", ""):
-        while True:
-            size_line = await reader.readuntil(b"\r\n")
-            writer.write(size_line)
-            size = int(size_line.split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                while True:  # trailers, then the blank line
-                    trailer = await reader.readuntil(b"\r\n")
-                    writer.write(trailer)
-                    if trailer == b"\r\n":
-                        break
-                break
-            writer.write(await reader.readexactly(size + 2))
-            await writer.drain()
-        await writer.drain()
-        return named.get("connection") != "close"
-    if "content-length" in named:
-        left = int(named["content-length"])
-        while left:
-            piece = await reader.read(min(left, 65536))
-            if not piece:
-                raise ConnectionError("the engine closed mid-answer")
-            writer.write(piece)
-            left -= len(piece)
-            await writer.drain()
-        return named.get("connection") != "close"
-    while True:  # neither: the body runs to the engine closing the connection
-        piece = await reader.read(65536)
-        if not piece:
-            break
-        writer.write(piece)
-        await writer.drain()
-    return False
 
 
 async def _answer(writer: asyncio.StreamWriter, status: int, body: bytes, close: bool) -> None:

@@ -12,13 +12,9 @@ from typing import Any, List, Optional
 from llmgw_agent import allowed_paths
 from llmgw_agent.logcap import DEFAULT_LOG_MAX_BYTES
 from llmgw_agent.op_args import OpError, arg, number_arg
+from llmgw_agent.secret_names import is_secret_name
 from llmgw_agent.shards.claims import valid_gpu_id
 
-SECRET_NAME = re.compile(
-    r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|API_KEY|ACCESS_KEY|PRIVATE_KEY)(_|$)"
-)
-"""A variable that holds a secret (`HF_TOKEN`, `VLLM_API_KEY`, `DB_PASSWORD`): the same rule
-as the console's allowlist (`llmgw_core.engines.allowlist`), kept here in the standard library."""
 SHARD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 """Used with `match`: `\\Z`, not `$`, so a trailing newline is refused too."""
 DEFAULT_STOP_TIMEOUT_S = 30.0
@@ -45,7 +41,7 @@ def _command(index: int, raw: Any, last: bool) -> dict:
         isinstance(k, str) and isinstance(v, str) and k and "=" not in k for k, v in env.items()
     ):
         raise _bad("{}.env must map names to string values".format(where))
-    secrets = sorted(key for key in env if SECRET_NAME.search(key.upper()))
+    secrets = sorted(key for key in env if is_secret_name(key))
     if secrets:
         # shard.json holds every command's env, readable on the node's disk:
         # a secret there is one a caller forgot to send apart.

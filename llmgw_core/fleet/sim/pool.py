@@ -148,17 +148,18 @@ class _Nowhere:
 
 def _sim_server(capture: str, kind: str | None, shared: KindFacts, out: Any) -> Any:
     """The agent's protocol `Server` for one node, its facts shared with its kind."""
+    from llmgw_agent.ops import Op
     from llmgw_agent.protocol import Channel, Server
 
-    class SimServer(Server):
-        def _op_facts(self, args: dict[str, Any], stream: Any) -> dict[str, Any]:
-            if kind is None:
-                return super()._op_facts(args, stream)
-            return shared.facts(
-                kind, capture, args, lambda: super(SimServer, self)._op_facts(args, stream)
-            )
+    server = Server(Channel(out), capture)
+    if kind is not None:
+        read = server.ops[Op.FACTS]
 
-    return SimServer(Channel(out), capture)
+        def facts(args: dict[str, Any], stream: Any) -> dict[str, Any]:
+            return shared.facts(kind, capture, args, lambda: read(args, stream))
+
+        server.ops[Op.FACTS] = facts
+    return server
 
 
 class AgentSshd(LoopbackSshd):
@@ -179,12 +180,15 @@ class AgentSshd(LoopbackSshd):
 
     def read_ahead(self, args: dict[str, Any]) -> None:
         """Read this node's kind's facts now (the console's request will find them)."""
-        from llmgw_agent.protocol import Server
+        from llmgw_agent.ops import Op
+        from llmgw_agent.protocol import Channel, Server, Stream
 
         if self.kind is None:
             return
-        server = _sim_server(self.capture, self.kind, self.shared, _Nowhere())
-        self.shared.read_ahead(self.kind, args, lambda: Server._op_facts(server, args, None))
+        server = Server(Channel(_Nowhere()), self.capture)
+        stream = Stream(None, server.channel, server.connection)
+        read = server.ops[Op.FACTS]
+        self.shared.read_ahead(self.kind, args, lambda: read(args, stream))
 
     async def _run(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         if not is_agent_serve(process.command or ""):

@@ -15,6 +15,8 @@ import argparse
 import os
 from typing import List, Optional
 
+from llmgw_agent.engine_keys import KEY_VARIABLES
+
 KINDS = ("vllm", "sglang", "llama.cpp", "rpc-server", "ray")
 
 _BY_PROGRAM = {
@@ -38,15 +40,6 @@ _DEFAULT_PORTS = {
     "ray": 6379,
 }
 _DEFAULT_MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88}
-
-
-KEY_VARIABLES = {
-    "vllm": ("VLLM_API_KEY",),
-    "llama.cpp": ("LLAMA_API_KEY", "API_KEY"),
-    "sglang": ("LLMGW_ENGINE_API_KEY",),
-}
-"""Where each engine finds its client key in its environment (`llmgw_core.engines.keys`);
-SGLang's is the console's key shim's, which the sim stands in for."""
 
 
 def _module_of(argv: List[str]) -> Optional[str]:
