@@ -26,7 +26,7 @@ from agent_process import agent_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmgw_agent.front import http
+from llmgw_agent.front import connections, http
 from llmgw_agent.front.control import call
 
 KEY = "sk-front-limits-0123456789"
@@ -483,9 +483,11 @@ def test_over_https_a_keyed_request_passes_and_a_handshake_never_begun_is_closed
 
 
 def test_the_caps_at_1024_open_files_leave_a_descriptor_per_client_for_its_engine():
-    assert http.connection_caps(http.Limits(), 1024) == (480, 240)
-    assert http.connection_caps(http.Limits({"max_connections": 10}), 1024) == (10, 5)
-    assert http.connection_caps(http.Limits(), 10**7)[0] == http.MAX_CONNECTIONS_CEILING
+    assert connections.connection_caps(http.Limits(), 1024) == (480, 240)
+    assert connections.connection_caps(http.Limits({"max_connections": 10}), 1024) == (10, 5)
+    assert (
+        connections.connection_caps(http.Limits(), 10**7)[0] == connections.MAX_CONNECTIONS_CEILING
+    )
 
 
 def test_limits_name_what_is_wrong_with_them():
@@ -496,7 +498,7 @@ def test_limits_name_what_is_wrong_with_them():
 
 
 def test_the_governor_evicts_the_oldest_unauthenticated_and_keeps_the_authenticated():
-    governor = http.Governor(max_connections=3, max_per_peer=2)
+    governor = connections.Governor(max_connections=3, max_per_peer=2)
     socks = [socket.socket() for _ in range(6)]
     try:
         a, _ = governor.admit("10.0.0.1", socks[0])

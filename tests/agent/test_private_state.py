@@ -92,7 +92,7 @@ def test_a_secret_in_a_commands_own_env_is_refused_naming_it(agent: AgentClient)
 
 
 def test_the_agents_secret_rule_is_the_consoles() -> None:
-    from llmgw_agent.shards.spec import SECRET_NAME
+    from llmgw_agent.secret_names import SECRET_NAME
     from llmgw_core.engines.allowlist import is_secret_key
 
     names = [

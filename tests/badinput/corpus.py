@@ -28,8 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from generate import SECRET, Case, cases, materialise
 
 CASE_TIMEOUT_S = 20.0

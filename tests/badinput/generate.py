@@ -379,7 +379,8 @@ def _configs() -> list[Path]:
 
 
 def _gguf_bytes() -> bytes:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "model"))
+    # tests/support: pytest's `pythonpath` has it, `python tests/badinput/corpus.py` has not.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
     import tempfile
 
     from header_ggufs import write_tiny_llama

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-
+import _paths  # noqa: F401  (tests/support on the path)
 from serve_demo_harness import Demo
 
 from llmgw_core.gateway.run import change_workers, find_gateway, follow, router_workers

@@ -17,12 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-
+import _paths  # noqa: F401  (tests/support on the path)
 from bench_gateway import two_replicas_behind_a_gateway
 from serve_demo_harness import Demo
 

@@ -3,7 +3,7 @@
 Run: `.venv/bin/python tests/benchmarks/bench_llamacpp.py`. Prints figures; asserts nothing.
 The path is the e2e test's (`tests/e2e/test_llamacpp_real.py`): the real agent
 behind asyncssh's in-process SSH server, llama-cpp-python's server built by
-the engine builder, the tiny GGUF of `tests/e2e/tiny_gguf.py`, and a
+the engine builder, the tiny GGUF of `tests/support/tiny_gguf.py`, and a
 streamed chat completion through an SSH tunnel. Then the same through the
 console as a person runs it: `llmgw-tui --run` with `serve`, `ask` and
 `stop`, timed from its own trace. Needs `llama-cpp-python[server]`.
@@ -20,8 +20,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import _paths  # noqa: F401  (tests/support on the path)
 import httpx
 
+# The helpers of tests/e2e/test_llamacpp_real.py, a test module, are not a harness of tests/support.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
 from test_llamacpp_real import (

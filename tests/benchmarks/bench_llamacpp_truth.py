@@ -17,14 +17,12 @@ plan's own llama-server command. Needs `llama-cpp-python`.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tests.engines.llamacpp_truth import (
+import _paths  # noqa: F401  (tests/support on the path)
+from llamacpp_truth import (
     ARCHS,
     QUANTS,
     Case,

@@ -7,14 +7,12 @@ Not collected by pytest; figures only, no assertions.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "unit" / "model"))
-
+import _paths  # noqa: F401, E402  (tests/support on the path)
 from header_ggufs import write_tiny_llama  # noqa: E402
 
 from llmgw_core.memory import Layout, card_need  # noqa: E402

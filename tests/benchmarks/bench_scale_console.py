@@ -31,7 +31,6 @@ import asyncio
 import gc
 import os
 import statistics
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -334,7 +333,6 @@ async def main(total: int) -> None:
 
 def first_frame(runs: int) -> None:
     """The console's first-frame rows of bench_startup.py."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_startup import console_rows
 
     print(f"cold start to first frame, median of {runs} alternating runs (bench_startup.py):")

@@ -44,8 +44,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-
 from bench_tui import CONSOLE, MINIMAL  # noqa: E402  (the console's own cold-start snippets)
 
 REFERENCE_IMPORTS = """

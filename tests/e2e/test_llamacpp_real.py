@@ -630,9 +630,8 @@ def test_llama_server_served_with_jinja_answers_an_openai_tools_call_with_a_tool
     """Where a llama-server is installed (or `LLMGW_LLAMA_SERVER` names a build): `engine_args:
     {jinja: true}` reaches it, and the OpenAI SDK's `tools=` call gets a `tool_calls` message
     parsed by llama-server itself from the model's Hermes-style answer."""
+    from llamacpp_truth import llama_server
     from openai import OpenAI
-
-    from tests.engines.llamacpp_truth import llama_server
 
     server = llama_server()
     if not server:

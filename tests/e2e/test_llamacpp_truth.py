@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
 
-from tests.engines.llamacpp_truth import (
+from llamacpp_truth import (
     ARCHS,
     Case,
     estimate_figures,
@@ -102,8 +102,8 @@ def test_llama_server_started_as_the_plan_shows_allocates_what_estimate_says(
 ):
     """Where a llama-server is installed (or `LLMGW_LLAMA_SERVER` names a build): the plan's own
     command, four slots of 4,096 tokens, with and without flash attention."""
-    from tests.e2e.kept_demo import free_port
-    from tests.engines.llamacpp_truth import llama_server, measure_server
+    from kept_demo import free_port
+    from llamacpp_truth import llama_server, measure_server
 
     server = llama_server()
     if not server:

@@ -5,7 +5,7 @@ ordinary calls of an OpenAI client (the official SDK, and raw HTTP where the
 SDK hides the status) against both, and holds each engine to what it was
 measured to answer — so where llama.cpp differs from vLLM is written down
 and stays true. Real llama.cpp is llama-cpp-python's server on the tiny GGUF
-(`tests/e2e/tiny_gguf.py`); it is skipped where llama-cpp-python is absent
+(`tests/support/tiny_gguf.py`); it is skipped where llama-cpp-python is absent
 (`.ci/run` builds it). llama.cpp's C++ `llama-server` is not installed here.
 """
 

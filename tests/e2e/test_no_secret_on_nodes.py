@@ -24,10 +24,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit" / "model"))
-
 from bench import Bench
 from hub_server import FakeRepo, LocalHub
 from kept_demo import free_port
@@ -231,7 +227,7 @@ def test_on_the_demo_no_secret_reaches_a_nodes_disk_or_a_command_line(
 def test_on_openssh_no_secret_reaches_a_nodes_disk_or_a_command_line(
     tmp_path: Path, key_in_environment: None
 ):
-    from test_fault_matrix_openssh import OpenSshBench
+    from openssh_bench import OpenSshBench
 
     from llmgw_core.fleet.sim.demo import demo_router
 

@@ -9,13 +9,9 @@ stop the service.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
-
 from kept_demo import apply_json, chat_service, roll_under_load, run_json
 
 from llmgw_core.fleet.sim.demo import demo_router
@@ -28,7 +24,7 @@ SERVICE = chat_service()
 def test_on_openssh_a_service_rolls_through_the_real_router_without_a_failed_request(
     tmp_path: Path,
 ):
-    from test_fault_matrix_openssh import OpenSshBench
+    from openssh_bench import OpenSshBench
 
     router = demo_router()
     if router is None:

@@ -15,9 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
-
 from agent_process import AgentClient, agent_env
 from matrix import fill
 

@@ -1,9 +1,13 @@
-"""The fault matrix on the demo fleet: each fault, what the operator sees, and the invariants.
+"""The fault matrix: each fault, what the operator sees, and the invariants.
 
 After every fault a fresh console reads every node (claims, shards) and
 /proc (engine processes): no card in two shards, no claim without a live
 shard, no engine without its claims, nothing left running for a replica
 given up or replaced.
+
+Every fault runs on the demo fleet (the real agent behind asyncssh); the ones
+marked `@over_both_transports` run again on OpenSSH's sshd, the server
+operators really run (`openssh_bench.py`; skipped where sshd is absent).
 """
 
 from __future__ import annotations
@@ -16,17 +20,44 @@ import matrix
 import pytest
 import races
 from bench import Bench
+from openssh_bench import OpenSshBench
 
 pytestmark = pytest.mark.slow
 
+over_both_transports = pytest.mark.parametrize(
+    "bench",
+    [
+        pytest.param("demo", id="demo-fleet"),
+        pytest.param("openssh", id="openssh", marks=pytest.mark.sshd),
+    ],
+    indirect=True,
+)
+"""A fault run on the demo fleet, then on three OpenSSH nodes."""
+
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
+def demo_bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
     running = Bench(Path(tmp_path_factory.mktemp("fault-matrix")))
     try:
         yield running
     finally:
         running.close()
+
+
+@pytest.fixture(scope="module")
+def openssh_bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
+    running = OpenSshBench(Path(tmp_path_factory.mktemp("fault-matrix-openssh")))
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.fixture
+def bench(request: pytest.FixtureRequest) -> Bench:
+    """The demo fleet's bench; OpenSSH's where `over_both_transports` says `openssh`."""
+    transport = getattr(request, "param", "demo")
+    return request.getfixturevalue(f"{transport}_bench")
 
 
 def test_an_ssh_cut_while_a_replica_starts_fails_it_with_the_reason_and_leaves_nothing(
@@ -43,6 +74,7 @@ def test_an_ssh_cut_while_a_replica_starts_fails_it_with_the_reason_and_leaves_n
         assert outcome.ended.startswith("ready on ")
 
 
+@over_both_transports
 def test_a_killed_agent_comes_back_and_its_replica_still_answers(bench: Bench):
     outcome = matrix.run_fault(bench, matrix.agent_killed)
     print(outcome.row())
@@ -51,6 +83,7 @@ def test_a_killed_agent_comes_back_and_its_replica_still_answers(bench: Bench):
     assert outcome.ended == "ready on h100-a-01"
 
 
+@over_both_transports
 def test_a_killed_engine_fails_its_replica_with_the_exit_code_and_it_is_healed(bench: Bench):
     outcome = matrix.run_fault(bench, matrix.engine_killed)
     print(outcome.row())
@@ -61,6 +94,7 @@ def test_a_killed_engine_fails_its_replica_with_the_exit_code_and_it_is_healed(b
     assert outcome.ended.startswith("ready on ")
 
 
+@over_both_transports
 def test_a_node_lost_under_two_nodes_is_placed_again_and_its_old_shard_stopped_on_return(
     bench: Bench,
 ):

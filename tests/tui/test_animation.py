@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from live_walk import until
 
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import StaticFeed
@@ -30,7 +31,14 @@ def racks_after(demo_state, level: str) -> tuple[int, int]:
         async with app.run_test(size=(120, 40)) as pilot:
             await app.workers.wait_for_complete()
             await pilot.press("2")
-            await pilot.pause(1.5)
+            if level == "full":
+
+                def a_light() -> bool:
+                    return any(t.lit is not None for t in app.screen.query(RackWidget))
+
+                await until(pilot, a_light, "a light on the backplane", 10)
+            else:  # a still picture: nothing to wait for but longer than a light's step or a pulse
+                await pilot.pause(1.5)
             trays = app.screen.query(RackWidget)
             lit = sum(1 for t in trays if t.lit is not None)
             pulsing = sum(len(t.pulsing()) for t in trays)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from live_walk import until
 from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
@@ -139,7 +140,9 @@ def test_a_refusal_from_a_worker_or_a_timer_is_a_red_line(faulty_app):
             await _settle(app, pilot)
             screen.error = BadInput("the timer was refused")
             screen.fail_in_a_timer()
-            await pilot.pause(0.1)
+            await until(
+                pilot, lambda: "the timer was refused" in _notes(app), "the timer's line", 10
+            )
             assert app.is_running and app.return_code is None
             notes = _notes(app)
             assert "the worker was refused" in notes and "the timer was refused" in notes

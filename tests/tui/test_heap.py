@@ -31,7 +31,10 @@ async def main():
         table = app.screen.query_one("#nodes")
         while table.row_count < len(nodes):
             await pilot.pause(0.01)
-        await pilot.pause(0.2)
+        for _ in range(1000):  # the freeze follows the first draw
+            if gc.get_freeze_count():
+                break
+            await pilot.pause(0.01)
         seen["drawn"] = [gc.get_freeze_count(), list(gc.get_threshold()), table.row_count]
 
 asyncio.run(main())

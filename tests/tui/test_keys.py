@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from live_walk import until
+from live_walk import palette_answered, until
 from textual.widgets import DataTable, Input, Static
 
 from llmgw_tui.app import gateway_logs_target, logs_target
@@ -138,7 +138,7 @@ async def test_a_node_that_is_not_in_the_fleet_is_a_red_notification_not_a_page(
 @console_test
 async def test_the_palette_runs_the_same_action_as_the_key(app, pilot):
     await pilot.press("ctrl+p", *"racks")
-    await pilot.pause(0.3)
+    await until(pilot, lambda: palette_answered(app, "racks"), "the palette's answer", 10)
     await pilot.press("enter")
     await pilot.pause()
     assert isinstance(app.screen, RacksScreen)
@@ -208,7 +208,7 @@ async def test_the_node_page_runs_the_doctor_and_shows_the_failing_check_first(a
 @console_test
 async def test_the_palette_offers_plans_of_the_models_known_offline(app, pilot):
     await pilot.press("ctrl+p", *"plan Mixtral")
-    await pilot.pause(0.3)
+    await until(pilot, lambda: palette_answered(app, "plan Mixtral"), "the palette's answer", 10)
     await pilot.press("enter")
 
     def status() -> str:  # the plan screen may still be mounting (prepared in the background)
@@ -234,7 +234,12 @@ def test_six_opens_the_gateways_screen_which_says_when_none_runs(make_app):
         app = make_app()
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.press("6")
-            await pilot.pause(0.2)
+
+            def read() -> bool:  # the screen shows its first read of the gateways
+                found = app.screen.query("#gateways-status")
+                return bool(found) and found.first(Static).content != "reading the gateways…"
+
+            await until(pilot, read, "the gateways read", 10)
             screen = app.screen
             assert isinstance(screen, GatewaysScreen)
             status = str(screen.query_one("#gateways-status", Static).content)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from live_walk import until
 from textual.widgets import Log, Static
 
 from llmgw_tui.log_lines import LogLines, strip_ansi
@@ -27,13 +28,18 @@ def test_a_socket_fallback_is_seen_in_a_real_nccl_run(hardware_dir):
 
 async def _open(app, pilot) -> LogsScreen:
     await pilot.press("colon", *"logs llama-405b", "enter")
-    for _ in range(30):
-        await pilot.pause(0.05)
-        if isinstance(app.screen, LogsScreen) and app.screen.lines.seen:
-            break
+
+    def read_and_drawn() -> bool:  # every shard's lines read, and the last of them flushed
+        screen = app.screen
+        return (
+            isinstance(screen, LogsScreen)
+            and screen.stream_ended is not None
+            and not screen.lines.pending
+        )
+
+    await until(pilot, read_and_drawn, "the replica's log read and drawn", 10)
     screen = app.screen
     assert isinstance(screen, LogsScreen)
-    await pilot.pause(0.2)
     return screen
 
 
@@ -60,8 +66,8 @@ def test_logs_merge_both_ranks_filter_count_new_lines_when_scrolled_up_and_save(
             log.scroll_home(animate=False)
             await pilot.pause()
             screen.lines.add([f"new line {i}" for i in range(7)], 0.0)
-            await pilot.pause(0.3)
             badge = screen.query_one("#new-lines", Static)
+            await until(pilot, lambda: badge.display, "the new-lines badge", 10)
             assert badge.display and "7 new lines" in str(badge.content)
             await pilot.press("end")
             await pilot.pause()

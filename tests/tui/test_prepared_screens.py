@@ -38,12 +38,12 @@ def test_every_screen_is_built_and_laid_out_before_its_key_and_the_key_shows_tha
                 pilot, lambda: set(SCREEN_MODULES) <= set(app._screen_stacks), "5 screens", 30
             )
             await until(pilot, lambda: not app._mounting, "the last screen mounted", 10)
-            await pilot.pause(0.2)
+            racks = app._screen_stacks["racks"][0]
+            await until(pilot, lambda: not racks._layout_required, "the racks laid out", 10)
             assert app.current_mode == "fleet"
             assert isinstance(app.screen, FleetScreen)
             assert app.screen.query("#filter")  # the filter too, hidden until `/`
             assert not app.screen.query_one("#filter").display
-            racks = app._screen_stacks["racks"][0]
             assert racks.is_mounted and not racks._layout_required
             assert CountingFeed.reads == 0, "the hidden replicas screen read the replicas"
 

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from header_ggufs import write_tiny_llama
 
 from llmgw_core.script.runner import run_script
-
-sys.path.insert(0, str(Path(__file__).parent / "model"))
-from header_ggufs import write_tiny_llama
 
 
 def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, *, as_json: bool = True):

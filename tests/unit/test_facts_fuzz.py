@@ -14,16 +14,11 @@ import copy
 import json
 import math
 import os
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "model"))
-
 from json_paths import json_paths, put
 
 from llmgw_core.errors import BadInput

@@ -7,8 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-from tests.unit.model.hub_server import LocalHub, point_hub_at
+from hub_server import LocalHub, point_hub_at
 
 
 @pytest.fixture
@@ -32,7 +31,7 @@ def refusing_endpoint() -> str:
 
 @pytest.fixture
 def local_hub(hub_at: Callable[[str], None]) -> Iterator[LocalHub]:
-    """A running local Hub (see tests/unit/model/hub_server.py) that huggingface_hub talks to."""
+    """A running local Hub (see tests/support/hub_server.py) that huggingface_hub talks to."""
     with LocalHub() as hub:
         hub_at(hub.endpoint)
         yield hub

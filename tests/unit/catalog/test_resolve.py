@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hub_server import repo_from_fixture
 
 from llmgw_core.catalog import ShippedModel
 from llmgw_core.catalog.resolve import OFFLINE_NOTE, origin_note, resolve_model
 from llmgw_core.errors import BadInput, LlmgwError
-from tests.unit.model.hub_server import repo_from_fixture
 
 LLAMA_70B = "meta-llama/Llama-3.3-70B-Instruct"
 

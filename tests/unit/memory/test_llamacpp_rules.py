@@ -149,11 +149,11 @@ def test_flash_attention_off_holds_every_head_s_scores_against_the_whole_context
 
 def test_a_cpu_that_repacks_q4_k_holds_a_second_copy_of_those_matrices(tmp_path):
     import gguf
+    from header_ggufs import write_tiny_llama
 
     from llmgw_core.memory.llamacpp import REPACK_TYPES
     from llmgw_core.model.assemble import enrich_gguf
     from llmgw_core.model.local import read_local_gguf
-    from tests.unit.model.header_ggufs import write_tiny_llama
 
     path = write_tiny_llama(
         tmp_path / "q4k.gguf", hidden=256, heads=4, kv_heads=2, ffn=512, vocab=512,

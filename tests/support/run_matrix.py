@@ -1,7 +1,7 @@
 """Print the fault matrix: each fault → what the operator saw → how it ended → invariants; then races.
 
-    .venv/bin/python tests/faults/run_matrix.py               # every fault, 100 races
-    .venv/bin/python tests/faults/run_matrix.py --races 10 --only node_lost,engine_killed
+    .venv/bin/python tests/support/run_matrix.py               # every fault, 100 races
+    .venv/bin/python tests/support/run_matrix.py --races 10 --only node_lost,engine_killed
 
 Runs on a three-node demo fleet in a temporary folder (the disk-full fault
 mounts a tmpfs: run it as root, or it says it was not run). Exits 1 when an
@@ -16,8 +16,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import matrix
 import races

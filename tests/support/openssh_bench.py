@@ -1,31 +1,24 @@
-"""Part of the fault matrix on OpenSSH's sshd: the server operators really run.
+"""The fault matrix's bench on OpenSSH's sshd: the server operators really run.
 
 Three nodes, each its own sshd on a loopback port with its own home and the
 agent's state in its own `work_dir`, replaying an HGX H100 capture. The same
-fault functions and the same invariant check as on the demo fleet.
+fault functions and the same invariant check as on the demo fleet's `Bench`.
+The sshd is the fleet tests' (`tests/fleet/conftest.py`), which skips, saying
+why, where sshd is not installed.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncssh
-import matrix
-import pytest
 from bench import NODES, Bench, LoopThread
+from fleet.conftest import ClientKey, OpenSshd, free_port
 
 from llmgw_agent.sim.profiles import write_profile
 from llmgw_core.fleet.ssh import SshSettings
 from llmgw_core.inventory import parse_inventory
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from fleet.conftest import ClientKey, OpenSshd, free_port
-
-pytestmark = [pytest.mark.sshd, pytest.mark.slow]
 
 
 class OpenSshNode:
@@ -106,40 +99,3 @@ class OpenSshBench(Bench):
             keepalive_count_max=2,
         )
         self.demo = OpenSshFleet(root, servers, inventory, settings)
-
-
-@pytest.fixture(scope="module")
-def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
-    running = OpenSshBench(Path(tmp_path_factory.mktemp("fault-matrix-openssh")))
-    try:
-        yield running
-    finally:
-        running.close()
-
-
-def test_on_openssh_a_killed_engine_fails_its_replica_and_it_is_healed(bench: Bench):
-    outcome = matrix.run_fault(bench, matrix.engine_killed)
-    print(outcome.row())
-    assert outcome.invariants is not None and outcome.invariants.held, outcome.row()
-    assert outcome.saw == (
-        "failed: rank 0 on h100-a-01 failed: the engine exited with code -9; heal: ready"
-    )
-    assert outcome.ended.startswith("ready on ")
-
-
-def test_on_openssh_a_killed_agent_comes_back_and_its_replica_still_answers(bench: Bench):
-    outcome = matrix.run_fault(bench, matrix.agent_killed)
-    print(outcome.row())
-    assert outcome.invariants is not None and outcome.invariants.held, outcome.row()
-    assert outcome.saw.endswith("ask after: answered")
-    assert outcome.ended == "ready on h100-a-01"
-
-
-def test_on_openssh_a_crashed_node_under_two_nodes_is_placed_again_and_cleaned_on_return(
-    bench: Bench,
-):
-    outcome = matrix.run_fault(bench, matrix.node_lost)
-    print(outcome.row())
-    assert outcome.invariants is not None and outcome.invariants.held, outcome.row()
-    assert outcome.saw == "heal: ready (placed again)"
-    assert outcome.ended == "ready on h100-a-01, h100-a-03"

@@ -9,12 +9,9 @@ on the first two can be placed again on the third when one is lost.
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 
 from serve_demo_harness import FleetContext, LoopThread, open_console, step
 

@@ -1,14 +1,8 @@
-"""The `demo_facts` fixture, shared with the placement tests (`placement/demo_fleet_facts.py`)."""
+"""The `demo_facts` fixture, shared with the placement tests (`tests/support/demo_fleet_facts.py`)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "placement"))
-
 from demo_fleet_facts import DemoFacts, demo_fleet_facts
 
 

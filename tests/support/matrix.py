@@ -23,11 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import LLAMA, NODES, Bench, FleetContext, step
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
-
 from agent_process import AgentClient, agent_env
+from bench import LLAMA, NODES, Bench, FleetContext, step
 from invariants import Invariants, check
 
 from llmgw_core.serve.replicas import stop_replica

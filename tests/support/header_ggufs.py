@@ -1,6 +1,6 @@
 """Tiny GGUF files of many shapes written with the `gguf` package, for header and range-read tests.
 
-(The one llama.cpp really loads and answers with is `tests/e2e/tiny_gguf.py`.)
+(The one llama.cpp really loads and answers with is `tests/support/tiny_gguf.py`.)
 """
 
 from __future__ import annotations
