@@ -44,7 +44,7 @@ ADDRESS_VARIABLE = "RAY_ADDRESS"
 
 PRIVATE_DIR_PLACEHOLDER = "@LLMGW_PRIVATE_DIR@"
 """Where a command takes a folder only its user can enter: the agent makes one for the shard
-and writes its path here (`agent/llmgw_agent/shards/records.py` reads the same text)."""
+and writes its path here (`agent/llmgw_agent/shards/start.py` reads the same text)."""
 
 TEMP_DIR = PRIVATE_DIR_PLACEHOLDER + "/ray"
 """Ray's `--temp-dir`: Ray opens it to everyone, its private parent keeps everyone out."""

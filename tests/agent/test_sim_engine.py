@@ -14,7 +14,7 @@ from agent_process import AgentClient, agent_env
 
 from llmgw_agent.sim.engine.args import engine_kind, parse_engine_argv
 from llmgw_agent.sim.engine.lines import nccl_lines
-from llmgw_agent.sim.engine.server import TOKEN_S, _token_s
+from llmgw_agent.sim.engine.serving import TOKEN_S, _token_s
 
 CARD_MIB = 81559
 CAPTURE_XML = (
@@ -426,7 +426,7 @@ def test_the_sim_answers_max_num_seqs_at_once_and_counts_the_rest_as_waiting(
 ) -> None:
     import threading
 
-    from llmgw_agent.sim.engine.server import IN_FLIGHT_NAMES, KV_USE_NAMES
+    from llmgw_agent.sim.engine.serving import IN_FLIGHT_NAMES, KV_USE_NAMES
     from llmgw_core.engines.signals import IN_FLIGHT, KV_USE, engine_load
 
     # The sim speaks the engines' own names, as the core reads them.

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from llmgw_agent.sim.engine.args import parse_engine_argv
-from llmgw_agent.sim.engine.server import SimHandler, SimState
+from llmgw_agent.sim.engine.serving import SimHandler, SimState
 
 ANSWER = "Hello from the simulated vllm engine serving llama."  # eight words: eight tokens
 

@@ -310,7 +310,7 @@ def test_a_private_folder_is_made_for_the_placeholder_and_goes_when_the_shard_is
 
 
 def test_the_agents_placeholder_is_the_one_the_core_writes() -> None:
-    from llmgw_agent.shards import records
+    from llmgw_agent.shards import start
     from llmgw_core.engines import ray_cluster
 
-    assert records.PRIVATE_DIR_PLACEHOLDER == ray_cluster.PRIVATE_DIR_PLACEHOLDER
+    assert start.PRIVATE_DIR_PLACEHOLDER == ray_cluster.PRIVATE_DIR_PLACEHOLDER

@@ -36,14 +36,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from llmgw_core.views.fleet import (
-    ClassCount,
-    FleetSummary,
-    NodeSummary,
-    RacksSummary,
-    RackSummary,
-    TraySummary,
-)
+from llmgw_core.views.fleet import FleetSummary, RacksSummary, RackSummary, TraySummary
+from llmgw_core.views.node import ClassCount, NodeSummary
 
 RACKS = 28
 POLL_S = 2.0

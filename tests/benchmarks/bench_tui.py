@@ -97,7 +97,8 @@ async def demo_fleet_drawn_s() -> float:
 
 def big_fleet(nodes: int, changed_every: int, generation: int):
     """A fleet summary of `nodes` H100 nodes; every `changed_every`-th node's free cards vary."""
-    from llmgw_core.views.fleet import ClassCount, FleetSummary, NodeSummary, RacksSummary
+    from llmgw_core.views.fleet import FleetSummary, RacksSummary
+    from llmgw_core.views.node import ClassCount, NodeSummary
 
     rows = []
     for i in range(nodes):

@@ -11,14 +11,8 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from llmgw_core.fleet.state import FleetState, NodeState
-from llmgw_core.views.fleet import (
-    ClassCount,
-    FleetSummary,
-    NodeSummary,
-    RacksSummary,
-    SummaryCache,
-    fleet_summary,
-)
+from llmgw_core.views.fleet import FleetSummary, RacksSummary, SummaryCache, fleet_summary
+from llmgw_core.views.node import ClassCount, NodeSummary
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import StaticFeed, summary_off_loop
 from llmgw_tui.screens import fleet as fleet_screen

@@ -10,7 +10,8 @@ from llmgw_tui.heap import GC_THRESHOLDS
 
 CONSOLE_UNTIL_DRAWN = """
 import asyncio, gc, json
-from llmgw_core.views.fleet import ClassCount, FleetSummary, NodeSummary, RacksSummary
+from llmgw_core.views.node import ClassCount, NodeSummary
+from llmgw_core.views.fleet import FleetSummary, RacksSummary
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import StaticFeed
 

@@ -25,7 +25,7 @@ from llmgw_core.errors import BadInput
 from llmgw_core.facts import parse_facts
 from llmgw_core.fleet.state import NodeState
 from llmgw_core.planner.pools_live import live_node, planner_fleet
-from llmgw_core.views.fleet import node_detail, node_summary
+from llmgw_core.views.node import node_detail, node_summary
 
 PROFILES = ("hgx-h100", "gb200-tray", "a100-mig", "l40s", "cpu")
 HOSTILE: list[Any] = [

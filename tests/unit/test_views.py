@@ -9,16 +9,8 @@ from typing import Any
 import pytest
 
 from llmgw_agent.discover import collect_facts
-from llmgw_core.views.fleet import (
-    class_counts,
-    device_rows,
-    domain_name,
-    fleet_summary,
-    node_summary,
-    nvlink_matrix,
-    racks_summary,
-    tray_state,
-)
+from llmgw_core.views.fleet import domain_name, fleet_summary, racks_summary
+from llmgw_core.views.node import class_counts, device_rows, node_summary, nvlink_matrix, tray_state
 
 
 def replay_facts(tmp_path: Path, hardware_dir: Path, xml: str, topo: str | None = None) -> Any:
@@ -190,7 +182,7 @@ def test_fleet_totals_count_ready_nodes_free_gpus_and_name_the_nodes_not_ready(h
 
 def test_a_rail_below_its_rated_speed_is_flagged_and_the_node_page_names_a_tray_kept_out(tmp_path):
     from llmgw_agent.sim.profiles import write_profile
-    from llmgw_core.views.fleet import adapter_rows, node_detail
+    from llmgw_core.views.node import adapter_rows, node_detail
 
     h100 = collect_facts(
         replay=str(write_profile("hgx-h100", tmp_path / "h", degraded_rail="mlx5_5"))

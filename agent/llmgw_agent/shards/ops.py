@@ -31,7 +31,7 @@ def shard_start(args: dict, call: Any) -> dict:
 
     `secret_env` goes only into the shard's environment, never its records.
     """
-    from llmgw_agent.shards.records import start_shard
+    from llmgw_agent.shards.start import start_shard
 
     return start_shard(args, replay=call.replay)
 

@@ -1,18 +1,15 @@
-"""Shards on this node: start one detached, list them, stop them, forget them.
+"""Shards on this node as their records say: judged, listed, stopped, drained, forgotten.
 
 Each shard lives in `state_dir/shards/<shard_id>/`:
 
 * `shard.json` — the spec it was started with, its token, the argv actually
-  run (the sim engine in replay mode); written once, before it starts;
+  run (the sim engine in replay mode); written once, before it starts
+  (`shards.start`);
 * `supervisor.json` — pid, start ticks and boot id of its supervising process;
 * `state.json` — phase, each command's pid/start ticks/exit, health; written by
   the supervisor (by an agent only once the supervisor is dead);
-* `stop.json` — a stop request's timeout; `engine.log`, `engine.log.1`,
-  `supervisor.log`.
-
-A command whose argv names `PRIVATE_DIR_PLACEHOLDER` (Ray's `--temp-dir`) is
-given a short folder only this user can enter, made for the shard, recorded
-as `private_dir` and removed when the shard is forgotten.
+* `stop.json` — a stop request's timeout; `draining.json` — a drain's mark;
+  `engine.log`, `engine.log.1`, `supervisor.log`.
 
 Nothing lives in the agent's memory: any agent, started any time, judges the
 same directory the same way, trusting only pid + start time + token.
@@ -23,37 +20,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import secrets
 import shutil
 import signal
 import stat
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from llmgw_agent import keepalive, paths, proc_identity
+from llmgw_agent import paths, proc_identity
 from llmgw_agent.op_args import OpError
-from llmgw_agent.shards import claims, memfiles
-from llmgw_agent.shards.spec import SHARD_ID, normalise_spec
+from llmgw_agent.shards import claims
+from llmgw_agent.shards.spec import SHARD_ID
 
 TERMINAL_PHASES = ("exited", "failed", "stopped")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _STARTUP_GRACE_S = 15.0
 """A shard without a recorded supervisor younger than this is still being started."""
-_SUPERVISOR_APPEAR_S = 10.0
 _STOP_SLACK_S = 5.0
 """How much longer than the stop timeout the agent waits for the supervisor's own stop."""
-PRIVATE_DIR_PLACEHOLDER = "@LLMGW_PRIVATE_DIR@"
-"""`llmgw_core.engines.ray_cluster`'s: replaced in a command's argv by the shard's private folder."""
-PRIVATE_DIR_MAX_CHARS = 39
-"""Ray's longest socket is 68 characters below the folder (`/ray/session_<date>_<pid>/sockets/
-plasma_store`) and a Unix socket path holds 107 bytes: a longer folder fails Ray's start."""
-_SHORTEST_SECRET = 8
 
 
 def shards_dir() -> Path:
@@ -91,36 +75,6 @@ def shard_directory(shard_id: str) -> Path:
     return path
 
 
-def agent_command(*args: str) -> List[str]:
-    """The argv that runs this same agent again (from a directory or a zipapp)."""
-    import llmgw_agent
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(llmgw_agent.__file__)))
-    boot = (
-        "import sys; sys.path.insert(0, {!r}); "
-        "from llmgw_agent.__main__ import main; sys.exit(main())".format(root)
-    )
-    flags = ["-S"] if sys.flags.no_site else []
-    return [sys.executable or "python3", *flags, "-c", boot, *args]
-
-
-def _new_shard_id(replica: str, rank: int) -> str:
-    stem = re.sub(r"[^A-Za-z0-9._-]", "-", replica)[:96].strip("-.") or "shard"
-    return "{}-r{}-{}".format(stem, rank, secrets.token_hex(3))
-
-
-def _run_argv(argv: List[str], replay: Optional[str]) -> List[str]:
-    """The argv to execute: the real one, or in replay mode the sim engine standing in."""
-    if not replay:
-        return argv
-    from llmgw_agent.sim.engine.args import engine_kind
-
-    kind = engine_kind(argv)
-    if kind is None:
-        return argv
-    return agent_command("sim-engine", "--as", kind, "--", *argv)
-
-
 def age_s(record: dict, monotonic_key: str, wall_key: str) -> float:
     """How long ago `record` was written, on the monotonic clock where it can be.
 
@@ -137,7 +91,12 @@ def age_s(record: dict, monotonic_key: str, wall_key: str) -> float:
     return time.time() - float(record.get(wall_key) or 0)
 
 
-def _claim_is_stale(holder: dict) -> bool:
+def claim_is_stale(holder: dict) -> bool:
+    """Whether a GPU claim's holder is gone: its shard finished, replaced or never recorded.
+
+    A claim younger than the start-up grace whose shard has no record yet is
+    a start still under way, not a stale claim.
+    """
     shard_id = holder.get("shard_id") or ""
     young = age_s(holder, "claimed_mono", "claimed_at") < _STARTUP_GRACE_S
     try:
@@ -149,139 +108,7 @@ def _claim_is_stale(holder: dict) -> bool:
     return judge_shard(directory)["phase"] in TERMINAL_PHASES
 
 
-def start_shard(args: dict, replay: Optional[str]) -> dict:
-    """Claim the spec's GPUs and start its supervisor, detached from this session.
-
-    Returns:
-        `{"shard_id", "pid", "phase": "starting"}` (pid: the supervisor's).
-
-    Raises:
-        OpError: `bad_args`, `exists`, `busy` (naming the GPU and its holder), `failed`.
-    """
-    spec = normalise_spec(args)
-    secret_env = secret_environment(args)
-    refused = memfiles.refusal(secret_env)
-    if refused:
-        raise OpError("unavailable", refused)
-    _refuse_secrets_on_argv(spec["commands"], secret_env)
-    shard_id = spec["shard_id"] or _new_shard_id(spec["replica"], spec["rank"])
-    directory = shards_dir() / shard_id
-    try:
-        directory.mkdir()
-    except FileExistsError:
-        raise OpError(
-            "exists", "shard {} already exists on this node; forget it first".format(shard_id)
-        ) from None
-    token = secrets.token_hex(16)
-    method, method_reason = keepalive.keepalive_method()
-    private = None
-    if any(PRIVATE_DIR_PLACEHOLDER in arg for c in spec["commands"] for arg in c["argv"]):
-        try:
-            private = make_private_dir()
-        except OpError:
-            _discard(directory, None)
-            raise
-    for command in spec["commands"]:
-        # `agent: true`: argv is this agent's own subcommand (`front …`), run by this agent.
-        run = agent_command(*command["argv"]) if command["agent"] else command["argv"]
-        if private is not None:
-            run = [arg.replace(PRIVATE_DIR_PLACEHOLDER, str(private)) for arg in run]
-        command["run_argv"] = _run_argv(run, replay)
-    record = dict(
-        spec,
-        shard_id=shard_id,
-        token=token,
-        private_dir=str(private) if private is not None else None,
-        replay=replay,
-        created_at=time.time(),
-        created_mono=time.monotonic(),
-        boot_id=proc_identity.boot_id(),
-        keepalive=method,
-        keepalive_reason=method_reason,
-    )
-    # The record exists before the claims, so a racing start judges our claims live.
-    try:
-        write_record(directory / "shard.json", record)
-        write_record(directory / "state.json", {"phase": "starting", "commands": []})
-    except OSError as exc:
-        _discard(directory, record["private_dir"])
-        raise OpError("failed", _unwritable(exc)) from None
-    holder = {
-        "shard_id": shard_id,
-        "replica": spec["replica"],
-        "rank": spec["rank"],
-        "token": token,
-        "claimed_at": time.time(),
-        "claimed_mono": time.monotonic(),
-        "boot_id": proc_identity.boot_id(),
-    }
-    try:
-        claims.acquire(spec["gpus"], holder, _claim_is_stale)
-    except OpError:
-        _discard(directory, record["private_dir"])
-        raise
-    except OSError as exc:
-        _discard(directory, record["private_dir"])
-        raise OpError("failed", _unwritable(exc)) from None
-    try:
-        pid = _spawn_supervisor(directory, shard_id, token, replay, method, secret_env)
-    except OSError as exc:
-        _finish(directory, record, "failed", "could not start the supervisor: {}".format(exc))
-        raise OpError("failed", "could not start shard {}: {}".format(shard_id, exc)) from exc
-    except OpError as exc:
-        _finish(directory, record, "failed", exc.message)
-        raise
-    return {"shard_id": shard_id, "pid": pid, "phase": "starting"}
-
-
-def _refuse_secrets_on_argv(commands: List[dict], secret_env: dict) -> None:
-    """Refuse a command that names one of the shard's secrets on its command line.
-
-    Every user of the node reads argv (`ps`, `/proc/<pid>/cmdline`); a secret
-    reaches a command through its environment alone.
-    """
-    for command in commands:
-        for key, value in secret_env.items():
-            if len(value) >= _SHORTEST_SECRET and any(value in arg for arg in command["argv"]):
-                raise OpError(
-                    "bad_args",
-                    "{}'s command line holds the secret {}, and every user of the node can "
-                    "read a command line: pass it in secret_env only".format(command["name"], key),
-                )
-
-
-def make_private_dir() -> Path:
-    """A new folder only this user can enter, short enough for Ray's sockets below it.
-
-    In the state folder when its path is short, else in `$TMPDIR` or `/tmp`:
-    `mkdtemp` makes it 0700 under a name no one can guess, in a folder whose
-    sticky bit (or closed mode) keeps other users from moving it away.
-
-    Raises:
-        OpError: `failed` when no such folder can be made.
-    """
-    state = paths.state_dir() / "p"
-    for base in (state, Path(os.environ.get("TMPDIR") or "/tmp"), Path("/tmp")):
-        if not base.is_absolute() or len(str(base)) + 15 > PRIVATE_DIR_MAX_CHARS:
-            continue  # 15: `/llmgw-` and mkdtemp's 8 characters
-        try:
-            if base == state:
-                base.mkdir(mode=0o700, exist_ok=True)
-            mode = os.stat(str(base)).st_mode
-            if stat.S_ISDIR(mode) and (not mode & 0o022 or mode & stat.S_ISVTX):
-                return Path(tempfile.mkdtemp(prefix="llmgw-", dir=str(base)))
-        except OSError:
-            continue
-    raise OpError(
-        "failed",
-        "no folder of {} characters or fewer that only this user can enter could be made in "
-        "the state folder, $TMPDIR or /tmp (Ray's sockets must fit below it)".format(
-            PRIVATE_DIR_MAX_CHARS
-        ),
-    )
-
-
-def _discard(directory: Path, private: Optional[str]) -> None:
+def discard_shard(directory: Path, private: Optional[str]) -> None:
     """Remove a shard's folder and its private folder (when still this user's own folder)."""
     with contextlib.suppress(OSError):
         found = os.lstat(private) if private else None
@@ -290,92 +117,14 @@ def _discard(directory: Path, private: Optional[str]) -> None:
     shutil.rmtree(str(directory), ignore_errors=True)
 
 
-def secret_environment(args: dict) -> dict:
-    """`shard.start`'s `secret_env`: variables for the shard's processes, kept off the disk.
-
-    They arrived on the SSH channel's stdin; they go into the supervisor's
-    environment (and so its commands'), never into the shard's records.
-
-    Raises:
-        OpError: `bad_args` when it is not a map of variable names to strings.
-    """
-    secret_env = args.get("secret_env") or {}
-    if not isinstance(secret_env, dict) or not all(
-        isinstance(k, str) and _ENV_NAME.match(k) and isinstance(v, str)
-        for k, v in secret_env.items()
-    ):
-        raise OpError("bad_args", "secret_env must map variable names to string values")
-    return dict(secret_env)
-
-
-def _unwritable(exc: OSError) -> str:
+def unwritable_reason(exc: OSError) -> str:
     """The sentence for a state directory that cannot be written (a full disk, mostly)."""
     return "the agent cannot write its state directory {}: {}".format(
         paths.state_dir(), exc.strerror or exc
     )
 
 
-def _spawn_supervisor(
-    directory: Path,
-    shard_id: str,
-    token: str,
-    replay: Optional[str],
-    method: Optional[str],
-    secret_env: Optional[dict] = None,
-) -> int:
-    env = dict(os.environ)
-    # Secrets reach the shard through the supervisor's environment only: never
-    # its argv, shard.json or a log.
-    env.update(secret_env or {})
-    env[paths.STATE_ENV] = str(paths.state_dir())
-    # The token too: every user reads a command line, only ours `/proc/<pid>/environ`,
-    # which still proves the supervisor ours once it has taken the variable out.
-    env[proc_identity.TOKEN_ENV] = token
-    if replay:
-        env[paths.REPLAY_ENV] = replay
-    argv = keepalive.launch_prefix(method, shard_id) + agent_command("supervise", str(directory))
-    with open(str(directory / "supervisor.log"), "ab") as log:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=str(directory),
-            env=env,
-            close_fds=True,
-            start_new_session=True,
-        )
-    # Reap it when it ends (this agent may live longer than the shard).
-    threading.Thread(target=process.wait, daemon=True).start()
-    identity = proc_identity.identity(process.pid)
-    # Answer only once the supervisor has its signal handlers (it then writes
-    # supervisor.json): a stop sent earlier would kill it before it could stop
-    # its engine.
-    deadline = time.monotonic() + _SUPERVISOR_APPEAR_S
-    while not (directory / "supervisor.json").exists():
-        if process.poll() is not None:
-            raise OpError(
-                "failed",
-                "the supervising process of {} exited at once ({}): {}".format(
-                    shard_id, process.returncode, _last_line(directory / "supervisor.log")
-                ),
-            )
-        if time.monotonic() > deadline:
-            write_record(directory / "supervisor.json", identity)
-            break
-        time.sleep(0.005)
-    return process.pid
-
-
-def _last_line(path: Path) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return "no output"
-    return lines[-1] if lines else "no output"
-
-
-def _finish(directory: Path, shard: dict, phase: str, reason: str) -> dict:
+def finish_shard(directory: Path, shard: dict, phase: str, reason: str) -> dict:
     """Record a shard as over (when its supervisor cannot) and free its claims."""
     state = read_record(directory / "state.json")
     if state.get("phase") in TERMINAL_PHASES:
@@ -386,7 +135,7 @@ def _finish(directory: Path, shard: dict, phase: str, reason: str) -> dict:
     try:
         write_record(directory / "state.json", state)
     except OSError as exc:
-        state["reason"] = "{} (not recorded: {})".format(reason, _unwritable(exc))
+        state["reason"] = "{} (not recorded: {})".format(reason, unwritable_reason(exc))
     return state
 
 
@@ -426,7 +175,7 @@ def judge_shard(directory: Path) -> dict:
                         why
                     )
                 else:
-                    state = _finish(
+                    state = finish_shard(
                         directory, shard, "failed", "its supervising process died: {}".format(why)
                     )
                     phase, reason = state["phase"], state.get("reason")
@@ -553,9 +302,9 @@ def stop_shard(shard_id: str, timeout_s: Optional[float]) -> dict:
         _signal_group(int(supervisor["pid"]), signal.SIGKILL)
     state = read_record(directory / "state.json")
     state["killed"] = killed or state.get("killed", False)
-    with contextlib.suppress(OSError):  # a full disk: _finish still frees the claims
+    with contextlib.suppress(OSError):  # a full disk: finish_shard still frees the claims
         write_record(directory / "state.json", state)
-    _finish(directory, shard, "stopped", "stopped on request (by the agent)")
+    finish_shard(directory, shard, "stopped", "stopped on request (by the agent)")
     return _stop_result(judge_shard(directory))
 
 
@@ -575,7 +324,7 @@ def drain_shard(shard_id: str) -> dict:
         try:
             write_record(directory / "draining.json", {"since": since})
         except OSError as exc:
-            raise OpError("failed", _unwritable(exc)) from None
+            raise OpError("failed", unwritable_reason(exc)) from None
     return {"shard_id": shard_id, "draining_since": since}
 
 
@@ -607,5 +356,5 @@ def forget_shard(shard_id: str) -> dict:
         raise OpError("busy", "shard {} is {}; stop it first".format(shard_id, judged["phase"]))
     private = read_record(directory / "shard.json").get("private_dir")
     shutil.rmtree(str(directory))
-    _discard(directory, private)
+    discard_shard(directory, private)
     return {"shard_id": shard_id, "forgotten": True}

@@ -118,7 +118,7 @@ def test_a_test_leaves_each_rails_verdict_on_both_of_its_nodes():
 
 
 def test_the_node_page_marks_an_adapter_whose_last_test_failed_and_not_one_that_passed():
-    from llmgw_core.views.fleet import adapter_rows
+    from llmgw_core.views.node import adapter_rows
 
     facts = {
         "adapters": [{"name": "mlx5_4"}, {"name": "mlx5_5"}],

@@ -1,0 +1,277 @@
+"""The sim engine's HTTP side: the routes an engine serves, paced answers, counters for /metrics.
+
+`SimHandler` answers `/health` (503 while loading), `/v1/models`,
+`/v1/chat/completions`, `/v1/completions`, `/tokenize` and `/metrics` as the
+engine named does (the bodies are `engine.api`'s), holding at most
+`max_seqs` requests at once; `EngineHttpServer` takes the connections, each
+on its own thread, over TLS where the command names a certificate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import os
+import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Optional
+
+from llmgw_agent.sim.engine import api
+from llmgw_agent.sim.engine.stdout import say
+
+TOKEN_S = 0.005
+"""How long the sim takes per generated token: a request is in flight for a while, as on an
+engine, so a roll has something to drain (a 12-token answer: 60 ms)."""
+IN_FLIGHT_NAMES = {
+    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting"),
+    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
+    "llama.cpp": ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
+}
+"""The families each engine counts its requests in flight in (running, waiting), on /metrics."""
+KV_USE_NAMES = {
+    "vllm": "vllm:kv_cache_usage_perc",
+    "sglang": "sglang:token_usage",
+    "llama.cpp": "llamacpp:kv_cache_usage_ratio",
+}
+"""The family each engine publishes its KV cache in use in (a share, 0 to 1)."""
+_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+class SimState:
+    """What the HTTP side needs to know: loading or ready, and counters for /metrics."""
+
+    def __init__(self, engine: dict, plan: dict, api_key: Optional[str] = None) -> None:
+        self.engine = engine
+        self.plan = plan
+        self.api_key = api_key
+        """The key clients must present (None: any request is taken); never printed."""
+        self.ready = threading.Event()
+        self.lock = threading.Lock()
+        self.requests_total = 0
+        self.running = 0
+        """Requests being answered now (what a roll waits on while draining)."""
+        self.waiting = 0
+        """Requests queued for a free sequence slot (`max_seqs` are answered at once)."""
+        self.admitted = threading.Condition(self.lock)
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.started = int(time.time())
+        """When the engine started: its model card's `created`."""
+        self.token_s = _token_s(os.environ.get("LLMGW_SIM_TOKEN_S"))
+        """Seconds per generated token (`LLMGW_SIM_TOKEN_S`, else `TOKEN_S`)."""
+
+
+def _token_s(given: Optional[str]) -> float:
+    """A pace from the environment: a number of seconds from 0 to 10, else `TOKEN_S`."""
+    try:
+        value = float(given) if given else TOKEN_S
+    except ValueError:
+        return TOKEN_S
+    return value if 0 <= value <= 10 else TOKEN_S
+
+
+def _answer_text(state: SimState) -> str:
+    return "Hello from the simulated {} engine serving {}.".format(
+        state.engine["kind"], state.engine["served_name"]
+    )
+
+
+class SimHandler(BaseHTTPRequestHandler):
+    """The OpenAI-style API of the sim engine."""
+
+    server_version = "llmgw-sim"
+    protocol_version = "HTTP/1.1"
+    sim: SimState
+
+    def log_message(self, format: str, *args) -> None:
+        """An access line as uvicorn prints it; health and metrics polls are not logged."""
+        if not self.path.startswith(("/health", "/metrics")):
+            say(
+                'INFO:     {}:{} - "{} {} HTTP/1.1" {}'.format(
+                    self.client_address[0], self.client_address[1], self.command, self.path, args[1]
+                )
+            )
+
+    def _send(self, status: int, body: object, content_type: str = "application/json") -> None:
+        raw = (body if isinstance(body, str) else json.dumps(body)).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def _refused(self, route: str) -> bool:
+        """Answer 401 when the route needs the key and the request lacks it (as the engine does)."""
+        key = self.sim.api_key
+        if key is None or not api.needs_key(self.sim.engine["kind"], route):
+            return False
+        given = self.headers.get("Authorization") or ""
+        if hmac.compare_digest(given.encode(), "Bearer {}".format(key).encode()):
+            return False
+        self._send(*api.unauthorized(self.sim.engine["kind"]))
+        return True
+
+    def _loading(self) -> bool:
+        if self.sim.ready.is_set():
+            return False
+        error = {"code": 503, "message": "Loading model", "type": "unavailable_error"}
+        self._send(503, {"error": error})
+        return True
+
+    def do_GET(self) -> None:
+        """`/health`, `/v1/models`, `/metrics`, `/openapi.json`, `/version`."""
+        route = self.path.split("?")[0]
+        if self._refused(route):
+            return
+        if route in ("/health", "/v1/health", "/health_generate"):
+            if not self._loading():
+                self._send(200, {"status": "ok"})
+        elif route == "/v1/models":
+            self._send(200, api.model_list(self.sim.engine, self.sim.started))
+        elif route == "/metrics":
+            self._send(200, self._metrics(), "text/plain; version=0.0.4")
+        elif route == "/openapi.json":
+            if not self._loading():
+                self._send(200, {"openapi": "3.1.0", "info": {"title": "llmgw-sim"}, "paths": {}})
+        elif route == "/version":
+            self._send(200, {"version": "sim"})
+        else:
+            self._send(*api.error(404, "Not Found", "NotFoundError"))
+
+    def _metrics(self) -> str:
+        kind = self.sim.engine["kind"]
+        running, waiting = IN_FLIGHT_NAMES.get(kind, IN_FLIGHT_NAMES["llama.cpp"])
+        prefix = running.split(":")[0] + ":"
+        label = '{{model_name="{}"}}'.format(self.sim.engine["served_name"])
+        with self.sim.lock:
+            limit = int(self.sim.engine.get("max_seqs") or 1)
+            values = [
+                (running, self.sim.running),
+                (waiting, self.sim.waiting),
+                (
+                    KV_USE_NAMES.get(kind, KV_USE_NAMES["llama.cpp"]),
+                    round(self.sim.running / limit, 4),
+                ),
+                (prefix + "request_success_total", self.sim.requests_total),
+                (prefix + "prompt_tokens_total", self.sim.prompt_tokens_total),
+                (prefix + "generation_tokens_total", self.sim.generation_tokens_total),
+            ]
+        return "".join("{}{} {}\n".format(name, label, value) for name, value in values)
+
+    def do_POST(self) -> None:
+        """`/v1/chat/completions` and `/v1/completions`: the sim's answer, as vLLM shapes it."""
+        route = self.path.split("?")[0]
+        # The body is read whatever the answer: left in the stream, it would be
+        # taken for the next request on this kept-alive connection.
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= _MAX_BODY_BYTES:
+            self.close_connection = True
+            self._send(*api.bad_request("the request body's length is not taken"))
+            return
+        raw = self.rfile.read(length) if length else b""
+        if self._refused(route):
+            return
+        if route not in ("/v1/chat/completions", "/v1/completions", "/tokenize"):
+            self._send(*api.error(404, "Not Found", "NotFoundError"))
+            return
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._send(*api.bad_request("the request body is not JSON"))
+            return
+        if route == "/tokenize":
+            self._send(*api.tokenize(body, self.sim.engine))
+            return
+        if self._loading():
+            return
+        self._admit()
+        try:
+            self._answer(route, body)
+        finally:
+            with self.sim.lock:
+                self.sim.running -= 1
+                self.sim.admitted.notify()
+
+    def _admit(self) -> None:
+        """Wait for one of the engine's `max_seqs` sequence slots, counted as waiting meanwhile
+        (as vLLM's scheduler queues what it cannot batch)."""
+        limit = int(self.sim.engine.get("max_seqs") or 1)
+        with self.sim.lock:
+            self.sim.waiting += 1
+            while self.sim.running >= limit:
+                self.sim.admitted.wait()
+            self.sim.waiting -= 1
+            self.sim.running += 1
+
+    def _answer(self, route: str, body: object) -> None:
+        """A completion, paced as an engine generates it (`token_s` per token)."""
+        found, refused = api.plan(route, body, self.sim.engine, _answer_text(self.sim))
+        if refused is not None or found is None:
+            self._send(*(refused or api.bad_request("the request could not be read")))
+            return
+        with self.sim.lock:
+            self.sim.requests_total += 1
+            self.sim.prompt_tokens_total += found.prompt_tokens
+            self.sim.generation_tokens_total += found.completion_tokens
+            number = self.sim.requests_total
+        time.sleep(self.sim.token_s * found.completion_tokens)
+        request_id = api.request_id(found.chat, number)
+        created = api.now()
+        if isinstance(body, dict) and body.get("stream"):
+            self._stream(api.chunks(found, request_id, created))
+            return
+        self._send(200, api.completion(found, request_id, created))
+
+    def _stream(self, chunks) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        for chunk in chunks:
+            self.wfile.write("data: {}\n\n".format(json.dumps(chunk)).encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+
+class EngineHttpServer(ThreadingHTTPServer):
+    """A thread per connection, and a listen backlog an engine's (uvicorn's 2048), not
+    socketserver's 5: a burst of clients is queued, never refused. With `tls` each
+    connection's handshake is made on its own thread, so one slow or plain client
+    holds up no other."""
+
+    request_queue_size = 2048
+    tls = None  # type: Optional[ssl.SSLContext]
+
+    def finish_request(self, request, client_address) -> None:
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(_HANDSHAKE_S)
+        try:
+            wrapped = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return  # a client that did not complete the handshake: nothing was read
+        try:
+            wrapped.settimeout(None)
+            super().finish_request(wrapped, client_address)
+        finally:
+            with contextlib.suppress(OSError):
+                wrapped.close()
+
+
+_HANDSHAKE_S = 10.0
+
+
+def tls_context(certfile: str, keyfile: str) -> ssl.SSLContext:
+    """The server context of the certificate and key files the command names (TLS 1.2 on)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile, keyfile)
+    return context
