@@ -5,13 +5,17 @@ worker that never overlaps itself, and published to every screen through the
 `fleet_changed` signal. Screens draw it; nothing here computes a figure.
 With `--metrics-port` a second worker hands the feed's latest metrics
 snapshot to a Prometheus endpoint (`llmgw_core.metrics`).
+
+Screens reach the app only through `llmgw_tui.contract.ConsoleApp` (no
+module under `llmgw_tui` imports this one but the entry points that build
+the app); how the modes' screens are prepared and shown is
+`llmgw_tui.modes`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from importlib import import_module
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -27,15 +31,9 @@ from llmgw_core.errors import LlmgwError
 from llmgw_tui.guard import ConsoleGuard, where_of
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.messages import OpenLogs, OpenNode, OpenReplica
+from llmgw_tui.modes import SCREEN_MODULES, ModesApp, lazy_mode_screen
 from llmgw_tui.screens.fleet import FleetScreen
-from llmgw_tui.textual_hooks import (
-    GuardedApp,
-    forget_mode_screen,
-    lay_out_hidden,
-    lay_out_pending,
-    mode_screen,
-    prepare_mode_screen,
-)
+from llmgw_tui.textual_hooks import GuardedApp
 from llmgw_tui.theme import (
     LLMGW_THEME,
     AnimationLevel,
@@ -55,53 +53,23 @@ METRICS_IDLE_S = 2.0
 """How often a fixed feed (no polling) hands the metrics a snapshot again."""
 
 
-# The first frame is the fleet's: every other screen's module (and the widgets
-# and core modules it needs), the palette's commands and the live feed are
-# imported the first time they are needed, or while the console is idle once
-# the fleet is shown (`prepare_screens`).
-SCREEN_MODULES = {
-    "racks": ("llmgw_tui.screens.racks", "RacksScreen"),
-    "plan": ("llmgw_tui.screens.plan", "PlanScreen"),
-    "replicas": ("llmgw_tui.screens.replicas", "ReplicasScreen"),
-    "serve": ("llmgw_tui.screens.serve", "ServeScreen"),
-    "gateways": ("llmgw_tui.screens.gateways", "GatewaysScreen"),
-}
-"""The modes after the fleet, in the order they are prepared, and where each screen is."""
-PREPARE_AFTER_S = 1.0
-"""How long after the first snapshot is shown the other screens start being prepared."""
-PREPARE_PAUSE_S = 0.3
-"""The pause between two screens prepared (the console stays responsive meanwhile)."""
-PREPARE_LAYOUTS = 3
-"""A prepared screen is laid out again, at most this many times, while its widgets' first sizes settle."""
-PREPARE_SETTLE_S = 0.02
-"""The pause after each of those layouts for the widgets' size messages."""
-
-
+# The first frame is the fleet's: the other screens' modules are imported as
+# `llmgw_tui.modes` says, the palette's commands when it first opens, and the
+# live feed by `run_app`.
 def _console_commands() -> type[Provider]:
     from llmgw_tui.commands import ConsoleCommands
 
     return ConsoleCommands
 
 
-def _mode_screen(mode: str) -> Callable[[], Screen[Any]]:
-    """A mode's screen factory that imports the screen's module when first called."""
-
-    def build() -> Screen[Any]:
-        module, name = SCREEN_MODULES[mode]
-        screen: Screen[Any] = getattr(import_module(module), name)()
-        return screen
-
-    return build
-
-
-class LlmgwApp(GuardedApp, App[int]):
+class LlmgwApp(GuardedApp, ModesApp[int]):
     """llmgw's console over one fleet feed."""
 
     CSS_PATH: ClassVar[list[str | PurePath]] = ["styles/app.tcss"]
     TITLE = "llmgw"
     MODES: ClassVar[dict[str, str | Callable[[], Screen[Any]]]] = {
         "fleet": FleetScreen,
-        **{mode: _mode_screen(mode) for mode in SCREEN_MODULES},
+        **{mode: lazy_mode_screen(mode) for mode in SCREEN_MODULES},
     }
     DEFAULT_MODE = "fleet"
     COMMANDS = App.COMMANDS | {_console_commands}
@@ -141,11 +109,6 @@ class LlmgwApp(GuardedApp, App[int]):
         self.fleet_failed: Signal[str] = Signal(self, "fleet-failed")
         """Published with the sentence when the fleet cannot be read."""
         self.animation_level = animation or animation_level_from_env()
-        self._showing_built_screen = False
-        """Whether the switch under way shows a screen built before (no frames held)."""
-        self._preparing: asyncio.Task[None] | None = None
-        self._mounting: dict[str, asyncio.Event] = {}
-        """The modes whose prepared screen is mounting now."""
         self.guard = ConsoleGuard(self)
         """What escapes a handler, action, timer or worker becomes a red line here."""
         use_theme_before_start(self, LLMGW_THEME)
@@ -171,8 +134,7 @@ class LlmgwApp(GuardedApp, App[int]):
 
     async def on_unmount(self) -> None:
         """Close the fleet (and the demo fleet's servers) before the loop ends."""
-        if self._preparing is not None:
-            self._preparing.cancel()
+        self.stop_preparing_screens()
         await self.feed.close()
 
     @work(group="fleet-poll", exclusive=True, exit_on_error=False, description="Polling the fleet")
@@ -299,42 +261,42 @@ class LlmgwApp(GuardedApp, App[int]):
 
     async def action_show_fleet(self) -> None:
         """Key 1: every node, its state and cards (kept: shown again as it was left)."""
-        await self._to_mode("fleet")
+        await self.show_mode("fleet")
 
     async def action_show_racks(self) -> None:
         """Key 2: the NVLink domains drawn as racks of trays."""
-        await self._to_mode("racks")
+        await self.show_mode("racks")
 
     async def action_show_plan(self) -> None:
         """The plan screen, as it was left."""
-        await self._to_mode("plan")
+        await self.show_mode("plan")
 
     async def action_open_plan(self, model_ref: str) -> None:
         """Plan `model_ref` on this fleet."""
         from llmgw_tui.screens.plan import PlanScreen
 
-        await self._to_mode("plan")
+        await self.show_mode("plan")
         screen = self.screen
         if isinstance(screen, PlanScreen):
             screen.plan(model_ref)
 
     async def action_show_replicas(self) -> None:
         """Key 4: every replica, its shards, and what can be done to it."""
-        await self._to_mode("replicas")
+        await self.show_mode("replicas")
 
     async def action_show_serve(self) -> None:
         """The Serve a model wizard, as it was left."""
-        await self._to_mode("serve")
+        await self.show_mode("serve")
 
     async def action_show_gateways(self) -> None:
         """The gateways screen: fronts, their workers, requests and errors."""
-        await self._to_mode("gateways")
+        await self.show_mode("gateways")
 
     async def action_open_replica(self, name: str) -> None:
         """The replicas screen with the cursor on `name` (now, or once it appears)."""
         from llmgw_tui.screens.replicas import ReplicasScreen
 
-        await self._to_mode("replicas")
+        await self.show_mode("replicas")
         screen = self.screen
         if isinstance(screen, ReplicasScreen):
             screen.show_replica(name)
@@ -384,86 +346,6 @@ class LlmgwApp(GuardedApp, App[int]):
         from llmgw_tui.screens.fabric import FabricScreen
 
         self.push_screen(FabricScreen(names[0], names[1]))
-
-    def start_preparing_screens(self) -> None:
-        """Prepare the other screens in the background.
-
-        A plain task, not a Textual worker: `workers.wait_for_complete()` (tests,
-        and anything waiting for the console to settle) must not wait for it.
-        """
-        if self._preparing is None:
-            self._preparing = asyncio.create_task(self._prepare_screens_or_say_why())
-
-    async def _prepare_screens_or_say_why(self) -> None:
-        try:
-            await self.prepare_screens()
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # a screen that cannot be built says so when its key is pressed
-            self.log.error(f"Preparing the screens stopped: {error!r}")
-
-    async def prepare_screens(self) -> None:
-        """Build every other mode's screen while the console is idle, one at a time.
-
-        Shown for the first time, a screen's key would wait for its module to be
-        imported and its widgets to be built and laid out. Here each module is
-        imported in a thread, off the UI loop, and each screen is built and laid
-        out on the loop, a screen per turn with a pause between: its key then
-        only shows it.
-        """
-        await asyncio.sleep(PREPARE_AFTER_S)
-        fleet = mode_screen(self, "fleet")
-        if isinstance(fleet, KeptScreen):
-            await fleet.prepare()
-            await asyncio.sleep(PREPARE_PAUSE_S)
-        for mode, (module, _) in SCREEN_MODULES.items():
-            await asyncio.to_thread(import_module, module)
-            await self.prepare_mode(mode)
-            await asyncio.sleep(PREPARE_PAUSE_S)
-
-    async def prepare_mode(self, mode: str) -> None:
-        """Build, mount and lay out a mode's screen without showing it (as `switch_mode` would)."""
-        if mode_screen(self, mode) is not None or not self.is_running:
-            return  # shown before, or prepared; or the app is closing its screens
-        screen, mounted = prepare_mode_screen(self, mode)
-        self._mounting[mode] = done = asyncio.Event()  # its key waits for the mount
-        try:
-            await mounted
-        except BaseException:
-            if self.is_running:
-                forget_mode_screen(self, mode, screen)  # its key builds it again, saying why
-            raise
-        finally:
-            done.set()
-            del self._mounting[mode]
-        # Lay it out as a shown screen's update timer would, until its widgets settle
-        # (a hidden screen's layout requests wait for it to be shown).
-        for _ in range(PREPARE_LAYOUTS):
-            if screen.is_current or not self.is_running:
-                break  # shown meanwhile (its own timer lays it out), or closing
-            lay_out_hidden(screen, self.size)
-            await asyncio.sleep(PREPARE_SETTLE_S)
-            if not lay_out_pending(screen):
-                break
-
-    def delay_update(self, delay: float = 0.05) -> None:
-        """Textual's `switch_mode` holds frames 50 ms to hide a screen being built; a built one is not."""
-        if not self._showing_built_screen:
-            super().delay_update(delay)
-
-    async def _to_mode(self, mode: str) -> None:
-        if self.current_mode != mode:
-            mounting = self._mounting.get(mode)
-            if mounting is not None:
-                await mounting.wait()  # being prepared: shown once its widgets are in
-            self._showing_built_screen = mode_screen(self, mode) is not None
-            try:
-                await self.switch_mode(mode)
-            finally:
-                self._showing_built_screen = False
-        # A page pushed over the mode (a node page) is closed: the key names the screen.
-        while len(self.screen_stack) > 1:
-            await self.pop_screen()
 
     def action_open_node(self, name: str) -> None:
         """The page of the node called `name`; a red notification when there is none."""

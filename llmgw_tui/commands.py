@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, cast
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 if TYPE_CHECKING:
-    from llmgw_tui.app import LlmgwApp
+    from llmgw_tui.contract import ConsoleApp
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class ConsoleCommands(Provider):
         for repo_id in known_models():
             ref = f"catalog:{repo_id}"
             entries.append((f"plan {ref}", f"open_plan({ref!r})", "Plan a model known offline"))
-        fleet = cast("LlmgwApp", self.app).fleet
+        fleet = cast("ConsoleApp", self.app).fleet  # what a screen may reach of the app
         for node in fleet.nodes if fleet is not None else ():
             entries.append((f"node {node.name}", f"open_node({node.name!r})", "Open the node page"))
         return entries

@@ -11,12 +11,23 @@ and `widgets/table.py` reaches a private member of Textual's.
   handler, timer or worker raises goes to the console's guard
   (`llmgw_tui.guard`) instead of ending the app.
 - **A mode's screen built before it is shown** (public: `switch_mode`, which
-  builds, mounts and shows at once): `prepare_mode_screen` installs the screen
-  in the app's `_screen_stacks` as `switch_mode` would, and
-  `lay_out_hidden` lays it out as a shown screen's update timer would.
+  builds, mounts and shows at once): `prepare_mode_screen` builds the screen
+  from the app's public `MODES` and mounts it with `_get_screen` and
+  `_load_screen_css`, then installs it in the app's `_screen_stacks` as
+  `switch_mode` would; `lay_out_hidden` lays it out as a shown screen's
+  update timer would (`_layout_required`, `_dirty_widgets`,
+  `_refresh_layout`), and `lay_out_pending` reads `_layout_required`.
+- **A prepared screen that failed to mount, forgotten** (public:
+  `remove_mode`, which forgets the mode itself too): `forget_mode_screen`
+  reads the stack through the public `get_screen_stack` and deletes it from
+  `_screen_stacks`.
 - **A screen's styles current as it mounts** (public: none; Textual marks a
   new screen's styles stale, which restyles the whole app when it is shown):
-  `mark_styles_current`.
+  `mark_styles_current` (`_css_update_count`).
+
+Which screen a mode holds (read through the public `get_screen_stack`), and
+when each is prepared and shown, is `llmgw_tui.modes`'s: it reaches Textual's
+privates only through the functions here.
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ if TYPE_CHECKING:
     from textual.message import Message
     from textual.screen import Screen
 
-    from llmgw_tui.app import LlmgwApp
+    from llmgw_tui.contract import ConsoleApp
 
 
 class Guarded:
@@ -45,9 +56,9 @@ class Guarded:
     app: App[Any]
 
     @property
-    def console_app(self) -> LlmgwApp:
-        """The app, typed: what every screen may reach of it (`LlmgwApp`'s attributes)."""
-        return cast("LlmgwApp", self.app)
+    def console_app(self) -> ConsoleApp:
+        """The app, typed: what every screen may reach of it (`ConsoleApp`, which the app keeps)."""
+        return cast("ConsoleApp", self.app)
 
     async def _on_message(self, message: Message) -> None:
         try:
@@ -79,18 +90,14 @@ class GuardedApp(Guarded):
         guard.catch(cause, where_of(app.screen))
 
 
-def mode_screen(app: App[Any], mode: str) -> Screen[Any] | None:
-    """The screen built for `mode` (shown before, or prepared); None when none is."""
-    stack = app._screen_stacks.get(mode)
-    return stack[0] if stack else None
-
-
 def prepare_mode_screen(app: App[Any], mode: str) -> tuple[Screen[Any], Awaitable[Any]]:
     """Build `mode`'s screen and install it as `switch_mode` would, without showing it.
 
     Returns the screen and what its mounting is awaited with.
     """
-    screen, mounted = app._get_screen(app._modes[mode]())  # type: ignore[operator]
+    # `switch_mode` builds from Textual's copy of the public `MODES`; the console adds no mode.
+    declared = app.MODES[mode]
+    screen, mounted = app._get_screen(declared() if callable(declared) else declared)
     app._load_screen_css(screen)
     app._screen_stacks[mode] = [screen]
     return screen, mounted
@@ -98,7 +105,11 @@ def prepare_mode_screen(app: App[Any], mode: str) -> tuple[Screen[Any], Awaitabl
 
 def forget_mode_screen(app: App[Any], mode: str, screen: Screen[Any]) -> None:
     """Drop a prepared screen that failed to mount: `mode`'s key builds it again."""
-    if app._screen_stacks.get(mode) == [screen] and not screen.is_current:
+    try:
+        stack = app.get_screen_stack(mode)
+    except KeyError:
+        return  # forgotten already (the app closing its screens)
+    if stack == [screen] and not screen.is_current:
         del app._screen_stacks[mode]
 
 

@@ -1,6 +1,6 @@
 """The console's contract: what a screen reaches of the app and the feed is declared, and checked.
 
-Screens reach the app through `Guarded.console_app` (the app's own type) and
+Screens reach the app through `Guarded.console_app` (the `ConsoleApp` protocol) and
 the feed through the `FleetFeed` protocol, which names every call a screen
 makes. mypy checks `llmgw_tui/` against both: a screen that reaches for an
 attribute neither declares fails here, as does an `attr-defined` ignore or a

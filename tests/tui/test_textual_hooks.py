@@ -80,7 +80,7 @@ def test_every_private_member_the_hooks_use_is_still_in_textual():
     async def attributes() -> None:
         app = App()
         async with app.run_test():
-            for name in ("_screen_stacks", "_modes", "_css_update_count"):
+            for name in ("_screen_stacks", "_css_update_count"):
                 assert hasattr(app, name), f"App.{name}"
             for name in ("_layout_required", "_dirty_widgets", "_css_update_count"):
                 assert hasattr(app.screen, name), f"Screen.{name}"
@@ -96,3 +96,17 @@ def test_every_private_member_the_hooks_use_is_still_in_textual():
                 assert hasattr(table, name), f"DataTable.{name}"
 
     asyncio.run(attributes())
+
+
+def test_the_hooks_docstring_names_every_private_member_they_reach_and_no_other():
+    """The list at the top of `textual_hooks.py` is the audit of what a Textual upgrade may break."""
+    path = CONSOLE / "textual_hooks.py"
+    tree = ast.parse(path.read_text(), path.name)
+    theirs = _textual_privates() - _ours()
+    reached = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)} & theirs
+    overridden = {"_on_message", "_handle_exception"}
+    docstring = ast.get_docstring(tree) or ""
+    assert reached, "the hooks reach no private member: the test reads the wrong file"
+    named = set(re.findall(r"`(?:\w+\.)?(_\w+)`", docstring))
+    assert sorted((reached | overridden) - named) == [], "reached, and not in the list"
+    assert sorted(named - reached - overridden) == [], "in the list, and no longer reached"

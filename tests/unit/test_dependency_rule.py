@@ -13,8 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import llmgw_agent
 import llmgw_core
+import llmgw_tui
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -137,10 +140,21 @@ def _module_name(path: Path, root: Path, package: str) -> str:
     return ".".join([package, *parts])
 
 
-def _import_graph(root: Path, package: str) -> dict[str, set[str]]:
+def _is_type_checking(test) -> bool:
+    """`if TYPE_CHECKING:` or `if typing.TYPE_CHECKING:`."""
+    import ast
+
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_graph(root: Path, package: str, *, type_checker: bool = True) -> dict[str, set[str]]:
     """Each module of a package → the package's modules it imports (function level too).
 
     `from P import X` counts as importing `P.X` where X is a module, else `P`.
+    The type checker's graph (the default) counts the imports under `if
+    TYPE_CHECKING:` too; the run-time graph (`type_checker=False`) leaves them out.
     """
     import ast
 
@@ -148,7 +162,17 @@ def _import_graph(root: Path, package: str) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in paths.items():
         found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        type_only = {
+            id(node)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and _is_type_checking(block.test)
+            for statement in block.body
+            for node in ast.walk(statement)
+        }
+        for node in ast.walk(tree):
+            if not type_checker and id(node) in type_only:
+                continue
             if isinstance(node, ast.Import):
                 found |= {alias.name for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -199,12 +223,40 @@ def test_a_circle_of_imports_is_found_even_inside_functions():
     assert _circles(graph) == [["a", "b", "c"]]
 
 
-def test_no_two_agent_modules_import_each_other():
-    assert _circles(_import_graph(AGENT_ROOT, "llmgw_agent")) == []
+def test_an_import_under_type_checking_closes_a_circle_for_the_type_checker_only(tmp_path):
+    (tmp_path / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n"
+    )
+    (tmp_path / "b.py").write_text("def b():\n    import pkg.a\n")
+    assert _circles(_import_graph(tmp_path, "pkg")) == [["pkg.a", "pkg.b"]]
+    assert _circles(_import_graph(tmp_path, "pkg", type_checker=False)) == []
 
 
-def test_no_two_core_modules_import_each_other():
-    assert _circles(_import_graph(CORE_ROOT, "llmgw_core")) == []
+CONSOLE_ROOT = Path(llmgw_tui.__file__).parent
+PACKAGES = {"llmgw_agent": AGENT_ROOT, "llmgw_core": CORE_ROOT, "llmgw_tui": CONSOLE_ROOT}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_two_modules_of_a_package_import_each_other(package):
+    assert _circles(_import_graph(PACKAGES[package], package, type_checker=False)) == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_two_modules_of_a_package_import_each_other_even_for_the_type_checker(package):
+    """A circle that exists only under `if TYPE_CHECKING:` still ties every module in it
+    to every other: a screen that names the app's class depends on all the app imports."""
+    assert _circles(_import_graph(PACKAGES[package], package)) == []
+
+
+CONSOLE_ENTRY_POINTS = {"llmgw_tui.cli", "llmgw_tui.screenshots"}
+"""The modules that build the app; every other module reaches it through `ConsoleApp`."""
+
+
+def test_only_the_entry_points_import_the_app():
+    graph = _import_graph(CONSOLE_ROOT, "llmgw_tui")
+    assert set(graph) >= CONSOLE_ENTRY_POINTS, "an entry point is gone"
+    importers = {module for module, imports in graph.items() if "llmgw_tui.app" in imports}
+    assert importers <= CONSOLE_ENTRY_POINTS
 
 
 # The agent's packages: what each holds, and what it must not reach into.
