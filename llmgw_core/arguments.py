@@ -6,9 +6,16 @@ be dropped in silence), and YAML's `true` is not the number 1.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, TypeVar, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 
 def _model_reference(ref: str) -> str:
@@ -56,3 +63,35 @@ class StrictArgs(BaseModel):
                 ):
                     raise ValueError(f"{name} is {str(value).lower()}, not a number or a name")
         return raw
+
+
+def validation_sentence(error: ValidationError) -> str:
+    """What pydantic refused, as one sentence naming each field: `context must be > 0`."""
+    parts = []
+    for item in error.errors():
+        # A tagged union's tag (`Bounds`, a class name) is not where the operator wrote it.
+        where = ".".join(str(p) for p in item["loc"] if not str(p)[:1].isupper())
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "is not a known argument"
+        elif item["type"] == "missing":
+            message = "is required"
+        parts.append(f"{where} {message}" if where else message)
+    return "; ".join(parts)
+
+
+Args = TypeVar("Args", bound=BaseModel)
+
+
+def checked_args(model: type[Args], given: dict[str, Any]) -> Args:
+    """`given` read as `model` (a step's arguments, a service document), as a script's are.
+
+    Raises:
+        BadInput: what is refused, in `validation_sentence`'s words.
+    """
+    from llmgw_core.errors import BadInput
+
+    try:
+        return model.model_validate(given)
+    except ValidationError as exc:
+        raise BadInput(validation_sentence(exc)) from None

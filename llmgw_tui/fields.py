@@ -111,6 +111,26 @@ def replica_name_refusal(name: str) -> str | None:
     return None
 
 
+def key_env_refusal(text: str) -> str | None:
+    """Why the key field cannot be used, or None (empty: no key): the name of a variable set
+    in this console's environment, read by the `serve` step's rule (`operator_key`)."""
+    from llmgw_core.errors import BadInput
+    from llmgw_core.serve.keys import ENV_NAME, operator_key
+
+    name = text.strip()
+    if not name:
+        return None
+    if re.fullmatch(ENV_NAME, name) is None:
+        return (
+            f"key: a variable's name: letters, digits and _, not first a digit (not {_shown(name)})"
+        )
+    try:
+        operator_key(name, "the replica's key")
+    except BadInput as exc:
+        return f"key: {exc.sentence()}"
+    return None
+
+
 def env_lines(text: str) -> dict[str, str]:
     """`KEY=VALUE` entries apart by spaces, by the core's rule (`parse_env_text`).
 

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import ValidationError
 
+from llmgw_core.arguments import validation_sentence
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.script.registry import (
     EXIT_BAD_INPUT,
@@ -72,20 +73,6 @@ class Script:
 
 def _line(node: yaml.Node) -> int:
     return line_of(node)
-
-
-def _validation_sentence(error: ValidationError) -> str:
-    parts = []
-    for item in error.errors():
-        # A tagged union's tag (`Bounds`, a class name) is not where the operator wrote it.
-        where = ".".join(str(p) for p in item["loc"] if not str(p)[:1].isupper())
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            message = "is not a known argument"
-        elif item["type"] == "missing":
-            message = "is required"
-        parts.append(f"{where} {message}" if where else message)
-    return "; ".join(parts)
 
 
 def parse_script(text: str, *, folder: Path, source: str = "script") -> Script:
@@ -137,7 +124,7 @@ def parse_script(text: str, *, folder: Path, source: str = "script") -> Script:
             args = definition.args_model.model_validate(raw_args or {})
         except ValidationError as exc:
             raise BadInput(
-                f"{source}: line {line}: step {name!r}: {_validation_sentence(exc)}"
+                f"{source}: line {line}: step {name!r}: {validation_sentence(exc)}"
             ) from None
         planned.append(PlannedStep(line=line, step=definition, args=args, on_fail=on_fail))
     fleet = data.get("fleet")

@@ -53,16 +53,22 @@ class Overrides:
 
     @classmethod
     def of_way(cls, way: Mapping[str, Any]) -> Overrides:
-        """What picks a plan's way again, from its record (`Way.as_dict`): the console's
-        wizard serves the way it listed through this, as `serve` would with those fields."""
-        gpu_class = way.get("gpu_class")
-        return cls(
-            engine=way.get("engine"),
-            artifact=way.get("artifact"),
-            gpu_class=gpu_class,
-            gpus=way.get("cards_per_node") if gpu_class else None,
-            nodes=way.get("nodes"),
-        )
+        """What picks a plan's way again, from its record (`Way.as_dict`)."""
+        return cls(**way_layout(way))
+
+
+def way_layout(way: Mapping[str, Any]) -> dict[str, Any]:
+    """The `serve` fields that pick a plan's way again, from its record (`Way.as_dict`):
+    engine, artifact, and on cards the class, the cards of each node and the nodes. The
+    console's wizard serves the way it listed with these, as a script would write them."""
+    gpu_class = way.get("gpu_class")
+    return {
+        "engine": way.get("engine"),
+        "artifact": way.get("artifact"),
+        "gpu_class": gpu_class,
+        "gpus": way.get("cards_per_node") if gpu_class else None,
+        "nodes": way.get("nodes"),
+    }
 
 
 @dataclass(frozen=True)
@@ -130,7 +136,7 @@ class Choice:
             "format": self.artifact_format,
             "source": self.source,
             "gpu_class": self.gpu_class,
-            "gpus_per_node": self.cards_per_node,
+            "cards_per_node": self.cards_per_node,
             "nodes": self.nodes,
             "tensor_parallel": self.tensor_parallel,
             "pipeline_parallel": self.pipeline_parallel,

@@ -36,6 +36,7 @@ from typing import Any
 
 import asyncssh
 
+from llmgw_agent.ops import Op
 from llmgw_core.engines import ShardCommand
 from llmgw_core.errors import LlmgwError
 from llmgw_core.facts import NodeFacts, StoredModel
@@ -224,7 +225,7 @@ async def run_fetch(
     if secret_env:
         args["secret_env"] = dict(secret_env)
     try:
-        started = await fleet.request(node, "shard.start", args)
+        started = await fleet.request(node, Op.SHARD_START, args)
     except (LlmgwError, AgentLost) as exc:
         raise FetchFailed(f"{node} could not start its download: {exc}") from None
     shard_id = str(started["shard_id"])
@@ -232,7 +233,7 @@ async def run_fetch(
     watcher = asyncio.ensure_future(watch_download(fleet, node, watch_path, progress, trace))
     try:
         while True:
-            answer = await fleet.request(node, "shard.list")
+            answer = await fleet.request(node, Op.SHARD_LIST)
             record = next(
                 (s for s in answer.get("shards", []) if s.get("shard_id") == shard_id), {}
             )

@@ -38,6 +38,12 @@ def replica_name(model: str) -> str:
     return _NAME.sub("-", tail).strip("-")[:48] or "replica"
 
 
+def default_replica_name(model: Any) -> str:
+    """The name `serve` gives a replica of `model` (a `ModelInfo`) when none is asked for: its
+    Hub id's (a catalog model's too), else the reference's (a path, a file)."""
+    return replica_name(model.repo_id or model.ref)
+
+
 def free_port_on(used: set[int], base: int) -> int:
     """The first port from `base` that no running shard of the node uses."""
     port = base

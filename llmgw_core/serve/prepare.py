@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from llmgw_agent.ops import Op
 from llmgw_core.engines import LaunchPlan, build_launch, redact_env
 from llmgw_core.engines.flags import plan_options, too_new
 from llmgw_core.engines.identity import EngineIdentity
@@ -38,6 +39,7 @@ from llmgw_core.serve.choice import Choice, Overrides, choices
 from llmgw_core.serve.launch import (
     HTTP_BASE_PORT,
     RENDEZVOUS_BASE_PORT,
+    default_replica_name,
     free_port_on,
     launch_request,
     replica_name,
@@ -126,7 +128,7 @@ async def resolve(fleet: Any, request: ServeRequest, model: ModelInfo) -> Resolv
         raise BadInput(
             f"{request.model}: the trained context is unknown", "give `context:` in tokens"
         )
-    name = request.name or replica_name(model.repo_id or model.ref)
+    name = request.name or default_replica_name(model)
     listings = await shard_listings(fleet)
     for view in assemble(listings, fleet.snapshot()):
         if view.name == name and view.phase not in ("stopped", "failed"):
@@ -189,7 +191,7 @@ async def free_port(fleet: Any, node: str, start: int, avoid: set[int]) -> int:
     """
     try:
         answer = await fleet.request(
-            node, "port.free", {"start": start, "count": 1, "avoid": sorted(avoid)}
+            node, Op.PORT_FREE, {"start": start, "count": 1, "avoid": sorted(avoid)}
         )
     except AgentError as exc:
         if exc.code != "unknown_op":

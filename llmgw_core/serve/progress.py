@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.client import AgentLost
 
@@ -66,7 +67,7 @@ async def watch_download(
 ) -> None:
     """Follow a node's download of the weights; every byte that arrives counts as progress."""
     try:
-        stream = fleet.client(node).stream("download.watch", {"path": path, "interval_s": 2})
+        stream = fleet.client(node).stream(Op.DOWNLOAD_WATCH, {"path": path, "interval_s": 2})
     except (LlmgwError, AgentLost):
         return
     try:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from typing import Any
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.client import AgentLost
 from llmgw_core.planner.pools_live import LiveNode, live_nodes
@@ -35,7 +36,7 @@ async def shard_listings(fleet: Any) -> dict[str, list[dict[str, Any]]]:
 
     async def one(name: str) -> tuple[str, list[dict[str, Any]] | None]:
         try:
-            answer = await fleet.request(name, "shard.list", timeout_s=REQUEST_TIMEOUT_S)
+            answer = await fleet.request(name, Op.SHARD_LIST, timeout_s=REQUEST_TIMEOUT_S)
         except (LlmgwError, AgentLost):
             return name, None
         shards = answer.get("shards") if isinstance(answer, dict) else None
@@ -50,7 +51,7 @@ async def node_claims(fleet: Any) -> dict[str, dict[str, str]]:
 
     async def one(name: str) -> tuple[str, dict[str, str]]:
         try:
-            answer = await fleet.request(name, "claims", timeout_s=REQUEST_TIMEOUT_S)
+            answer = await fleet.request(name, Op.CLAIMS, timeout_s=REQUEST_TIMEOUT_S)
         except (LlmgwError, AgentLost):
             return name, {}
         claims = answer.get("claims") if isinstance(answer, dict) else None
@@ -95,12 +96,15 @@ async def find_replica(fleet: Any, name: str, *, grace_s: float = NODE_GRACE_S) 
 async def stop_shard(fleet: Any, node: str, shard_id: str, *, forget: bool) -> None:
     with contextlib.suppress(LlmgwError, AgentLost):
         await fleet.request(
-            node, "shard.stop", {"shard_id": shard_id, "timeout_s": 10}, timeout_s=REQUEST_TIMEOUT_S
+            node,
+            Op.SHARD_STOP,
+            {"shard_id": shard_id, "timeout_s": 10},
+            timeout_s=REQUEST_TIMEOUT_S,
         )
     if forget:
         with contextlib.suppress(LlmgwError, AgentLost):
             await fleet.request(
-                node, "shard.forget", {"shard_id": shard_id}, timeout_s=REQUEST_TIMEOUT_S
+                node, Op.SHARD_FORGET, {"shard_id": shard_id}, timeout_s=REQUEST_TIMEOUT_S
             )
 
 
@@ -166,7 +170,7 @@ async def shard_lines(fleet: Any, node: str, shard_id: str, lines: int) -> list[
     """The last `lines` lines of one shard's engine output."""
     lines_out: list[str] = []
     stream = fleet.client(node).stream(
-        "shard.logs", {"shard_id": shard_id, "tail": lines, "follow": False}
+        Op.SHARD_LOGS, {"shard_id": shard_id, "tail": lines, "follow": False}
     )
     async for event in stream:
         lines_out.extend(str(line) for line in event.get("lines") or [])

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.client import AgentError, AgentLost
 from llmgw_core.model.source import ModelInfo
@@ -208,7 +209,7 @@ async def _poll_ready(
                     f"{node} (rank {rank}) was lost: {fleet.snapshot().nodes[node].reason}"
                 )
             try:
-                answer = await fleet.request(node, "shard.list", timeout_s=REQUEST_TIMEOUT_S)
+                answer = await fleet.request(node, Op.SHARD_LIST, timeout_s=REQUEST_TIMEOUT_S)
             except (LlmgwError, AgentLost) as exc:
                 raise _Failed(f"{node} (rank {rank}) stopped answering: {exc}") from None
             record = next(
@@ -264,7 +265,7 @@ async def _stop_unanswered(fleet: Any, node: str, name: str, created_at: float) 
     while time.monotonic() < deadline:
         fleet.reconnect_now(node)
         try:
-            answer = await fleet.request(node, "shard.list", timeout_s=REQUEST_TIMEOUT_S)
+            answer = await fleet.request(node, Op.SHARD_LIST, timeout_s=REQUEST_TIMEOUT_S)
         except (LlmgwError, AgentLost):
             await asyncio.sleep(0.2)
             continue
@@ -284,7 +285,7 @@ async def _start(
         args = shard.start_args(name, spec=shard_spec(replica, shard))
         try:
             answer = await fleet.request(
-                shard.node, "shard.start", args, timeout_s=REQUEST_TIMEOUT_S
+                shard.node, Op.SHARD_START, args, timeout_s=REQUEST_TIMEOUT_S
             )
         except (AgentError, AgentLost, LlmgwError) as exc:
             await asyncio.gather(*(stop_shard(fleet, n, s, forget=True) for n, s, _ in started))

@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fabric.nccl import NcclTransport
 from llmgw_core.fabric.paths import NvlinkMatrix, inside_path, transport_label
@@ -69,7 +70,7 @@ def unknown_transport(spec: Mapping[str, Any], phase: str) -> str:
     way = spec.get("way") or {}
     if spec.get("engine") == "llama.cpp":
         return "llama.cpp uses no NCCL"
-    if int(way.get("gpus_per_node") or 0) * int(way.get("nodes") or 1) <= 1:
+    if int(way.get("cards_per_node") or 0) * int(way.get("nodes") or 1) <= 1:
         return "one card: no NCCL"
     level = str((spec.get("env") or {}).get("NCCL_DEBUG", "INFO")).upper()
     if level not in ("INFO", "TRACE"):
@@ -99,7 +100,7 @@ async def shard_nccl_lines(fleet: Any, shard: ShardView) -> list[str]:
     """One shard's NCCL lines (an older agent: its last lines, which may have lost them)."""
     try:
         answer = await fleet.request(
-            shard.node, "shard.nccl", {"shard_id": shard.shard_id, "limit": NCCL_LINES}
+            shard.node, Op.SHARD_NCCL, {"shard_id": shard.shard_id, "limit": NCCL_LINES}
         )
         return [str(line) for line in answer.get("lines") or []]
     except AgentError as exc:

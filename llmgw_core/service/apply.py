@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from llmgw_agent.ops import Op
 from llmgw_core.engines.signals import in_flight
 from llmgw_core.errors import BadInput, DoesNotFit, LlmgwError
 from llmgw_core.fleet.client import AgentLost
@@ -242,7 +243,7 @@ async def drain(
     """
     for shard in view.live_shards():
         with contextlib.suppress(LlmgwError, AgentLost):
-            await fleet.request(shard.node, "shard.drain", {"shard_id": shard.shard_id})
+            await fleet.request(shard.node, Op.SHARD_DRAIN, {"shard_id": shard.shard_id})
     await follow_all(fleet, reach)
     started = time.monotonic()
     await asyncio.sleep(min(DRAIN_SETTLE_S, drain_s))

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from llmgw_agent.ops import Op
 from llmgw_core.engines.signals import engine_load
 from llmgw_core.errors import DoesNotFit, LlmgwError
 from llmgw_core.fleet.client import AgentLost
@@ -194,7 +195,7 @@ class Keeper:
         with contextlib.suppress(LlmgwError, AgentLost):
             await self.fleet.request(
                 lease_node(self.fleet),
-                "service.count",
+                Op.SERVICE_COUNT,
                 {"name": self.doc.name, "direction": direction},
                 timeout_s=10,
             )

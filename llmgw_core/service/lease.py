@@ -19,6 +19,7 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.client import AgentError, AgentLost
 
@@ -64,7 +65,7 @@ class Held:
             try:
                 await self._fleet.request(
                     self.node,
-                    "lease.renew",
+                    Op.LEASE_RENEW,
                     {"name": self.name, "token": self._token, "ttl_s": self._ttl_s},
                     timeout_s=REQUEST_TIMEOUT_S,
                 )
@@ -87,7 +88,7 @@ class Held:
         with contextlib.suppress(LlmgwError, AgentLost):
             await self._fleet.request(
                 self.node,
-                "lease.release",
+                Op.LEASE_RELEASE,
                 {"name": self.name, "token": self._token},
                 timeout_s=REQUEST_TIMEOUT_S,
             )
@@ -113,7 +114,7 @@ async def service_lease(
     try:
         taken = await fleet.request(
             node,
-            "lease.take",
+            Op.LEASE_TAKE,
             {"name": name, "holder": holder or holder_name(), "ttl_s": ttl_s},
             timeout_s=REQUEST_TIMEOUT_S,
         )

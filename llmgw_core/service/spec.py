@@ -231,6 +231,17 @@ class Action:
             found["by"] = self.by
         return found
 
+    @classmethod
+    def of_dict(cls, found: Mapping[str, Any]) -> Action:
+        """The action again from its `as_dict()` (a step's result, read back by the console)."""
+        return cls(
+            action=found["action"],
+            replica=found.get("replica") or "",
+            why=found.get("why") or "",
+            by=found.get("by"),
+            gateway=found.get("gateway"),
+        )
+
     def line(self) -> str:
         """The action for people: `replace chat-1 by chat-3: context 8192 → 16384`."""
         if self.gateway is not None:
@@ -311,34 +322,20 @@ def gateway_action(doc: ServiceDoc, running_gateways: Sequence[str]) -> Action |
     )
 
 
-def doc_of_request(
-    request: Any, *, name: str, replicas: int = 1, gateway: str | None = None
+def doc_of_args(
+    args: ServeFields, *, name: str, replicas: int = 1, gateway: str | None = None
 ) -> ServiceDoc:
-    """The service that would run what a `ServeRequest` (the wizard's) starts, `replicas` times.
+    """The service that would run what `serve` with `args` starts (the wizard's), `replicas`
+    times: the same fields, so applying it starts what serving would.
 
     Raises:
-        pydantic.ValidationError: the request names something a document cannot hold.
+        pydantic.ValidationError: the arguments name something a document cannot hold.
     """
-    overrides = request.overrides
-    given: dict[str, Any] = {
-        "name": name,
-        "model": request.model,
-        "format": request.format,
-        "context": request.context,
-        "concurrency": request.concurrency,
-        "engine": overrides.engine,
-        "artifact": overrides.artifact,
-        "gpu_class": overrides.gpu_class,
-        "gpus": overrides.gpus,
-        "nodes": overrides.nodes,
-        "env": dict(request.env),
-        "fallbacks": request.fallbacks,
-        "api_key_env": request.api_key_env,
-        "engine_args": dict(request.engine_args) or None,
-        "replicas": replicas,
-        "gateway": gateway,
-    }
-    return ServiceDoc.model_validate({k: v for k, v in given.items() if v is not None})
+    fields = args.model_dump(include=set(ServeFields.model_fields), exclude_defaults=True)
+    given: dict[str, Any] = {**fields, "name": name, "replicas": replicas}
+    if gateway is not None:
+        given["gateway"] = gateway
+    return ServiceDoc.model_validate(given)
 
 
 def document_text(doc: ServiceDoc) -> str:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.script.context import StepContext
 from llmgw_core.views.fleet import FleetSummary, SummaryCache, fleet_summary
@@ -26,8 +27,10 @@ if TYPE_CHECKING:
     from llmgw_core.metrics.families import MetricsSnapshot
     from llmgw_core.script.registry import StepOutcome
     from llmgw_core.script.steps.plan import PlanArgs
+    from llmgw_core.script.steps.serve import ServeArgs
+    from llmgw_core.serve.args import ServeFields
     from llmgw_core.serve.prepare import ServePreview
-    from llmgw_core.serve.start import ServeOutcome, ServeRequest
+    from llmgw_core.serve.start import ServeOutcome
     from llmgw_core.serve.view import ReplicaView
     from llmgw_core.service.spec import ServiceDoc
 
@@ -181,7 +184,7 @@ class LiveFeed:
             stream = None
             try:
                 stream = fleet.client(node).stream(
-                    "shard.logs", {"shard_id": shard_id, "tail": LOG_TAIL_LINES, "follow": True}
+                    Op.SHARD_LOGS, {"shard_id": shard_id, "tail": LOG_TAIL_LINES, "follow": True}
                 )
                 async for event in stream:
                     lines = event.get("lines") or []
@@ -216,14 +219,12 @@ class LiveFeed:
                 with contextlib.suppress(asyncio.CancelledError, LlmgwError):
                     await task
 
-    async def serve(self, request: ServeRequest) -> ServeOutcome:
-        """Plan, place, start and watch `request` as the `serve` step does."""
-        from llmgw_core.script.steps.plan import model_for
+    async def serve(self, args: ServeArgs) -> ServeOutcome:
+        """The `serve` step's start of `args`: its request (`serve_request`: the weights fetched
+        where a node lacks them, the key put in front), then plan, place, start and watch."""
         from llmgw_core.serve.start import serve
 
-        model = await asyncio.to_thread(
-            model_for, request.model, Path.cwd(), offline=self._offline()
-        )
+        request, model = await self._request(args)
         outcome = await serve(self._live(), self._engines(), request, model)
         self._shards_at = -math.inf  # the next poll lists shards again
         if outcome.phase == "ready":
@@ -232,32 +233,34 @@ class LiveFeed:
             await follow_all(self._live(), self._engines())  # running gateways take it
         return outcome
 
-    async def apply_service(self, doc: ServiceDoc, request: ServeRequest) -> dict[str, Any]:
-        """`apply` the service `doc` under its lease, each replica started as `request` says."""
-        from llmgw_core.script.steps.plan import model_for
+    async def _request(self, args: ServeFields, *, name: str | None = None) -> tuple[Any, Any]:
+        """`serve_request` as the steps make it, over the console's fleet, off the loop (the Hub
+        may be read); a service's base request has no name (`name=None`)."""
+        from llmgw_core.script.steps.serve import ServeArgs, serve_request
+
+        if isinstance(args, ServeArgs):
+            name = args.name
+        return await asyncio.to_thread(
+            serve_request, args, ConsoleContext(self._live(), self._demo), name=name
+        )
+
+    async def apply_service(self, doc: ServiceDoc) -> dict[str, Any]:
+        """`apply` the service `doc` as the step does, under its lease."""
         from llmgw_core.service.apply import apply_service
 
-        model = await asyncio.to_thread(
-            model_for, request.model, Path.cwd(), offline=self._offline()
-        )
-        result = await apply_service(self._live(), self._engines(), doc, request, model)
+        base, model = await self._request(doc)
+        result = await apply_service(self._live(), self._engines(), doc, base, model)
         self._shards_at = -math.inf  # the next poll lists shards again
         return result
 
     async def keep_service(self, name: str, on_event: Callable[[str], None]) -> dict[str, Any]:
         """`keep` service `name` as the step does, with the document its replicas carry."""
-        from llmgw_core.script.steps.serve import serve_request
         from llmgw_core.service.keep import carried_document, keep_service
 
         fleet = self._live()
         doc = await carried_document(fleet, name)
-        base, model = await asyncio.to_thread(
-            serve_request, doc, ConsoleContext(fleet, self._demo), name=None
-        )
+        base, model = await self._request(doc)
         return await keep_service(fleet, self._engines(), doc, base, model, progress=on_event)
-
-    def _offline(self) -> bool | None:
-        return True if self._demo else None
 
     async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
         """Per node, the bytes of the replica's Hub weights fetched so far (while it starts)."""
@@ -269,7 +272,7 @@ class LiveFeed:
         found: dict[str, int] = {}
         for node in sorted({s.node for s in view.shards}):
             stream = self._fleet.client(node).stream(
-                "download.watch", {"path": hub_cache_dir(repo), "interval_s": 2}
+                Op.DOWNLOAD_WATCH, {"path": hub_cache_dir(repo), "interval_s": 2}
             )
             try:
                 async for event in stream:
@@ -291,14 +294,11 @@ class LiveFeed:
         fleet = await fleet_for(ctx)
         return await asyncio.to_thread(plan_outcome, args, ctx, fleet)
 
-    async def preview(self, request: ServeRequest) -> ServePreview | None:
-        """What `serve` would start, per node, without starting it (`preview_serve`)."""
-        from llmgw_core.script.steps.plan import model_for
+    async def preview(self, args: ServeArgs) -> ServePreview | None:
+        """What the `serve` step would start of `args`, per node, without starting it."""
         from llmgw_core.serve.prepare import preview_serve
 
-        model = await asyncio.to_thread(
-            model_for, request.model, Path.cwd(), offline=self._offline()
-        )
+        request, model = await self._request(args)
         return await preview_serve(self._live(), request, model)
 
     async def fabric_test(self, node_a: str, node_b: str) -> tuple[dict[str, Any], str | None]:
@@ -378,7 +378,7 @@ class LiveFeed:
 
         if self._fleet is None:
             raise BadInput("the fleet is still connecting", "try again in a moment")
-        raw = await self._fleet.request(node, "doctor", timeout_s=DOCTOR_TIMEOUT_S)
+        raw = await self._fleet.request(node, Op.DOCTOR, timeout_s=DOCTOR_TIMEOUT_S)
         return checks_of(raw)
 
     async def close(self) -> None:
@@ -467,6 +467,11 @@ class ConsoleContext(StepContext):
     def __init__(self, fleet: Any, demo: bool) -> None:
         super().__init__(script_dir=Path.cwd(), described_fleet=None, inventory=None, demo=demo)
         self._console_fleet = fleet
+
+    @property
+    def has_live_fleet(self) -> bool:
+        """Always: the console's fleet is open, an inventory's as much as the demo's."""
+        return True
 
     async def live_fleet(self) -> Any:
         """The console's fleet, already open (the console closes it)."""

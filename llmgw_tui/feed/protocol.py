@@ -12,8 +12,9 @@ if TYPE_CHECKING:
     from llmgw_core.metrics.families import MetricsSnapshot
     from llmgw_core.script.registry import StepOutcome
     from llmgw_core.script.steps.plan import PlanArgs
+    from llmgw_core.script.steps.serve import ServeArgs
     from llmgw_core.serve.prepare import ServePreview
-    from llmgw_core.serve.start import ServeOutcome, ServeRequest
+    from llmgw_core.serve.start import ServeOutcome
     from llmgw_core.serve.view import ReplicaView
     from llmgw_core.service.spec import ServiceDoc
 
@@ -52,8 +53,9 @@ class FleetFeed(Protocol):
         """Batches of a shard's log lines (every rank merged, `[rN node]` first, when None)."""
         ...
 
-    async def serve(self, request: ServeRequest) -> ServeOutcome:
-        """Bring `request.model` up on the fleet and wait until it answers."""
+    async def serve(self, args: ServeArgs) -> ServeOutcome:
+        """The `serve` step's start of `args` (`serve_request`): bring the model up on the
+        fleet and wait until it answers."""
         ...
 
     async def ask(self, view: ReplicaView, prompt: str) -> str:
@@ -68,8 +70,8 @@ class FleetFeed(Protocol):
         """Start (or adopt) the gateway `name` in front of every ready replica."""
         ...
 
-    async def apply_service(self, doc: ServiceDoc, request: ServeRequest) -> dict[str, Any]:
-        """Make the fleet run the service `doc` (one replica: `request`), as the `apply` step."""
+    async def apply_service(self, doc: ServiceDoc) -> dict[str, Any]:
+        """Make the fleet run the service `doc`, as the `apply` step does."""
         ...
 
     async def keep_service(self, name: str, on_event: Callable[[str], None]) -> dict[str, Any]:
@@ -110,8 +112,13 @@ class FleetFeed(Protocol):
         """
         ...
 
-    async def preview(self, request: ServeRequest) -> ServePreview | None:
-        """What `serve` would start, per node; None where the feed cannot say (a fixed fleet)."""
+    async def preview(self, args: ServeArgs) -> ServePreview | None:
+        """What the `serve` step would start of `args`, per node (its dry run); None where the
+        feed cannot say (a fixed fleet).
+
+        Raises:
+            LlmgwError: the step's refusals (a key variable not set, a refused flag, …).
+        """
         ...
 
     async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:

@@ -13,8 +13,9 @@ if TYPE_CHECKING:
     from llmgw_core.metrics.families import MetricsSnapshot
     from llmgw_core.script.registry import StepOutcome
     from llmgw_core.script.steps.plan import PlanArgs
+    from llmgw_core.script.steps.serve import ServeArgs
     from llmgw_core.serve.prepare import ServePreview
-    from llmgw_core.serve.start import ServeOutcome, ServeRequest
+    from llmgw_core.serve.start import ServeOutcome
     from llmgw_core.serve.view import ReplicaView
     from llmgw_core.service.spec import ServiceDoc
 
@@ -73,7 +74,7 @@ class StaticFeed:
         """A fixed fleet runs no gateway to stop."""
         raise BadInput(f"no gateway is named {name!r}", "a fixed fleet runs no gateway")
 
-    async def serve(self, request: ServeRequest) -> ServeOutcome:
+    async def serve(self, args: ServeArgs) -> ServeOutcome:
         """A fixed fleet starts nothing."""
         raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
 
@@ -85,7 +86,7 @@ class StaticFeed:
         """A fixed fleet has no engine to measure."""
         raise BadInput(f"{view.name} runs on a fixed fleet", "bench it on a live fleet")
 
-    async def apply_service(self, doc: ServiceDoc, request: ServeRequest) -> dict[str, Any]:
+    async def apply_service(self, doc: ServiceDoc) -> dict[str, Any]:
         """A fixed fleet starts nothing."""
         raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
 
@@ -110,7 +111,7 @@ class StaticFeed:
         ctx = StepContext(script_dir=Path.cwd(), described_fleet=None, inventory=None, demo=True)
         return await asyncio.to_thread(plan_outcome, args, ctx, fleet)
 
-    async def preview(self, request: ServeRequest) -> ServePreview | None:
+    async def preview(self, args: ServeArgs) -> ServePreview | None:
         """None: a fixed fleet has no agents to ask what would start."""
         return None
 

@@ -9,7 +9,6 @@ replicas screen on the new replica as it comes up.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -37,6 +36,7 @@ from llmgw_tui.fields import (
     CheckedInput,
     env_lines,
     env_refusal,
+    key_env_refusal,
     model_ref_refusal,
     number_input,
     reason,
@@ -48,8 +48,8 @@ from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar
 
 if TYPE_CHECKING:
+    from llmgw_core.script.steps.serve import ServeArgs
     from llmgw_core.serve.prepare import ServePreview
-    from llmgw_core.serve.start import ServeRequest
     from llmgw_core.service.spec import ServiceDoc
 
 # The serving modules (SSH, engines) are imported when a page needs them, so the
@@ -201,6 +201,14 @@ class ServeScreen(KeptScreen[None]):
                     validators=[Checked(self._flags_refusal)],
                 )
                 yield self._serve_flags
+                yield Static(
+                    "Key (optional): the variable in this console's environment holding the key"
+                    " clients must send."
+                )
+                self._serve_key = CheckedInput(
+                    placeholder="VARIABLE", id="serve-key", validators=[Checked(key_env_refusal)]
+                )
+                yield self._serve_key
                 yield Static("Replica name.")
                 self._serve_name = CheckedInput(
                     id="serve-name", validators=[Checked(replica_name_refusal)]
@@ -334,31 +342,29 @@ class ServeScreen(KeptScreen[None]):
                     context.value = str(self.plan_body["context"])
                 self.check_size()
         elif self.step == "size":
-            from llmgw_core.serve.launch import replica_name
-
             name = self._serve_name
-            if not name.value:
-                name.value = replica_name(self.model_ref.removeprefix("catalog:"))
+            if not name.value and self.plan_body is not None:
+                name.value = str(self.plan_body["replica_name"])  # what `serve` would call it
             self._go("extras", None)
             self._offer_flags()
             self._check_extras()
         elif self.step == "extras":
-            request = self._request_or_block()
-            if request is not None:
+            args = self._args_or_block()
+            if args is not None:
                 self._go("confirm", "building the commands…")
                 self._serve_preview.update("")
-                self.preview_commands(request)
+                self.preview_commands(args)
         else:
-            request = self._request_or_block()
-            if request is not None:
-                self.submit(request, self._serve_gateway.value)
+            args = self._args_or_block()
+            if args is not None:
+                self.submit(args, self._serve_gateway.value)
                 self.start_fresh()
 
-    def _request_or_block(self) -> ServeRequest | None:
-        """The request the pages make, or None with Next greyed out by the reason."""
+    def _args_or_block(self) -> ServeArgs | None:
+        """The `serve` step's arguments the pages make, or None with Next greyed out by why."""
         try:
-            return self.request()
-        except (LlmgwError, ValueError) as exc:
+            return self.serve_args()
+        except (LlmgwError, ValueError) as exc:  # ValueError: a number field not yet a number
             self._block(exc.sentence() if isinstance(exc, LlmgwError) else str(exc))
             return None
 
@@ -377,6 +383,7 @@ class ServeScreen(KeptScreen[None]):
             ("#serve-fallbacks", "0"),
             ("#serve-env", ""),
             ("#serve-flags", ""),
+            ("#serve-key", ""),
             ("#serve-name", ""),
         ):
             field = self.query_one(field_id, Input)
@@ -557,7 +564,7 @@ class ServeScreen(KeptScreen[None]):
         self._size_checked = True
         self._block(None)
 
-    @on(Input.Changed, "#serve-fallbacks, #serve-env, #serve-flags, #serve-name")
+    @on(Input.Changed, "#serve-fallbacks, #serve-env, #serve-flags, #serve-key, #serve-name")
     def _extras_changed(self) -> None:
         if self.step == "extras":
             self._check_extras()
@@ -595,37 +602,45 @@ class ServeScreen(KeptScreen[None]):
         )
 
     def _check_extras(self) -> None:
-        fields = ("#serve-fallbacks", "#serve-env", "#serve-flags", "#serve-name")
+        fields = ("#serve-fallbacks", "#serve-env", "#serve-flags", "#serve-key", "#serve-name")
         self._block(next(filter(None, (reason(self.query_one(f, Input)) for f in fields)), None))
 
     # --- confirm and submit ----------------------------------------------------------------
 
-    def request(self) -> ServeRequest:
-        """What the pages say, as the request `serve` takes."""
-        from llmgw_core.serve.choice import Overrides
-        from llmgw_core.serve.start import ServeRequest
+    def serve_args(self) -> ServeArgs:
+        """What the pages say, as the arguments the `serve` step takes: the feed turns them
+        into its request (`serve_request`) as a script's would be.
 
-        return ServeRequest(
-            model=self.model_ref,
-            name=self._serve_name.value.strip() or None,
-            context=int(self._serve_context.value),
-            concurrency=int(self._serve_concurrency.value),
-            overrides=Overrides.of_way(self.way or {}),
-            env=env_lines(self._serve_env.value),
-            fallbacks=int(self._serve_fallbacks.value.strip() or 0),
-            wait_ready=True,
-            engine_args=self._engine_args(self._serve_flags.value),
-        )
+        Raises:
+            LlmgwError: a field the step refuses, in its words.
+        """
+        from llmgw_core.arguments import checked_args
+        from llmgw_core.script.steps.serve import ServeArgs
+        from llmgw_core.serve.choice import way_layout
+
+        given: dict[str, Any] = {
+            "model": self.model_ref,
+            "context": int(self._serve_context.value),
+            "concurrency": int(self._serve_concurrency.value),
+            **{k: v for k, v in way_layout(self.way or {}).items() if v is not None},
+            "env": env_lines(self._serve_env.value),
+            "fallbacks": int(self._serve_fallbacks.value.strip() or 0),
+            "engine_args": self._engine_args(self._serve_flags.value),
+        }
+        for key, field in (("name", self._serve_name), ("api_key_env", self._serve_key)):
+            if field.value.strip():
+                given[key] = field.value.strip()
+        return checked_args(ServeArgs, given)
 
     @work(group="serve-preview", exclusive=True, exit_on_error=False, description="Preview")
-    async def preview_commands(self, request: ServeRequest) -> None:
-        """The exact commands and environment per node, from the core's preview."""
+    async def preview_commands(self, args: ServeArgs) -> None:
+        """The exact commands and environment per node: the `serve` step's dry run of `args`."""
         try:
-            preview = await self.console_app.feed.preview(request)
+            preview = await self.console_app.feed.preview(args)
         except LlmgwError as exc:
             self.post_message(PreviewRead(error=exc.sentence()))
             return
-        self.post_message(PreviewRead((request, preview)))
+        self.post_message(PreviewRead((args, preview)))
 
     def on_preview_read(self, read: PreviewRead) -> None:
         """Draw the commands per node (or why there are none), and let Next be pressed or not."""
@@ -634,33 +649,32 @@ class ServeScreen(KeptScreen[None]):
             page.update(read.error)
             self._block(read.error)
             return
-        request, preview = cast("tuple[ServeRequest, ServePreview | None]", read.found)
+        args, preview = cast("tuple[ServeArgs, ServePreview | None]", read.found)
         if preview is None:  # a feed that cannot say: the way's own words
-            page.update(confirm_text_from_way(request, self.way or {}))
+            page.update(confirm_text_from_way(args, self.way or {}))
             self._block(None)
             return
         self.preview = preview
-        page.update(confirm_text(request, preview.as_dict()))
+        page.update(confirm_text(args, preview.as_dict()))
         self._block(preview.reason)
 
     def action_save_service(self) -> None:
         """On Confirm: save what it would serve as a service document here, and apply it."""
         from pydantic import ValidationError
 
-        from llmgw_core.serve.launch import replica_name
-        from llmgw_core.service.spec import doc_of_request, document_text
+        from llmgw_core.service.spec import doc_of_args, document_text
 
         if self.step != "confirm" or self.blocked is not None:
             why = self.blocked or "a service is saved from the Confirm page"
             self.notify(why, title="Service", severity="warning")
             return
-        request = self._request_or_block()
-        if request is None:
+        args = self._args_or_block()
+        if args is None:
             return
-        name = request.name or replica_name(request.model.removeprefix("catalog:"))
+        name = self._replica_name(args)
         gateway = GATEWAY_NAME if self._serve_gateway.value else None
         try:
-            doc = doc_of_request(request, name=name, gateway=gateway)
+            doc = doc_of_args(args, name=name, gateway=gateway)
         except ValidationError as exc:
             self.notify(str(exc.errors()[0]["msg"]), title="Service", severity="error")
             return
@@ -679,19 +693,25 @@ class ServeScreen(KeptScreen[None]):
                 timeout=15,
             )
             return
-        self.apply_saved(doc, replace(request, name=None), path)
+        self.apply_saved(doc, path)
         self.start_fresh()
 
+    def _replica_name(self, args: ServeArgs) -> str:
+        """The name typed, else the one `serve` gives (the plan says it)."""
+        return args.name or str((self.plan_body or {}).get("replica_name") or "replica")
+
     @work(group="serve-apply", exit_on_error=False, description="Applying")
-    async def apply_saved(self, doc: ServiceDoc, request: ServeRequest, path: Path) -> None:
-        """Apply the saved service and say what it changed (or why it stopped)."""
+    async def apply_saved(self, doc: ServiceDoc, path: Path) -> None:
+        """Apply the saved service as the `apply` step would, and say what it changed."""
+        from llmgw_core.service.spec import Action
+
         self.notify(f"saved {path}; applying service {doc.name}…", title="Service")
         try:
-            result = await self.console_app.feed.apply_service(doc, request)
+            result = await self.console_app.feed.apply_service(doc)
         except LlmgwError as exc:
             self.notify(exc.sentence(), title="Service", severity="error", timeout=15)
             return
-        lines = [action_line(action) for action in result.get("actions") or []]
+        lines = [Action.of_dict(action).line() for action in result.get("actions") or []]
         said = "; ".join(lines) or "nothing to change"
         if result.get("failed"):
             self.notify(
@@ -707,16 +727,14 @@ class ServeScreen(KeptScreen[None]):
             self.post_message(OpenReplica(started[-1]))
 
     @work(group="serve-submit", exit_on_error=False, description="Serving")
-    async def submit(self, request: ServeRequest, behind_gateway: bool) -> None:
+    async def submit(self, args: ServeArgs, behind_gateway: bool) -> None:
         """Run `serve`, show the replicas screen on it at once, and say how it ended."""
-        from llmgw_core.serve.launch import replica_name
-
         feed = self.console_app.feed
-        name = request.name or replica_name(request.model.removeprefix("catalog:"))
+        name = self._replica_name(args)
         self.notify(f"Serving {name}…", title="Serve")
         self.post_message(OpenReplica(name))
         try:
-            outcome = await feed.serve(request)
+            outcome = await feed.serve(args)
         except LlmgwError as exc:
             self.notify(exc.sentence(), title="Serve", severity="error", timeout=15)
             return
@@ -753,27 +771,17 @@ GATEWAY_NAME = "front"
 def overwrite_refusal(path: Path, name: str) -> str | None:
     """Why the wizard may not write service `name` to `path`: only a missing file, or the same
     service's own document (saved before, now changed), is written over; anything else is
-    the operator's and is kept."""
+    the operator's and is kept. The file is read as `apply` reads one (`read_service_file`)."""
+    from llmgw_core.script.steps.apply import read_service_file
+
     if not path.exists():
         return None
     try:
-        import yaml
-
-        found = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        found = None
-    service = found.get("service") if isinstance(found, dict) else None
-    if isinstance(service, dict) and service.get("name") == name:
-        return None
+        if read_service_file(path).name == name:
+            return None
+    except LlmgwError:
+        pass
     return f"{path} exists and is not service {name}'s document: move it, or name the replica otherwise"
-
-
-def action_line(action: dict[str, Any]) -> str:
-    """One of apply's actions in words: `start chat-1`, `replace chat-1 by chat-3 (context …)`."""
-    target = f"gateway {action['gateway']}" if action.get("gateway") else action.get("replica")
-    by = f" by {action['by']}" if action.get("by") else ""
-    why = f" ({action['why']})" if action.get("action") == "replace" else ""
-    return f"{action.get('action')} {target}{by}{why}"
 
 
 def _same_way(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -781,7 +789,7 @@ def _same_way(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in keys)
 
 
-def confirm_text(request: ServeRequest, preview: dict[str, Any]) -> str:
+def confirm_text(args: ServeArgs, preview: dict[str, Any]) -> str:
     """The confirmation page: the way, the placement, and per node its commands and env."""
     from llmgw_core.engines import redact_env
 
@@ -793,7 +801,7 @@ def confirm_text(request: ServeRequest, preview: dict[str, Any]) -> str:
     lines = [
         f"Replica {preview['name']} of {preview['model']}",
         f"  way {way.get('label')} ({', '.join(how)}) · "
-        f"context {preview['context']} × {request.concurrency}",
+        f"context {preview['context']} × {args.concurrency}",
     ]
     if preview.get("fallbacks"):
         lines.append(f"  fallbacks: {', '.join(preview['fallbacks'])}")
@@ -812,20 +820,20 @@ def confirm_text(request: ServeRequest, preview: dict[str, Any]) -> str:
             lines.append(f"    $ {command.get('shell') or ' '.join(command.get('argv') or ())}")
     lines.append("")
     lines.append("Enter or ctrl+n serves it; space ticks the gateway box; ctrl+b goes back.")
-    name = request.name or "NAME"
+    name = preview.get("name") or args.name or "NAME"
     lines.append(f"ctrl+s saves it as service {name} ({name}.service.yaml here) and applies it.")
     return "\n".join(lines)
 
 
-def confirm_text_from_way(request: ServeRequest, way: dict[str, Any]) -> str:
+def confirm_text_from_way(args: ServeArgs, way: dict[str, Any]) -> str:
     """The confirmation page from the plan's way alone (a feed without a preview)."""
     from llmgw_core.engines import redact_env
 
-    env = " ".join(f"{k}={v}" for k, v in sorted(redact_env(dict(request.env)).items()))
+    env = " ".join(f"{k}={v}" for k, v in sorted(redact_env(dict(args.env)).items()))
     return "\n".join(
         [
-            f"Replica {request.name} of {request.model}",
-            f"  way {way.get('label')} · context {request.context} × {request.concurrency}",
+            f"Replica {args.name} of {args.model}",
+            f"  way {way.get('label')} · context {args.context} × {args.concurrency}",
             f"  environment: {env or '(none added)'}",
             f"    $ {way.get('serve')}",
         ]

@@ -152,7 +152,7 @@ def test_the_wizard_greys_out_next_with_the_reason_until_the_input_is_valid(make
 
 
 def test_the_wizards_confirmation_names_a_rail_left_out_and_why():
-    from llmgw_core.serve.prepare import ServeRequest
+    from llmgw_core.script.steps.serve import ServeArgs
 
     warning = (
         "mlx5_5 on h100-a-01 is left out of NCCL_IB_HCA: its fabric test measured "
@@ -167,7 +167,7 @@ def test_the_wizards_confirmation_names_a_rail_left_out_and_why():
         "shards": [],
         "warnings": [warning],
     }
-    text = confirm_text(ServeRequest(model=preview["model"]), preview)
+    text = confirm_text(ServeArgs(model=preview["model"]), preview)
     assert f"  ! {warning}" in text.splitlines()
 
 

@@ -178,20 +178,28 @@ def test_carrying_the_actions_out_leaves_what_the_document_asks(want, context, f
     assert sum(a.action == "replace" for a in decided) <= want
 
 
-def test_the_wizards_request_becomes_a_document_that_reads_back_the_same():
-    from llmgw_core.serve.choice import Overrides
-    from llmgw_core.serve.prepare import ServeRequest
+def test_the_wizards_arguments_become_a_document_that_reads_back_the_same():
+    from llmgw_core.script.steps.serve import ServeArgs
+    from llmgw_core.serve.args import ServeFields
+    from llmgw_core.service.spec import doc_of_args, document_text
 
-    request = ServeRequest(
+    args = ServeArgs(
         model=MODEL,
+        name="chat-x",
         context=8192,
-        overrides=Overrides(engine="vllm", gpu_class="h100-80g", gpus=1, nodes=1),
+        engine="vllm",
+        gpu_class="h100-80g",
+        gpus=1,
+        nodes=1,
         env={"NCCL_DEBUG": "INFO"},
         fallbacks=1,
+        api_key_env="CHAT_KEY",
+        engine_args={"enable_prefix_caching": True},
     )
-    from llmgw_core.service.spec import doc_of_request, document_text
-
-    doc = doc_of_request(request, name="chat", replicas=2, gateway="front")
+    doc = doc_of_args(args, name="chat", replicas=2, gateway="front")
+    serving = set(ServeFields.model_fields)
+    # Applying the document starts what serving the arguments would: every serve field kept.
+    assert doc.model_dump(include=serving) == args.model_dump(include=serving)
     text = document_text(doc)
     assert text.startswith(f"service:\n  name: chat\n  model: {MODEL}\n")
     import yaml

@@ -29,7 +29,7 @@ from pydantic import ValidationError, model_validator
 
 from llmgw_core.errors import BadInput
 from llmgw_core.script.registry import EXIT_STEP_FAILED, StepArgs, StepContext, StepOutcome, step
-from llmgw_core.service.spec import ServiceDoc
+from llmgw_core.service.spec import Action, ServiceDoc
 
 
 class ApplyArgs(StepArgs):
@@ -52,7 +52,7 @@ def read_service_file(path: Any) -> ServiceDoc:
     Raises:
         BadInput: the file cannot be read, or is not a service document (one sentence).
     """
-    from llmgw_core.script.runner import _validation_sentence
+    from llmgw_core.arguments import validation_sentence
     from llmgw_core.yaml_text import load_checked, read_text_file
 
     source = str(path)
@@ -66,7 +66,7 @@ def read_service_file(path: Any) -> ServiceDoc:
     try:
         return ServiceDoc.model_validate(data["service"])
     except ValidationError as exc:
-        raise BadInput(f"{source}: service: {_validation_sentence(exc)}") from None
+        raise BadInput(f"{source}: service: {validation_sentence(exc)}") from None
 
 
 async def run_apply(args: ApplyArgs, ctx: StepContext) -> StepOutcome:
@@ -108,9 +108,7 @@ def render_apply(result: dict[str, Any]) -> Any:
     )
     done = {(d.get("replica"), d.get("gateway")): d for d in result.get("done") or []}
     for action in actions:
-        target = f"gateway {action['gateway']}" if action.get("gateway") else action["replica"]
-        by = f" by {action['by']}" if action.get("by") else ""
-        text.append(f"\n  {action['action']} {target}{by}: {action['why']}")
+        text.append(f"\n  {Action.of_dict(action).line()}")
         finished = done.get((action.get("replica"), action.get("gateway")))
         if finished is not None:
             text.append(f" — done in {finished['seconds']} s", style="green")

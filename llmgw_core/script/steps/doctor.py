@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import LlmgwError
 from llmgw_core.script.registry import (
     EXIT_STEP_FAILED,
@@ -108,7 +109,7 @@ async def run_doctor(args: DoctorArgs, ctx: StepContext) -> StepOutcome:
     async def examine(name: str) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": name, "checks": [], "error": None}
         try:
-            raw = await fleet.request(name, "doctor", timeout_s=DOCTOR_TIMEOUT_S)
+            raw = await fleet.request(name, Op.DOCTOR, timeout_s=DOCTOR_TIMEOUT_S)
             entry["checks"] = checks_of(raw)
         except LlmgwError as exc:
             entry["error"] = exc.sentence()

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fabric.rails import verdicts_to_record
 from llmgw_core.fabric.run import FabricNode, RailSettings, adapter_ends, run_matrix
@@ -188,7 +189,7 @@ async def keep_verdicts(fleet: Any, rows: dict[str, list[dict]]) -> tuple[list[s
 
     async def record(node: str, rails: list[dict]) -> str | None:
         try:
-            await fleet.request(node, "fabric.record", {"rails": rails})
+            await fleet.request(node, Op.FABRIC_RECORD, {"rails": rails})
         except LlmgwError as exc:
             return exc.sentence()
         return None

@@ -136,6 +136,7 @@ def plan_outcome(args: PlanArgs, ctx: StepContext, fleet: Fleet) -> StepOutcome:
     """The plan of `args.model` on `fleet`, as the step's outcome."""
     from llmgw_core.catalog.resolve import origin_note
     from llmgw_core.planner.plan import plan
+    from llmgw_core.serve.launch import default_replica_name
 
     model = step_model(args.model, ctx)
     summary = _shape_summary(model)
@@ -160,6 +161,7 @@ def plan_outcome(args: PlanArgs, ctx: StepContext, fleet: Fleet) -> StepOutcome:
     body = result.as_dict()
     body["shape"] = summary
     body["model_source"] = origin_note(model)
+    body["replica_name"] = default_replica_name(model)  # what `serve` would call it
     if result.best is None:
         return StepOutcome(
             result=body,
