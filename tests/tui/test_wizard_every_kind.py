@@ -8,7 +8,8 @@ Confirm, Serve. The wizard's arguments are the `serve` step's, with the
 fields the headless runner is given for that way in
 tests/e2e/test_wizard_every_way.py; the replicas screen shows the replica
 ready with a shard on each of its nodes, then it is stopped. The 8B is
-served with a key named: the engine refuses a request without it.
+served with a key named: the engine refuses a request without it; the multi-node
+ways with `NCCL_IB_HCA=mlx5_0,mlx5_1` in the environment field.
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ async def _serve_through_the_wizard(
     assert wizard.query_one("#serve-name").value == plan["replica_name"]
     wizard.query_one("#serve-name").value = name
     keyed = kind == "one card"
+    # A value with commas is one entry, as the headless `env:` takes it (the core's rule).
+    env = {"NCCL_IB_HCA": "mlx5_0,mlx5_1"} if way["nodes"] > 1 else {}
+    wizard.query_one("#serve-env").value = " ".join(f"{k}={v}" for k, v in env.items())
     if keyed:
         wizard.query_one("#serve-key").value = "NOT SET"
         await until(pilot, lambda: (wizard.blocked or "").startswith("key: "), "a bad key name")
@@ -105,6 +109,7 @@ async def _serve_through_the_wizard(
         context=plan["context"],
         name=name,
         api_key_env=KEY_ENV if keyed else None,
+        env=env,
         **layout,
     )
     await pilot.press("ctrl+n")
