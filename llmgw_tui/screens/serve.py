@@ -5,6 +5,11 @@ confirm (the exact commands and environment per node) → submit. Each page
 says why "Next" is greyed out; every figure is the planner's, every command
 the core's preview. Submitting runs `serve` in a worker and shows the
 replicas screen on the new replica as it comes up.
+
+This screen is the flow: the page shown, why Next is greyed out, Back and
+Next, and the workers that ask the feed (plan, preview, serve, apply). Each
+page is a widget of `llmgw_tui.screens.serve_pages` that draws and reads its
+own fields.
 """
 
 from __future__ import annotations
@@ -12,38 +17,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal
 from textual.reactive import var
-from textual.suggester import SuggestFromList
-from textual.widgets import (
-    Button,
-    Checkbox,
-    ContentSwitcher,
-    DataTable,
-    Input,
-    Static,
-)
+from textual.widgets import Button, ContentSwitcher, DataTable, Input, Static
 
 from llmgw_core.errors import LlmgwError
-from llmgw_tui.cells import plain
 from llmgw_tui.feed.protocol import plan_body
-from llmgw_tui.fields import (
-    Checked,
-    CheckedInput,
-    env_lines,
-    env_refusal,
-    key_env_refusal,
-    model_ref_refusal,
-    number_input,
-    reason,
-    replica_name_refusal,
-)
+from llmgw_tui.fields import env_lines, reason
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.messages import OpenReplica, PreviewRead
+from llmgw_tui.screens.serve_pages import (
+    GATEWAY_NAME,
+    ConfirmPage,
+    ExtrasPage,
+    ModelPage,
+    SizePage,
+    WayPage,
+    catalog_refs,
+    confirm_text,
+)
 from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar
 
@@ -52,7 +47,7 @@ if TYPE_CHECKING:
     from llmgw_core.serve.prepare import ServePreview
     from llmgw_core.service.spec import ServiceDoc
 
-# The serving modules (SSH, engines) are imported when a page needs them, so the
+# The serving modules (SSH, engines) are imported when a step needs them, so the
 # console's first frame never waits for them.
 
 STEPS = ("model", "way", "size", "extras", "confirm")
@@ -63,7 +58,6 @@ STEP_TITLES = {
     "extras": "4 · Fallbacks, environment, name",
     "confirm": "5 · Confirm",
 }
-WAY_COLUMNS = ("FILE", "WAY", "HOW", "A CARD", "OF USABLE", "NOW")
 FIRST_FIELD = {
     "model": "#serve-model",
     "way": "#serve-ways",
@@ -73,21 +67,6 @@ FIRST_FIELD = {
 }
 """What each page focuses when shown (Confirm: the checkbox, so `q`, digits and `?` keep
 their meaning there and Enter serves)."""
-
-
-def catalog_refs() -> list[str]:
-    """Every model the catalog knows offline, as `catalog:org/name`."""
-    from llmgw_core.catalog import known_models
-
-    return [f"catalog:{repo_id}" for repo_id in known_models()]
-
-
-class GatewayBox(Checkbox, inherit_bindings=False):
-    """The Confirm page's checkbox: space ticks it; Enter is left to the page (it serves)."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("space", "toggle_button", "Toggle", show=False, id="serve-gateway-toggle")
-    ]
 
 
 class ServeScreen(KeptScreen[None]):
@@ -125,103 +104,20 @@ class ServeScreen(KeptScreen[None]):
 
     def compose(self) -> ComposeResult:
         """One page per step in a switcher; the reason line and Back / Next under it."""
-        from llmgw_core.script.steps.serve import ServeArgs  # the fields' bounds are the step's
-
         yield TitleBar(icon="▦")
         self._serve_step = Static("", id="serve-step", classes="status", markup=False)
         yield self._serve_step
         with ContentSwitcher(initial="model", id="serve-pages") as self._serve_pages:
-            with Vertical(id="model"):
-                yield Static(
-                    "Which model? A Hub id, a local path, or catalog:org/name (→ completes)."
-                )
-                self._serve_model = CheckedInput(
-                    placeholder="model",
-                    id="serve-model",
-                    suggester=SuggestFromList(catalog_refs(), case_sensitive=False),
-                    validators=[Checked(model_ref_refusal)],
-                )
-                yield self._serve_model
-                self._serve_last = Static("", id="serve-last", markup=False)
-                yield self._serve_last
-            with Vertical(id="way"):
-                self._serve_plan_line = Static("", id="serve-plan-line", markup=False)
-                yield self._serve_plan_line
-                ways: DataTable[object] = DataTable(
-                    id="serve-ways", classes="short", cursor_type="row"
-                )
-                self._serve_ways = ways
-                ways.add_columns(*WAY_COLUMNS)
-                yield ways
-            with Vertical(id="size"):
-                yield Static("Tokens a sequence may hold, and sequences served at once.")
-                with Horizontal(classes="serve-row"):
-                    self._serve_context = number_input(
-                        ServeArgs,
-                        "context",
-                        "context",
-                        id="serve-context",
-                        placeholder="context (tokens)",
-                    )
-                    yield self._serve_context
-                    self._serve_concurrency = number_input(
-                        ServeArgs,
-                        "concurrency",
-                        "sequences",
-                        id="serve-concurrency",
-                        value="1",
-                        placeholder="sequences",
-                    )
-                    yield self._serve_concurrency
-                self._serve_fit = Static("", id="serve-fit", classes="fit", markup=False)
-                yield self._serve_fit
-            with Vertical(id="extras"):
-                yield Static("Fallbacks: how many next-best ways to try if this one fails.")
-                self._serve_fallbacks = number_input(
-                    ServeArgs,
-                    "fallbacks",
-                    "fallbacks",
-                    id="serve-fallbacks",
-                    value="0",
-                    optional=True,
-                )
-                yield self._serve_fallbacks
-                yield Static("Engine environment: KEY=VALUE entries, space separated.")
-                self._serve_env = CheckedInput(
-                    placeholder="KEY=VALUE …", id="serve-env", validators=[Checked(env_refusal)]
-                )
-                yield self._serve_env
-                self._serve_flags_hint = Static(
-                    "Engine flags: NAME=VALUE entries (the engine's own).", id="serve-flags-hint"
-                )
-                yield self._serve_flags_hint
-                self._serve_flags = CheckedInput(
-                    placeholder="NAME=VALUE …",
-                    id="serve-flags",
-                    validators=[Checked(self._flags_refusal)],
-                )
-                yield self._serve_flags
-                yield Static(
-                    "Key (optional): the variable in this console's environment holding the key"
-                    " clients must send."
-                )
-                self._serve_key = CheckedInput(
-                    placeholder="VARIABLE", id="serve-key", validators=[Checked(key_env_refusal)]
-                )
-                yield self._serve_key
-                yield Static("Replica name.")
-                self._serve_name = CheckedInput(
-                    id="serve-name", validators=[Checked(replica_name_refusal)]
-                )
-                yield self._serve_name
-            with VerticalScroll(id="confirm"):
-                self._serve_gateway = GatewayBox(
-                    f"put behind a gateway ({GATEWAY_NAME}: one address for every model served)",
-                    id="serve-gateway",
-                )
-                yield self._serve_gateway
-                self._serve_preview = Static("", id="serve-preview", markup=False)
-                yield self._serve_preview
+            self._model_page = ModelPage(id="model")
+            yield self._model_page
+            self._way_page = WayPage(id="way")
+            yield self._way_page
+            self._size_page = SizePage(id="size")
+            yield self._size_page
+            self._extras_page = ExtrasPage(id="extras")
+            yield self._extras_page
+            self._confirm_page = ConfirmPage(id="confirm")
+            yield self._confirm_page
         with Horizontal(id="serve-buttons", classes="buttons"):
             self._serve_reason = Static("", id="serve-reason", markup=False)
             yield self._serve_reason
@@ -236,9 +132,8 @@ class ServeScreen(KeptScreen[None]):
         self.sub_title = "serve a model"
         for field in self.query(Input):
             field.cursor_blink = False
-        self._serve_last.display = False
         self._show_step()
-        self._serve_model.focus()
+        self._focus_first()
 
     def on_screen_resume(self, event: events.ScreenResume) -> None:
         """Shown again with nothing focused: the page's first field.
@@ -337,27 +232,24 @@ class ServeScreen(KeptScreen[None]):
         elif self.step == "way":
             self._go("size", None if self._size_checked else "checking…")
             if self.plan_body is not None:
-                context = self._serve_context
-                if not context.value:
-                    context.value = str(self.plan_body["context"])
+                self._size_page.offer_context(self.plan_body["context"])
                 self.check_size()
         elif self.step == "size":
-            name = self._serve_name
-            if not name.value and self.plan_body is not None:
-                name.value = str(self.plan_body["replica_name"])  # what `serve` would call it
+            if self.plan_body is not None:  # the name `serve` would give
+                self._extras_page.offer_name(str(self.plan_body["replica_name"]))
             self._go("extras", None)
-            self._offer_flags()
+            self._extras_page.offer_flags((self.way or {}).get("engine"))
             self._check_extras()
         elif self.step == "extras":
             args = self._args_or_block()
             if args is not None:
                 self._go("confirm", "building the commands…")
-                self._serve_preview.update("")
+                self._confirm_page.say("")
                 self.preview_commands(args)
         else:
             args = self._args_or_block()
             if args is not None:
-                self.submit(args, self._serve_gateway.value)
+                self.submit(args, self._confirm_page.behind_gateway)
                 self.start_fresh()
 
     def _args_or_block(self) -> ServeArgs | None:
@@ -374,34 +266,12 @@ class ServeScreen(KeptScreen[None]):
         The model just served is offered (its name on the page and as the
         first completion); nothing else is carried over.
         """
-        last = self.model_ref
-        self.last_served = last or self.last_served
-        for field_id, value in (
-            ("#serve-model", ""),
-            ("#serve-context", ""),
-            ("#serve-concurrency", "1"),
-            ("#serve-fallbacks", "0"),
-            ("#serve-env", ""),
-            ("#serve-flags", ""),
-            ("#serve-key", ""),
-            ("#serve-name", ""),
-        ):
-            field = self.query_one(field_id, Input)
-            with field.prevent(Input.Changed):
-                field.value = value
-            field.remove_class("-invalid")
-        model = self._serve_model
-        if self.last_served:
-            model.suggester = SuggestFromList(
-                [self.last_served, *catalog_refs()], case_sensitive=False
-            )
-            hint = self._serve_last
-            hint.update(f"Last served: {self.last_served} (type its first letters, → completes)")
-            hint.display = True
-        self._serve_gateway.value = False
-        self._serve_ways.clear()
-        self._serve_preview.update("")
-        self._serve_fit.update("")
+        self.last_served = self.model_ref or self.last_served
+        self._model_page.reset(self.last_served)
+        self._way_page.reset()
+        self._size_page.reset()
+        self._extras_page.reset()
+        self._confirm_page.reset()
         self.plan_body = self.way = self.preview = None
         self._size_checked = False
         self._go("model", "type a model")
@@ -433,7 +303,7 @@ class ServeScreen(KeptScreen[None]):
     @property
     def model_ref(self) -> str:
         """The model as typed."""
-        return self._serve_model.value.strip()
+        return self._model_page.model_ref
 
     @on(Input.Changed, "#serve-model")
     def _model_changed(self, event: Input.Changed) -> None:
@@ -475,27 +345,13 @@ class ServeScreen(KeptScreen[None]):
     def _show_ways(self, body: dict[str, Any]) -> None:
         self.plan_body = body
         self._size_checked = False
-        table = self._serve_ways
-        table.clear()
-        for way in body["options"]:
-            table.add_row(
-                plain(way["artifact"]),
-                plain(way["label"]),
-                plain(way["layout"]),
-                plain(f"{way['per_card_gib']:.1f} GB"),
-                plain(f"{way['usable_gib']:.0f} GB"),
-                Text("free" if way["free_now"] else "busy"),
-            )
-        line = f"{body['model']}: {len(body['options'])} ways for {body['context']} tokens."
-        self._serve_plan_line.update(
-            line if body["options"] else body["does_not_fit"] or "no way fits"
-        )
+        self._way_page.show(body)
         if not body["options"]:
             self._block(body["does_not_fit"] or "no way fits this fleet")
             return
         self.way = body["options"][0]
         self._go("way", None)
-        table.move_cursor(row=0)
+        self._way_page.pick_first()
 
     @on(DataTable.RowHighlighted, "#serve-ways")
     def _way_moved(self, event: DataTable.RowHighlighted) -> None:
@@ -515,14 +371,12 @@ class ServeScreen(KeptScreen[None]):
 
     def check_size(self) -> None:
         """Plan again for the context and concurrency typed; the chosen way must still fit."""
-        context = self._serve_context
-        concurrency = self._serve_concurrency
-        why = reason(context) or reason(concurrency)
-        if why is not None:
-            self._block(why)
+        typed = self._size_page.typed()
+        if typed is None:
+            self._block(self._size_page.refusal())
             return
         self._block("checking…")
-        self.replan_size(self.model_ref, int(context.value), int(concurrency.value))
+        self.replan_size(self.model_ref, *typed)
 
     @work(group="serve-size", exclusive=True, exit_on_error=False, description="Fit")
     async def replan_size(self, model_ref: str, context: int, concurrency: int) -> None:
@@ -534,33 +388,21 @@ class ServeScreen(KeptScreen[None]):
             return
         self._size_result(body, None, (context, concurrency))
 
-    def _typed_size(self) -> tuple[int, int] | None:
-        """The context and concurrency the page holds now, None while either is refused."""
-        fields = [self.query_one(f, Input) for f in ("#serve-context", "#serve-concurrency")]
-        if any(reason(field) for field in fields):
-            return None
-        return int(fields[0].value), int(fields[1].value)
-
     def _size_result(
         self, body: dict[str, Any] | None, error: str | None, asked: tuple[int, int]
     ) -> None:
-        if self.step != "size" or asked != self._typed_size():
+        page = self._size_page
+        if self.step != "size" or asked != page.typed():
             return  # an answer for values no longer typed: it must not clear a refusal
-        fit = self._serve_fit
         if body is None or self.way is None:
-            fit.update(error or "")
+            page.say(error or "")
             self._block(error or "pick a way first")
             return
-        same = next((w for w in body["options"] if _same_way(w, self.way)), None)
+        same, line = page.show_fit(body, self.way)
         if same is None:
-            sentence = f"{self.way['label']} does not hold {body['context']} tokens × " + (
-                f"{body['concurrency']}: " + (body["does_not_fit"] or "pick a smaller context")
-            )
-            fit.update(sentence)
-            self._block(sentence)
+            self._block(line)
             return
         self.way = same
-        fit.update(f"{same['label']}: {same['memory']}")
         self._size_checked = True
         self._block(None)
 
@@ -569,41 +411,8 @@ class ServeScreen(KeptScreen[None]):
         if self.step == "extras":
             self._check_extras()
 
-    def _flags_refusal(self, text: str) -> str | None:
-        """Why the engine flags cannot be used with the way chosen, or None."""
-        try:
-            self._engine_args(text)
-        except LlmgwError as exc:
-            return exc.sentence()
-        return None
-
-    def _engine_args(self, text: str) -> dict[str, str | bool]:
-        from llmgw_core.engines.flags import checked_engine_args, parse_engine_args
-
-        given = parse_engine_args(text)
-        engine = (self.way or {}).get("engine")
-        if not given:
-            return {}
-        if not engine:
-            raise LlmgwError("engine flags: choose a way first (the flags are its engine's)")
-        return checked_engine_args(str(engine), given)
-
-    def _offer_flags(self) -> None:
-        """Name the chosen way's engine and the flags most often given to it."""
-        from llmgw_core.engines.flags import COMMON
-
-        engine = (self.way or {}).get("engine")
-        common = COMMON.get(str(engine), "")
-        hint = self._serve_flags_hint
-        hint.update(
-            f"Engine flags for {engine}: NAME=VALUE entries, e.g. {common}"
-            if common
-            else "Engine flags: NAME=VALUE entries (the engine's own)."
-        )
-
     def _check_extras(self) -> None:
-        fields = ("#serve-fallbacks", "#serve-env", "#serve-flags", "#serve-key", "#serve-name")
-        self._block(next(filter(None, (reason(self.query_one(f, Input)) for f in fields)), None))
+        self._block(self._extras_page.refusal())
 
     # --- confirm and submit ----------------------------------------------------------------
 
@@ -620,16 +429,10 @@ class ServeScreen(KeptScreen[None]):
 
         given: dict[str, Any] = {
             "model": self.model_ref,
-            "context": int(self._serve_context.value),
-            "concurrency": int(self._serve_concurrency.value),
+            **self._size_page.args(),
             **{k: v for k, v in way_layout(self.way or {}).items() if v is not None},
-            "env": env_lines(self._serve_env.value),
-            "fallbacks": int(self._serve_fallbacks.value.strip() or 0),
-            "engine_args": self._engine_args(self._serve_flags.value),
+            **self._extras_page.args(),
         }
-        for key, field in (("name", self._serve_name), ("api_key_env", self._serve_key)):
-            if field.value.strip():
-                given[key] = field.value.strip()
         return checked_args(ServeArgs, given)
 
     @work(group="serve-preview", exclusive=True, exit_on_error=False, description="Preview")
@@ -644,18 +447,17 @@ class ServeScreen(KeptScreen[None]):
 
     def on_preview_read(self, read: PreviewRead) -> None:
         """Draw the commands per node (or why there are none), and let Next be pressed or not."""
-        page = self._serve_preview
+        page = self._confirm_page
         if read.error is not None:
-            page.update(read.error)
+            page.say(read.error)
             self._block(read.error)
             return
         args, preview = cast("tuple[ServeArgs, ServePreview | None]", read.found)
-        if preview is None:  # a feed that cannot say: the way's own words
-            page.update(confirm_text_from_way(args, self.way or {}))
+        page.show(args, preview, self.way or {})
+        if preview is None:  # a feed that cannot say: the way's own words are shown
             self._block(None)
             return
         self.preview = preview
-        page.update(confirm_text(args, preview.as_dict()))
         self._block(preview.reason)
 
     def action_save_service(self) -> None:
@@ -672,7 +474,7 @@ class ServeScreen(KeptScreen[None]):
         if args is None:
             return
         name = self._replica_name(args)
-        gateway = GATEWAY_NAME if self._serve_gateway.value else None
+        gateway = GATEWAY_NAME if self._confirm_page.behind_gateway else None
         try:
             doc = doc_of_args(args, name=name, gateway=gateway)
         except ValidationError as exc:
@@ -764,10 +566,6 @@ class ServeScreen(KeptScreen[None]):
         )
 
 
-GATEWAY_NAME = "front"
-"""The gateway the wizard puts a replica behind (started on first use, adopted after)."""
-
-
 def overwrite_refusal(path: Path, name: str) -> str | None:
     """Why the wizard may not write service `name` to `path`: only a missing file, or the same
     service's own document (saved before, now changed), is written over; anything else is
@@ -782,62 +580,6 @@ def overwrite_refusal(path: Path, name: str) -> str | None:
     except LlmgwError:
         pass
     return f"{path} exists and is not service {name}'s document: move it, or name the replica otherwise"
-
-
-def _same_way(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    keys = ("engine", "artifact", "gpu_class", "cards", "nodes")
-    return all(a.get(k) == b.get(k) for k in keys)
-
-
-def confirm_text(args: ServeArgs, preview: dict[str, Any]) -> str:
-    """The confirmation page: the way, the placement, and per node its commands and env."""
-    from llmgw_core.engines import redact_env
-
-    if preview.get("reason"):
-        return f"Nothing would start: {preview['reason']}"
-    way = preview.get("way") or {}
-    # The engine, and how it is run where that says more (vLLM over Ray); llama.cpp is itself.
-    how = dict.fromkeys(x for x in (way.get("engine"), preview.get("executor")) if x)
-    lines = [
-        f"Replica {preview['name']} of {preview['model']}",
-        f"  way {way.get('label')} ({', '.join(how)}) · "
-        f"context {preview['context']} × {args.concurrency}",
-    ]
-    if preview.get("fallbacks"):
-        lines.append(f"  fallbacks: {', '.join(preview['fallbacks'])}")
-    for passed in preview.get("passed_over") or ():
-        lines.append(f"  passed over {passed['way']}: {passed['reason']}")
-    for warning in preview.get("warnings") or ():
-        lines.append(f"  ! {warning}")
-    for shard in preview.get("shards") or ():
-        gpus = ", ".join(str(g) for g in shard.get("gpus") or ()) or "RAM"
-        lines.append("")
-        lines.append(f"▸ {shard['node']} · rank {shard['rank']} · {gpus}")
-        for command in shard.get("commands") or ():
-            env = redact_env(command.get("env") or {})
-            for key, value in sorted(env.items()):
-                lines.append(f"    {key}={value}")
-            lines.append(f"    $ {command.get('shell') or ' '.join(command.get('argv') or ())}")
-    lines.append("")
-    lines.append("Enter or ctrl+n serves it; space ticks the gateway box; ctrl+b goes back.")
-    name = preview.get("name") or args.name or "NAME"
-    lines.append(f"ctrl+s saves it as service {name} ({name}.service.yaml here) and applies it.")
-    return "\n".join(lines)
-
-
-def confirm_text_from_way(args: ServeArgs, way: dict[str, Any]) -> str:
-    """The confirmation page from the plan's way alone (a feed without a preview)."""
-    from llmgw_core.engines import redact_env
-
-    env = " ".join(f"{k}={v}" for k, v in sorted(redact_env(dict(args.env)).items()))
-    return "\n".join(
-        [
-            f"Replica {args.name} of {args.model}",
-            f"  way {way.get('label')} · context {args.context} × {args.concurrency}",
-            f"  environment: {env or '(none added)'}",
-            f"    $ {way.get('serve')}",
-        ]
-    )
 
 
 __all__ = ["ServeScreen", "catalog_refs", "confirm_text", "env_lines"]

@@ -18,7 +18,8 @@ from llmgw_core.gateway.run import gateways_now, stop_gateway
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import LiveFeed
 from llmgw_tui.screens.replicas import ReplicasScreen
-from llmgw_tui.screens.serve import GATEWAY_NAME, ServeScreen
+from llmgw_tui.screens.serve import ServeScreen
+from llmgw_tui.screens.serve_pages import GATEWAY_NAME
 
 pytestmark = [
     pytest.mark.slow,

@@ -23,7 +23,8 @@ from textual.widgets import Input, Static
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import LiveFeed
 from llmgw_tui.screens.replicas import ReplicasScreen
-from llmgw_tui.screens.serve import GatewayBox, ServeScreen
+from llmgw_tui.screens.serve import ServeScreen
+from llmgw_tui.screens.serve_pages import GatewayBox
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
