@@ -2,7 +2,10 @@
 
 Each engine's table was read from its own `--help` and documentation at the
 version `READ_FROM` names; `since` is the release that added a flag, where
-it is younger than the versions llmgw supports. A flag is taken only if it
+it is younger than the versions llmgw supports, and `until` the release that
+removed it (a node that runs that release or a later one is refused the flag,
+named). `tests/unit/engines/test_vllm_help_real.py` holds vLLM's table and the
+flags its launch writes to the installed vLLM's own `--help=all`. A flag is taken only if it
 is in its engine's table, with a value of its type. Refused, each with one
 sentence:
 
@@ -32,7 +35,7 @@ from llmgw_core.errors import BadInput
 from llmgw_core.memory.need import ENGINE_DEFAULTS, EngineOptions
 
 READ_FROM = {
-    "vllm": "0.11.0 (`vllm serve --help`, docs.vllm.ai)",
+    "vllm": "0.11.0 (`vllm serve --help`, docs.vllm.ai), checked against 0.32.0's `--help=all`",
     "sglang": "0.5.3 (`python -m sglang.launch_server --help`)",
     "llama.cpp": "b6500 (`llama-server --help`, tools/server/README.md)",
 }
@@ -51,6 +54,7 @@ class Flag:
         minimum, maximum: a number's range.
         default_on: a boolean on unless told (`false` is then written `--no-<flag>`).
         since: the engine release that added it, when newer than the oldest llmgw drives.
+        until: the engine release that removed it (None: every release since has it).
         memory: it changes what a card holds (the plan takes it into account).
     """
 
@@ -60,13 +64,14 @@ class Flag:
     maximum: float | None = None
     default_on: bool = False
     since: str | None = None
+    until: str | None = None
     memory: bool = False
 
 
 VLLM_TOOL_PARSERS = (
     "deepseek_v3", "deepseek_v31", "glm45", "granite", "granite-20b-fc", "hermes",
     "hunyuan_a13b", "internlm", "jamba", "kimi_k2", "llama3_json", "llama4_json",
-    "llama4_pythonic", "minimax", "mistral", "openai", "phi4_mini_json", "pythonic",
+    "llama4_pythonic", "mistral", "openai", "phi4_mini_json", "pythonic",
     "qwen3_coder", "qwen3_xml", "seed_oss", "step3", "xlam",
 )  # fmt: skip
 VLLM_REASONING_PARSERS = (
@@ -95,7 +100,8 @@ FLAGS: dict[str, dict[str, Flag]] = {
         "max_num_batched_tokens": Flag("int", minimum=1, maximum=1_048_576, memory=True),
         "seed": Flag("int", minimum=0, maximum=2**32 - 1),
         "max_logprobs": Flag("int", minimum=0, maximum=100_000),
-        "disable_log_requests": Flag("bool"),
+        "disable_log_requests": Flag("bool", until="0.12.0"),  # vllm-project/vllm#29402
+        "enable_log_requests": Flag("bool"),  # off by default since #21739 (in 0.11)
         "enable_log_outputs": Flag("bool", since="0.10.0"),
     },
     "sglang": {
@@ -247,7 +253,8 @@ def checked_engine_args(engine: str, given: Mapping[str, Any]) -> dict[str, str 
     return checked
 
 
-def _release(version: str) -> tuple[int, ...]:
+def release_key(version: str) -> tuple[int, ...]:
+    """A release as numbers that order as releases do: `0.12.0` → (0, 12, 0), `b6500` → (6500,)."""
     digits = []
     for part in version.lstrip("bv").split("."):
         number = "".join(c for c in part if c.isdigit())
@@ -256,15 +263,20 @@ def _release(version: str) -> tuple[int, ...]:
 
 
 def too_new(engine: str, args: Mapping[str, Any], installed: str | None) -> str | None:
-    """A sentence for the first flag younger than the `installed` release (None: all are older,
-    or the release is unknown)."""
+    """A sentence for the first flag the `installed` release lacks: younger than it, or removed
+    by then (None: it has them all, or the release is unknown)."""
     if not installed:
         return None
     for name in args:
-        since = FLAGS.get(engine, {}).get(name, Flag("bool")).since
-        if since and _release(installed) < _release(since):
+        flag = FLAGS.get(engine, {}).get(name, Flag("bool"))
+        if flag.since and release_key(installed) < release_key(flag.since):
             return (
-                f"engine_args: {name} needs {ENGINE_NAMES[engine]} {since} or newer, "
+                f"engine_args: {name} needs {ENGINE_NAMES[engine]} {flag.since} or newer, "
+                f"and the node has {installed}"
+            )
+        if flag.until and release_key(installed) >= release_key(flag.until):
+            return (
+                f"engine_args: {name} is gone from {ENGINE_NAMES[engine]} {flag.until} on, "
                 f"and the node has {installed}"
             )
     return None

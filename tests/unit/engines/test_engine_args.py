@@ -160,6 +160,15 @@ def test_a_flag_younger_than_the_nodes_engine_is_named_with_both_releases():
     assert too_new("vllm", args, None) is None
 
 
+def test_a_flag_the_nodes_engine_no_longer_takes_is_named_with_the_release_that_dropped_it():
+    args = {"disable_log_requests": True}
+    assert too_new("vllm", args, "0.11.0") is None
+    assert too_new("vllm", args, "0.32.0") == (
+        "engine_args: disable_log_requests is gone from vLLM 0.12.0 on, and the node has 0.32.0"
+    )
+    assert too_new("vllm", {"enable_log_requests": True}, "0.32.0") is None
+
+
 def test_every_table_holds_only_flags_it_does_not_also_own():
     from llmgw_core.engines.flags import NOT_PLANNED, OWNED
 
