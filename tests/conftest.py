@@ -40,6 +40,9 @@ def models_dir() -> Path:
 
 LONGEST_FILES = {
     "tests/e2e/test_keep_demo.py": 90,
+    "tests/e2e/test_vllm_vs_sim.py": 60,  # the real vLLM's start on the CPU
+    "tests/e2e/test_wizard_every_way.py": 55,
+    "tests/tui/test_wizard_every_kind.py": 45,
     "tests/e2e/test_service_demo.py": 70,
     "tests/tui/test_monkey.py": 50,
     "tests/e2e/test_keep_heal_demo.py": 48,

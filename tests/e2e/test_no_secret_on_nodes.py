@@ -16,6 +16,7 @@ On the demo fleet (asyncssh servers) and on OpenSSH's sshd.
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
 import sys
@@ -63,13 +64,17 @@ class Watch:
 
     def _round(self) -> None:
         for root in self.roots:
-            for path in root.rglob("*"):
-                try:
-                    if path.is_file() and not path.is_symlink():
-                        self._look(str(path), path.read_bytes())
-                        self.files_read += 1
-                except OSError:
-                    continue  # gone between listing and reading
+            # os.walk passes over a folder that goes while it is walked (a shard's, stopped);
+            # Path.rglob raises, which ended the watch early.
+            for folder, _dirs, names in os.walk(root):
+                for name in names:
+                    path = Path(folder, name)
+                    try:
+                        if path.is_file() and not path.is_symlink():
+                            self._look(str(path), path.read_bytes())
+                            self.files_read += 1
+                    except OSError:
+                        continue  # gone between listing and reading
         for proc in Path("/proc").iterdir():
             if proc.name.isdigit():
                 try:

@@ -1,6 +1,7 @@
 """The Serve a model wizard serves each kind of way it lists, in the console, to ready (issue 35).
 
-One console on the embedded demo fleet. For each kind — one card (the 8B),
+One console on part of the demo fleet (its H100 pair and six NVL72 trays,
+through their inventory, as any fleet is reached). For each kind — one card (the 8B),
 tensor parallel inside a node (the 70B), pipeline parallel over the H100
 pair and over NVL72 trays (the 405B) — the wizard is walked by keyboard:
 the model, the way's row picked with the arrow keys, its context, a name,
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ from live_walk import ready_nodes, until
 from textual.widgets import DataTable
 
 from llmgw_core.errors import LlmgwError
+from llmgw_core.fleet.sim.demo import demo_nodes, start_demo_fleet
 from llmgw_core.script.steps.serve import ServeArgs
 from llmgw_core.serve.choice import way_layout
 from llmgw_tui.app import LlmgwApp
@@ -33,6 +36,8 @@ from llmgw_tui.screens.serve import ServeScreen
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 KEY_ENV = "LLMGW_WIZARD_KEY"
+NODES = ("h100-a-01", "h100-a-02", *(f"gb200-r1-t{tray:02d}" for tray in range(1, 7)))
+"""The demo's H100 pair and six of its NVL72 trays: every kind's way, on a third of the fleet."""
 Pick = Callable[[dict[str, Any]], bool]
 KINDS: list[tuple[str, str, Pick]] = [
     ("catalog:meta-llama/Llama-3.1-8B-Instruct", "one card", lambda w: w["cards"] == 1),
@@ -54,17 +59,25 @@ KINDS: list[tuple[str, str, Pick]] = [
 ]
 
 
-def test_the_wizard_serves_one_card_a_node_the_h100_pair_and_nvl72_trays_to_ready(monkeypatch):
+def test_the_wizard_serves_one_card_a_node_the_h100_pair_and_nvl72_trays_to_ready(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
     monkeypatch.setenv(KEY_ENV, "sk-wizard-test-key")
-    asyncio.run(_every_kind())
+    asyncio.run(_every_kind(tmp_path / "demo"))
 
 
-async def _every_kind() -> None:
-    app = LlmgwApp(LiveFeed(inventory=None, demo=True, refresh_s=1.0), animation="none")
-    async with app.run_test(size=(140, 44)) as pilot:
-        await until(pilot, lambda: ready_nodes(app) >= 20, "the demo fleet", 180)
-        for index, (model, kind, pick) in enumerate(KINDS):
-            await _serve_through_the_wizard(app, pilot, model, kind, pick, f"kind-{index}")
+async def _every_kind(root: Path) -> None:
+    nodes = [node for node in demo_nodes() if node.name in NODES]
+    demo = await start_demo_fleet(root, nodes)
+    feed = LiveFeed(inventory=str(demo.root / "inventory.yaml"), demo=False, refresh_s=1.0)
+    app = LlmgwApp(feed, animation="none")
+    try:
+        async with app.run_test(size=(140, 44)) as pilot:
+            await until(pilot, lambda: ready_nodes(app) == len(nodes), "the fleet", 120)
+            for index, (model, kind, pick) in enumerate(KINDS):
+                await _serve_through_the_wizard(app, pilot, model, kind, pick, f"kind-{index}")
+    finally:
+        await demo.stop()
 
 
 async def _serve_through_the_wizard(

@@ -37,7 +37,12 @@ def vllm_help() -> tuple[str, dict[str, tuple[str, ...]]]:
             "CPU build lies on the machine's disk; LLMGW_VLLM names another vllm"
         )
     version = subprocess.run(
-        [str(VLLM.parent / "python"), "-c", "import vllm; print(vllm.__version__)"],
+        # Its distribution's metadata: importing vllm to ask takes seconds of both cores.
+        [
+            str(VLLM.parent / "python"),
+            "-c",
+            "import importlib.metadata as m; print(m.version('vllm').split('+')[0])",
+        ],
         capture_output=True,
         text=True,
         timeout=120,

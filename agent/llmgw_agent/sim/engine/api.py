@@ -1,9 +1,13 @@
 """The simulated engine's OpenAI surface, answered as vLLM answers it (pure, standard library).
 
-What a client can observe is vLLM's (`vllm/entrypoints/openai`, the version
-the product targets): `/v1/models` lists `ModelCard`s (`owned_by`, `root`,
-`max_model_len`); an unknown `model` is a 404 and a bad request a 400, both
-with `{"error": {"message", "type", "param", "code"}}`; chat and completions
+What a client can observe is vLLM's, as vLLM 0.32 answered the same calls
+(`tests/e2e/test_vllm_vs_sim.py` holds the two together): `/v1/models` lists
+`ModelCard`s (`owned_by`, `root`, `max_model_len`); an unknown `model` is a
+404 and a bad request a 400, both with `{"error": {"message", "type",
+"param", "code"}}` — a request its schema refuses is vLLM's pydantic
+`Bad Request` naming `body.FIELD`, one its own checks refuse a
+`BadRequestError`; every answer carries vLLM's fields, those the sim has no
+value for as null; chat and completions
 honour `n`, `max_tokens` (`finish_reason: "length"` when they cut the text),
 `stop`, `logprobs`, and `stream` with `stream_options.include_usage` (a last
 chunk with no choices and the usage). The text is the sim's fixed answer, a
@@ -29,8 +33,27 @@ def error(status: int, message: str, kind: str, param: Optional[str] = None) -> 
 
 
 def bad_request(message: str, param: Optional[str] = None) -> Answer:
-    """A 400, as vLLM answers a request its schema refuses."""
+    """A 400, as vLLM answers a request its own checks refuse (`(parameter=…)` in its words)."""
     return error(400, message, "BadRequestError", param)
+
+
+def schema_refusal(field: str, kind: str, message: str, given: Any) -> Answer:
+    """A 400, as vLLM answers a request its pydantic schema refuses: `Bad Request`, its
+    `param` where in the body (`body.stop`, `body` for the whole of it)."""
+    where = "body.{}".format(field) if field else "body"
+    shown = (
+        "<dict of {} items>".format(len(given))
+        if isinstance(given, dict)
+        else "<list of {} items>".format(len(given))
+        if isinstance(given, list)
+        else str(given)
+    )
+    detail = {"type": kind, "loc": where, "msg": message, "input": shown}
+    return error(400, "1 validation error:\n  {!r}".format(detail), "Bad Request", where)
+
+
+SYSTEM_FINGERPRINT = "vllm-sim"
+"""What the sim's answers carry as vLLM's `system_fingerprint` (vLLM: `vllm-0.32.0-…`)."""
 
 
 _LLAMA_SERVER_OPEN = ("/health", "/v1/health", "/models", "/v1/models", "/api/tags")
@@ -120,11 +143,27 @@ def _int(body: Dict[str, Any], name: str, low: int) -> Tuple[Optional[int], Opti
     value = body.get(name)
     if value is None:
         return None, None
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None, schema_refusal(name, "int_type", "Input should be a valid integer", value)
+    if value < low:
+        if name == "n":  # vLLM's own check of `n` names no parameter
+            return None, bad_request("n must be at least {}, got {}.".format(low, value))
         return None, bad_request(
-            "{} must be an integer of at least {} (got {!r})".format(name, low, value), name
+            "{} must be at least {}, got {}. (parameter={}, value={})".format(
+                name, low, value, name, value
+            ),
+            name,
         )
     return value, None
+
+
+def _no_model(model: str, served: List[str]) -> Answer:
+    return error(
+        404,
+        "The model `{}` does not exist. Valid aliases: {}.".format(model, ", ".join(served)),
+        "NotFoundError",
+        "model",
+    )
 
 
 def _prompt_tokens(body: Dict[str, Any]) -> int:
@@ -142,8 +181,9 @@ def tokenize(body: Any, engine: Dict[str, Any]) -> Answer:
     if not isinstance(body, dict):
         return bad_request("the request body is not a JSON object")
     model = body.get("model")
-    if model is not None and model not in (engine.get("served_names") or [engine["served_name"]]):
-        return error(404, "The model `{}` does not exist.".format(model), "NotFoundError")
+    served = engine.get("served_names") or [engine["served_name"]]
+    if model is not None and model not in served:
+        return _no_model(model, served)
     if "prompt" in body:
         text = body["prompt"] if isinstance(body["prompt"], str) else None
     else:
@@ -166,15 +206,31 @@ def plan(
     """Check a chat or completions request as vLLM would; the plan, or the error to send."""
     chat = route == "/v1/chat/completions"
     if not isinstance(body, dict):
-        return None, bad_request("the request body must be a JSON object")
+        return None, schema_refusal(
+            "",
+            "model_attributes_type",
+            "Input should be a valid dictionary or object to extract fields from",
+            body,
+        )
+    if chat and "messages" not in body:
+        return None, schema_refusal("messages", "missing", "Field required", body)
+    if chat and not isinstance(body.get("messages"), list):
+        return None, schema_refusal(
+            "messages", "list_type", "Input should be a valid list", body["messages"]
+        )
     served = engine.get("served_names") or [engine["served_name"]]
     model = body.get("model")
     if model is not None and model not in served:
-        return None, error(404, "The model `{}` does not exist.".format(model), "NotFoundError")
-    if chat and not isinstance(body.get("messages"), list):
-        return None, bad_request("messages: a list of messages is required", "messages")
+        return None, _no_model(model, served)
+    if not chat and not body.get("prompt"):
+        return None, bad_request(
+            "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
+            "prompt",
+        )
     if not chat and not isinstance(body.get("prompt"), (str, list)):
-        return None, bad_request("prompt: a string or a list is required", "prompt")
+        return None, schema_refusal(
+            "prompt", "string_type", "Input should be a valid string", body["prompt"]
+        )
     n, refused = _int(body, "n", 1)
     if refused:
         return None, refused
@@ -187,7 +243,7 @@ def plan(
         return None, refused
     stop = body.get("stop")
     if stop is not None and not isinstance(stop, (str, list)):
-        return None, bad_request("stop must be a string or a list of strings", "stop")
+        return None, schema_refusal("stop", "string_type", "Input should be a valid string", stop)
     stops = (
         [stop] if isinstance(stop, str) else [s for s in (stop or []) if isinstance(s, str) and s]
     )
@@ -214,8 +270,15 @@ def plan(
             return None, refused
         found.logprobs = top
     options = body.get("stream_options")
+    if options is not None and not body.get("stream"):
+        return None, bad_request(
+            "Stream options can only be defined when `stream=True`. (parameter=stream_options)",
+            "stream_options",
+        )
     if options is not None and not isinstance(options, dict):
-        return None, bad_request("stream_options must be an object", "stream_options")
+        return None, schema_refusal(
+            "stream_options", "model_type", "Input should be a valid dictionary", options
+        )
     found.include_usage = bool((options or {}).get("include_usage"))
     if chat and body.get("tools") is not None:
         call, refused = _tool_call(body, engine)
@@ -233,10 +296,12 @@ def _tool_call(body: Dict[str, Any], engine: Dict[str, Any]):
     """The tool the answer calls, as vLLM decides: a named or `required` choice always, `auto`
     only on an engine started with tool calling; None for `none`."""
     tools = body.get("tools")
-    if not isinstance(tools, list) or not all(
-        isinstance(t, dict) and isinstance(t.get("function"), dict) for t in tools
-    ):
-        return None, bad_request("tools must be a list of function tools", "tools")
+    if not isinstance(tools, list):
+        return None, schema_refusal("tools", "list_type", "Input should be a valid list", tools)
+    if not all(isinstance(t, dict) and isinstance(t.get("function"), dict) for t in tools):
+        return None, schema_refusal(
+            "tools", "model_type", "Input should be a valid dictionary", tools
+        )
     choice = body.get("tool_choice", "auto")
     if choice == "none" or not tools:
         return None, None
@@ -244,11 +309,14 @@ def _tool_call(body: Dict[str, Any], engine: Dict[str, Any]):
         wanted = (choice.get("function") or {}).get("name")
         picked = next((t for t in tools if t["function"].get("name") == wanted), None)
         if picked is None:
-            return None, bad_request("tool_choice names a tool not in tools", "tool_choice")
+            return None, bad_request(
+                "The tool specified in `tool_choice` does not match any of the specified "
+                "`tools` (parameter=tool_choice)",
+                "tool_choice",
+            )
     elif choice == "auto" and not engine.get("tool_calling"):
         return None, bad_request(
-            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
-            "tool_choice",
+            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
         )
     else:
         picked = tools[0]
@@ -276,13 +344,17 @@ def _tool_calls(found: Plan, index: int, stream: bool) -> List[Dict[str, Any]]:
     return [entry]
 
 
-def usage(found: Plan) -> Dict[str, int]:
-    """Tokens counted as the text was made: a word a token, every choice's."""
-    return {
+def usage(found: Plan, details: bool = True) -> Dict[str, Any]:
+    """Tokens counted as the text was made: a word a token, every choice's (with vLLM's two
+    `…_details`, null, in a whole answer; a stream's last chunk has only the counts)."""
+    counts: Dict[str, Any] = {
         "prompt_tokens": found.prompt_tokens,
-        "completion_tokens": found.completion_tokens,
         "total_tokens": found.prompt_tokens + found.completion_tokens,
+        "completion_tokens": found.completion_tokens,
     }
+    if details:
+        counts.update(prompt_tokens_details=None, completion_tokens_details=None)
+    return counts
 
 
 def _logprobs(found: Plan, words: List[str]) -> Optional[Dict[str, Any]]:
@@ -320,28 +392,38 @@ def completion(found: Plan, request_id: str, created: int) -> Dict[str, Any]:
     choices = []
     for index in range(found.n):
         choice: Dict[str, Any] = {"index": index}
-        if found.chat and found.tool_call is not None:
-            choice["message"] = {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": _tool_calls(found, index, stream=False),
-            }
-        elif found.chat:
-            choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
+        if found.chat:
+            message: Dict[str, Any] = {"role": "assistant", "content": text}
+            message.update(refusal=None, annotations=None, audio=None, function_call=None)
+            if found.tool_call is not None:
+                message["content"] = None
+                message["tool_calls"] = _tool_calls(found, index, stream=False)
+            message["reasoning"] = None
+            choice["message"] = message
         else:
             choice["text"] = text
         choice["logprobs"] = _logprobs(found, found.words)
         choice["finish_reason"] = found.finish
         choice["stop_reason"] = None
+        choice["token_ids"] = None
+        if not found.chat:
+            choice.update(prompt_logprobs=None, prompt_token_ids=None)
+        choice["routed_experts"] = None
         choices.append(choice)
-    return {
+    answer: Dict[str, Any] = {
         "id": request_id,
         "object": "chat.completion" if found.chat else "text_completion",
         "created": created,
         "model": found.model,
         "choices": choices,
+        "service_tier": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
         "usage": usage(found),
     }
+    if found.chat:
+        answer.update(prompt_logprobs=None, prompt_token_ids=None, prompt_text=None)
+    answer.update(kv_transfer_params=None, ec_transfer_params=None, metrics=None)
+    return answer
 
 
 def chunks(found: Plan, request_id: str, created: int) -> Iterator[Dict[str, Any]]:
@@ -358,7 +440,7 @@ def chunks(found: Plan, request_id: str, created: int) -> Iterator[Dict[str, Any
         }
 
     if found.chat:
-        yield chunk(
+        first = chunk(
             [
                 {
                     "index": i,
@@ -369,6 +451,8 @@ def chunks(found: Plan, request_id: str, created: int) -> Iterator[Dict[str, Any
                 for i in range(found.n)
             ]
         )
+        first.update(prompt_token_ids=None, prompt_text=None)
+        yield first
     if found.chat and found.tool_call is not None:
         yield chunk(
             [
@@ -393,6 +477,9 @@ def chunks(found: Plan, request_id: str, created: int) -> Iterator[Dict[str, Any
                 choice["text"] = piece
             choice["logprobs"] = _logprobs(found, [word])
             choice["finish_reason"] = found.finish if last else None
+            if last:
+                choice["stop_reason"] = None
+            choice["token_ids"] = None
             choices.append(choice)
         yield chunk(choices)
     if not found.words:
@@ -407,7 +494,8 @@ def chunks(found: Plan, request_id: str, created: int) -> Iterator[Dict[str, Any
         )
     if found.include_usage:
         final = chunk([])
-        final["usage"] = usage(found)
+        final["usage"] = usage(found, details=False)
+        final["system_fingerprint"] = SYSTEM_FINGERPRINT
         yield final
 
 

@@ -127,8 +127,13 @@ class SimHandler(BaseHTTPRequestHandler):
         if self._refused(route):
             return
         if route in ("/health", "/v1/health", "/health_generate"):
-            if not self._loading():
-                self._send(200, {"status": "ok"})
+            if not self._loading():  # vLLM answers an empty 200; the others a status
+                vllm = self.sim.engine["kind"] == "vllm"
+                self._send(
+                    200,
+                    "" if vllm else {"status": "ok"},
+                    "text/plain" if vllm else "application/json",
+                )
         elif route == "/v1/models":
             self._send(200, api.model_list(self.sim.engine, self.sim.started))
         elif route == "/metrics":
@@ -182,8 +187,11 @@ class SimHandler(BaseHTTPRequestHandler):
             return
         try:
             body = json.loads(raw or b"{}")
-        except ValueError:
-            self._send(*api.bad_request("the request body is not JSON"))
+        except ValueError as exc:  # vLLM's schema refusal, at the character it stopped on
+            where = "body.{}".format(getattr(exc, "pos", 0))
+            detail = {"type": "json_invalid", "loc": where, "msg": "JSON decode error"}
+            message = "1 validation error:\n  {!r}".format(detail)
+            self._send(*api.error(400, message, "Bad Request", where))
             return
         if route == "/tokenize":
             self._send(*api.tokenize(body, self.sim.engine))

@@ -1,0 +1,280 @@
+"""The same client calls against the real vLLM and the simulated engine that stands in for it.
+
+The demo and most of the suite talk to the simulated engine, so what it
+answers is what the product is tested against. Here the ordinary calls of an
+OpenAI client — the official SDK, and raw HTTP where the SDK hides the status
+— go to both: the real vLLM 0.32 (its CPU build from `.venv-vllm`, which
+`.ci/run` installs; skipped, saying why, where it is absent) serving a tiny
+random Llama (`tests/support/tiny_hf_llama.py`) with a key, and the sim
+engine given the same command line and key. Each call's status, error body
+and field set must be the same, except where `DIFFERS` says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+AGENT = REPO_ROOT / "agent"
+VLLM = Path(os.environ.get("LLMGW_VLLM") or REPO_ROOT / ".venv-vllm" / "bin" / "vllm")
+KEY = "sk-compare-0123456789"
+HELLO = [{"role": "user", "content": "Say hello"}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+def _port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _serving(argv: list[str], env: dict[str, str], log: Path, wait_s: float) -> Iterator[str]:
+    port = _port()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [*argv, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(base + "/health", timeout=5).status_code == 200:
+                    break
+            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "the engine never answered /health"
+            time.sleep(0.5)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def _command(model: str) -> list[str]:
+    """The `vllm serve` arguments both engines are started with (`--port` is added)."""
+    return [
+        "serve",
+        model,
+        "--served-model-name",
+        "tiny",
+        "--max-model-len",
+        "512",
+        "--enforce-eager",
+        "--host",
+        "127.0.0.1",
+    ]
+
+
+@pytest.fixture(scope="module")
+def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if not VLLM.exists():
+        pytest.skip(
+            f"no real vLLM at {VLLM}: .ci/run installs the CPU build there where PyTorch's "
+            "CPU build lies on the machine's disk; LLMGW_VLLM names another vllm"
+        )
+    folder = tmp_path_factory.mktemp("vllm")
+    made = subprocess.run(
+        [
+            str(VLLM.parent / "python"),
+            str(REPO_ROOT / "tests/support/tiny_hf_llama.py"),
+            str(folder / "tiny"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("LLMGW_", "VLLM_"))},
+        "VLLM_API_KEY": KEY,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        # One core for its kernels: the suite's other workers share the machine's two.
+        "VLLM_CPU_OMP_THREADS_BIND": "0",
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    argv = [str(VLLM), *_command(str(folder / "tiny"))]
+    with _serving(argv, env, folder / "vllm.log", 400) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    folder = tmp_path_factory.mktemp("sim")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("LLMGW_", "VLLM_"))},
+        "PYTHONPATH": str(AGENT),
+        "LLMGW_AGENT_STATE": str(folder / "state"),
+        "LLMGW_SIM_LOAD_S": "0",
+        "VLLM_API_KEY": KEY,
+    }
+    argv = [sys.executable, "-S", "-m", "llmgw_agent", "sim-engine", "--", "vllm"]
+    with _serving([*argv, *_command("/models/tiny")], env, folder / "sim.log", 60) as base:
+        yield base
+
+
+def _shape(value: Any) -> Any:
+    """A JSON value's shape: its keys (nested), and for a list the shape of its first item."""
+    if isinstance(value, dict):
+        return {key: _shape(item) for key, item in sorted(value.items())}
+    if isinstance(value, list):
+        return [_shape(value[0])] if value else []
+    return type(value).__name__
+
+
+def _stream_shapes(base: str, path: str, body: dict[str, Any]) -> list[Any]:
+    """The shapes of a stream's chunks, read as raw server-sent events: the first, the last
+    with choices, and the usage chunk after them."""
+    import json
+
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.stream("POST", base + path, json=body, headers=headers, timeout=120) as answer:
+        events = [line[6:] for line in answer.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    return [_shape(chunks[0]), _shape(chunks[-2]), _shape(chunks[-1])]
+
+
+def _calls(base: str) -> dict[str, Callable[[], Any]]:
+    """Each call, and what is compared of its answer."""
+    client = openai.OpenAI(base_url=base + "/v1", api_key=KEY)
+    keyed = {"Authorization": f"Bearer {KEY}"}
+
+    def answered(method: str, path: str, headers: dict[str, str] | None = None, **kw: Any) -> Any:
+        """The status, and the body's shape (its text where it is not JSON)."""
+        answer = httpx.request(
+            method, base + path, headers=keyed if headers is None else headers, timeout=120, **kw
+        )
+        if "json" not in answer.headers.get("content-type", ""):
+            return answer.status_code
+        return answer.status_code, _shape(answer.json())
+
+    def chat_body(**body: Any) -> Callable[[], Any]:
+        return lambda: answered(
+            "POST", "/v1/chat/completions", json={"model": "tiny", "messages": HELLO, **body}
+        )
+
+    def chat(**body: Any) -> Any:
+        return client.chat.completions.create(model="tiny", messages=HELLO, **body)
+
+    def cut() -> Any:
+        # A random model may end at once: vLLM's own `ignore_eos` keeps it going.
+        answer = chat(max_tokens=3, extra_body={"ignore_eos": True})
+        return answer.choices[0].finish_reason, answer.usage.completion_tokens
+
+    stream = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": 3}
+    return {
+        "GET /health": lambda: answered("GET", "/health"),
+        "GET /health, no key": lambda: answered("GET", "/health", headers={}),
+        "GET /metrics": lambda: answered("GET", "/metrics", headers={}),
+        "models.list": lambda: [(m.id, m.object, m.owned_by) for m in client.models.list()],
+        "GET /v1/models": lambda: answered("GET", "/v1/models"),
+        "chat, no key": lambda: answered(
+            "POST", "/v1/chat/completions", headers={}, json={"model": "tiny", "messages": HELLO}
+        ),
+        "chat, a wrong key": lambda: answered(
+            "POST",
+            "/v1/chat/completions",
+            headers={"Authorization": "Bearer nope"},
+            json={"model": "tiny", "messages": HELLO},
+        ),
+        "chat, a model nobody serves": chat_body(model="gpt-4o"),
+        "chat, a body that is not JSON": lambda: answered(
+            "POST",
+            "/v1/chat/completions",
+            headers={**keyed, "Content-Type": "application/json"},
+            content=b"{no",
+        ),
+        "chat, a body that is a list": lambda: answered("POST", "/v1/chat/completions", json=[1]),
+        "chat, no messages": lambda: answered(
+            "POST", "/v1/chat/completions", json={"model": "tiny"}
+        ),
+        "chat, n: 0": chat_body(n=0),
+        "chat, max_tokens: 0": chat_body(max_tokens=0),
+        "chat, stop: 5": chat_body(stop=5),
+        "chat, stream_options without stream": chat_body(stream_options={"include_usage": True}),
+        "chat, tools: 5": chat_body(tools=5),
+        "chat, tool_choice naming no tool": chat_body(
+            tools=TOOLS, tool_choice={"type": "function", "function": {"name": "other"}}
+        ),
+        "chat, tools auto without a parser": chat_body(tools=TOOLS, tool_choice="auto"),
+        "chat": chat_body(max_tokens=3),
+        "chat, n: 2": lambda: len(chat(n=2, max_tokens=4).choices),
+        "chat, max_tokens: 3": cut,
+        "chat, logprobs": chat_body(max_tokens=1, logprobs=True, top_logprobs=1),
+        "chat, a stream with usage": lambda: _stream_shapes(
+            base, "/v1/chat/completions", {"model": "tiny", "messages": HELLO, **stream}
+        ),
+        "completions": lambda: answered(
+            "POST", "/v1/completions", json={"model": "tiny", "prompt": "Once", "max_tokens": 2}
+        ),
+        "completions, no prompt": lambda: answered(
+            "POST", "/v1/completions", json={"model": "tiny"}
+        ),
+        "completions, SDK": lambda: (
+            client.completions.create(model="tiny", prompt="Once", max_tokens=3).object
+        ),
+    }
+
+
+DIFFERS: dict[str, str] = {}
+"""Calls the sim answers otherwise than vLLM, on purpose, and why (none yet)."""
+
+
+@pytest.fixture(scope="module")
+def answered(real_vllm: str, sim: str) -> dict[str, tuple[Any, Any]]:
+    real, simulated = _calls(real_vllm), _calls(sim)
+    found = {}
+    for name in real:
+        found[name] = (_safely(real[name]), _safely(simulated[name]))
+    return found
+
+
+def _safely(call: Callable[[], Any]) -> Any:
+    try:
+        value = call()
+    except Exception as exc:  # an SDK error is an answer too: its class is what is compared
+        return f"raised {type(exc).__name__}"
+    return value
+
+
+def test_the_sim_answers_every_call_as_the_real_vllm_does(answered: dict[str, tuple[Any, Any]]):
+    for name, (real, simulated) in answered.items():
+        print(f"{name:30} vLLM: {real!s:.90}\n{'':30} sim:  {simulated!s:.90}")
+    differ = {
+        name: pair for name, pair in answered.items() if pair[0] != pair[1] and name not in DIFFERS
+    }
+    assert differ == {}, "the sim answers these otherwise than vLLM"
