@@ -124,7 +124,7 @@ def test_vllm_in_replay_mode_loads_then_serves_chat_and_says_it_uses_the_fabric(
     )
     assert reply["model"] == "tiny"
 
-    lines = wait_for_line(replay_agent, started["shard_id"], "Uvicorn running")
+    lines = wait_for_line(replay_agent, started["shard_id"], "Application startup complete.")
     assert any("NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB" in line for line in lines)
     assert any(line.endswith("NCCL INFO Using network IB") for line in lines)
     assert any("GPU KV cache size:" in line for line in lines)
@@ -385,7 +385,7 @@ def test_a_sim_engine_on_a_mig_instance_shows_its_memory_in_the_facts_while_it_r
                 "commands": [{"argv": argv, "env": {"LLMGW_SIM_LOAD_S": "0.2"}}],
             },
         )["shard_id"]
-        wait_for_line(agent, shard_id, "Uvicorn running")
+        wait_for_line(agent, shard_id, "Application startup complete.")
         during = {g["id"]: g["memory_used_mib"] for g in agent.call("facts")["gpus"]}
         assert during[1001] - before[1001] == int(19968 / 1024 * 0.5 * 1024)
         assert during[1000] == before[1000]
@@ -531,7 +531,7 @@ def test_an_engine_given_its_replicas_identity_serves_https_that_only_its_pin_tr
     # A caller that trusts the system's CAs is refused too.
     with pytest.raises(ssl.SSLError), socket.create_connection(("127.0.0.1", port), 5) as raw:
         ssl.create_default_context().wrap_socket(raw, server_hostname="llmgw-engine")
-    lines = wait_for_line(replay_agent, started["shard_id"], "Uvicorn running on https://")
+    lines = wait_for_line(replay_agent, started["shard_id"], "Starting vLLM server on https://")
 
     # The key reached the engine as an in-memory file: a /dev/fd path on its command line,
     # nothing in its environment, its records or its log.

@@ -129,7 +129,7 @@ def test_a_console_started_later_adopts_the_running_replica_with_its_logs(demo: 
     (replica,) = listed.result["replicas"]
     assert replica["model"] == LLAMA and replica["engine"] == "vllm"
     lines = demo.step(later, "logs", replica="adopted", lines=50).result["lines"]
-    assert any("Uvicorn running on" in line for line in lines)
+    assert any("Starting vLLM server on" in line for line in lines)
     assert all(line.startswith("[r0 h100-a-01] ") for line in lines)
     assert demo.step(later, "ask", replica="adopted", prompt="still there?").ok
     assert demo.step(later, "stop", replica="adopted").ok

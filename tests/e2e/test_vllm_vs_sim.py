@@ -50,6 +50,10 @@ TOOLS = [
 ]
 
 
+LOGS: dict[str, Path] = {}
+"""Where each engine's output went, and the real one's model."""
+
+
 def _port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -127,6 +131,7 @@ def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "HF_HUB_OFFLINE": "1",
     }
     argv = [str(VLLM), *_command(str(folder / "tiny"))]
+    LOGS["vllm"], LOGS["model"] = folder / "vllm.log", folder / "tiny"
     with _serving(argv, env, folder / "vllm.log", 400) as base:
         yield base
 
@@ -142,6 +147,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "VLLM_API_KEY": KEY,
     }
     argv = [sys.executable, "-S", "-m", "llmgw_agent", "sim-engine", "--", "vllm"]
+    LOGS["sim"] = folder / "sim.log"
     with _serving([*argv, *_command("/models/tiny")], env, folder / "sim.log", 60) as base:
         yield base
 
@@ -278,3 +284,74 @@ def test_the_sim_answers_every_call_as_the_real_vllm_does(answered: dict[str, tu
         name: pair for name, pair in answered.items() if pair[0] != pair[1] and name not in DIFFERS
     }
     assert differ == {}, "the sim answers these otherwise than vLLM"
+
+
+def _families(base: str) -> dict[str, str]:
+    """Each metric family `/metrics` declares (`# TYPE name kind`), with its kind."""
+    text = httpx.get(base + "/metrics", timeout=60).text
+    return {
+        parts[2]: parts[3]
+        for parts in (line.split() for line in text.splitlines() if line.startswith("# TYPE "))
+        if len(parts) == 4
+    }
+
+
+def test_the_metrics_the_product_reads_are_in_the_real_vllm_and_the_sim_invents_none(
+    real_vllm: str, sim: str
+):
+    from llmgw_core.engines.signals import IN_FLIGHT, KV_USE, gauge_sums
+
+    real, simulated = _families(real_vllm), _families(sim)
+    read = {*IN_FLIGHT["vllm"], KV_USE["vllm"][0]}  # what keep, scale and the drain read
+    assert {name: real.get(name) for name in read} == dict.fromkeys(read, "gauge")
+    assert {name: simulated.get(name) for name in read} == dict.fromkeys(read, "gauge")
+    invented = {name for name in simulated if name.startswith("vllm:")} - set(real)
+    assert invented == set(), "families the sim exports that vLLM 0.32 does not"
+    idle = gauge_sums(httpx.get(real_vllm + "/metrics", timeout=60).text, IN_FLIGHT["vllm"])
+    assert idle == dict.fromkeys(IN_FLIGHT["vllm"], 0.0)
+    vllm_families = sorted(name for name in real if name.startswith("vllm:"))
+    print(f"vLLM 0.32: {len(vllm_families)} vllm: families; the sim: {len(simulated)}")
+
+
+START_UP = {
+    "weights loaded": r"Loading weights took [\d.]+ seconds",
+    "the KV cache and the concurrency it holds": r"(GPU|CPU) KV cache size: ([\d,]+) tokens, "
+    r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x",
+    "the engine's init": r"init engine \(profile, create kv cache, warmup model\) took [\d.]+ s",
+    "its server": r"Starting vLLM server on https?://127\.0\.0\.1:\d+",
+    "ready": r"Application startup complete\.",
+}
+"""The start-up lines an operator reads in a replica's log, as vLLM 0.32 prints them."""
+
+
+def test_the_sim_prints_the_start_up_lines_vllm_prints_and_the_kv_figure_is_our_rule(
+    real_vllm: str, sim: str
+):
+    import json
+    import re
+
+    from llmgw_core.memory.kv_vllm import kv_token_bytes
+    from llmgw_core.model.shape import shape_from_config
+
+    logs = {name: LOGS[name].read_text(errors="replace") for name in ("vllm", "sim")}
+    missing = [
+        f"{name} in {engine}'s"
+        for engine, text in logs.items()
+        for name, pattern in START_UP.items()
+        if re.search(pattern, text) is None
+    ]
+    assert missing == []
+    # vLLM on a CPU sizes its KV cache from VLLM_CPU_KVCACHE_SPACE (1 GiB here): the tokens it
+    # reports are that space over what a token caches in every layer, by our KV rule.
+    device, tokens, context, times = re.search(
+        START_UP["the KV cache and the concurrency it holds"], logs["vllm"]
+    ).groups()
+    config = json.loads((LOGS["model"] / "config.json").read_text())
+    shape = shape_from_config(config)
+    per_token = kv_token_bytes(shape, 2) * shape.num_layers  # bfloat16: 2 bytes
+    assert device == "CPU"
+    assert int(tokens.replace(",", "")) == 2**30 // per_token
+    assert float(times) == round(int(tokens.replace(",", "")) / int(context), 2)
+    print(
+        f"vLLM 0.32 CPU: {tokens} KV tokens, {times}x at {context}; our rule: {2**30 // per_token:,}"
+    )

@@ -11,6 +11,8 @@ those two cards on the node's topology (`card_link`).
 
 from __future__ import annotations
 
+import os
+
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -231,22 +233,29 @@ def ready_lines(engine: dict, plan: dict, load_s: float, bound: str) -> List[str
     scheme = "https" if engine.get("ssl_certfile") else "http"
     context = engine.get("context_tokens") or 32768
     if kind == "vllm":
+        # vLLM 0.32's wording (its CPU build's, measured; "GPU" where it says "CPU"): the KV
+        # cache's size and the concurrency it holds on one line, then the engine's init, then
+        # its own server (it binds the socket itself: no uvicorn "running on" line).
         lines = [
             "INFO {} Loading weights took {:.2f} seconds".format(_stamp(), load_s * 0.8),
             "INFO {} Model loading took {:.4f} GiB and {:.6f} seconds".format(
                 _stamp(), plan["weights_gib"], load_s
             ),
             "INFO {} Available KV cache memory: {:.2f} GiB".format(_stamp(), plan["kv_gib"]),
-            "INFO {} GPU KV cache size: {:,} tokens".format(_stamp(), plan["kv_tokens"]),
-            "INFO {} Maximum concurrency for {:,} tokens per request: {:.2f}x".format(
-                _stamp(), context, plan["kv_tokens"] / max(1, context)
+            "INFO {} GPU KV cache size: {:,} tokens, Maximum concurrency for {:,} tokens per "
+            "request: {:.2f}x".format(
+                _stamp(), plan["kv_tokens"], context, plan["kv_tokens"] / max(1, context)
+            ),
+            "INFO {} init engine (profile, create kv cache, warmup model) took {:.2f} s".format(
+                _stamp(), load_s * 0.2
             ),
         ]
         if engine["serves_http"]:
             lines += [
-                "INFO {} Starting vLLM API server 0 on {}://{}".format(_stamp(), scheme, bound),
+                "INFO {} Starting vLLM server on {}://{}".format(_stamp(), scheme, bound),
+                "INFO:     Started server process [{}]".format(os.getpid()),
+                "INFO:     Waiting for application startup.",
                 "INFO:     Application startup complete.",
-                "INFO:     Uvicorn running on {}://{} (Press CTRL+C to quit)".format(scheme, bound),
             ]
         return lines
     if kind == "sglang":

@@ -164,7 +164,14 @@ class SimHandler(BaseHTTPRequestHandler):
                 (prefix + "prompt_tokens_total", self.sim.prompt_tokens_total),
                 (prefix + "generation_tokens_total", self.sim.generation_tokens_total),
             ]
-        return "".join("{}{} {}\n".format(name, label, value) for name, value in values)
+        # Prometheus's text format as the engines' prometheus_client writes it: each family
+        # declared (`# HELP`, `# TYPE`) before its sample, a counter by its `_total` name.
+        return "".join(
+            "# HELP {0} The simulated engine's {0}.\n# TYPE {0} {1}\n{0}{2} {3}\n".format(
+                name, "counter" if name.endswith("_total") else "gauge", label, value
+            )
+            for name, value in values
+        )
 
     def do_POST(self) -> None:
         """`/v1/chat/completions` and `/v1/completions`: the sim's answer, as vLLM shapes it."""
