@@ -126,8 +126,8 @@ def key_env_refusal(text: str) -> str | None:
         )
     try:
         operator_key(name, "the replica's key")
-    except BadInput as exc:
-        return f"key: {exc.sentence()}"
+    except BadInput as exc:  # the core's finding, this field's remedy
+        return f"key: {exc.message}: export it before starting the console, or empty this field"
     return None
 
 

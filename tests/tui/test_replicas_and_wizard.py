@@ -204,3 +204,18 @@ def test_a_fit_answered_for_an_older_context_never_clears_the_refusal_of_the_new
             assert wizard.step == "size"
 
     asyncio.run(run())
+
+
+def test_the_key_field_takes_a_variable_set_here_by_the_serve_steps_rule(monkeypatch):
+    from llmgw_tui.fields import key_env_refusal
+
+    monkeypatch.delenv("LLMGW_UNSET_KEY", raising=False)
+    monkeypatch.setenv("LLMGW_SET_KEY", "sk-set")
+    monkeypatch.setenv("LLMGW_SPACED_KEY", "sk with space")
+    assert key_env_refusal("") is None and key_env_refusal("LLMGW_SET_KEY") is None
+    assert key_env_refusal("LLMGW_UNSET_KEY") == (
+        "key: the variable LLMGW_UNSET_KEY holding the replica's key is not set: "
+        "export it before starting the console, or empty this field"
+    )
+    assert "space or a control character" in (key_env_refusal("LLMGW_SPACED_KEY") or "")
+    assert (key_env_refusal("9LIVES") or "").startswith("key: a variable's name")
