@@ -262,7 +262,7 @@ def release_key(version: str) -> tuple[int, ...]:
     return tuple(digits)
 
 
-def too_new(engine: str, args: Mapping[str, Any], installed: str | None) -> str | None:
+def release_refusal(engine: str, args: Mapping[str, Any], installed: str | None) -> str | None:
     """A sentence for the first flag the `installed` release lacks: younger than it, or removed
     by then (None: it has them all, or the release is unknown)."""
     if not installed:

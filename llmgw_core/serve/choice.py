@@ -51,24 +51,21 @@ class Overrides:
         """True when the operator gave the cards of each node or the nodes."""
         return self.gpus is not None or self.nodes is not None
 
-    @classmethod
-    def of_way(cls, way: Mapping[str, Any]) -> Overrides:
-        """What picks a plan's way again, from its record (`Way.as_dict`)."""
-        return cls(**way_layout(way))
-
 
 def way_layout(way: Mapping[str, Any]) -> dict[str, Any]:
     """The `serve` fields that pick a plan's way again, from its record (`Way.as_dict`):
-    engine, artifact, and on cards the class, the cards of each node and the nodes. The
-    console's wizard serves the way it listed with these, as a script would write them."""
+    engine, artifact, and on cards the class, the cards of each node and the nodes — those
+    the record gives. The console's wizard serves the way it listed with these, as a script
+    would write them (`Overrides(**way_layout(way))` is the same pick in the core)."""
     gpu_class = way.get("gpu_class")
-    return {
+    fields = {
         "engine": way.get("engine"),
         "artifact": way.get("artifact"),
         "gpu_class": gpu_class,
         "gpus": way.get("cards_per_node") if gpu_class else None,
         "nodes": way.get("nodes"),
     }
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from llmgw_agent.ops import Op
 from llmgw_core.engines import LaunchPlan, build_launch, redact_env
-from llmgw_core.engines.flags import plan_options, too_new
+from llmgw_core.engines.flags import plan_options, release_refusal
 from llmgw_core.engines.identity import EngineIdentity
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fabric.rails import RailChoice, choose_rails
@@ -272,14 +272,17 @@ async def launch_for(
     snapshot = fleet.snapshot()
     facts = {n: snapshot.nodes[n].facts for n in nodes}
     rendezvous_port = rendezvous if len(nodes) > 1 else None
-    for node in nodes:  # a flag younger than the engine a node has is refused before the start
+    for node in nodes:  # a flag the engine a node has lacks is refused before the start
         found = facts[node]
         installed = found.engines.get(choice.engine) if found is not None else None
-        newer = too_new(
+        lacked = release_refusal(
             choice.engine, request.engine_args, installed.version if installed else None
         )
-        if newer:
-            raise BadInput(f"{newer} on {node}", f"upgrade {choice.engine} there, or drop the flag")
+        if lacked:
+            raise BadInput(
+                f"{lacked} on {node}",
+                f"run a release of {choice.engine} there that takes it, or drop the flag",
+            )
     launch = build_launch(
         launch_request(
             choice,

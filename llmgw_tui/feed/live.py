@@ -224,7 +224,7 @@ class LiveFeed:
         where a node lacks them, the key put in front), then plan, place, start and watch."""
         from llmgw_core.serve.start import serve
 
-        request, model = await self._request(args)
+        request, model = await self._request(args, name=args.name)
         outcome = await serve(self._live(), self._engines(), request, model)
         self._shards_at = -math.inf  # the next poll lists shards again
         if outcome.phase == "ready":
@@ -233,13 +233,11 @@ class LiveFeed:
             await follow_all(self._live(), self._engines())  # running gateways take it
         return outcome
 
-    async def _request(self, args: ServeFields, *, name: str | None = None) -> tuple[Any, Any]:
+    async def _request(self, args: ServeFields, *, name: str | None) -> tuple[Any, Any]:
         """`serve_request` as the steps make it, over the console's fleet, off the loop (the Hub
         may be read); a service's base request has no name (`name=None`)."""
-        from llmgw_core.script.steps.serve import ServeArgs, serve_request
+        from llmgw_core.script.steps.serve import serve_request
 
-        if isinstance(args, ServeArgs):
-            name = args.name
         return await asyncio.to_thread(
             serve_request, args, ConsoleContext(self._live(), self._demo), name=name
         )
@@ -248,7 +246,7 @@ class LiveFeed:
         """`apply` the service `doc` as the step does, under its lease."""
         from llmgw_core.service.apply import apply_service
 
-        base, model = await self._request(doc)
+        base, model = await self._request(doc, name=None)
         result = await apply_service(self._live(), self._engines(), doc, base, model)
         self._shards_at = -math.inf  # the next poll lists shards again
         return result
@@ -259,7 +257,7 @@ class LiveFeed:
 
         fleet = self._live()
         doc = await carried_document(fleet, name)
-        base, model = await self._request(doc)
+        base, model = await self._request(doc, name=None)
         return await keep_service(fleet, self._engines(), doc, base, model, progress=on_event)
 
     async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
@@ -298,7 +296,7 @@ class LiveFeed:
         """What the `serve` step would start of `args`, per node, without starting it."""
         from llmgw_core.serve.prepare import preview_serve
 
-        request, model = await self._request(args)
+        request, model = await self._request(args, name=args.name)
         return await preview_serve(self._live(), request, model)
 
     async def fabric_test(self, node_a: str, node_b: str) -> tuple[dict[str, Any], str | None]:

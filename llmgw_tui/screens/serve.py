@@ -430,7 +430,7 @@ class ServeScreen(KeptScreen[None]):
         given: dict[str, Any] = {
             "model": self.model_ref,
             **self._size_page.args(),
-            **{k: v for k, v in way_layout(self.way or {}).items() if v is not None},
+            **way_layout(self.way or {}),
             **self._extras_page.args(),
         }
         return checked_args(ServeArgs, given)

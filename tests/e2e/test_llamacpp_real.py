@@ -40,6 +40,7 @@ from typing import Any
 import asyncssh
 import httpx
 import pytest
+from engine_process import WEATHER_TOOL
 from tiny_gguf import (
     BLOCK_COUNT,
     CONTEXT_TOKENS,
@@ -658,20 +659,7 @@ def test_llama_server_served_with_jinja_answers_an_openai_tools_call_with_a_tool
             api_key="none",
             http_client=httpx.Client(verify=pinned_context(replica["tls_cert"])),
         )
-        tools = [
-            {
-                "type": "function",
-                "function": {
-                    "name": "get_weather",
-                    "description": "The weather in a city",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {"city": {"type": "string"}},
-                        "required": ["city"],
-                    },
-                },
-            }
-        ]
+        tools = [WEATHER_TOOL]
         answer = client.chat.completions.create(
             model="tools",
             messages=[{"role": "user", "content": "What is the weather in Paris?"}],

@@ -11,18 +11,15 @@ and stays true. Real llama.cpp is llama-cpp-python's server on the tiny GGUF
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from engine_process import serving
 from tiny_gguf import write_tiny_llama_gguf
 
 openai = pytest.importorskip("openai")
@@ -31,44 +28,13 @@ AGENT = Path(__file__).resolve().parents[2] / "agent"
 HELLO = [{"role": "user", "content": "Say hello"}]
 
 
-def _port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _serving(argv: list[str], env: dict[str, str], ready: str) -> Iterator[str]:
-    port = _port()
-    process = subprocess.Popen(
-        [*argv, "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(base + ready).status_code == 200:
-                    break
-            assert process.poll() is None, "the engine exited at start"
-            assert time.monotonic() < deadline, "the engine never answered"
-            time.sleep(0.1)
-        yield base
-    finally:
-        process.terminate()
-        process.wait(20)
-
-
 @pytest.fixture(scope="module")
 def llama_cpp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytest.importorskip("llama_cpp.server", reason="llama-cpp-python[server] is not installed")
     model = write_tiny_llama_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
     argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(model)]
     argv += ["--model_alias", "tiny", "--host", "127.0.0.1", "--n_ctx", "256"]
-    with _serving(argv, dict(os.environ), "/v1/models") as base:
+    with serving(argv, dict(os.environ), ready="/v1/models", wait_s=60) as base:
         yield base
 
 
@@ -90,7 +56,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "256",
     ]
     argv = [sys.executable, "-S", "-m", "llmgw_agent", "sim-engine", "--", *real]
-    with _serving(argv, env, "/health") as base:
+    with serving(argv, env, ready="/health", wait_s=60) as base:
         yield base
 
 

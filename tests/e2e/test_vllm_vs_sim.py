@@ -12,18 +12,16 @@ and field set must be the same, except where `DIFFERS` says why.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from engine_process import WEATHER_TOOL, serving
 
 openai = pytest.importorskip("openai")
 
@@ -34,57 +32,11 @@ AGENT = REPO_ROOT / "agent"
 VLLM = Path(os.environ.get("LLMGW_VLLM") or REPO_ROOT / ".venv-vllm" / "bin" / "vllm")
 KEY = "sk-compare-0123456789"
 HELLO = [{"role": "user", "content": "Say hello"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "The weather in a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
+TOOLS = [WEATHER_TOOL]
 
 
 LOGS: dict[str, Path] = {}
 """Where each engine's output went, and the real one's model."""
-
-
-def _port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _serving(argv: list[str], env: dict[str, str], log: Path, wait_s: float) -> Iterator[str]:
-    port = _port()
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [*argv, "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(base + "/health", timeout=5).status_code == 200:
-                    break
-            assert process.poll() is None, log.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, "the engine never answered /health"
-            time.sleep(0.5)
-        yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
 
 
 def _command(model: str) -> list[str]:
@@ -132,7 +84,7 @@ def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     }
     argv = [str(VLLM), *_command(str(folder / "tiny"))]
     LOGS["vllm"], LOGS["model"] = folder / "vllm.log", folder / "tiny"
-    with _serving(argv, env, folder / "vllm.log", 400) as base:
+    with serving(argv, env, ready="/health", wait_s=400, log=folder / "vllm.log") as base:
         yield base
 
 
@@ -148,7 +100,9 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     }
     argv = [sys.executable, "-S", "-m", "llmgw_agent", "sim-engine", "--", "vllm"]
     LOGS["sim"] = folder / "sim.log"
-    with _serving([*argv, *_command("/models/tiny")], env, folder / "sim.log", 60) as base:
+    with serving(
+        [*argv, *_command("/models/tiny")], env, ready="/health", wait_s=60, log=LOGS["sim"]
+    ) as base:
         yield base
 
 

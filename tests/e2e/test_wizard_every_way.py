@@ -49,8 +49,7 @@ def listed_ways(inventory: str) -> dict[str, dict[str, Any]]:
 
 def wizard_fields(model: str, plan: dict[str, Any], way: dict[str, Any]) -> dict[str, Any]:
     """The `serve` fields the wizard gives for a way it listed (its context filled in)."""
-    layout = {key: value for key, value in way_layout(way).items() if value is not None}
-    return {"model": model, "context": plan["context"], **layout}
+    return {"model": model, "context": plan["context"], **way_layout(way)}
 
 
 def same_way(served: dict[str, Any], listed: dict[str, Any]) -> bool:

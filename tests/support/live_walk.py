@@ -1,11 +1,16 @@
-"""What the Pilot walks on: waiting for a condition, the command palette's answer, ready nodes."""
+"""What the Pilot walks on: waiting for a condition, the command palette's answer, ready nodes;
+part of the demo fleet and a console on it through its inventory; a replica's key checked."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
+from typing import Any
 
 from llmgw_tui.app import LlmgwApp
+from llmgw_tui.feed import LiveFeed
 
 
 async def until(pilot, condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
@@ -37,3 +42,46 @@ def palette_answered(app, typed: str) -> bool:
 def ready_nodes(app: LlmgwApp) -> int:
     """How many of the console's nodes are ready (0 before the fleet is known)."""
     return sum(n.state == "ready" for n in app.fleet.nodes) if app.fleet else 0
+
+
+@contextlib.asynccontextmanager
+async def demo_part(root: Path, names: Iterable[str]) -> AsyncIterator[Any]:
+    """The demo fleet's nodes named (loopback SSH, real agents), up for the block."""
+    from llmgw_core.fleet.sim.demo import demo_nodes, start_demo_fleet
+
+    wanted = set(names)
+    demo = await start_demo_fleet(root, [node for node in demo_nodes() if node.name in wanted])
+    try:
+        yield demo
+    finally:
+        await demo.stop()
+
+
+def console_on(demo: Any) -> tuple[LlmgwApp, LiveFeed]:
+    """A console on `demo` reached through its inventory, as any fleet is (not `--demo`)."""
+    feed = LiveFeed(inventory=str(demo.root / "inventory.yaml"), demo=False, refresh_s=1.0)
+    return LlmgwApp(feed, animation="none"), feed
+
+
+async def key_in_front(feed: LiveFeed, view: Any, key_env: str) -> None:
+    """The replica was served with `key_env`'s key: it answers with it, and refuses (401)
+    a request without it."""
+    import pytest
+
+    from llmgw_core.errors import LlmgwError
+    from llmgw_core.serve.http import chat, engine_tls
+
+    assert view.api_key_env == key_env
+    assert await feed.ask(view, "Say hello.")
+    node, port, served = view.ready_engine()
+    with pytest.raises(LlmgwError, match="401"):
+        await chat(
+            feed._engines(),
+            node,
+            port,
+            served,
+            "Say hello.",
+            api_key=None,
+            host=view.http_host,
+            tls=engine_tls(view.tls_cert),
+        )

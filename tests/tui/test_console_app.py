@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from textual.signal import Signal
+from type_check import run_mypy
 
 from llmgw_tui.contract import ConsoleApp
 
@@ -57,21 +56,7 @@ def _members(protocol: type) -> set[str]:
 def test_mypy_takes_the_app_as_the_contract_and_refuses_an_app_short_of_it(tmp_path: Path):
     checked = tmp_path / "checked.py"
     checked.write_text(CHECKED)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            str(checked),
-            "--follow-imports=silent",
-            "--ignore-missing-imports",
-            f"--cache-dir={tmp_path / 'cache'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=REPO_ROOT,
-    )
+    done = run_mypy(checked, tmp_path / "cache")
     refused = {n for n, line in enumerate(CHECKED.splitlines(), 1) if "# refused" in line}
     errors = re.findall(r"^\S*checked\.py:(\d+): error: ", done.stdout, re.MULTILINE)
     assert sorted(int(line) for line in errors) == sorted(refused), done.stdout + done.stderr

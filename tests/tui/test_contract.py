@@ -10,28 +10,15 @@ attribute neither declares fails here, as does an `attr-defined` ignore or a
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+from type_check import run_mypy
 
 CONSOLE = Path(__file__).resolve().parents[2] / "llmgw_tui"
 
 
 def test_mypy_finds_nothing_a_screen_reaches_that_the_contract_does_not_declare(tmp_path: Path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            str(CONSOLE),
-            "--follow-imports=silent",
-            "--ignore-missing-imports",
-            f"--cache-dir={tmp_path / 'cache'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    done = run_mypy(CONSOLE, tmp_path / "cache")
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
-from live_walk import ready_nodes, until
+from live_walk import console_on, demo_part, ready_nodes, until
 from serve_demo_harness import FleetContext, step
 from textual.widgets import DataTable, Static
 
 from llmgw_agent.ops import Op
-from llmgw_core.fleet.sim.demo import demo_nodes, start_demo_fleet
-from llmgw_tui.app import LlmgwApp
-from llmgw_tui.feed import LiveFeed
 from llmgw_tui.screens.plan import WAY_COLUMNS, PlanScreen
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -46,61 +44,59 @@ def test_a_plan_in_one_console_offers_no_card_the_other_consoles_replica_holds(t
 
 
 async def _two_consoles(tmp_path: Path) -> None:
-    nodes = [node for node in demo_nodes() if node.name in (HELD, OTHER)]
-    demo = await start_demo_fleet(tmp_path / "demo", nodes)
-    inventory = str(demo.root / "inventory.yaml")
-    holder_feed = LiveFeed(inventory=inventory, demo=False, refresh_s=1.0)
-    holder = LlmgwApp(holder_feed, animation="none")
-    planner = LlmgwApp(LiveFeed(inventory=inventory, demo=False, refresh_s=1.0), animation="none")
-    try:
-        async with holder.run_test(size=SIZE) as holding, planner.run_test(size=SIZE) as pilot:
-            await until(holding, lambda: ready_nodes(holder) == 2, "the first console's fleet", 60)
-            await until(pilot, lambda: ready_nodes(planner) == 2, "the second console's fleet", 60)
+    async with demo_part(tmp_path / "demo", (HELD, OTHER)) as demo:
+        await _holding_and_planning(demo, tmp_path)
 
-            await pilot.press("3")
-            await until(pilot, lambda: isinstance(planner.screen, PlanScreen), "the plan screen")
-            screen = planner.screen
-            assert isinstance(screen, PlanScreen)
-            await pilot.press(*MODEL, "enter")
-            before = await _planned(pilot, screen)
-            held_before = [way for way in before if HELD_CLASS in way["WAY"]]
-            assert held_before and all(way["WHERE"] == HELD_WHERE for way in held_before)
-            assert all(way["NOW"] == "free" for way in before), before
-            assert _best(screen).startswith(f"Best: original on 1 × {HELD_CLASS} ")
 
-            # The first console serves on every card of h100-a-01, over its own fleet.
-            first = FleetContext(holder_feed._live(), tmp_path)
-            served = await step(
-                first,
-                "serve",
-                model=MODEL,
-                name=REPLICA,
-                context=8192,
-                gpu_class=HELD_CLASS,
-                gpus=8,
-            )
-            assert served.error is None, served
-            answer = await holder_feed._live().request(HELD, Op.CLAIMS)
-            held = {str(c["gpu"]) for c in answer["claims"] if c.get("replica") == REPLICA}
-            assert len(held) == 8, answer
+async def _holding_and_planning(demo: Any, tmp_path: Path) -> None:
+    holder, holder_feed = console_on(demo)
+    planner, _feed = console_on(demo)
+    async with holder.run_test(size=SIZE) as holding, planner.run_test(size=SIZE) as pilot:
+        await until(holding, lambda: ready_nodes(holder) == 2, "the first console's fleet", 60)
+        await until(pilot, lambda: ready_nodes(planner) == 2, "the second console's fleet", 60)
 
-            await pilot.press("ctrl+r")  # Plan again
-            after = await _planned(pilot, screen)
-            free = [way for way in after if way["NOW"] == "free"]
-            assert free, after
-            for way in free:  # nothing offered free is on the cards the first console holds
-                assert HELD_CLASS not in way["WAY"] and way["WHERE"] == OTHER, way
-            held_after = [way for way in after if HELD_CLASS in way["WAY"]]
-            assert {(w["FILE"], w["WAY"], w["HOW"]) for w in held_after} == {
-                (w["FILE"], w["WAY"], w["HOW"]) for w in held_before
-            }
-            assert all(way["NOW"] == "busy" for way in held_after), after
-            assert _best(screen).startswith("Best: original on 1 × l40s-48g ")
+        await pilot.press("3")
+        await until(pilot, lambda: isinstance(planner.screen, PlanScreen), "the plan screen")
+        screen = planner.screen
+        assert isinstance(screen, PlanScreen)
+        await pilot.press(*MODEL, "enter")
+        before = await _planned(pilot, screen)
+        held_before = [way for way in before if HELD_CLASS in way["WAY"]]
+        assert held_before and all(way["WHERE"] == HELD_WHERE for way in held_before)
+        assert all(way["NOW"] == "free" for way in before), before
+        assert _best(screen).startswith(f"Best: original on 1 × {HELD_CLASS} ")
 
-            await step(first, "stop", replica=REPLICA)
-            await first.close()
-    finally:
-        await demo.stop()
+        # The first console serves on every card of h100-a-01, over its own fleet.
+        first = FleetContext(holder_feed._live(), tmp_path)
+        served = await step(
+            first,
+            "serve",
+            model=MODEL,
+            name=REPLICA,
+            context=8192,
+            gpu_class=HELD_CLASS,
+            gpus=8,
+        )
+        assert served.error is None, served
+        answer = await holder_feed._live().request(HELD, Op.CLAIMS)
+        held = {str(c["gpu"]) for c in answer["claims"] if c.get("replica") == REPLICA}
+        assert len(held) == 8, answer
+
+        await pilot.press("ctrl+r")  # Plan again
+        after = await _planned(pilot, screen)
+        free = [way for way in after if way["NOW"] == "free"]
+        assert free, after
+        for way in free:  # nothing offered free is on the cards the first console holds
+            assert HELD_CLASS not in way["WAY"] and way["WHERE"] == OTHER, way
+        held_after = [way for way in after if HELD_CLASS in way["WAY"]]
+        assert {(w["FILE"], w["WAY"], w["HOW"]) for w in held_after} == {
+            (w["FILE"], w["WAY"], w["HOW"]) for w in held_before
+        }
+        assert all(way["NOW"] == "busy" for way in held_after), after
+        assert _best(screen).startswith("Best: original on 1 × l40s-48g ")
+
+        await step(first, "stop", replica=REPLICA)
+        await first.close()
 
 
 async def _planned(pilot, screen: PlanScreen) -> list[dict[str, str]]:

@@ -21,11 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_walk import ready_nodes, until
+from live_walk import console_on, demo_part, key_in_front, ready_nodes, until
 from textual.widgets import DataTable
 
-from llmgw_core.errors import LlmgwError
-from llmgw_core.fleet.sim.demo import demo_nodes, start_demo_fleet
 from llmgw_core.script.steps.serve import ServeArgs
 from llmgw_core.serve.choice import way_layout
 from llmgw_tui.app import LlmgwApp
@@ -67,17 +65,12 @@ def test_the_wizard_serves_one_card_a_node_the_h100_pair_and_nvl72_trays_to_read
 
 
 async def _every_kind(root: Path) -> None:
-    nodes = [node for node in demo_nodes() if node.name in NODES]
-    demo = await start_demo_fleet(root, nodes)
-    feed = LiveFeed(inventory=str(demo.root / "inventory.yaml"), demo=False, refresh_s=1.0)
-    app = LlmgwApp(feed, animation="none")
-    try:
+    async with demo_part(root, NODES) as demo:
+        app, _feed = console_on(demo)
         async with app.run_test(size=(140, 44)) as pilot:
-            await until(pilot, lambda: ready_nodes(app) == len(nodes), "the fleet", 120)
+            await until(pilot, lambda: ready_nodes(app) == len(NODES), "the fleet", 120)
             for index, (model, kind, pick) in enumerate(KINDS):
                 await _serve_through_the_wizard(app, pilot, model, kind, pick, f"kind-{index}")
-    finally:
-        await demo.stop()
 
 
 async def _serve_through_the_wizard(
@@ -116,14 +109,13 @@ async def _serve_through_the_wizard(
     await until(pilot, lambda: wizard.step == "confirm" and wizard.blocked is None, "the preview")
 
     # What the wizard serves is what the headless runner is given for this way.
-    layout = {k: v for k, v in way_layout(way).items() if v is not None}
     assert wizard.serve_args() == ServeArgs(
         model=model,
         context=plan["context"],
         name=name,
         api_key_env=KEY_ENV if keyed else None,
         env=env,
-        **layout,
+        **way_layout(way),
     )
     await pilot.press("ctrl+n")
     await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas page")
@@ -145,7 +137,9 @@ async def _serve_through_the_wizard(
 
     await until(pilot, lambda: shown_nodes() == nodes, f"{name}'s shards on {nodes}")
     if keyed:
-        await _the_key_is_in_front(app, view)
+        feed = app.feed
+        assert isinstance(feed, LiveFeed)
+        await key_in_front(feed, view, KEY_ENV)
 
     await pilot.press("s")
     await until(pilot, lambda: len(app.screen_stack) > 1, "the stop question")
@@ -155,25 +149,3 @@ async def _serve_through_the_wizard(
         return all(v.name != name or v.phase == "stopped" for v in replicas.views)
 
     await until(pilot, stopped, f"{name} stopped", 60)
-
-
-async def _the_key_is_in_front(app: LlmgwApp, view: Any) -> None:
-    """Asked with the key the replica answers; asked without it, its engine refuses."""
-    from llmgw_core.serve.http import chat, engine_tls
-
-    assert view.api_key_env == KEY_ENV
-    feed = app.feed
-    assert isinstance(feed, LiveFeed)
-    assert await feed.ask(view, "Say hello.")
-    node, port, served = view.ready_engine()
-    with pytest.raises(LlmgwError, match="401"):
-        await chat(
-            feed._engines(),
-            node,
-            port,
-            served,
-            "Say hello.",
-            api_key=None,
-            host=view.http_host,
-            tls=engine_tls(view.tls_cert),
-        )

@@ -21,12 +21,8 @@ from typing import Any
 
 import pytest
 from hub_server import FakeRepo, LocalHub, point_hub_at
-from live_walk import ready_nodes, until
+from live_walk import console_on, demo_part, key_in_front, ready_nodes, until
 
-from llmgw_core.errors import LlmgwError
-from llmgw_core.fleet.sim.demo import demo_nodes, start_demo_fleet
-from llmgw_tui.app import LlmgwApp
-from llmgw_tui.feed import LiveFeed
 from llmgw_tui.screens.replicas import ReplicasScreen
 from llmgw_tui.screens.serve import ServeScreen
 
@@ -59,73 +55,53 @@ def test_the_wizard_serves_a_hub_model_its_weights_fetched_and_its_key_in_front(
 
 
 async def _serve_from_the_hub(hub: LocalHub, tmp_path: Path) -> None:
-    nodes = [node for node in demo_nodes() if node.name == NODE]
-    demo = await start_demo_fleet(tmp_path / "demo", nodes)
+    async with demo_part(tmp_path / "demo", [NODE]) as demo:
+        await _on_the_node_and_its_hub(demo, hub)
+
+
+async def _on_the_node_and_its_hub(demo: Any, hub: LocalHub) -> None:
     for server in demo.servers.values():
         server.env["HF_ENDPOINT"] = hub.endpoint  # the node's own Hub (a mirror, here)
         # Its python3 has huggingface_hub, as a serving node's has (this one's venv).
         server.env["PATH"] = (
             f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         )
-    feed = LiveFeed(inventory=str(demo.root / "inventory.yaml"), demo=False, refresh_s=1.0)
-    app = LlmgwApp(feed, animation="none")
-    try:
-        async with app.run_test(size=(140, 44)) as pilot:
-            await until(pilot, lambda: ready_nodes(app) == 1, "the fleet", 60)
-            await pilot.press("5")
-            await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
-            wizard = app.screen
-            assert isinstance(wizard, ServeScreen)
-            await pilot.press(*REPO, "enter")
-            await until(pilot, lambda: wizard.step == "way", "the ways, planned from the Hub", 60)
-            assert wizard.plan_body is not None and wizard.way is not None
-            await pilot.press("enter")
-            await until(pilot, lambda: wizard.step == "size" and wizard.blocked is None, "its fit")
-            await pilot.press("ctrl+n")
-            await until(pilot, lambda: wizard.step == "extras", "the extras page")
-            wizard.query_one("#serve-key").value = KEY_ENV
-            await until(pilot, lambda: wizard.blocked is None, "valid extras")
-            name = wizard.query_one("#serve-name").value
-            await pilot.press("ctrl+n")
-            await until(
-                pilot, lambda: wizard.step == "confirm" and wizard.blocked is None, "the preview"
-            )
-            await pilot.press("ctrl+n")
-            await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas")
-            replicas = app.screen
-            assert isinstance(replicas, ReplicasScreen)
-
-            def ready() -> bool:
-                return any(v.name == name and v.phase == "ready" for v in replicas.views)
-
-            await until(pilot, ready, f"{name} ready, its weights fetched", 150)
-            view = next(v for v in replicas.views if v.name == name)
-            assert (view.spec.get("request") or {}).get("hub_repo") == REPO
-            served = [path for _m, path, _r, sent in hub.log.requests if sent]
-            assert any(path.endswith("/model.safetensors") for path in served), served
-            home = demo.servers[NODE].home
-            fetched = [p for p in home.rglob("model.safetensors") if p.is_file()]
-            assert fetched and fetched[0].read_bytes() == WEIGHTS, fetched
-            await _the_key_is_in_front(feed, view)
-            await feed.stop_replica(name)
-    finally:
-        await demo.stop()
-
-
-async def _the_key_is_in_front(feed: LiveFeed, view: Any) -> None:
-    from llmgw_core.serve.http import chat, engine_tls
-
-    assert view.api_key_env == KEY_ENV
-    assert await feed.ask(view, "Say hello.")
-    node, port, served = view.ready_engine()
-    with pytest.raises(LlmgwError, match="401"):
-        await chat(
-            feed._engines(),
-            node,
-            port,
-            served,
-            "Say hello.",
-            api_key=None,
-            host=view.http_host,
-            tls=engine_tls(view.tls_cert),
+    app, feed = console_on(demo)
+    async with app.run_test(size=(140, 44)) as pilot:
+        await until(pilot, lambda: ready_nodes(app) == 1, "the fleet", 60)
+        await pilot.press("5")
+        await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
+        wizard = app.screen
+        assert isinstance(wizard, ServeScreen)
+        await pilot.press(*REPO, "enter")
+        await until(pilot, lambda: wizard.step == "way", "the ways, planned from the Hub", 60)
+        assert wizard.plan_body is not None and wizard.way is not None
+        await pilot.press("enter")
+        await until(pilot, lambda: wizard.step == "size" and wizard.blocked is None, "its fit")
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: wizard.step == "extras", "the extras page")
+        wizard.query_one("#serve-key").value = KEY_ENV
+        await until(pilot, lambda: wizard.blocked is None, "valid extras")
+        name = wizard.query_one("#serve-name").value
+        await pilot.press("ctrl+n")
+        await until(
+            pilot, lambda: wizard.step == "confirm" and wizard.blocked is None, "the preview"
         )
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas")
+        replicas = app.screen
+        assert isinstance(replicas, ReplicasScreen)
+
+        def ready() -> bool:
+            return any(v.name == name and v.phase == "ready" for v in replicas.views)
+
+        await until(pilot, ready, f"{name} ready, its weights fetched", 150)
+        view = next(v for v in replicas.views if v.name == name)
+        assert (view.spec.get("request") or {}).get("hub_repo") == REPO
+        served = [path for _m, path, _r, sent in hub.log.requests if sent]
+        assert any(path.endswith("/model.safetensors") for path in served), served
+        home = demo.servers[NODE].home
+        fetched = [p for p in home.rglob("model.safetensors") if p.is_file()]
+        assert fetched and fetched[0].read_bytes() == WEIGHTS, fetched
+        await key_in_front(feed, view, KEY_ENV)
+        await feed.stop_replica(name)

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from llmgw_core.catalog import catalog_model
-from llmgw_core.engines.flags import FLAGS, argv_of, checked_engine_args, plan_options, too_new
+from llmgw_core.engines.flags import (
+    FLAGS,
+    argv_of,
+    checked_engine_args,
+    plan_options,
+    release_refusal,
+)
 from llmgw_core.errors import BadInput
 from llmgw_core.planner.plan import plan
 from llmgw_core.planner.pools import described_fleet
@@ -153,20 +159,20 @@ def test_engine_args_need_the_engine_they_belong_to():
 
 def test_a_flag_younger_than_the_nodes_engine_is_named_with_both_releases():
     args = {"reasoning_parser": "deepseek_r1"}
-    assert too_new("vllm", args, "0.7.3") == (
+    assert release_refusal("vllm", args, "0.7.3") == (
         "engine_args: reasoning_parser needs vLLM 0.8.0 or newer, and the node has 0.7.3"
     )
-    assert too_new("vllm", args, "0.11.0") is None
-    assert too_new("vllm", args, None) is None
+    assert release_refusal("vllm", args, "0.11.0") is None
+    assert release_refusal("vllm", args, None) is None
 
 
 def test_a_flag_the_nodes_engine_no_longer_takes_is_named_with_the_release_that_dropped_it():
     args = {"disable_log_requests": True}
-    assert too_new("vllm", args, "0.11.0") is None
-    assert too_new("vllm", args, "0.32.0") == (
+    assert release_refusal("vllm", args, "0.11.0") is None
+    assert release_refusal("vllm", args, "0.32.0") == (
         "engine_args: disable_log_requests is gone from vLLM 0.12.0 on, and the node has 0.32.0"
     )
-    assert too_new("vllm", {"enable_log_requests": True}, "0.32.0") is None
+    assert release_refusal("vllm", {"enable_log_requests": True}, "0.32.0") is None
 
 
 def test_every_table_holds_only_flags_it_does_not_also_own():

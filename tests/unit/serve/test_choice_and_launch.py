@@ -10,7 +10,7 @@ from llmgw_core.errors import BadInput, DoesNotFit
 from llmgw_core.placement import place
 from llmgw_core.planner.plan import plan
 from llmgw_core.planner.pools_live import live_nodes, planner_fleet
-from llmgw_core.serve.choice import Overrides, choices
+from llmgw_core.serve.choice import Overrides, choices, way_layout
 from llmgw_core.serve.launch import free_port_on, launch_request, replica_name
 
 LLAMA = "catalog:meta-llama/Llama-3.3-70B-Instruct"
@@ -157,14 +157,14 @@ def test_a_secret_never_shows_in_the_spec_a_shard_keeps(demo_facts):
     ],
 )
 def test_every_way_the_plan_lists_is_the_way_its_record_serves(demo_facts, model):
-    """The wizard serves the way it listed from the way's record (`Overrides.of_way`): a way
+    """The wizard serves the way it listed from the way's record (`way_layout`): a way
     over several nodes is asked for by its cards on each node, not all its cards."""
     _, fleet, info, the_plan = _setup(demo_facts, model=model, context=8192)
     assert the_plan.options
     nodes_seen = set()
     for way in the_plan.options:
         record = way.as_dict()
-        (chosen,) = choices(the_plan, info, fleet, Overrides.of_way(record), fallbacks=0)
+        (chosen,) = choices(the_plan, info, fleet, Overrides(**way_layout(record)), fallbacks=0)
         assert (chosen.label, chosen.engine, chosen.artifact) == (
             way.label(),
             way.engine,

@@ -12,7 +12,6 @@ those two cards on the node's topology (`card_link`).
 from __future__ import annotations
 
 import os
-
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
