@@ -218,6 +218,16 @@ class Imex(_Snapshot):
     error: str | None = None
 
 
+class NumaNode(_Snapshot):
+    """One NUMA node with memory: where vLLM's CPU backend puts one tensor-parallel rank."""
+
+    node: int
+    cpus: int
+    memory_mib: int
+    cpulist: str | None = None
+    """Its CPUs as the kernel lists them (`0-31,64-95`)."""
+
+
 class Host(_Snapshot):
     """The machine itself."""
 
@@ -235,6 +245,8 @@ class Host(_Snapshot):
     cpu_only: bool = False
     cpu_flags: tuple[str, ...] | None = None
     """The CPU features that decide llama.cpp's repacked copies (`avx2`, `amx_int8`, `asimddp` …)."""
+    numa_nodes: tuple[NumaNode, ...] | None = None
+    """The NUMA nodes with memory and CPUs, by number; None when the kernel shows none."""
 
 
 class Engine(_Snapshot):

@@ -41,6 +41,7 @@ class Want:
         nvlink_inside: the cards of a node must share NVLink (tensor parallel).
         ram_gib: on a CPU node, the RAM the replica needs.
         ram_share: the share of a CPU node's RAM the engine may use.
+        numa_nodes: on a CPU node, the NUMA nodes the replica takes (vLLM: one a rank).
         interconnect: the interconnect the plan sized it for, tried first.
         models: names the model goes by on the nodes (repo id, path), to prefer a node holding it.
     """
@@ -51,6 +52,7 @@ class Want:
     nvlink_inside: bool = True
     ram_gib: float = 0.0
     ram_share: float = DEFAULT_USABLE_FRACTION
+    numa_nodes: int = 0
     interconnect: str | None = None
     models: tuple[str, ...] = ()
 
@@ -145,6 +147,13 @@ def _cpu_offer(want: Want, view: LiveNode) -> Offer:
             view.name,
             None,
             f"memory: {ram:.0f} GB of its RAM is usable, the replica needs {want.ram_gib:.1f}",
+        )
+    if want.numa_nodes > node.numa_count:
+        return Offer(
+            view.name,
+            None,
+            f"NUMA: it has {_plural(node.numa_count, 'NUMA node')}, and this way puts a rank on"
+            f" each of {want.numa_nodes}",
         )
     return Offer(view.name, ())
 

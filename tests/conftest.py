@@ -39,6 +39,7 @@ def models_dir() -> Path:
 
 
 LONGEST_FILES = {
+    "tests/e2e/test_vllm_real_serve.py": 150,  # two real vLLM starts, a roll, the SDK
     "tests/e2e/test_keep_demo.py": 90,
     "tests/e2e/test_vllm_vs_sim.py": 60,  # the real vLLM's start on the CPU
     "tests/e2e/test_wizard_every_way.py": 55,

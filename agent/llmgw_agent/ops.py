@@ -47,6 +47,7 @@ class Op:
     SHARD_FORGET = "shard.forget"
     SHARD_LOGS = "shard.logs"
     SHARD_NCCL = "shard.nccl"
+    SHARD_HEAD = "shard.head"
     SHARD_DRAIN = "shard.drain"
     LEASE_TAKE = "lease.take"
     LEASE_RENEW = "lease.renew"

@@ -18,6 +18,10 @@ from llmgw_core.engines.spec import LaunchNode, LaunchRequest
 NCCL_ENGINES = ("vllm", "sglang", "sim")
 """The engines whose cards talk through NCCL (llama.cpp splits layers without it)."""
 
+CPU_KV_VARIABLE = "VLLM_CPU_KVCACHE_SPACE"
+"""vLLM's CPU backend: its KV cache, whole GiB (read with `int()`; unset, it sizes the
+cache from what its process happens to hold resident)."""
+
 
 def visible_devices(node: LaunchNode) -> str:
     """`CUDA_VISIBLE_DEVICES` for a node's devices.
@@ -107,6 +111,12 @@ def shard_env(request: LaunchRequest, node: LaunchNode) -> dict[str, str]:
     """
     cards = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": visible_devices(node)}
     env = {**cards, **fabric_env(request, node)}
+    if request.cpu_kv_cache_gib is not None and request.engine in ("vllm", "sim"):
+        # The KV cache the plan sized; the operator's own value goes on top.
+        env[CPU_KV_VARIABLE] = str(request.cpu_kv_cache_gib)
+        if request.cpu_bind:
+            # Cores no other vLLM replica on the node binds (`engines.cpu_bind`).
+            env["VLLM_CPU_OMP_THREADS_BIND"] = request.cpu_bind
     if request.engine in ("vllm", "sim") and request.multi_node:
         # vLLM and Ray pick the address a node is reached at from this; on a
         # multi-homed node their guess may be an address the others cannot reach.

@@ -175,6 +175,10 @@ class LaunchRequest:
         engine_args: the operator's own flags, checked (`engines.flags`), written after ours.
         tls: the replica's certificate and key (`engines.identity`): the engine that serves
             HTTP speaks HTTPS with them and its callers pin the certificate; None: plain HTTP.
+        cpu_kv_cache_gib: vLLM on a CPU node: the KV cache the plan sized, whole GiB
+            (`VLLM_CPU_KVCACHE_SPACE`); None elsewhere.
+        cpu_bind: vLLM on a CPU node beside other replicas: the cores of each rank
+            (`VLLM_CPU_OMP_THREADS_BIND`, ranks apart by `|`); None: vLLM's own choice.
     """
 
     engine: str
@@ -199,6 +203,8 @@ class LaunchRequest:
     executor: str | None = None
     engine_args: Mapping[str, str | bool] = field(default_factory=dict)
     tls: EngineIdentity | None = field(default=None, repr=False)
+    cpu_kv_cache_gib: int | None = None
+    cpu_bind: str | None = None
 
     @property
     def ranked_nodes(self) -> tuple[LaunchNode, ...]:

@@ -119,11 +119,19 @@ def _check_layout(request: LaunchRequest) -> None:
                 f"{width * stages}"
             )
         return
+    if request.cpu_kv_cache_gib is not None and request.engine in (VLLM, "sim"):
+        # vLLM's CPU backend: no cards, a rank per NUMA node of one node.
+        if request.multi_node or stages != 1 or any(node.gpus for node in request.nodes):
+            raise BadInput(
+                "vLLM's CPU backend runs on one CPU node, a tensor-parallel rank per NUMA node",
+                "serve it on one CPU node, without cards or pipeline stages",
+            )
+        return
     for node in request.nodes:
         if not node.gpus:
             raise BadInput(
                 f"{request.engine} needs cards and {node.name} gives it none",
-                "serve a GGUF file with llama.cpp on a CPU node",
+                "serve a GGUF file with llama.cpp, or unquantised weights with vLLM, on a CPU node",
             )
     per_node = {len(node.gpus) for node in request.nodes}
     if len(per_node) > 1:

@@ -73,8 +73,9 @@ def card_need(
         gpu_memory_utilization: the engine's usable fraction; None = 90 %.
         kv_cache_dtype: "auto" / None (the model's dtype), "fp8", "f16", "q8_0" ...
         engine_version: the engine's version; None = the newest rules known.
-        cpu_only: llama.cpp on a CPU node: everything (embeddings too) in RAM,
-            no CUDA context; `card_memory_gib` is then the node's RAM.
+        cpu_only: a CPU node. llama.cpp: everything (embeddings too) in RAM, no
+            CUDA context, `card_memory_gib` the node's RAM; vLLM's CPU backend:
+            one rank per NUMA node, `card_memory_gib` one NUMA node's RAM.
         enforce_eager: vLLM without CUDA graphs (`--enforce-eager`).
         engine_options: the engine flags that size memory beyond those above, as launched.
         repack_types: llama.cpp on a CPU node: the types its CPU repacks (a second copy).
@@ -95,6 +96,10 @@ def card_need(
         engine_options=engine_options,
         repack_types=repack_types,
     )
+    if engine == "vllm" and cpu_only:
+        from llmgw_core.memory import vllm_cpu
+
+        return vllm_cpu.card_need(query)
     if engine == "vllm":
         from llmgw_core.memory import vllm
 

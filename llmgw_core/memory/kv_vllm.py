@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from llmgw_core.model.shape import CHUNKED, FULL, SLIDING, ModelShape
 
 BLOCK_SIZE = 16
+CPU_BLOCK_SIZE = 128
+"""vLLM's CPU backend pages 128 tokens unless told otherwise (`vllm/platforms/cpu.py`)."""
 
 _KV_DTYPE_BYTES = {
     "fp8": 1,
@@ -76,13 +78,17 @@ def kv_token_bytes(shape: ModelShape, dtype_bytes: float, tensor_parallel: int =
 
 
 def page_bytes(
-    shape: ModelShape, tensor_parallel: int, kv_cache_dtype: str | None, serve_dtype: str
+    shape: ModelShape,
+    tensor_parallel: int,
+    kv_cache_dtype: str | None,
+    serve_dtype: str,
+    block_size: int = BLOCK_SIZE,
 ) -> int:
-    """Bytes of one page (16 tokens) of one layer on one card."""
+    """Bytes of one page (`block_size` tokens) of one layer on one card."""
     if shape.mla and kv_cache_dtype == "fp8_ds_mla":
-        return BLOCK_SIZE * FP8_DS_MLA_BYTES_PER_TOKEN
+        return block_size * FP8_DS_MLA_BYTES_PER_TOKEN
     width = kv_dtype_bytes(kv_cache_dtype, serve_dtype)
-    return int(BLOCK_SIZE * kv_token_bytes(shape, width, tensor_parallel))
+    return int(block_size * kv_token_bytes(shape, width, tensor_parallel))
 
 
 def pages_per_request(
@@ -92,15 +98,16 @@ def pages_per_request(
     max_num_batched_tokens: int,
     sliding_window: int | None,
     attention_chunk_size: int | None,
+    block_size: int = BLOCK_SIZE,
 ) -> int:
     """Pages one layer of `kind` needs for one request of `max_model_len` tokens."""
     if kind == SLIDING and sliding_window:
         tokens = min(sliding_window - 1 + max_num_batched_tokens, max_model_len)
-        return cdiv(tokens, BLOCK_SIZE) + 1
+        return cdiv(tokens, block_size) + 1
     if kind == CHUNKED and attention_chunk_size:
         tokens = min(attention_chunk_size + max_num_batched_tokens, max_model_len)
-        return cdiv(tokens, BLOCK_SIZE)
-    return cdiv(max_model_len, BLOCK_SIZE)
+        return cdiv(tokens, block_size)
+    return cdiv(max_model_len, block_size)
 
 
 @dataclass(frozen=True)
@@ -165,11 +172,12 @@ class KvPool:
     num_blocks: int
     pages_per_request: int
     bytes_per_request: int
+    block_size: int = BLOCK_SIZE
 
     @property
     def reported_tokens(self) -> int:
-        """vLLM v0.19's "GPU KV cache size" figure: blocks per group × 16."""
-        return self.num_blocks // len(self.groups.groups) * BLOCK_SIZE
+        """vLLM's "GPU KV cache size" (or "CPU …") figure: blocks per group × the block's tokens."""
+        return self.num_blocks // len(self.groups.groups) * self.block_size
 
     @property
     def max_concurrency(self) -> float:
@@ -188,13 +196,14 @@ def kv_pool(
     kv_cache_dtype: str | None,
     serve_dtype: str,
     hybrid_manager: bool = True,
+    block_size: int = BLOCK_SIZE,
 ) -> KvPool:
     """The KV pool of one stage holding `layers`, given the bytes left for it."""
     kinds = [shape.layer_attention[i] for i in layers]
     if not hybrid_manager:
         kinds = [FULL] * len(kinds)
     groups = kv_groups(kinds)
-    page = page_bytes(shape, tensor_parallel, kv_cache_dtype, serve_dtype)
+    page = page_bytes(shape, tensor_parallel, kv_cache_dtype, serve_dtype, block_size)
     per_block = page * groups.group_size
     num_blocks = max(0, available_bytes // per_block) if per_block else 0
     pages = sum(
@@ -204,6 +213,7 @@ def kv_pool(
             max_num_batched_tokens=max_num_batched_tokens,
             sliding_window=shape.sliding_window,
             attention_chunk_size=shape.attention_chunk_size,
+            block_size=block_size,
         )
         for kind in groups.groups
     )
@@ -213,6 +223,7 @@ def kv_pool(
         num_blocks=int(num_blocks),
         pages_per_request=pages,
         bytes_per_request=pages * per_block,
+        block_size=block_size,
     )
 
 
@@ -227,6 +238,7 @@ def kv_bytes_for(
     kv_cache_dtype: str | None,
     serve_dtype: str,
     hybrid_manager: bool = True,
+    block_size: int = BLOCK_SIZE,
 ) -> int:
     """KV bytes one card needs for `sequences` requests of `tokens` each, by the block rules."""
     pool = kv_pool(
@@ -239,6 +251,7 @@ def kv_bytes_for(
         kv_cache_dtype=kv_cache_dtype,
         serve_dtype=serve_dtype,
         hybrid_manager=hybrid_manager,
+        block_size=block_size,
     )
     return pool.bytes_per_request * sequences
 

@@ -49,6 +49,8 @@ class CardNeed:
             CUDA context and NCCL set-up before profiling, and CUDA graphs
             captured after the KV cache); it must fit in the rest of the card.
         card_memory_gib: the whole card (None where no such limit applies).
+        kv_tokens: the tokens of KV cache the engine will log it holds, where the plan
+            fixes the cache's size (vLLM on a CPU node); None elsewhere.
     """
 
     weights_gib: float
@@ -59,6 +61,7 @@ class CardNeed:
     usable_gib: float = 0.0
     outside_gib: float = 0.0
     card_memory_gib: float | None = None
+    kv_tokens: int | None = None
 
     @property
     def total_gib(self) -> float:
@@ -117,7 +120,8 @@ class NeedQuery:
         gpu_memory_utilization: the operator's usable fraction, None for the engine's default.
         kv_cache_dtype: "auto" / None (the model's dtype), "fp8", "f16", "q8_0" ...
         engine_version: the engine's version; None = the newest rules known.
-        cpu_only: llama.cpp on a CPU node (everything in RAM, no CUDA context).
+        cpu_only: a CPU node: llama.cpp (everything in RAM, no CUDA context) or
+            vLLM's CPU backend (a rank per NUMA node).
     """
 
     artifact: Artifact

@@ -175,6 +175,8 @@ def _layout_of(miss: Miss, nodes: int | None = None) -> tuple[Layout, float]:
     memory = miss.pool.device_memory_gib
     if miss.engine == LLAMA_CPP:
         return Layout(pipeline_parallel=nodes if not miss.pool.is_cpu else 1), memory
+    if miss.pool.is_cpu:  # vLLM's CPU backend: a rank per NUMA node, sized in one's RAM
+        return Layout(miss.tensor_parallel), miss.pool.rank_memory_gib(miss.tensor_parallel)
     ep = uses_expert_parallel(miss.engine, miss.shape, miss.tensor_parallel)
     return Layout(miss.tensor_parallel, nodes, ep), memory
 
@@ -223,9 +225,9 @@ def _largest_context(miss: Miss, sizer: Sizer, context: int) -> int | None:
 
 def _smaller_precision(misses: list[Miss], sizer: Sizer) -> str | None:
     """An 8-bit, then a 4-bit, version of a 16-bit artifact, if one would fit a way tried."""
-    for bits, what in (
-        (8, "an 8-bit version (an FP8 repository, or a Q8_0 GGUF)"),
-        (4, "a 4-bit version (an AWQ or GPTQ repository, or a Q4_K_M GGUF)"),
+    for bits, what, on_cpu in (
+        (8, "an 8-bit version (an FP8 repository, or a Q8_0 GGUF)", "a Q8_0 GGUF of it"),
+        (4, "a 4-bit version (an AWQ or GPTQ repository, or a Q4_K_M GGUF)", "a Q4_K_M GGUF of it"),
     ):
         for miss in sorted(misses, key=lambda m: m.overshoot):
             have = precision_rank_bits(miss.artifact, miss.shape)
@@ -236,7 +238,9 @@ def _smaller_precision(misses: list[Miss], sizer: Sizer) -> str | None:
             if sizer.fits(
                 miss.engine, lighter, miss.shape, layout, memory, cpu_repack=cpu_repack(miss.pool)
             ):
-                return f"{what} on {_miss_label(miss)}"
+                # vLLM's CPU backend is planned unquantised: on a CPU node a smaller
+                # precision is a GGUF file for llama.cpp.
+                return f"{on_cpu if miss.pool.is_cpu else what} on {_miss_label(miss)}"
     return None
 
 

@@ -4,14 +4,16 @@ For each pool the planner asks here: a card that cannot load the artifact
 is noted and skipped; llama.cpp splits a GGUF file by layer over the fewest
 cards of one node that hold it; vLLM and SGLang try each tensor width the
 heads allow on one node, then on the fewest nodes that fit where that takes
-fewer cards; a CPU node is sized in its RAM. What did not fit is kept as a
-`Miss`, for the advice when nothing fits.
+fewer cards; a CPU node is sized in its RAM — llama.cpp in all of it, vLLM's
+CPU backend a rank per NUMA node, over the fewest NUMA nodes that hold it.
+What did not fit is kept as a `Miss`, for the advice when nothing fits.
 """
 
 from __future__ import annotations
 
 import shlex
 
+from llmgw_core.engines.environment import CPU_KV_VARIABLE
 from llmgw_core.engines.planned import planned_argv
 from llmgw_core.memory import Layout
 from llmgw_core.model.artifacts import Artifact
@@ -29,6 +31,7 @@ from llmgw_core.planner.way_record import (
 )
 from llmgw_core.planner.ways import (
     LLAMA_CPP,
+    VLLM,
     dtype_flag,
     load_refusal,
     precision_label,
@@ -57,6 +60,8 @@ def ways_on_pool(
             notes.append(f"{pool.describe()}: {refusal}")
         return []
     if pool.is_cpu:
+        if engine == VLLM:
+            return _vllm_cpu_way(artifact, shape, pool, ref, sizer, misses)
         return _cpu_way(artifact, shape, pool, ref, sizer, misses)
     assert card is not None
     memory = card.memory_gib
@@ -185,6 +190,28 @@ def _cpu_way(
     return [_way(LLAMA_CPP, artifact, shape, pool, ref, sizer, 1, 1, 1, True)]
 
 
+def _vllm_cpu_way(
+    artifact: Artifact, shape: ModelShape, pool: Pool, ref: str, sizer: Sizer, misses: list[Miss]
+) -> list[Way]:
+    """vLLM on a CPU node: the fewest NUMA nodes (one rank each) whose RAM holds it."""
+    widths = tensor_widths(shape, pool.numa_count)
+    for width in widths:
+        memory = pool.rank_memory_gib(width)
+        if memory and sizer.fits(VLLM, artifact, shape, Layout(width), memory, cpu_repack=_NONE):
+            return [_way(VLLM, artifact, shape, pool, ref, sizer, width, 1, 1, True)]
+    widest = widths[-1] if widths else 1
+    memory = pool.rank_memory_gib(widest)
+    need = sizer.need(VLLM, artifact, shape, Layout(widest), memory, cpu_repack=_NONE)
+    usable = sizer.usable(VLLM, memory)
+    overshoot = need.total_gib / usable if usable > 0 else float("inf")
+    misses.append(Miss(overshoot, VLLM, artifact, shape, pool, widest, 1))
+    return []
+
+
+_NONE: frozenset[str] = frozenset()
+"""vLLM on a CPU repacks nothing; an empty set (not None) asks the CPU rule."""
+
+
 def _way(
     engine: str,
     artifact: Artifact,
@@ -204,17 +231,20 @@ def _way(
     talks over PCIe (said in the layout, and placement needs no NVLink).
     """
     card: GpuClass | None = pool.gpu_class
-    memory = pool.device_memory_gib
+    on_cpu = card is None
+    vllm_on_cpu = on_cpu and engine == VLLM
+    memory = pool.rank_memory_gib(width) if vllm_on_cpu else pool.device_memory_gib
     expert = uses_expert_parallel(engine, shape, width)
     pipeline = layer_split if engine == LLAMA_CPP else nodes
     layout = Layout(width, pipeline, expert)
-    need = sizer.need(engine, artifact, shape, layout, memory, cpu_repack=cpu_repack(pool))
+    repack = _NONE if vllm_on_cpu else cpu_repack(pool)
+    need = sizer.need(engine, artifact, shape, layout, memory, cpu_repack=repack)
     usable = sizer.usable(engine, memory)
-    on_cpu = card is None
     cards = 0 if on_cpu else width * pipeline
     gguf = artifact.format == "gguf"
     source = gguf_source(ref, artifact.files[0]) if gguf and artifact.files else ref
     flag = quantization_flag(artifact, engine)
+    kv_space = int(need.context_gib) if vllm_on_cpu else None
     serve = shlex.join(
         planned_argv(
             engine,
@@ -231,6 +261,8 @@ def _way(
             engine_options=sizer.engine_options,
         )
     )
+    if kv_space is not None:
+        serve = f"{CPU_KV_VARIABLE}={kv_space} {serve}"
     if on_cpu:
         kind = CPU_NODE
     elif nodes > 1:
@@ -268,4 +300,6 @@ def _way(
         source=source,
         needs_download=gguf,
         rank_bits=precision_rank_bits(artifact, shape),
+        cpu_kv_cache_gib=kv_space,
+        kv_tokens=need.kv_tokens,
     )

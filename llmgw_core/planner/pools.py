@@ -116,11 +116,29 @@ class Node:
     nvlink_groups: tuple[tuple[int, ...], ...] = ()
     repack_types: frozenset[str] = frozenset()
     """llama.cpp on this node's CPU: the tensor types it copies into a repacked buffer."""
+    numa_memory_gib: tuple[float, ...] = ()
+    """The RAM of each NUMA node, largest first; empty when the node reported none (it is one)."""
 
     @property
     def is_cpu(self) -> bool:
         """True for a node without GPUs."""
         return not self.devices
+
+    @property
+    def numa_count(self) -> int:
+        """NUMA nodes with memory: one when it reported none."""
+        return max(1, len(self.numa_memory_gib))
+
+    def rank_memory_gib(self, width: int) -> float | None:
+        """RAM of the smallest of the `width` largest NUMA nodes (one vLLM CPU rank each).
+
+        None when the node has fewer NUMA nodes; a node that reported none is
+        one NUMA node holding all its RAM.
+        """
+        sizes = self.numa_memory_gib or ((self.memory_gib or 0.0,) if self.memory_gib else ())
+        if len(sizes) < width:
+            return None
+        return sorted(sizes, reverse=True)[width - 1]
 
     def devices_of(self, label: str) -> tuple[Device, ...]:
         """This node's devices of one class."""
@@ -288,6 +306,15 @@ class Pool:
         )
         return sum(1 for w in per_node if w >= width)
 
+    def rank_memory_gib(self, width: int) -> float:
+        """For vLLM on CPU nodes: the most RAM a rank of `width` gets on any node (0: none has so many)."""
+        return max((n.rank_memory_gib(width) or 0.0 for n in self.nodes), default=0.0)
+
+    @property
+    def numa_count(self) -> int:
+        """The most NUMA nodes any of the pool's CPU nodes has."""
+        return max((n.numa_count for n in self.nodes), default=1)
+
     @property
     def device_memory_gib(self) -> float:
         """What one replica's device holds: a card's memory, or the largest CPU node's RAM."""
@@ -402,6 +429,8 @@ class FleetEntry(BaseModel):
     gpu: str | None = None
     gpus: Count = Field(default=0, ge=0, le=1024)
     memory_gib: Amount | None = Field(default=None, gt=0, le=MAX_MEMORY_GIB)
+    numa_nodes: Count | None = Field(default=None, ge=1, le=64)
+    """A CPU node's NUMA nodes, its RAM split evenly between them (vLLM puts a rank on each)."""
     fabric: str | None = None
     nvlink: bool | None = None
     nvlink_domain: str | NvlinkDomainEntry | None = None
@@ -454,7 +483,14 @@ def _entry_sentence(index: int, raw: Any, error: ValidationError) -> str:
 
 def _node_of(entry: FleetEntry, name: str) -> Node:
     if entry.gpus == 0:
-        return Node(name=name, memory_gib=entry.memory_gib, fabric=entry.fabric)
+        numa = entry.numa_nodes or 0
+        each = (entry.memory_gib or 0.0) / numa if numa else 0.0
+        return Node(
+            name=name,
+            memory_gib=entry.memory_gib,
+            fabric=entry.fabric,
+            numa_memory_gib=(each,) * numa,
+        )
     cls = gpu_class(entry.gpu or "")
     first_busy = entry.gpus - entry.busy_count
     if cls.is_mig:

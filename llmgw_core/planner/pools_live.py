@@ -212,6 +212,12 @@ def live_node(
         nvlink_domain=domain,
         nvlink_groups=groups,
         repack_types=REPACK_TYPES[repack_kind(facts.host.arch, facts.host.cpu_flags)],
+        numa_memory_gib=tuple(
+            sorted(
+                (numa.memory_mib / MIB_PER_GIB for numa in facts.host.numa_nodes or ()),
+                reverse=True,
+            )
+        ),
     )
     unplaceable = tuple(
         f"card {card.index}: {card.out_of_placement}"

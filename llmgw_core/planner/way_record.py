@@ -65,6 +65,10 @@ class Way:
     source: str
     needs_download: bool
     rank_bits: float = field(repr=False, default=16.0)
+    cpu_kv_cache_gib: int | None = None
+    """vLLM on a CPU node: the KV cache the launch asks for (`VLLM_CPU_KVCACHE_SPACE`), GiB."""
+    kv_tokens: int | None = None
+    """The tokens of KV cache the engine will log, where the plan fixes its size."""
 
     @property
     def total_gib(self) -> float:
@@ -101,6 +105,9 @@ class Way:
             if self.pipeline_parallel > 1:
                 return f"{engine}, {self.pipeline_parallel} cards by layer"
             return engine
+        if self.on_cpu:
+            ranks = self.tensor_parallel
+            return f"{engine} in RAM, {ranks} NUMA node{'s' if ranks > 1 else ''}"
         text = f"{engine} TP{self.tensor_parallel}"
         if self.pipeline_parallel > 1:
             text = f"{engine} PP{self.pipeline_parallel} × TP{self.tensor_parallel}"
@@ -113,6 +120,8 @@ class Way:
     def memory_text(self) -> str:
         """`37.4 GB a card (weights 32.9 + context 2.5 + engine 2.0) of 71 usable; 150 GB on 4 cards`."""
         where = "of RAM" if self.on_cpu else "a card"
+        if self.on_cpu and self.engine != LLAMA_CPP:
+            where = "of a NUMA node's RAM"
         text = (
             f"{self.per_card_gib:.1f} GB {where} (weights {self.weights_gib:.1f} + context "
             f"{self.context_gib:.1f} + engine {self.engine_gib:.1f}) of {self.usable_gib:.0f} usable"
@@ -121,6 +130,8 @@ class Way:
             text += f" (+{self.outside_gib:.1f} beside it: CUDA context and graphs)"
         if self.cards > 1:
             text += f"; {self.total_gib:.0f} GB on {self.cards} cards"
+        if self.cpu_kv_cache_gib is not None and self.kv_tokens is not None:
+            text += f"; a KV cache of {self.cpu_kv_cache_gib} GB holds {self.kv_tokens:,} tokens"
         return text
 
     def as_dict(self) -> dict[str, Any]:
@@ -162,4 +173,6 @@ class Way:
             "source": self.source,
             "needs_download": self.needs_download,
             "serve": self.serve,
+            "cpu_kv_cache_gib": self.cpu_kv_cache_gib,
+            "kv_tokens": self.kv_tokens,
         }

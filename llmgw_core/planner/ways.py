@@ -137,8 +137,17 @@ def load_refusal(
         card: the card's class, or None for a CPU node.
     """
     if card is None:
+        if engine == VLLM:
+            if artifact.format == "gguf":
+                return "vLLM's CPU backend is planned for safetensors weights, not GGUF"
+            if artifact.quantization is not None:
+                return (
+                    f"vLLM's CPU backend is planned for unquantised weights here;"
+                    f" {artifact.quantization.method} weights need a GPU or a GGUF file on llama.cpp"
+                )
+            return None
         if engine != LLAMA_CPP:
-            return f"{engine} does not run on a CPU node; only a GGUF file on llama.cpp does"
+            return f"{engine} does not run on a CPU node; vLLM's CPU backend or llama.cpp does"
         return None
     if engine in (VLLM, SGLANG):
         if card.compute_capability < _VLLM_MIN_COMPUTE_CAPABILITY:

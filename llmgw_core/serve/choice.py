@@ -62,7 +62,8 @@ def way_layout(way: Mapping[str, Any]) -> dict[str, Any]:
         "engine": way.get("engine"),
         "artifact": way.get("artifact"),
         "gpu_class": gpu_class,
-        "gpus": way.get("cards_per_node") if gpu_class else None,
+        # A CPU node's way has no cards to count (its class is `cpu`).
+        "gpus": way.get("cards_per_node") if gpu_class and not way.get("on_cpu") else None,
         "nodes": way.get("nodes"),
     }
     return {name: value for name, value in fields.items() if value is not None}
@@ -89,6 +90,8 @@ class Choice:
         label: `4 × h100-80g`, for people.
         over_pcie: the tensor-parallel cards share no NVLink (PCIe cards), so
             placement does not ask for NVLink between them.
+        cpu_kv_cache_gib: vLLM on a CPU node: the KV cache the plan sized, whole GiB.
+        kv_tokens: the tokens of KV cache the engine will log, where the plan fixes its size.
     """
 
     engine: str
@@ -111,6 +114,8 @@ class Choice:
     interconnect: str | None
     label: str
     over_pcie: bool = False
+    cpu_kv_cache_gib: int | None = None
+    kv_tokens: int | None = None
 
     def want(self, models: tuple[str, ...] = ()) -> Want:
         """What placement must find for this way."""
@@ -119,7 +124,8 @@ class Choice:
             cards_per_node=self.cards_per_node,
             nodes=self.nodes,
             nvlink_inside=self.engine != LLAMA_CPP and not self.over_pcie,
-            ram_gib=self.per_card_gib if self.gpu_class is None else 0.0,
+            ram_gib=self.per_card_gib * self.tensor_parallel if self.gpu_class is None else 0.0,
+            numa_nodes=self.tensor_parallel if self.gpu_class is None else 0,
             ram_share=self.usable_share,
             interconnect=self.interconnect,
             models=models,
@@ -142,6 +148,8 @@ class Choice:
             "quantization_flag": self.quantization_flag,
             "per_card_gib": round(self.per_card_gib, 2),
             "label": self.label,
+            "cpu_kv_cache_gib": self.cpu_kv_cache_gib,
+            "kv_tokens": self.kv_tokens,
         }
 
 
@@ -185,6 +193,8 @@ def choice_of_way(way: Way, model: ModelInfo) -> Choice:
         interconnect=way.interconnect,
         label=way.label(),
         over_pcie=way.over_pcie,
+        cpu_kv_cache_gib=way.cpu_kv_cache_gib,
+        kv_tokens=way.kv_tokens,
     )
 
 

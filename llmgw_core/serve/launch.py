@@ -70,11 +70,13 @@ def launch_request(
     rails: RailChoice | None = None,
     engine_args: Mapping[str, str | bool] | None = None,
     tls: EngineIdentity | None = None,
+    cpu_bind: str | None = None,
 ) -> LaunchRequest:
     """The request the engine builders turn into each node's shard.
 
     `rails` names the adapters each node leaves out of `NCCL_IB_HCA`; `tls` is the
-    replica's certificate and key (its engine serves HTTPS with them).
+    replica's certificate and key (its engine serves HTTPS with them); `cpu_bind`
+    the cores of vLLM on a CPU node (`engines.cpu_bind`), None for vLLM's own choice.
 
     Raises:
         BadInput: a node lacks a card or the fabric (see `engines.launch_node`).
@@ -115,6 +117,8 @@ def launch_request(
         api_key=api_key,
         rendezvous_port=rendezvous_port,
         tls=tls,
+        cpu_kv_cache_gib=choice.cpu_kv_cache_gib,
+        cpu_bind=cpu_bind,
     )
 
 

@@ -26,10 +26,13 @@ from typing import Any, Literal
 
 from llmgw_agent.ops import Op
 from llmgw_core.engines import LaunchPlan, build_launch, redact_env
+from llmgw_core.engines.cpu_bind import BIND_VARIABLE, binding_beside
+from llmgw_core.engines.environment import CPU_KV_VARIABLE
 from llmgw_core.engines.flags import plan_options, release_refusal
 from llmgw_core.engines.identity import EngineIdentity
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fabric.rails import RailChoice, choose_rails
+from llmgw_core.facts import NodeFacts
 from llmgw_core.fleet.client import AgentError
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Placement, explain, place, want_summary
@@ -255,10 +258,13 @@ async def launch_for(
     served_name: str,
     context: int,
     rails: RailChoice | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[LaunchPlan, int | None]:
     """The engines' launch for one placed way, and its rendezvous port (None on one node).
 
-    `rails` (default: `rail_choice` now) names the adapters left out of `NCCL_IB_HCA`.
+    `rails` (default: `rail_choice` now) names the adapters left out of `NCCL_IB_HCA`;
+    `notes` is given each sentence about the launch that the operator should see
+    (vLLM on a CPU node sharing its cores with another replica).
     Every launch gets a new certificate and key (`engines.identity`): a heal or a
     retry is never trusted with the certificate of the engine it replaces.
 
@@ -283,6 +289,11 @@ async def launch_for(
                 f"{lacked} on {node}",
                 f"run a release of {choice.engine} there that takes it, or drop the flag",
             )
+    cpu_bind = None
+    if choice.cpu_kv_cache_gib is not None and facts[nodes[0]] is not None:
+        cpu_bind, shared = cpu_binding_for(facts[nodes[0]], choice, listings.get(nodes[0], []))
+        if shared and notes is not None:
+            notes.append(f"{nodes[0]}: {shared}")
     launch = build_launch(
         launch_request(
             choice,
@@ -303,9 +314,32 @@ async def launch_for(
             if rails is not None
             else rail_choice(fleet, placement, all_rails=request.rails == "all"),
             tls=EngineIdentity.make(request.name or served_name),
+            cpu_bind=cpu_bind,
         )
     )
     return launch, rendezvous_port
+
+
+def cpu_binding_for(
+    facts: NodeFacts, choice: Choice, records: list[dict[str, Any]]
+) -> tuple[str | None, str | None]:
+    """The cores a vLLM replica on a CPU node binds to, beside the vLLM replicas running there.
+
+    A running shard is one of vLLM's CPU replicas when its launch set the KV cache's
+    size (`VLLM_CPU_KVCACHE_SPACE`); its binding is its `VLLM_CPU_OMP_THREADS_BIND`
+    (none: vLLM's own) and its ranks its way's tensor-parallel width.
+    """
+    others = []
+    for record in records:
+        if record.get("phase") in ("exited", "failed", "stopped"):
+            continue
+        spec = record.get("spec") or {}
+        env = (spec.get("launch") or {}).get("env") or {}
+        if CPU_KV_VARIABLE not in env:
+            continue
+        way = (spec.get("replica") or {}).get("way") or {}
+        others.append((env.get(BIND_VARIABLE), int(way.get("tensor_parallel") or 1)))
+    return binding_beside(facts.host.numa_nodes or (), choice.tensor_parallel, others)
 
 
 # --- the dry run --------------------------------------------------------------------------

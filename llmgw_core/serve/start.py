@@ -459,9 +459,14 @@ async def serve_way(
             trace.add("rails", None, warning)
             if warning not in outcome.warnings:
                 outcome.warnings.append(warning)
+        notes: list[str] = []
         launch, rendezvous = await launch_for(
-            fleet, request, choice, placement, served_name, context, rails
+            fleet, request, choice, placement, served_name, context, rails, notes
         )
+        for note in notes:
+            trace.add("cores", None, note)
+            if note not in outcome.warnings:
+                outcome.warnings.append(note)
         replica = replica_spec(
             name=name,
             model=request.model,

@@ -92,6 +92,9 @@ class ReplicaView:
             empty until `replica_transport.with_transport` reads them.
         transport_warnings: a sentence per problem with that transport (Socket
             between nodes, an adapter outside the fabric).
+        figures: what rank 0's engine printed of its memory while it started
+            (`engines.startup_lines`); empty until `serve.figures.with_figures` reads them.
+        figure_warnings: a sentence per figure the engine got that the plan fixed otherwise.
     """
 
     name: str
@@ -101,6 +104,8 @@ class ReplicaView:
     reason: str | None = None
     transports: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
     transport_warnings: tuple[str, ...] = ()
+    figures: Mapping[str, Any] = field(default_factory=dict)
+    figure_warnings: tuple[str, ...] = ()
 
     @property
     def head(self) -> ShardView | None:
@@ -203,6 +208,8 @@ class ReplicaView:
                 {**s.as_dict(), "transport": self.transports.get(s.shard_id)} for s in self.shards
             ],
             "transport_warnings": list(self.transport_warnings),
+            "figures": dict(self.figures),
+            "figure_warnings": list(self.figure_warnings),
         }
 
 

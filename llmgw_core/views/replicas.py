@@ -120,3 +120,33 @@ def shards_on_node(views: Iterable[ReplicaView], node: str) -> list[str]:
                 f" · NCCL {transport}{shown}"
             )
     return lines
+
+
+def figures_line(view: ReplicaView) -> str | None:
+    """What the engine said of its memory at start, beside the plan's count; None when unread.
+
+    `engine: KV cache 1 GiB (as asked) holds 524,288 tokens (planned 524,288), 1024.00× of
+    512; weights loaded in 0.01 s; up in 2.59 s`.
+    """
+    got = view.figures
+    if not got.get("kv_tokens") and not got.get("kv_cache_gib"):
+        return None
+    parts = []
+    way = view.spec.get("way") or {}
+    if got.get("kv_cache_gib") is not None:
+        asked = " (as asked)" if got.get("kv_sized") == "explicit" else ""
+        parts.append(f"KV cache {got['kv_cache_gib']:g} GiB{asked}")
+    if got.get("kv_tokens") is not None:
+        planned = way.get("kv_tokens")
+        count = f"holds {got['kv_tokens']:,} tokens"
+        if planned is not None:
+            count += f" (planned {planned:,})"
+        parts.append(count)
+    if got.get("kv_concurrency") is not None:
+        parts[-1] += f", {got['kv_concurrency']:.2f}× of {got.get('kv_for_tokens', 0):,}"
+    text = "engine: " + " ".join(parts)
+    if got.get("weights_gib") is not None:
+        text += f"; weights {got['weights_gib']:.2f} GiB"
+    if got.get("init_s") is not None:
+        text += f"; up in {got['init_s']:.2f} s"
+    return text

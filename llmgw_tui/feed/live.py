@@ -112,8 +112,10 @@ class LiveFeed:
     async def replicas(self, *, transports: bool = False) -> tuple[ReplicaView, ...]:
         """Every replica reassembled from the nodes now; remembers shards per node for the fleet.
 
-        With `transports`, each shard's NCCL transport is read from its log too.
+        With `transports`, each shard's NCCL transport is read from its log too, and
+        what each engine said of its memory while it started.
         """
+        from llmgw_core.serve.figures import with_all_figures
         from llmgw_core.serve.replicas import reconcile
         from llmgw_core.serve.transport import with_transports
 
@@ -124,7 +126,9 @@ class LiveFeed:
         self._views = views
         self._shards_by_node = running_shards(views)
         self._heal_in_background()
-        return await with_transports(self._fleet, views) if transports else views
+        if not transports:
+            return views
+        return await with_all_figures(self._fleet, await with_transports(self._fleet, views))
 
     def _heal_in_background(self) -> None:
         """Place again, where there is room, what lost a node: one attempt at a time.

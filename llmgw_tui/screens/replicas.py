@@ -24,7 +24,13 @@ from textual.widgets import DataTable, Input, Static
 from llmgw_core.errors import LlmgwError
 from llmgw_core.gateway.spec import gateway_line
 from llmgw_core.serve.view import ReplicaView
-from llmgw_core.views.replicas import download_bar, replica_row, shard_row, shard_transport
+from llmgw_core.views.replicas import (
+    download_bar,
+    figures_line,
+    replica_row,
+    shard_row,
+    shard_transport,
+)
 from llmgw_tui.cells import redraw_table, state_cell
 from llmgw_tui.fields import Checked, CheckedInput, prompt_refusal, reason
 from llmgw_tui.kept_screen import KeptScreen
@@ -316,6 +322,10 @@ class ReplicasScreen(KeptScreen[None]):
             return
         said = [f"{view.name}: {view.reason}"] if view.reason else []
         said += list(view.transport_warnings)
+        figures = figures_line(view)
+        if figures:
+            said.append(figures)
+        said += [f"{view.name}: {warning}" for warning in view.figure_warnings]
         reason.update("\n".join(said))
         for shard in view.shards:
             _, fetched, rate = self._downloads.get((view.name, shard.node), (0.0, 0, 0.0))

@@ -585,3 +585,21 @@ def test_the_sim_pace_is_taken_from_the_environment_only_when_it_is_a_sane_numbe
     given: str | None, pace: float
 ):
     assert _token_s(given) == pace
+
+
+def test_the_sims_start_up_lines_are_read_as_vllms_on_cards_and_on_a_cpu_node() -> None:
+    from llmgw_agent.sim.engine.lines import cpu_kv_plan, memory_plan, ready_lines
+    from llmgw_core.engines.startup_lines import startup_figures
+
+    argv = ["vllm", "serve", "/models/llama", "--max-model-len", "4096"]
+    engine = parse_engine_argv("vllm", [*argv, "--gpu-memory-utilization", "0.9"])
+    on_cards = memory_plan(engine, 81559, 16 * 2**30)
+    read = startup_figures(ready_lines(engine, on_cards, 1.0, "127.0.0.1:8000"))
+    assert (read["kv_device"], read["kv_tokens"]) == ("GPU", on_cards["kv_tokens"])
+    assert read["weights_gib"] == pytest.approx(16.0, abs=1e-3)
+    cpu_engine = parse_engine_argv("vllm", argv)
+    on_cpu = cpu_kv_plan(cpu_engine, 3, 16 * 2**30, 256.0)
+    read = startup_figures(ready_lines(cpu_engine, on_cpu, 1.0, "127.0.0.1:8000"))
+    assert (read["kv_device"], read["kv_cache_gib"], read["kv_sized"]) == ("CPU", 3.0, "explicit")
+    assert read["kv_tokens"] == on_cpu["kv_tokens"] and read["kv_tokens"] % 128 == 0
+    assert "weights_gib" not in read  # vLLM's CPU worker does not print it

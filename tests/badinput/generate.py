@@ -721,6 +721,13 @@ def protocol_cases() -> Iterator[Case]:
             "follow",
         ),
         "shard-nccl-limit-zero": ("shard.nccl", {"shard_id": "x", "limit": 0}, "bad_args", "limit"),
+        "shard-head-limit-zero": ("shard.head", {"shard_id": "x", "limit": 0}, "bad_args", "limit"),
+        "shard-head-limit-huge": (
+            "shard.head",
+            {"shard_id": "x", "limit": 10**9},
+            "bad_args",
+            "limit",
+        ),
         "port-free-start-zero": ("port.free", {"start": 0}, "bad_args", "start"),
         "port-free-start-huge": ("port.free", {"start": 10**30}, "bad_args", "start"),
         "port-free-count-huge": ("port.free", {"start": 8000, "count": 10**6}, "bad_args", "count"),
@@ -825,7 +832,7 @@ def protocol_cases() -> Iterator[Case]:
         lines[name] = (_request(op, args), code, fragment)
     traversals = ("../../etc", "/etc/passwd", "..", "a/../../b", "x\n", "x\x00y", "~root/.ssh")
     for index, shard_id in enumerate(traversals):
-        for op in ("shard.stop", "shard.logs", "shard.nccl", "shard.forget"):
+        for op in ("shard.stop", "shard.logs", "shard.nccl", "shard.head", "shard.forget"):
             lines[f"{op.replace('.', '-')}-traversal-{index}"] = (
                 _request(op, {"shard_id": shard_id}),
                 "not_found",

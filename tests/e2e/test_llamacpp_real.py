@@ -25,15 +25,10 @@ import contextlib
 import importlib.metadata
 import importlib.util
 import json
-import os
-import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +36,7 @@ import asyncssh
 import httpx
 import pytest
 from engine_process import WEATHER_TOOL
+from this_machine import NODE, run_script_on_this_machine
 from tiny_gguf import (
     BLOCK_COUNT,
     CONTEXT_TOKENS,
@@ -80,9 +76,6 @@ TLS = EngineIdentity.make("tiny-llama")
 """The replica's certificate and key: its engine serves HTTPS with them, every caller pins it."""
 READY_TIMEOUT_S = 120.0
 SERVED_NAME = "tiny-llama"
-NODE = "here"
-LLMGW_TUI = [sys.executable, "-c", "import sys; from llmgw_tui.cli import main; sys.exit(main())"]
-"""The console, run as a person runs it (the `llmgw-tui` entry point) from this interpreter."""
 
 
 def llama_cpp_version() -> str:
@@ -399,148 +392,6 @@ def test_a_long_streamed_answer_is_not_cut_by_the_health_probe_or_a_second_quest
     assert second["choices"][0]["message"]["content"].strip() == REPLY
 
 
-@contextlib.contextmanager
-def sshd_in_a_thread(server: LoopbackSshd) -> Iterator[LoopbackSshd]:
-    """Run the loopback SSH server on its own event loop, for a console in another process."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        asyncio.run_coroutine_threadsafe(server.start(), loop).result(30)
-        yield server
-    finally:
-        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-
-
-def _processes_naming(text: str) -> dict[int, str]:
-    """The live processes whose command line mentions `text`: pid → command line."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in command:
-            found[int(entry.name)] = command
-    return found
-
-
-def _end(processes: dict[int, str]) -> None:
-    """End processes this test started (found by its own temporary paths), by their ids."""
-    for pid in processes:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-
-
-@dataclass(frozen=True)
-class NodeLogin:
-    """How the console reaches the node: its SSH port and user, its host key, what to add."""
-
-    port: int
-    user: str | None
-    known_hosts: str
-    inventory_lines: str = ""
-
-
-@contextlib.contextmanager
-def asyncssh_login(folder: Path, client_key: asyncssh.SSHKey) -> Iterator[NodeLogin]:
-    """This machine behind asyncssh's server; its agent finds llama-cpp-python by the prefix named."""
-    server = LoopbackSshd(
-        home=folder / "node" / "home",
-        host_key=asyncssh.generate_private_key("ssh-ed25519"),
-        authorized_keys=client_key.export_public_key().decode(),
-        env={EXTRA_PREFIXES_ENV: sys.prefix},
-        allow_forwarding=True,
-    )
-    with sshd_in_a_thread(server):
-        yield NodeLogin(server.port, None, server.known_hosts_line() + "\n")
-
-
-@contextlib.contextmanager
-def openssh_login(folder: Path, client_key: asyncssh.SSHKey) -> Iterator[NodeLogin]:
-    """This machine behind OpenSSH's sshd (skips where it is not installed).
-
-    sshd gives sessions a bare environment, so the inventory says where
-    llama-cpp-python is, as an operator would for a virtualenv.
-    """
-    from fleet.conftest import ClientKey, OpenSshd  # the fleet tests' sshd on loopback ports
-
-    sshd = OpenSshd(folder / "sshd", ClientKey(client_key, folder / "client_key")).start()
-    try:
-        yield NodeLogin(
-            sshd.ports[0],
-            sshd.user,
-            sshd.known_hosts_lines(),
-            f"    engines: {{llama.cpp: {{python: {sys.executable}}}}}\n",
-        )
-    finally:
-        sshd.stop()
-
-
-LOGINS = {"asyncssh": asyncssh_login, "openssh": openssh_login}
-
-
-def run_script_on_this_machine(
-    folder: Path,
-    steps: str,
-    model_dir: Path,
-    leftovers_of: str,
-    *,
-    ssh: str = "asyncssh",
-    node_lines: str = "",
-) -> tuple[subprocess.CompletedProcess[str], dict[int, str]]:
-    """Run `llmgw-tui --inventory … --run … --json` against this machine as node `here`.
-
-    The console is a separate process with its own home (no ~/.ssh/config,
-    no ssh-agent); the node is this machine behind an SSH server on loopback.
-
-    Args:
-        folder: where the keys, inventory, script and the node's home go.
-        steps: the script's `steps:` list, as YAML lines.
-        model_dir: the node's model directory.
-        leftovers_of: a path only this run's engines name on their command line.
-        ssh: "asyncssh" (its server in a thread here) or "openssh" (sshd).
-        node_lines: more of the node's inventory entry (YAML lines).
-
-    Returns:
-        The finished console, and the processes still naming `leftovers_of`
-        afterwards (ended before returning: they should not have been there).
-    """
-    client_key = asyncssh.generate_private_key("ssh-ed25519")
-    key_path = folder / "client_key"
-    key_path.write_bytes(client_key.export_private_key())
-    key_path.chmod(0o600)
-    script = folder / "script.yaml"
-    script.write_text("steps:\n" + steps)
-    env = {key: value for key, value in os.environ.items() if key != "SSH_AUTH_SOCK"}
-    env.update(HOME=str(folder / "console"), NO_COLOR="1")
-    with LOGINS[ssh](folder, client_key) as login:
-        known_hosts = folder / "known_hosts"
-        known_hosts.write_text(login.known_hosts)
-        user = f"    user: {login.user}\n" if login.user else ""
-        inventory = folder / "inventory.yaml"
-        inventory.write_text(
-            f"nodes:\n  - name: {NODE}\n    host: 127.0.0.1\n    port: {login.port}\n{user}"
-            f"    identity_file: {key_path}\n    model_dirs: [{model_dir}]\n"
-            f"{login.inventory_lines}{node_lines}known_hosts: {known_hosts}\n"
-        )
-        done = subprocess.run(
-            [*LLMGW_TUI, "--inventory", str(inventory), "--run", str(script), "--json"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=240,
-        )
-        left_running = _processes_naming(leftovers_of)
-        _end(left_running)
-    return done, left_running
-
-
 @needs_llama_cpp
 @pytest.mark.parametrize("ssh", ["asyncssh", pytest.param("openssh", marks=pytest.mark.sshd)])
 def test_a_script_serves_the_tiny_gguf_on_this_machine_asks_it_and_stops_it(
@@ -639,13 +490,12 @@ def test_llama_server_served_with_jinja_answers_an_openai_tools_call_with_a_tool
         pytest.skip("no llama-server here (LLMGW_LLAMA_SERVER names a build to use)")
     model_dir = tmp_path / "models"
     model_path = write_tiny_tool_caller_gguf(model_dir / "tools" / "tools.gguf")
-    node_lines = f"    engines: {{llama.cpp: {{bin: {server}}}}}\n"
     serve = (
         f"  - serve: {{model: {model_path}, engine: llama.cpp, context: 2048, name: tools,"
         " engine_args: {jinja: true}, timeout: 120}\n"
     )
     done, _ = run_script_on_this_machine(
-        tmp_path, serve, model_dir, "nothing names this", node_lines=node_lines
+        tmp_path, serve, model_dir, "nothing names this", engines={"llama.cpp": {"bin": server}}
     )
     try:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

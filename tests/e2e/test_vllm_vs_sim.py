@@ -13,7 +13,6 @@ and field set must be the same, except where `DIFFERS` says why.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,14 +21,13 @@ from typing import Any
 import httpx
 import pytest
 from engine_process import WEATHER_TOOL, serving
+from real_vllm import REPO_ROOT, VLLM, make_tiny_llama, skip_without_real_vllm
 
 openai = pytest.importorskip("openai")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 AGENT = REPO_ROOT / "agent"
-VLLM = Path(os.environ.get("LLMGW_VLLM") or REPO_ROOT / ".venv-vllm" / "bin" / "vllm")
 KEY = "sk-compare-0123456789"
 HELLO = [{"role": "user", "content": "Say hello"}]
 TOOLS = [WEATHER_TOOL]
@@ -56,23 +54,9 @@ def _command(model: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not VLLM.exists():
-        pytest.skip(
-            f"no real vLLM at {VLLM}: .ci/run installs the CPU build there where PyTorch's "
-            "CPU build lies on the machine's disk; LLMGW_VLLM names another vllm"
-        )
+    skip_without_real_vllm()
     folder = tmp_path_factory.mktemp("vllm")
-    made = subprocess.run(
-        [
-            str(VLLM.parent / "python"),
-            str(REPO_ROOT / "tests/support/tiny_hf_llama.py"),
-            str(folder / "tiny"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert made.returncode == 0, made.stderr[-3000:]
+    make_tiny_llama(folder / "tiny")
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("LLMGW_", "VLLM_"))},
         "VLLM_API_KEY": KEY,

@@ -53,6 +53,8 @@ def wizard_fields(model: str, plan: dict[str, Any], way: dict[str, Any]) -> dict
 
 
 def same_way(served: dict[str, Any], listed: dict[str, Any]) -> bool:
+    # The plan names a CPU node's class `cpu`; a served way has no card class there.
+    listed = {**listed, "gpu_class": None} if listed.get("on_cpu") else listed
     return all(served.get(key) == listed.get(key) for key in SAME_WAY)
 
 

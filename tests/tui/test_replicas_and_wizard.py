@@ -119,7 +119,9 @@ def test_the_wizard_greys_out_next_with_the_reason_until_the_input_is_valid(make
             assert next_button.disabled and wizard.blocked == "type a model"
             await pilot.press(*"catalog:meta-llama/Llama-3.3-70B-Instruct", "enter")
             await until(pilot, lambda: wizard.step == "way", 'wizard.step == "way"', timeout_s=10)
-            assert wizard.plan_body is not None and len(wizard.plan_body["options"]) == 8
+            assert wizard.plan_body is not None and len(wizard.plan_body["options"]) == 9
+            # The last: vLLM's CPU backend on the demo's CPU node (a NUMA node of 256 GiB).
+            assert wizard.plan_body["options"][-1]["layout"] == "vLLM in RAM, 1 NUMA node"
             await pilot.press("enter")
             await until(
                 pilot,

@@ -1,4 +1,4 @@
-"""The host part of the facts: name, CPUs, RAM, management address and interface.
+"""The host part of the facts: name, CPUs, RAM, NUMA nodes, management address and interface.
 
 Read from `/proc` and the socket layer on a real node, or from `host.json`
 in a capture directory. Driver and CUDA versions come from nvidia-smi/NVML;
@@ -43,10 +43,23 @@ HOST_KEYS = (
     "arch",
     "pci_gpus",
     "cpu_flags",
+    "numa_nodes",
 )
 
 CPU_FLAGS = ("avx2", "avx512f", "amx_int8", "amx_tile", "asimddp", "i8mm", "sve")
 """The CPU features that decide which tensors llama.cpp repacks (a second copy in RAM)."""
+
+_NUMA_NODE = Record(
+    {
+        "node": Whole(0, 1 << 16),
+        "cpus": Whole(0, 1 << 20),
+        "memory_mib": Whole(0, 1 << 40),
+        "cpulist": Maybe(Text()),
+    },
+    required=("node", "cpus", "memory_mib"),
+    what="a NUMA node {node, cpus, memory_mib}",
+    plural="NUMA nodes {node, cpus, memory_mib}",
+)
 
 _NVIDIA_VENDOR = "0x10de"
 _GPU_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers; NVSwitches are bridges (0x0680)
@@ -69,6 +82,7 @@ HOST_SCHEMA = Record(
         "pci_gpus": Maybe(Whole(0, 4096)),
         "cpu_flags": Maybe(ListOf(Text())),
         "cpu_only": Maybe(Flag()),
+        "numa_nodes": Maybe(ListOf(_NUMA_NODE)),
         "mounts": Maybe(
             ListOf(
                 Record(
@@ -136,6 +150,54 @@ def memory_mib(meminfo: str) -> Optional[int]:
             if kib is not None:
                 return kib // 1024
     return None
+
+
+def cpu_count_of_list(cpulist: str) -> Optional[int]:
+    """CPUs a kernel cpulist names (`0-31,64-95` -> 64); None when it is not one."""
+    count = 0
+    for part in cpulist.strip().split(","):
+        if not part:
+            continue
+        low, dash, high = part.partition("-")
+        first, last = ascii_int(low), ascii_int(high) if dash else ascii_int(low)
+        if first is None or last is None or last < first:
+            return None
+        count += last - first + 1
+    return count
+
+
+def numa_node_memory_mib(meminfo: str) -> Optional[int]:
+    """`Node 0 MemTotal:  131890244 kB` from a NUMA node's `meminfo` -> MiB."""
+    for line in meminfo.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "MemTotal:":
+            kib = ascii_int(parts[3])
+            return kib // 1024 if kib is not None else None
+    return None
+
+
+def numa_nodes(nodes_dir: Path) -> "Optional[List[Dict[str, int]]]":
+    """Each NUMA node with memory (`/sys/devices/system/node/nodeN`): its CPUs and RAM.
+
+    vLLM's CPU backend puts one tensor-parallel rank on each NUMA node and
+    sizes its KV cache against that node's memory, so the planner needs them
+    apart. None when the kernel shows no NUMA nodes (then the host is one).
+    """
+    if not nodes_dir.is_dir():
+        return None
+    found = []
+    for entry in sorted(nodes_dir.iterdir(), key=lambda path: path.name):
+        number = ascii_int(entry.name[4:]) if entry.name.startswith("node") else None
+        if number is None:
+            continue
+        cpulist = _read_text(str(entry / "cpulist")).strip()
+        cpus = cpu_count_of_list(cpulist)
+        memory = numa_node_memory_mib(_read_text(str(entry / "meminfo")))
+        if not cpus or not memory:
+            continue  # a memory-less or CPU-less node (CXL, HBM) holds no rank
+        found.append({"node": number, "cpus": cpus, "memory_mib": memory, "cpulist": cpulist})
+    found.sort(key=lambda node: node["node"])
+    return found or None
 
 
 def default_route_interface(route_table: str) -> Optional[str]:
@@ -236,6 +298,7 @@ def live_host() -> Dict[str, Any]:
         "arch": uname.machine,
         "pci_gpus": count_pci_gpus(Path("/sys/bus/pci/devices")),
         "cpu_flags": cpu_flags(_read_text("/proc/cpuinfo")),
+        "numa_nodes": numa_nodes(Path("/sys/devices/system/node")),
     }
 
 

@@ -1,15 +1,16 @@
-"""A shard's NCCL lines, read from the start of its log: what NCCL chose is said once, early.
+"""A shard's first lines, read from the start of its log: what an engine says once, early.
 
 `shard.logs` gives the newest lines; NCCL names its network, adapters and
-channels when a communicator is made, minutes before. This reads the whole
-kept log (the older file first) and returns only NCCL's own `INFO` and
-`WARN` lines — the first `limit` of them — so the console can tell which
-transport each shard took without moving the log.
+channels when a communicator is made, and an engine its weights, KV cache and
+concurrency while it starts, minutes before. These read the whole kept log
+(the older file first) from its start: `shard.nccl` only NCCL's own `INFO`
+and `WARN` lines, `shard.head` every line — the first `limit` of them — so the
+console can read them without moving the log.
 """
 
 from __future__ import annotations
 
-from typing import List
+from typing import Optional, Tuple
 
 from llmgw_agent.logcap import LOG_NAME
 
@@ -25,10 +26,22 @@ def nccl_lines(shard_id: str, limit: int) -> dict:
     Raises:
         OpError: `not_found` for an unknown shard.
     """
+    return first_lines(shard_id, limit, _MARKERS)
+
+
+def first_lines(shard_id: str, limit: int, markers: Optional[Tuple[bytes, ...]] = None) -> dict:
+    """The first `limit` lines of a shard's kept log (those holding a marker, when given).
+
+    Returns:
+        `{"lines": [...], "truncated": bool}`; `truncated` when more were found.
+
+    Raises:
+        OpError: `not_found` for an unknown shard.
+    """
     from llmgw_agent.shards.records import shard_directory
 
     directory = shard_directory(shard_id)
-    found: List[str] = []
+    found = []
     truncated = False
     for path in (directory / (LOG_NAME + ".1"), directory / LOG_NAME):
         try:
@@ -37,7 +50,7 @@ def nccl_lines(shard_id: str, limit: int) -> dict:
             continue
         with handle:
             for raw in handle:
-                if not any(marker in raw for marker in _MARKERS):
+                if markers is not None and not any(marker in raw for marker in markers):
                     continue
                 if len(found) >= limit:
                     truncated = True

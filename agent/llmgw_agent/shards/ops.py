@@ -90,6 +90,15 @@ def shard_nccl(given: dict, _call: Any) -> dict:
     return nccl_lines(given["shard_id"], given["limit"])
 
 
+@operation(Op.SHARD_HEAD, args={"shard_id": Arg((str,)), "limit": Arg((int,), 600, 1, 20_000)})
+def shard_head(given: dict, _call: Any) -> dict:
+    """`shard.head` `{shard_id, limit?=600}` → `{lines, truncated}`: the first lines of the
+    shard's kept log (what its engine said while it started: weights, KV cache, concurrency)."""
+    from llmgw_agent.shards.nccl import first_lines
+
+    return first_lines(given["shard_id"], given["limit"])
+
+
 @operation(Op.SHARD_DRAIN, args=SHARD_ID)
 def shard_drain(given: dict, _call: Any) -> dict:
     """`shard.drain` `{shard_id}` → `{shard_id, draining_since}`: marks a shard draining

@@ -459,7 +459,14 @@ def _cpu(dest: Path, options: Dict[str, Any]) -> None:
             "kernel": "6.8.0-48-generic",
             "arch": "x86_64",
             "cpu_only": True,
-            "engines": {"llama.cpp": {"version": "b6500", "path": "/usr/local/bin/llama-server"}},
+            "numa_nodes": [
+                {"node": 0, "cpus": 64, "memory_mib": 256 * 1024, "cpulist": "0-31,64-95"},
+                {"node": 1, "cpus": 64, "memory_mib": 256 * 1024, "cpulist": "32-63,96-127"},
+            ],
+            "engines": {
+                "llama.cpp": {"version": "b6500", "path": "/usr/local/bin/llama-server"},
+                "vllm": {"version": "0.32.0+cpu", "path": "/opt/vllm/bin/vllm"},
+            },
         },
     )
 

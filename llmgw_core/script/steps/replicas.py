@@ -54,7 +54,9 @@ async def run_replicas(args: ReplicasArgs, ctx: StepContext) -> StepOutcome:
 
             await follow_all(fleet, reach)  # a replica healed elsewhere: gateways follow it
     shown = [v for v in views if args.name is None or v.name == args.name]
-    shown = list(await with_transports(fleet, shown))
+    from llmgw_core.serve.figures import with_all_figures
+
+    shown = list(await with_all_figures(fleet, await with_transports(fleet, shown)))
     rows = []
     for view in shown:
         row = view.as_dict()

@@ -163,7 +163,10 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
         )
     result: dict[str, Any] = outcome.as_dict()
     if outcome.phase in ("ready", "starting"):
+        from llmgw_core.serve.figures import with_figures
+
         view = await with_transport(fleet, await find_replica(fleet, outcome.name))
+        view = await with_figures(fleet, view)
         result["replica"] = view.as_dict()
         from llmgw_core.gateway.run import follow_all
 

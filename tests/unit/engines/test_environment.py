@@ -165,3 +165,19 @@ def test_the_environment_is_the_same_function_for_every_process_of_a_shard():
         assert {k: v for k, v in command.env.items() if not k.startswith("RAY_")} == shard_env(
             req, req.head
         )
+
+
+def test_vllm_on_a_cpu_node_is_given_the_kv_cache_the_plan_sized_and_the_operator_may_say_more():
+    node = h100_node(gpus=(), adapters=(), fabric=None)
+    req = request(nodes=(node,), tensor_parallel=1, cpu_kv_cache_gib=3)
+    env = _env(req)
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "3" and env["CUDA_VISIBLE_DEVICES"] == ""
+    mine = request(
+        nodes=(node,),
+        tensor_parallel=1,
+        cpu_kv_cache_gib=3,
+        extra_env={"VLLM_CPU_KVCACHE_SPACE": "8"},
+    )
+    assert _env(mine)["VLLM_CPU_KVCACHE_SPACE"] == "8"
+    on_cards = _env(request(nodes=two_h100_nodes()))
+    assert "VLLM_CPU_KVCACHE_SPACE" not in on_cards

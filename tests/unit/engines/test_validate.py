@@ -227,8 +227,8 @@ def test_vllm_on_a_cpu_node_is_refused():
     node = h100_node(gpus=(), adapters=(), fabric=None)
     refusal = _refusal(request(nodes=(node,), tensor_parallel=1))
     assert refusal.sentence() == (
-        "vllm needs cards and h100-a-01 gives it none: serve a GGUF file with llama.cpp on a "
-        "CPU node"
+        "vllm needs cards and h100-a-01 gives it none: serve a GGUF file with llama.cpp, or "
+        "unquantised weights with vLLM, on a CPU node"
     )
 
 

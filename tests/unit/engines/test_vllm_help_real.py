@@ -10,20 +10,17 @@ vLLM (the CPU build, `.venv-vllm`); `LLMGW_VLLM` names another `vllm`.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 from engine_nodes import h100_cards, h100_node, request, two_h100_nodes
+from real_vllm import VLLM, skip_without_real_vllm
 
 from llmgw_core.engines import build_launch
 from llmgw_core.engines.flags import FLAGS, READ_FROM, flag_name, release_key
 from llmgw_core.engines.identity import EngineIdentity
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-VLLM = Path(os.environ.get("LLMGW_VLLM") or REPO_ROOT / ".venv-vllm" / "bin" / "vllm")
 _FLAG_LINE = re.compile(r"^  (-[-\w].*?)(?:\s{2,}|$)")
 _CHOICES = re.compile(r"^--([\w-]+) \{([^}]*)\}")
 
@@ -31,11 +28,7 @@ _CHOICES = re.compile(r"^--([\w-]+) \{([^}]*)\}")
 @pytest.fixture(scope="module")
 def vllm_help() -> tuple[str, dict[str, tuple[str, ...]]]:
     """The installed vLLM's version, and each flag of its help with the choices it lists."""
-    if not VLLM.exists():
-        pytest.skip(
-            f"no real vLLM at {VLLM}: .ci/run installs the CPU build there where PyTorch's "
-            "CPU build lies on the machine's disk; LLMGW_VLLM names another vllm"
-        )
+    skip_without_real_vllm()
     version = subprocess.run(
         # Its distribution's metadata: importing vllm to ask takes seconds of both cores.
         [

@@ -192,3 +192,14 @@ def test_no_room_is_said_in_one_line_with_the_nodes_of_the_right_class_first(dem
         "(held by llama-70b); h100-a-02: fabric: too few nodes with room share an interconnect "
         "with it (1 on ib-a; 2 needed); 21 other nodes: another class"
     )
+
+
+def test_vllm_on_the_cpu_node_takes_as_many_numa_nodes_as_it_has_ranks(demo_facts):
+    # The demo's CPU node reports two NUMA nodes of 256 GiB: two ranks fit, four do not.
+    views = _views(demo_facts)
+    two = place(Want(None, 0, ram_gib=300.0, numa_nodes=2), views)
+    assert two is not None and two.nodes[0].node == "cpu-01"
+    verdicts = explain(Want(None, 0, ram_gib=300.0, numa_nodes=4), views)
+    assert _reasons(verdicts)["cpu-01"] == (
+        "NUMA: it has 2 NUMA nodes, and this way puts a rank on each of 4"
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmgw_core.catalog import catalog_model
+from llmgw_core.catalog import catalog_model, known_models
 from llmgw_core.errors import BadInput
 from llmgw_core.planner.plan import plan
 from llmgw_core.planner.pools import described_fleet
@@ -49,7 +49,9 @@ def test_llama_70b_at_32k_on_two_h100_nodes_is_best_on_4_cards_of_one_node():
 
 def test_every_way_is_listed_best_first_and_both_engines_offered():
     result = _plan(LLAMA_70B, TWO_DGX, format="safetensors")
-    vllm = [(w.tensor_parallel, w.nodes) for w in result.options if w.engine == "vllm"]
+    vllm = [
+        (w.tensor_parallel, w.nodes) for w in result.options if w.engine == "vllm" and not w.on_cpu
+    ]
     assert vllm == [(4, 1), (8, 1)]
     assert [w.engine for w in result.options[:2]] == ["vllm", "sglang"]
 
@@ -105,9 +107,32 @@ def test_a_gguf_file_runs_on_a_cpu_node_from_a_downloaded_path():
     assert best.label() == "CPU node"
 
 
-def test_safetensors_never_run_on_a_cpu_node():
+def test_safetensors_run_on_a_cpu_node_with_vllm_a_rank_on_each_numa_node_it_needs():
+    one = [{"name": "cpu1", "gpus": 0, "memory_gib": 64}]
+    result = _plan("catalog:meta-llama/Llama-3.1-8B-Instruct", one, context=8192)
+    best = result.best
+    assert (best.engine, best.on_cpu, best.tensor_parallel, best.cards) == ("vllm", True, 1, 0)
+    # 8192 tokens × 128 KiB a token (32 layers × 8 KV heads × 128 × K and V × 2 bytes) is
+    # exactly 1 GiB: the whole GiB VLLM_CPU_KVCACHE_SPACE is given, 8192 tokens, one request.
+    assert (best.cpu_kv_cache_gib, best.kv_tokens, best.max_concurrency) == (1, 8192, 1.0)
+    assert best.serve.startswith("VLLM_CPU_KVCACHE_SPACE=1 vllm serve ")
+    assert best.layout_text() == "vLLM in RAM, 1 NUMA node"
+    # 70B at bf16 (131 GiB) fits no 128 GiB NUMA node: two of them, a rank each.
+    two = [{"name": "cpu2", "gpus": 0, "memory_gib": 256, "numa_nodes": 2}]
+    wide = _plan(LLAMA_70B, two, context=8192, format="safetensors").best
+    assert (wide.engine, wide.tensor_parallel, wide.card_memory_gib) == ("vllm", 2, 128.0)
+    assert "--tensor-parallel-size 2" in wide.serve
+    assert wide.layout_text() == "vLLM in RAM, 2 NUMA nodes"
+    four = [{"name": "cpu4", "gpus": 0, "memory_gib": 256, "numa_nodes": 4}]
+    assert _plan(LLAMA_70B, four, context=8192, format="safetensors").best.tensor_parallel == 4
+    big = [{"name": "cpu2", "gpus": 0, "memory_gib": 512, "numa_nodes": 2}]
+    assert _plan(LLAMA_70B, big, context=8192, format="safetensors").best.tensor_parallel == 1
+
+
+def test_quantised_safetensors_are_not_planned_on_vllms_cpu_backend():
     fleet = [{"name": "cpu1", "gpus": 0, "memory_gib": 2048}]
-    result = _plan("catalog:meta-llama/Llama-3.1-8B-Instruct", fleet, context=8192)
+    awq = "catalog:" + next(ref for ref in known_models() if ref.endswith("-GPTQ"))
+    result = _plan(awq, fleet, context=4096)
     assert result.best is None
 
 
@@ -214,12 +239,11 @@ def test_a_model_whose_shape_is_unknown_is_bad_input():
         plan(model, described_fleet(TWO_DGX), context=8192)
 
 
-def test_safetensors_with_only_a_cpu_node_asks_for_gpus_or_a_gguf_file():
-    fleet = [{"name": "cpu1", "gpus": 0, "memory_gib": 512}]
+def test_safetensors_too_big_for_a_cpu_node_say_what_would_make_them_fit():
+    fleet = [{"name": "cpu1", "gpus": 0, "memory_gib": 16}]
     result = _plan("catalog:meta-llama/Llama-3.1-8B-Instruct", fleet, context=8192)
-    assert result.advice == (
-        "a GPU node (these files need vLLM or SGLang), or a GGUF file of it for a CPU node",
-    )
+    assert result.best is None
+    assert len(result.advice) == 1 and result.advice[0].endswith(" GGUF of it on a CPU node")
 
 
 def test_cards_free_on_several_nodes_are_offered_when_one_node_has_too_few_free():

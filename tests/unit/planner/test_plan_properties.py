@@ -58,7 +58,13 @@ def test_every_way_fits_obeys_the_rules_and_comes_best_first(entries, ref, conte
     for way in result.options:
         assert way.per_card_gib <= way.usable_gib + 1e-9
         if way.on_cpu:
-            assert way.engine == "llama.cpp" and way.cards == 0
+            assert way.engine in ("llama.cpp", "vllm") and way.cards == 0
+            if way.engine == "vllm":
+                # A rank per NUMA node; the KV cache whole GiB, as VLLM_CPU_KVCACHE_SPACE takes it.
+                assert way.cpu_kv_cache_gib is not None and way.cpu_kv_cache_gib >= 1
+                assert way.context_gib == way.cpu_kv_cache_gib
+                assert way.serve.startswith(f"VLLM_CPU_KVCACHE_SPACE={way.cpu_kv_cache_gib} ")
+                assert way.max_concurrency is not None and way.max_concurrency >= 1
             continue
         card = gpu_class(way.gpu_class)
         assert way.cards == way.tensor_parallel * way.pipeline_parallel

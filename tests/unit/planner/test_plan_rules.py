@@ -100,9 +100,10 @@ def test_fp8_weights_are_never_offered_on_a_card_too_old_for_them(real_shape):
     assert load_refusal("vllm", fp8, shape, gpu_class("h100-80g")) is None
 
 
-def test_vllm_does_not_run_on_a_cpu_node(real_shape):
+def test_vllm_runs_unquantised_weights_on_a_cpu_node_and_sglang_does_not(real_shape):
     shape = real_shape("meta-llama--Llama-3.1-8B-Instruct")
-    assert "does not run on a CPU node" in load_refusal("vllm", _safetensors(shape), shape, None)
+    assert load_refusal("vllm", _safetensors(shape), shape, None) is None
+    assert "does not run on a CPU node" in load_refusal("sglang", _safetensors(shape), shape, None)
 
 
 def test_a_bf16_model_on_a_t4_is_served_as_half(real_shape):

@@ -10,6 +10,7 @@ from llmgw_core.errors import BadInput, DoesNotFit
 from llmgw_core.placement import place
 from llmgw_core.planner.plan import plan
 from llmgw_core.planner.pools_live import live_nodes, planner_fleet
+from llmgw_core.serve.args import ServeFields
 from llmgw_core.serve.choice import Overrides, choices, way_layout
 from llmgw_core.serve.launch import free_port_on, launch_request, replica_name
 
@@ -164,6 +165,8 @@ def test_every_way_the_plan_lists_is_the_way_its_record_serves(demo_facts, model
     nodes_seen = set()
     for way in the_plan.options:
         record = way.as_dict()
+        # What the wizard sends is a valid `serve` (a CPU node's way names no cards).
+        ServeFields(model=model, **way_layout(record))
         (chosen,) = choices(the_plan, info, fleet, Overrides(**way_layout(record)), fallbacks=0)
         assert (chosen.label, chosen.engine, chosen.artifact) == (
             way.label(),

@@ -57,6 +57,29 @@ def memory_plan(engine: dict, card_mib: int, weights_bytes: int) -> dict:
     }
 
 
+CPU_BLOCK_TOKENS = 128
+"""vLLM's CPU backend pages 128 tokens."""
+
+
+def cpu_kv_plan(engine: dict, kv_space_gib: int, weights_bytes: int, node_gib: float) -> dict:
+    """vLLM's CPU backend: the KV cache `VLLM_CPU_KVCACHE_SPACE` asks for, on one NUMA node.
+
+    The sim has no model, so its tokens come from its one bytes-a-token figure, in
+    whole pages of 128 tokens as the real engine counts them.
+    """
+    per_token = _KV_BYTES_PER_TOKEN * float(engine.get("kv_bytes_ratio") or 1.0)
+    tokens = int(kv_space_gib * GIB / per_token) // CPU_BLOCK_TOKENS * CPU_BLOCK_TOKENS
+    weights_gib = weights_bytes / max(1, engine["tp"]) / GIB
+    return {
+        "used_mib": 0,
+        "weights_gib": weights_gib,
+        "kv_gib": float(kv_space_gib),
+        "kv_tokens": tokens,
+        "device": "CPU",
+        "node_gib": node_gib,
+    }
+
+
 def _adapters(hca_list: str) -> List[Tuple[str, str]]:
     """`=mlx5_0:1,mlx5_1` → [("mlx5_0", "1"), ("mlx5_1", "1")]; an exclusion list names none."""
     if hca_list.startswith("^"):
@@ -235,15 +258,25 @@ def ready_lines(engine: dict, plan: dict, load_s: float, bound: str) -> List[str
         # vLLM 0.32's wording (its CPU build's, measured; "GPU" where it says "CPU"): the KV
         # cache's size and the concurrency it holds on one line, then the engine's init, then
         # its own server (it binds the socket itself: no uvicorn "running on" line).
-        lines = [
-            "INFO {} Loading weights took {:.2f} seconds".format(_stamp(), load_s * 0.8),
-            "INFO {} Model loading took {:.4f} GiB and {:.6f} seconds".format(
-                _stamp(), plan["weights_gib"], load_s
-            ),
-            "INFO {} Available KV cache memory: {:.2f} GiB".format(_stamp(), plan["kv_gib"]),
-            "INFO {} GPU KV cache size: {:,} tokens, Maximum concurrency for {:,} tokens per "
+        device = plan.get("device", "GPU")
+        lines = ["INFO {} Loading weights took {:.2f} seconds".format(_stamp(), load_s * 0.8)]
+        if device == "CPU":  # its CPU worker says neither the weights' GiB nor "Available"
+            lines.append(
+                "INFO {} Explicitly set ({:.1f}/{:.2f}) GiB for KV cache on node 0.".format(
+                    _stamp(), plan["kv_gib"], plan["node_gib"]
+                )
+            )
+        else:
+            lines += [
+                "INFO {} Model loading took {:.4f} GiB memory and {:.6f} seconds".format(
+                    _stamp(), plan["weights_gib"], load_s
+                ),
+                "INFO {} Available KV cache memory: {:.2f} GiB".format(_stamp(), plan["kv_gib"]),
+            ]
+        lines += [
+            "INFO {} {} KV cache size: {:,} tokens, Maximum concurrency for {:,} tokens per "
             "request: {:.2f}x".format(
-                _stamp(), plan["kv_tokens"], context, plan["kv_tokens"] / max(1, context)
+                _stamp(), device, plan["kv_tokens"], context, plan["kv_tokens"] / max(1, context)
             ),
             "INFO {} init engine (profile, create kv cache, warmup model) took {:.2f} s".format(
                 _stamp(), load_s * 0.2

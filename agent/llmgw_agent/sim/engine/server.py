@@ -37,6 +37,7 @@ from typing import List, Optional
 from llmgw_agent import paths
 from llmgw_agent.sim.engine.args import KINDS, client_key, engine_kind, parse_engine_argv
 from llmgw_agent.sim.engine.lines import (
+    cpu_kv_plan,
     loading_lines,
     memory_plan,
     nccl_lines,
@@ -104,6 +105,22 @@ def _topology() -> Optional[dict]:
     replay = paths.replay_dir()
     facts = _replayed_facts(str(replay)) if replay is not None else None
     return (facts or {}).get("nvlink") or None
+
+
+def _numa_node_gib() -> float:
+    """The first NUMA node's RAM of the replayed node (its `host.json`), else the host's."""
+    replay = paths.replay_dir()
+    host: dict = {}
+    if replay is not None:
+        try:
+            host = json.loads((replay / "host.json").read_text())
+        except (OSError, ValueError):
+            host = {}
+    numa = host.get("numa_nodes") or []
+    mib = (numa[0].get("memory_mib") if numa and isinstance(numa[0], dict) else None) or host.get(
+        "memory_mib"
+    )
+    return float(mib) / 1024.0 if isinstance(mib, (int, float)) else 64.0
 
 
 def _card_mib_from_facts(replay: str, gpus: List[str]) -> Optional[int]:
@@ -189,6 +206,9 @@ def run_engine(kind: str, real_argv: List[str]) -> int:
     gpus = _card_gpus()
     weights_bytes, shard_count = _weights(engine["model"])
     plan = memory_plan(engine, _card_mib(gpus), weights_bytes)
+    cpu_kv = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "")
+    if kind == "vllm" and not gpus and cpu_kv.isdigit():  # vLLM's CPU backend
+        plan = cpu_kv_plan(engine, int(cpu_kv), weights_bytes, _numa_node_gib())
     state = SimState(engine, plan, client_key(kind, real_argv, os.environ))
     say(
         "INFO {} sim {} engine, model={} served as {!r}, tp={} pp={} nnodes={} node_rank={}".format(
