@@ -36,7 +36,7 @@ import asyncssh
 import httpx
 import pytest
 from engine_process import WEATHER_TOOL
-from this_machine import NODE, run_script_on_this_machine
+from this_machine import NODE, node_sshd, run_script_on_this_machine
 from tiny_gguf import (
     BLOCK_COUNT,
     CONTEXT_TOKENS,
@@ -48,7 +48,6 @@ from tiny_gguf import (
     write_tiny_tool_caller_gguf,
 )
 
-from llmgw_agent.discover.engines import EXTRA_PREFIXES_ENV
 from llmgw_core.engines.build import build_launch
 from llmgw_core.engines.from_fleet import launch_node
 from llmgw_core.engines.identity import EngineIdentity, pinned_context
@@ -56,7 +55,6 @@ from llmgw_core.engines.spec import LLAMA_CPP, LaunchPlan, LaunchRequest
 from llmgw_core.facts import NodeFacts
 from llmgw_core.fleet.client import AgentClient
 from llmgw_core.fleet.fleet import Fleet
-from llmgw_core.fleet.loopback import LoopbackSshd
 from llmgw_core.fleet.ssh import SshConnector, SshSettings
 from llmgw_core.inventory import NodeSpec, parse_inventory
 from llmgw_core.model.gguf_header import shape_from_gguf
@@ -244,13 +242,7 @@ async def this_machine_as_a_node(
     as its `host:`), such as where an engine lives.
     """
     client_key = asyncssh.generate_private_key("ssh-ed25519")
-    server = LoopbackSshd(
-        home=folder / "node" / "home",
-        host_key=asyncssh.generate_private_key("ssh-ed25519"),
-        authorized_keys=client_key.export_public_key().decode(),
-        env={EXTRA_PREFIXES_ENV: sys.prefix},
-        allow_forwarding=True,
-    )
+    server = node_sshd(folder, client_key)
     await server.start()
     known_hosts = folder / "known_hosts"
     known_hosts.write_text(server.known_hosts_line() + "\n")

@@ -78,16 +78,25 @@ class NodeLogin:
     engines: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
-@contextlib.contextmanager
-def asyncssh_login(folder: Path, client_key: asyncssh.SSHKey) -> Iterator[NodeLogin]:
-    """This machine behind asyncssh's server; its agent finds llama-cpp-python by the prefix named."""
-    server = LoopbackSshd(
+def node_sshd(folder: Path, client_key: asyncssh.SSHKey) -> LoopbackSshd:
+    """asyncssh's server for this machine as a node, its home under `folder` (not started).
+
+    Its sessions name this environment's prefix to the agent (`LLMGW_ENGINE_PREFIXES`),
+    so the agent finds llama-cpp-python here, as an operator names a virtualenv.
+    """
+    return LoopbackSshd(
         home=folder / "node" / "home",
         host_key=asyncssh.generate_private_key("ssh-ed25519"),
         authorized_keys=client_key.export_public_key().decode(),
         env={EXTRA_PREFIXES_ENV: sys.prefix},
         allow_forwarding=True,
     )
+
+
+@contextlib.contextmanager
+def asyncssh_login(folder: Path, client_key: asyncssh.SSHKey) -> Iterator[NodeLogin]:
+    """This machine behind asyncssh's server; its agent finds llama-cpp-python by the prefix named."""
+    server = node_sshd(folder, client_key)
     with sshd_in_a_thread(server):
         yield NodeLogin(server.port, None, server.known_hosts_line() + "\n")
 
