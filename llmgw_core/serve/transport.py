@@ -70,6 +70,8 @@ def unknown_transport(spec: Mapping[str, Any], phase: str) -> str:
     way = spec.get("way") or {}
     if spec.get("engine") == "llama.cpp":
         return "llama.cpp uses no NCCL"
+    if way and way.get("gpu_class") is None and not way.get("cards_per_node"):
+        return "a CPU node: no NCCL"  # vLLM's CPU ranks talk over Gloo
     if int(way.get("cards_per_node") or 0) * int(way.get("nodes") or 1) <= 1:
         return "one card: no NCCL"
     level = str((spec.get("env") or {}).get("NCCL_DEBUG", "INFO")).upper()

@@ -277,6 +277,36 @@ def test_a_gguf_file_is_served_by_llama_cpp_on_the_cpu_node(demo: Demo):
     demo.step("stop", replica="qwen-gguf")
 
 
+def test_safetensors_are_served_by_vllm_on_the_cpu_node_with_the_kv_cache_the_plan_sized(
+    demo: Demo,
+):
+    result = _served(
+        demo,
+        model="catalog:meta-llama/Llama-3.1-8B-Instruct",
+        engine="vllm",
+        context=8192,
+        concurrency=4,
+        gpu_class="cpu",
+        name="llama-8b-cpu",
+    )
+    # 4 × 8192 tokens × 128 KiB a token is 4 GiB, whole: VLLM_CPU_KVCACHE_SPACE=4.
+    assert (result["way"]["engine"], result["way"]["cpu_kv_cache_gib"]) == ("vllm", 4)
+    assert result["placement"]["nodes"][0]["node"] == "cpu-01"
+    replica = result["replica"]
+    (shard,) = replica["shards"]
+    assert shard["env"]["VLLM_CPU_KVCACHE_SPACE"] == "4" and shard["gpus"] == []
+    assert shard["transport"]["unknown"] == "a CPU node: no NCCL"
+    figures = replica["figures"]
+    assert (figures["kv_device"], figures["kv_cache_gib"], figures["kv_sized"]) == (
+        "CPU",
+        4.0,
+        "explicit",
+    )
+    assert replica["figure_warnings"] == []
+    assert demo.step("ask", replica="llama-8b-cpu", prompt="hi").ok
+    demo.step("stop", replica="llama-8b-cpu")
+
+
 def test_a_local_gguf_file_is_copied_to_the_node_that_serves_it(demo: Demo, tmp_path: Path):
     from tiny_gguf import write_tiny_llama_gguf
 
