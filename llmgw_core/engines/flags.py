@@ -36,8 +36,9 @@ from llmgw_core.memory.need import ENGINE_DEFAULTS, EngineOptions
 
 READ_FROM = {
     "vllm": "0.11.0 (`vllm serve --help`, docs.vllm.ai), checked against 0.32.0's `--help=all`",
-    "sglang": "0.5.3 (`python -m sglang.launch_server --help`)",
-    "llama.cpp": "b6500 (`llama-server --help`, tools/server/README.md)",
+    "sglang": "0.5.3 (`python -m sglang.launch_server --help`), checked against 0.5.23's server_args",
+    "llama.cpp": "b6500 (`llama-server --help`, tools/server/README.md), checked against"
+    " llama.cpp 0c1e570 (2026-10-01, llama-cpp-python 0.3.36's) common/arg.cpp",
 }
 """The engine release each table was read from."""
 

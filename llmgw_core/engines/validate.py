@@ -18,6 +18,7 @@ from llmgw_core.engines.spec import (
     LLAMA_CPP,
     MULTIPROCESSING,
     RAY,
+    SGLANG,
     SIM,
     VLLM,
     LaunchGpu,
@@ -29,6 +30,10 @@ from llmgw_core.errors import BadInput
 from llmgw_core.model.quantization import online_fp8
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+SGLANG_TLS_SINCE = (0, 5, 10)
+"""SGLang's server takes `--ssl-certfile`/`--ssl-keyfile` from 0.5.10 (0.5.8 has none; read
+from the releases' `server_args`): an older one cannot serve the replica's certificate."""
 
 
 def validate_launch(request: LaunchRequest) -> None:
@@ -274,6 +279,14 @@ def _check_versions(request: LaunchRequest) -> None:
             f"the nodes run different {request.engine} versions ({', '.join(sorted(reported))}), "
             "and the ranks of one replica must agree",
             "install one version on every node",
+        )
+    old_sglang = at_least(request.head.engine_version, SGLANG_TLS_SINCE) is False
+    if request.engine == SGLANG and request.tls is not None and old_sglang:
+        raise BadInput(
+            f"SGLang {request.head.engine_version} on {request.head.name} takes no certificate"
+            " (--ssl-certfile came in 0.5.10), and llmgw serves every engine over HTTPS with"
+            " its own",
+            "install SGLang 0.5.10 or later there",
         )
     if request.engine not in (VLLM, SIM) or request.executor is None:
         return

@@ -28,7 +28,7 @@ _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 _DEFAULT_ENGINES = {
     "vllm": {"version": "0.19.0", "path": "/opt/llm/venv/bin/vllm"},
-    "sglang": {"version": "0.5.3", "path": "/opt/llm/venv/bin/python3"},
+    "sglang": {"version": "0.5.23", "path": "/opt/llm/venv/bin/python3"},
     "llama.cpp": {"version": "b6500", "path": "/usr/local/bin/llama-server"},
 }
 

@@ -138,7 +138,7 @@ def test_the_inventorys_engine_location_wins_over_what_the_node_found(node_facts
         _spec(inventory, "h100-a-01"), facts, engine="sglang", rank=0, gpu_ids=["0"], http_port=1
     )
     assert node.program == ("/opt/sglang/bin/python3.11", "-m", "sglang.launch_server")
-    assert node.engine_version == "0.5.3"
+    assert node.engine_version == "0.5.23"
     assert not node.simulated
 
 

@@ -271,3 +271,20 @@ def test_a_memory_share_above_one_is_refused():
 def test_build_launch_validates_first():
     with pytest.raises(BadInput, match="tensor parallel 4"):
         build_launch(request(tensor_parallel=4))
+
+
+def test_sglang_before_0_5_10_is_refused_as_it_cannot_serve_the_replicas_certificate():
+    from dataclasses import replace
+
+    from llmgw_core.engines.identity import EngineIdentity
+
+    old = replace(h100_node(), engine_version="0.5.3")
+    tls = EngineIdentity.make("r")
+    req = request(nodes=(old,), engine="sglang", tensor_parallel=8, tls=tls)
+    assert _refusal(req).sentence() == (
+        "SGLang 0.5.3 on h100-a-01 takes no certificate (--ssl-certfile came in 0.5.10), and"
+        " llmgw serves every engine over HTTPS with its own: install SGLang 0.5.10 or later"
+        " there"
+    )
+    current = replace(h100_node(), engine_version="0.5.23")
+    validate_launch(request(nodes=(current,), engine="sglang", tensor_parallel=8, tls=tls))
