@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from llmgw_agent.discover.host import cpu_list_ids
 from llmgw_core.facts import NumaNode
 
 BIND_VARIABLE = "VLLM_CPU_OMP_THREADS_BIND"
@@ -24,17 +25,9 @@ AUTO = "auto"
 
 
 def cpu_ids(cpulist: str) -> list[int]:
-    """The CPUs a kernel cpulist names (`0-3,8` -> [0, 1, 2, 3, 8]); [] when it is not one."""
-    found: list[int] = []
-    for part in cpulist.strip().split(","):
-        if not part:
-            continue
-        low, _, high = part.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
-            return []
-        first, last = int(low), int(high or low)
-        found.extend(range(first, last + 1))
-    return found
+    """The CPUs a kernel cpulist names (`0-3,8` -> [0, 1, 2, 3, 8]); [] when it is not one
+    (read as the agent reads it from `/sys`: `cpu_list_ids`)."""
+    return cpu_list_ids(cpulist) or []
 
 
 def cpulist_of(ids: Iterable[int]) -> str:

@@ -26,22 +26,34 @@ READ_FOR = ("vllm",)
 """The engines whose start-up lines are read (llama.cpp's and SGLang's are not, yet)."""
 
 
-async def with_figures(fleet: Any, view: ReplicaView) -> ReplicaView:
-    """The replica with its engine's start-up figures (none when rank 0 cannot be read)."""
+async def with_figures(
+    fleet: Any, view: ReplicaView, known: dict[str, dict[str, Any]] | None = None
+) -> ReplicaView:
+    """The replica with its engine's start-up figures (none when rank 0 cannot be read).
+
+    `known` keeps, per rank 0 shard, the figures of an engine that has said its KV
+    cache (they do not change after): a console polling its replicas reads each once.
+    """
     head = view.head
     if view.phase == "stopped" or head is None or view.spec.get("engine") not in READ_FOR:
         return view
-    try:
-        answer = await fleet.request(
-            head.node, Op.SHARD_HEAD, {"shard_id": head.shard_id, "limit": HEAD_LINES}
-        )
-    except (LlmgwError, AgentLost):
-        return view  # an agent without shard.head, or gone: the figures stay unknown
-    figures = startup_figures(str(line) for line in answer.get("lines") or [])
+    figures = known.get(head.shard_id) if known is not None else None
+    if figures is None:
+        try:
+            answer = await fleet.request(
+                head.node, Op.SHARD_HEAD, {"shard_id": head.shard_id, "limit": HEAD_LINES}
+            )
+        except (LlmgwError, AgentLost):
+            return view  # an agent without shard.head, or gone: the figures stay unknown
+        figures = startup_figures(str(line) for line in answer.get("lines") or [])
+        if known is not None and "kv_tokens" in figures:
+            known[head.shard_id] = figures
     said = figures_against_plan(figures, dict(view.spec.get("way") or {}))
     return dataclasses.replace(view, figures=figures, figure_warnings=tuple(said))
 
 
-async def with_all_figures(fleet: Any, views: Sequence[ReplicaView]) -> tuple[ReplicaView, ...]:
+async def with_all_figures(
+    fleet: Any, views: Sequence[ReplicaView], known: dict[str, dict[str, Any]] | None = None
+) -> tuple[ReplicaView, ...]:
     """`with_figures` for every replica, read at once."""
-    return tuple(await asyncio.gather(*(with_figures(fleet, v) for v in views)))
+    return tuple(await asyncio.gather(*(with_figures(fleet, v, known) for v in views)))

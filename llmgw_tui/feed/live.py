@@ -63,6 +63,8 @@ class LiveFeed:
         self.heal_notes: list[dict[str, Any]] = []
         """What each heal attempt did (`replica_heal.heal`'s lines), oldest first."""
         self._views: tuple[ReplicaView, ...] = ()
+        self._startup_figures: dict[str, dict[str, Any]] = {}
+        """Per rank 0 shard, what its engine said of its memory once it had (read once)."""
         self._shards_at = -math.inf
         """When the shards of every node were last listed (monotonic seconds)."""
         self._fabrics: dict[str, tuple[str, ...]] | None = None
@@ -128,7 +130,8 @@ class LiveFeed:
         self._heal_in_background()
         if not transports:
             return views
-        return await with_all_figures(self._fleet, await with_transports(self._fleet, views))
+        views = await with_transports(self._fleet, views)
+        return await with_all_figures(self._fleet, views, self._startup_figures)
 
     def _heal_in_background(self) -> None:
         """Place again, where there is room, what lost a node: one attempt at a time.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmgw_agent.discover.host import cpu_count_of_list, numa_nodes
+from llmgw_agent.discover.host import cpu_list_ids, numa_nodes
 
 
 def _node(root: Path, number: int, cpulist: str, kib: int | None) -> None:
@@ -17,12 +17,14 @@ def _node(root: Path, number: int, cpulist: str, kib: int | None) -> None:
         )
 
 
-def test_cpulists_are_counted_as_the_kernel_writes_them():
-    assert cpu_count_of_list("0-31,64-95") == 64
-    assert cpu_count_of_list("0") == 1
-    assert cpu_count_of_list("") == 0
-    assert cpu_count_of_list("3-1") is None
-    assert cpu_count_of_list("0-x") is None
+def test_cpulists_are_read_as_the_kernel_writes_them():
+    assert len(cpu_list_ids("0-31,64-95") or []) == 64
+    assert cpu_list_ids("0") == [0]
+    assert cpu_list_ids("") == []
+    assert cpu_list_ids("3-1") is None
+    assert cpu_list_ids("0-x") is None
+    assert cpu_list_ids("²") is None  # digits int() reads and no kernel writes
+    assert cpu_list_ids("0-99999999999") is None
 
 
 def test_each_numa_node_with_cpus_and_memory_is_reported_by_number(tmp_path: Path):

@@ -39,6 +39,16 @@ def loopback_port() -> int:
 
 
 @contextlib.contextmanager
+def end_process(process: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM, then SIGKILL if it has not ended within `grace_s`; reaped either way."""
+    process.terminate()
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
 def serving(
     argv: list[str], env: dict[str, str], *, ready: str, wait_s: float, log: Path | None = None
 ) -> Iterator[str]:
@@ -66,9 +76,4 @@ def serving(
             time.sleep(0.2)
         yield base
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        end_process(process, 30)

@@ -1,5 +1,6 @@
-"""What the Pilot walks on: waiting for a condition, the command palette's answer, ready nodes;
-part of the demo fleet and a console on it through its inventory; a replica's key checked."""
+"""What the Pilot walks on: waiting for a condition, a screen a key opens, a replica ready on the
+replicas page, the command palette's answer, ready nodes; part of the demo fleet and a console
+on it through its inventory; a replica's key checked."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import LiveFeed
@@ -20,6 +21,28 @@ async def until(pilot, condition: Callable[[], bool], what: str, timeout_s: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout_s:g} s for {what}")
         await pilot.pause(0.1)
+
+
+ScreenT = TypeVar("ScreenT")
+
+
+async def screen_after(pilot, app, key: str, kind: type[ScreenT], what: str) -> ScreenT:
+    """Press `key` and wait until the app shows a screen of `kind`; that screen."""
+    await pilot.press(key)
+    await until(pilot, lambda: isinstance(app.screen, kind), what)
+    screen = app.screen
+    assert isinstance(screen, kind)
+    return screen
+
+
+async def replica_ready(pilot, replicas: Any, name: str, what: str, timeout_s: float) -> Any:
+    """Wait until the replicas page lists `name` ready; its view."""
+
+    def ready() -> bool:
+        return any(v.name == name and v.phase == "ready" for v in replicas.views)
+
+    await until(pilot, ready, what, timeout_s)
+    return next(v for v in replicas.views if v.name == name)
 
 
 def palette_answered(app, typed: str) -> bool:

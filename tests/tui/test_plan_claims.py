@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_walk import console_on, demo_part, ready_nodes, until
+from live_walk import console_on, demo_part, ready_nodes, screen_after, until
 from serve_demo_harness import FleetContext, step
 from textual.widgets import DataTable, Static
 
@@ -55,10 +55,7 @@ async def _holding_and_planning(demo: Any, tmp_path: Path) -> None:
         await until(holding, lambda: ready_nodes(holder) == 2, "the first console's fleet", 60)
         await until(pilot, lambda: ready_nodes(planner) == 2, "the second console's fleet", 60)
 
-        await pilot.press("3")
-        await until(pilot, lambda: isinstance(planner.screen, PlanScreen), "the plan screen")
-        screen = planner.screen
-        assert isinstance(screen, PlanScreen)
+        screen = await screen_after(pilot, planner, "3", PlanScreen, "the plan screen")
         await pilot.press(*MODEL, "enter")
         before = await _planned(pilot, screen)
         held_before = [way for way in before if HELD_CLASS in way["WAY"]]

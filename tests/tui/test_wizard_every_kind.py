@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_walk import console_on, demo_part, key_in_front, ready_nodes, until
+from live_walk import (
+    console_on,
+    demo_part,
+    key_in_front,
+    ready_nodes,
+    replica_ready,
+    screen_after,
+    until,
+)
 from textual.widgets import DataTable
 
 from llmgw_core.script.steps.serve import ServeArgs
@@ -76,10 +84,7 @@ async def _every_kind(root: Path) -> None:
 async def _serve_through_the_wizard(
     app: LlmgwApp, pilot: Any, model: str, kind: str, pick: Pick, name: str
 ) -> None:
-    await pilot.press("5")
-    await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
-    wizard = app.screen
-    assert isinstance(wizard, ServeScreen)
+    wizard = await screen_after(pilot, app, "5", ServeScreen, "the wizard")
     await until(pilot, lambda: wizard.step == "model", "the model page")
     await pilot.press(*model, "enter")
     await until(pilot, lambda: wizard.step == "way", f"the ways of {model}")
@@ -117,16 +122,8 @@ async def _serve_through_the_wizard(
         env=env,
         **way_layout(way),
     )
-    await pilot.press("ctrl+n")
-    await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas page")
-    replicas = app.screen
-    assert isinstance(replicas, ReplicasScreen)
-
-    def ready() -> bool:
-        return any(v.name == name and v.phase == "ready" for v in replicas.views)
-
-    await until(pilot, ready, f"{name} ({kind}) ready", 180)
-    view = next(v for v in replicas.views if v.name == name)
+    replicas = await screen_after(pilot, app, "ctrl+n", ReplicasScreen, "the replicas page")
+    view = await replica_ready(pilot, replicas, name, f"{name} ({kind}) ready", 180)
     nodes = sorted({shard.node for shard in view.shards})
     assert len(nodes) == way["nodes"], (kind, nodes)
     await until(pilot, lambda: replicas.selected() == name, f"{name} selected")

@@ -21,7 +21,15 @@ from typing import Any
 
 import pytest
 from hub_server import FakeRepo, LocalHub, point_hub_at
-from live_walk import console_on, demo_part, key_in_front, ready_nodes, until
+from live_walk import (
+    console_on,
+    demo_part,
+    key_in_front,
+    ready_nodes,
+    replica_ready,
+    screen_after,
+    until,
+)
 
 from llmgw_tui.screens.replicas import ReplicasScreen
 from llmgw_tui.screens.serve import ServeScreen
@@ -69,10 +77,7 @@ async def _on_the_node_and_its_hub(demo: Any, hub: LocalHub) -> None:
     app, feed = console_on(demo)
     async with app.run_test(size=(140, 44)) as pilot:
         await until(pilot, lambda: ready_nodes(app) == 1, "the fleet", 60)
-        await pilot.press("5")
-        await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
-        wizard = app.screen
-        assert isinstance(wizard, ServeScreen)
+        wizard = await screen_after(pilot, app, "5", ServeScreen, "the wizard")
         await pilot.press(*REPO, "enter")
         await until(pilot, lambda: wizard.step == "way", "the ways, planned from the Hub", 60)
         assert wizard.plan_body is not None and wizard.way is not None
@@ -87,16 +92,8 @@ async def _on_the_node_and_its_hub(demo: Any, hub: LocalHub) -> None:
         await until(
             pilot, lambda: wizard.step == "confirm" and wizard.blocked is None, "the preview"
         )
-        await pilot.press("ctrl+n")
-        await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas")
-        replicas = app.screen
-        assert isinstance(replicas, ReplicasScreen)
-
-        def ready() -> bool:
-            return any(v.name == name and v.phase == "ready" for v in replicas.views)
-
-        await until(pilot, ready, f"{name} ready, its weights fetched", 150)
-        view = next(v for v in replicas.views if v.name == name)
+        replicas = await screen_after(pilot, app, "ctrl+n", ReplicasScreen, "the replicas")
+        view = await replica_ready(pilot, replicas, name, f"{name} ready, its weights fetched", 150)
         assert (view.spec.get("request") or {}).get("hub_repo") == REPO
         served = [path for _m, path, _r, sent in hub.log.requests if sent]
         assert any(path.endswith("/model.safetensors") for path in served), served

@@ -152,18 +152,18 @@ def memory_mib(meminfo: str) -> Optional[int]:
     return None
 
 
-def cpu_count_of_list(cpulist: str) -> Optional[int]:
-    """CPUs a kernel cpulist names (`0-31,64-95` -> 64); None when it is not one."""
-    count = 0
+def cpu_list_ids(cpulist: str) -> "Optional[List[int]]":
+    """The CPUs a kernel cpulist names (`0-2,8` -> [0, 1, 2, 8]); None when it is not one."""
+    ids = []  # type: List[int]
     for part in cpulist.strip().split(","):
         if not part:
             continue
         low, dash, high = part.partition("-")
         first, last = ascii_int(low), ascii_int(high) if dash else ascii_int(low)
-        if first is None or last is None or last < first:
+        if first is None or last is None or last < first or last - first > 1 << 20:
             return None
-        count += last - first + 1
-    return count
+        ids.extend(range(first, last + 1))
+    return ids
 
 
 def numa_node_memory_mib(meminfo: str) -> Optional[int]:
@@ -191,7 +191,8 @@ def numa_nodes(nodes_dir: Path) -> "Optional[List[Dict[str, int]]]":
         if number is None:
             continue
         cpulist = _read_text(str(entry / "cpulist")).strip()
-        cpus = cpu_count_of_list(cpulist)
+        ids = cpu_list_ids(cpulist)
+        cpus = len(ids) if ids is not None else None
         memory = numa_node_memory_mib(_read_text(str(entry / "meminfo")))
         if not cpus or not memory:
             continue  # a memory-less or CPU-less node (CXL, HBM) holds no rank

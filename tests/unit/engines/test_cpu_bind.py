@@ -17,7 +17,7 @@ TWO_CORES = (NumaNode(node=0, cpus=2, memory_mib=24_105, cpulist="0-1"),)
 
 def test_cpulists_read_and_written_as_the_kernel_writes_them():
     assert cpu_ids("0-3,8") == [0, 1, 2, 3, 8]
-    assert cpu_ids("0-x") == []
+    assert cpu_ids("0-x") == [] and cpu_ids("²") == []
     assert cpulist_of([5, 0, 1, 2, 9, 10]) == "0-2,5,9-10"
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from engine_process import end_process
 
 from llmgw_agent.front.control import call
 from llmgw_core.metrics.gateway import GatewayScrape, GatewayTarget, router_counts
@@ -72,12 +73,7 @@ def front_and_worker(tmp_path: Path) -> Iterator[tuple[str, str, str]]:
         yield base, control, f"http://127.0.0.1:{worker_port}"
     finally:
         for process in (front, worker):
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+            end_process(process, 10)
 
 
 def test_three_refused_completions_are_three_requests_three_failures_and_one_refusal(

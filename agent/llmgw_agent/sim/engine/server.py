@@ -109,18 +109,16 @@ def _topology() -> Optional[dict]:
 
 def _numa_node_gib() -> float:
     """The first NUMA node's RAM of the replayed node (its `host.json`), else the host's."""
+    from llmgw_agent.discover.host import read_host_json
+
     replay = paths.replay_dir()
-    host: dict = {}
-    if replay is not None:
-        try:
-            host = json.loads((replay / "host.json").read_text())
-        except (OSError, ValueError):
-            host = {}
+    try:
+        host = read_host_json(replay / "host.json", problems=[]) if replay is not None else {}
+    except ValueError:  # not JSON, or not an object: the default below
+        host = {}
     numa = host.get("numa_nodes") or []
-    mib = (numa[0].get("memory_mib") if numa and isinstance(numa[0], dict) else None) or host.get(
-        "memory_mib"
-    )
-    return float(mib) / 1024.0 if isinstance(mib, (int, float)) else 64.0
+    mib = numa[0]["memory_mib"] if numa else host.get("memory_mib")
+    return mib / 1024.0 if mib else 64.0
 
 
 def _card_mib_from_facts(replay: str, gpus: List[str]) -> Optional[int]:
