@@ -38,7 +38,6 @@ def loopback_port() -> int:
         return probe.getsockname()[1]
 
 
-@contextlib.contextmanager
 def end_process(process: subprocess.Popen, grace_s: float) -> None:
     """SIGTERM, then SIGKILL if it has not ended within `grace_s`; reaped either way."""
     process.terminate()
@@ -49,6 +48,7 @@ def end_process(process: subprocess.Popen, grace_s: float) -> None:
         process.wait(10)
 
 
+@contextlib.contextmanager
 def serving(
     argv: list[str], env: dict[str, str], *, ready: str, wait_s: float, log: Path | None = None
 ) -> Iterator[str]:
