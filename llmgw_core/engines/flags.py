@@ -126,6 +126,10 @@ FLAGS: dict[str, dict[str, Flag]] = {
         "cont_batching": Flag("bool", default_on=True),
         "flash_attn": Flag("bool", default_on=True, memory=True),
         "ubatch_size": Flag("int", minimum=1, maximum=2048, memory=True),
+        # `repack: false` (`--no-repack`) keeps every matrix in the mapped file: the plan then
+        # counts copies the CPU does not make (more than it holds, never less). llama.cpp
+        # 0c1e570 aborts loading MLA models on AMX CPUs without it (docs/memory-rules.md).
+        "repack": Flag("bool", default_on=True),
     },
 }
 """Per engine, the flags an operator may pass, in the engine's own spelling (`_` for `-`)."""

@@ -399,18 +399,30 @@ def card_need(query: NeedQuery) -> CardNeed:
 REPACK_TYPES = {
     "none": frozenset(),
     "x86_64": frozenset({"Q4_0", "Q4_K", "IQ4_NL"}),
-    "amx": frozenset({"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL"}),
+    "amx": frozenset({"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL", "F16"}),
     "aarch64": frozenset({"Q4_0", "Q4_K", "IQ4_NL", "Q8_0"}),
 }
-"""Tensor types ggml's CPU backend repacks into interleaved rows (`CPU_REPACK`), by machine.
+"""Tensor types ggml's CPU backend copies out of the mapped file into its own layout, by machine.
 
-x86 repacks with AVX2 (Q4_K measured: every Q4_K matrix but the token
-embeddings moved to a CPU_REPACK buffer; Q8_0 and Q6_K stayed mapped);
-ARM with NEON dot products, Q8_0 included. A CPU with AMX copies the types
-ggml has AMX kernels for into an `AMX` buffer (read from ggml's
-`qtype_has_amx_kernels`, not measured: no AMX CPU was at hand). A CPU without
-any of these repacks nothing.
+x86 repacks with AVX2 into a `CPU_REPACK` buffer (Q4_K measured: every Q4_K
+matrix but the token embeddings moved; Q8_0 and Q6_K stayed mapped); ARM with
+NEON dot products, Q8_0 included. A CPU with AMX copies the matrices ggml has AMX
+kernels for, F16 among them, into an `AMX` buffer first (ggml's AMX
+`supports_op`; measured on a Xeon with AMX, `AMX_INT8 = 1`), and IQ4_NL, which
+AMX lacks, still to `CPU_REPACK`. A CPU without any of these copies nothing.
 """
+
+AMX_ROW_MULTIPLE = {
+    "Q4_0": 32,
+    "Q4_1": 32,
+    "Q8_0": 32,
+    "Q4_K": 256,
+    "Q5_K": 256,
+    "Q6_K": 256,
+    "IQ4_XS": 256,
+    "F16": 16,
+}
+"""The row length (`ne[0]`) each AMX type needs a multiple of; its rows come in 32s (two tiles)."""
 
 
 def repack_kind(arch: str | None, flags: tuple[str, ...] | None) -> str:
@@ -425,27 +437,40 @@ def repack_kind(arch: str | None, flags: tuple[str, ...] | None) -> str:
     return "none"
 
 
+def _copied(type_name: str | None, dims: tuple[int, ...], repack_types: frozenset[str]) -> bool:
+    """Whether a matrix a matmul reads is copied out of the mapped file on this CPU."""
+    if type_name not in repack_types or len(dims) < 2:
+        return False
+    if "F16" in repack_types and type_name in AMX_ROW_MULTIPLE:  # an AMX CPU
+        return dims[0] % AMX_ROW_MULTIPLE[type_name] == 0 and dims[1] % 32 == 0
+    return dims[1] % 8 == 0
+
+
 def model_buffers(artifact: Artifact, repack_types: frozenset[str]) -> tuple[int, int]:
     """The mapped span and the repacked bytes of a GGUF set whose tensors were read.
 
-    A matrix is copied when its type is one the CPU repacks, its rows come in
-    eights, and it is not the token embeddings (read a row at a time).
+    A matrix is copied when its type is one the CPU repacks and its rows fit the
+    layout (`_copied`). The token embeddings are read a row at a time and stay
+    mapped; a model with no `output.weight` multiplies by them for its logits, and
+    llama.cpp loads them a second time as that output matrix, which is copied too.
     """
     names: dict[int, str] = {}
     if repack_types:
         from gguf import GGMLQuantizationType
 
         names = {kind.value: kind.name for kind in GGMLQuantizationType}
+    every = [tensor for tensors in artifact.gguf_tensors for tensor in tensors]
+    tied = not any(tensor.name == "output.weight" for tensor in every)
     mapped = repack = 0
     for tensors in artifact.gguf_tensors:
         kept = []
         for tensor in tensors:
-            if (
-                names.get(tensor.ggml_type) in repack_types
-                and len(tensor.dims) >= 2
-                and tensor.dims[1] % 8 == 0
-                and not tensor.name.startswith("token_embd")
-            ):
+            type_name = names.get(tensor.ggml_type)
+            if tensor.name.startswith("token_embd"):
+                kept.append(tensor)
+                if tied and _copied(type_name, tensor.dims, repack_types):
+                    repack += tensor.n_bytes
+            elif _copied(type_name, tensor.dims, repack_types):
                 repack += tensor.n_bytes
             else:
                 kept.append(tensor)

@@ -9,7 +9,12 @@ import stat
 import pytest
 
 from llmgw_agent.discover import collect_facts
-from llmgw_agent.discover.engines import dist_version, live_engines, llama_server_version
+from llmgw_agent.discover.engines import (
+    dist_version,
+    live_engines,
+    llama_server_build,
+    llama_server_version,
+)
 from llmgw_agent.sim.profiles import write_profile
 
 
@@ -54,6 +59,20 @@ def test_extra_prefixes_find_an_engine_off_the_path(tmp_path, monkeypatch):
     for name in ("VIRTUAL_ENV", "CONDA_PREFIX"):  # an activated environment is looked in first
         monkeypatch.delenv(name, raising=False)
     assert live_engines()["llama-cpp-python"]["version"] == "0.3.16"
+
+
+@pytest.mark.parametrize(
+    ("printed", "build"),
+    [
+        ("version: 6500 (1a2b3c4d)\nbuilt with cc for x86_64-linux-gnu", "b6500"),
+        # llama.cpp 0.5's versioning (b11312, 2026-10-01), the build .ci/install-llama-server makes.
+        ("version: 0.5.0-dev (build 11312, commit 0c1e570)\nbuilt with GNU 12.2.0", "b11312"),
+        ("version: 0.5.0-dev\n", None),
+        ("usage: llama-server [options]", None),
+    ],
+)
+def test_llama_servers_build_is_read_from_both_version_formats(printed, build):
+    assert llama_server_build(printed) == build
 
 
 def test_a_llama_server_that_does_not_answer_has_no_version(tmp_path):

@@ -479,7 +479,9 @@ def test_llama_server_served_with_jinja_answers_an_openai_tools_call_with_a_tool
 
     server = llama_server()
     if not server:
-        pytest.skip("no llama-server here (LLMGW_LLAMA_SERVER names a build to use)")
+        pytest.skip(
+            "no llama-server here (.ci/install-llama-server builds one; LLMGW_LLAMA_SERVER names one)"
+        )
     model_dir = tmp_path / "models"
     model_path = write_tiny_tool_caller_gguf(model_dir / "tools" / "tools.gguf")
     serve = (

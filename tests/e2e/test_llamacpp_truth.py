@@ -51,9 +51,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _repack() -> str:
+    """The copies this machine's llama.cpp makes, from its own system info."""
     import llama_cpp
 
-    return "x86_64" if "AVX2 = 1" in llama_cpp.llama_print_system_info().decode() else "none"
+    found = llama_cpp.llama_print_system_info().decode()
+    if "AMX_INT8 = 1" in found:
+        return "amx"
+    return "x86_64" if "AVX2 = 1" in found else "none"
 
 
 @pytest.mark.parametrize("name", ["llama", "llama-Q4_K_M", "gemma3", "deepseek2"])
@@ -61,6 +65,13 @@ def test_every_buffer_llama_cpp_logs_is_within_bounds_of_the_estimate(
     files: dict[str, Path], name: str
 ):
     path = files[name]
+    if name == "deepseek2" and _repack() == "amx":
+        # This llama.cpp (0c1e570) puts MLA's per-head matrices in the AMX buffer, then finds
+        # no backend for their batched matmul and aborts the load: an engine fault on AMX
+        # CPUs (docs/memory-rules.md). Held here so a fixed release is noticed.
+        with pytest.raises(RuntimeError, match=r"GGML_ASSERT\(\*cur_backend_id != -1\)"):
+            measure(path, CASES[:1])
+        return
     logged = measure(path, CASES)
     drifted = []
     for case, figures in zip(CASES, logged, strict=True):
@@ -107,7 +118,9 @@ def test_llama_server_started_as_the_plan_shows_allocates_what_estimate_says(
 
     server = llama_server()
     if not server:
-        pytest.skip("no llama-server here (LLMGW_LLAMA_SERVER names a build to use)")
+        pytest.skip(
+            "no llama-server here (.ci/install-llama-server builds one; LLMGW_LLAMA_SERVER names one)"
+        )
     path = files["gemma3"]
     # This llama-server reserves one logit row a slot (`n_outputs_max`), not one a token.
     case = Case(4096, 4, 512, "f16", flash_attn=flash_attn, n_outputs=4)

@@ -374,11 +374,14 @@ def measure(path: Path, cases: list[Case], timeout_s: float = 600) -> list[dict[
 
 
 def llama_server() -> str | None:
-    """A llama-server to measure with: `LLMGW_LLAMA_SERVER`, else one on PATH (None: neither)."""
+    """A llama-server to measure with: `LLMGW_LLAMA_SERVER`, else `.ci/install-llama-server`'s
+    build in this environment (`.venv/llama.cpp/`), else one on PATH (None: none of them)."""
     import os
     import shutil
 
-    return os.environ.get("LLMGW_LLAMA_SERVER") or shutil.which("llama-server")
+    built = Path(sys.prefix) / "llama.cpp" / "llama-server"
+    named = os.environ.get("LLMGW_LLAMA_SERVER")
+    return named or (str(built) if built.is_file() else None) or shutil.which("llama-server")
 
 
 def measure_server(server: str, path: Path, case: Case, port: int) -> dict[str, float]:
@@ -420,13 +423,18 @@ def measure_server(server: str, path: Path, case: Case, port: int) -> dict[str, 
     return logged
 
 
+def _copy_buffer(key: str) -> bool:
+    """A buffer of matrices copied out of the mapped file: `CPU_REPACK`, or `AMX` on an AMX CPU."""
+    return "REPACK" in key or key == "model AMX"
+
+
 def llama_cpp_figures(logged: dict[str, float]) -> dict[str, float]:
     """The logged buffers in the estimate's terms: weights, repacked weights, KV, compute, output."""
     return {
         "weights": sum(
-            v for k, v in logged.items() if k.startswith("model ") and "REPACK" not in k
+            v for k, v in logged.items() if k.startswith("model ") and not _copy_buffer(k)
         ),
-        "repack": sum(v for k, v in logged.items() if k.startswith("model ") and "REPACK" in k),
+        "repack": sum(v for k, v in logged.items() if k.startswith("model ") and _copy_buffer(k)),
         "kv": sum(v for k, v in logged.items() if k.startswith("KV ")),
         "compute": sum(v for k, v in logged.items() if k.startswith("compute ")),
         "output": sum(v for k, v in logged.items() if k.startswith("output ")),

@@ -87,8 +87,16 @@ def llama_server_version(path: str, timeout_s: float = 5.0) -> Optional[str]:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    text = done.stdout.decode(errors="replace")
-    match = re.search(r"version:\s*([0-9]+)", text)
+    return llama_server_build(done.stdout.decode(errors="replace"))
+
+
+def llama_server_build(text: str) -> Optional[str]:
+    """The build number in `llama-server --version`'s output, as `b11312`, or None.
+
+    Builds before the 0.5 versioning print `version: 6500 (8ff2060)`; later ones
+    `version: 0.5.0-dev (build 11312, commit 0c1e570)`, whose build number is the release.
+    """
+    match = re.search(r"\bbuild\s+([0-9]+)", text) or re.search(r"version:\s*([0-9]+)\s*\(", text)
     return "b" + match.group(1) if match else None
 
 

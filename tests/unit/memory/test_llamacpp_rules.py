@@ -179,6 +179,31 @@ def test_a_cpu_that_repacks_q4_k_holds_a_second_copy_of_those_matrices(tmp_path)
     assert (repacked.weights_gib - plain.weights_gib) * GIB == pytest.approx(matrices, abs=1)
 
 
+def test_an_amx_cpu_copies_f16_matrices_and_keeps_the_embeddings_mapped(tmp_path):
+    """Measured on a Xeon with AMX (tests/e2e/test_llamacpp_truth.py): F16 matrices whose rows
+    come in 32s go to the AMX buffer; an AVX2 CPU without AMX copies no F16 at all."""
+    import gguf
+    from header_ggufs import write_tiny_llama
+
+    from llmgw_core.memory.llamacpp import REPACK_TYPES, model_buffers
+    from llmgw_core.model.assemble import enrich_gguf
+    from llmgw_core.model.local import read_local_gguf
+
+    path = write_tiny_llama(
+        tmp_path / "f16.gguf", hidden=256, heads=4, kv_heads=2, ffn=512, vocab=512,
+        quant=gguf.GGMLQuantizationType.F16,
+    )  # fmt: skip
+    bare = Artifact("F16", "gguf", (path.name,), path.stat().st_size)
+    artifact = enrich_gguf(bare, [read_local_gguf(path)])
+    tensors = artifact.gguf_tensors[0]
+    matrices = sum(t.n_bytes for t in tensors if len(t.dims) == 2 and t.name != "token_embd.weight")
+    embeddings = next(t.n_bytes for t in tensors if t.name == "token_embd.weight")
+    assert model_buffers(artifact, REPACK_TYPES["x86_64"])[1] == 0
+    mapped, copied = model_buffers(artifact, REPACK_TYPES["amx"])
+    assert copied == matrices  # output.weight included; the embeddings are read by rows
+    assert mapped >= embeddings
+
+
 def test_the_agent_names_the_cpu_features_that_decide_repacking():
     from llmgw_agent.discover.host import cpu_flags
     from llmgw_core.memory.llamacpp import repack_kind
