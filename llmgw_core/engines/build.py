@@ -115,6 +115,7 @@ def build_launch(request: LaunchRequest) -> LaunchPlan:
                     **(tls.secret_env() if tls is not None else {}),
                 },
                 health_cert=tls.cert_pem if tls is not None else None,
+                real=node.replayed and not node.simulated,
             )
         )
     executor = _executor(request)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llmgw_core.engines import ray_cluster
-from llmgw_core.engines.programs import engine_program, installed_version
+from llmgw_core.engines.programs import engine_program, installed_version, named_by_inventory
 from llmgw_core.engines.spec import FabricAdapter, LaunchGpu, LaunchNode
 from llmgw_core.errors import BadInput
 from llmgw_core.facts import Adapter, Gpu, NodeFacts
@@ -95,11 +95,16 @@ def launch_node(
             for hca in wired.hcas
             if hca.partition(":")[0] not in left_out
         )
+    replayed = spec.replay is not None
+    # A replayed node runs the sim engine, except an engine its inventory entry names: that
+    # one runs for real on this machine (the demo's CPU node with a real vLLM), whose network
+    # is not the capture's (no `eno1` to bind Gloo to, no 10.0.0.x address).
+    real_here = replayed and named_by_inventory(engine, spec.engines)
     return LaunchNode(
         name=spec.name,
         rank=rank,
-        address=facts.host.mgmt_address or spec.host,
-        interface=spec.mgmt_interface or facts.host.mgmt_interface,
+        address="127.0.0.1" if real_here else facts.host.mgmt_address or spec.host,
+        interface=None if real_here else spec.mgmt_interface or facts.host.mgmt_interface,
         gpus=tuple(gpus),
         adapters=adapters,
         fabric=fabric,
@@ -108,7 +113,8 @@ def launch_node(
         engine_version=installed_version(engine, facts.engines),
         ray_version=installed_version(ray_cluster.REPORTED_AS, facts.engines),
         program=engine_program(engine, spec.engines, facts.engines),
-        simulated=spec.replay is not None,
+        replayed=replayed,
+        simulated=replayed and not real_here,
         bind=engine_bind(spec, facts),
     )
 

@@ -90,6 +90,14 @@ def engine_program(
     raise ValueError(f"no program for engine {engine!r}")
 
 
+def named_by_inventory(engine: str, locations: EngineLocations | None) -> bool:
+    """Whether the node's inventory entry says where `engine` lives (the sim never is named)."""
+    if locations is None or engine == SIM:
+        return False
+    named = {VLLM: locations.vllm, SGLANG: locations.sglang, LLAMA_CPP: locations.llama_cpp}
+    return named.get(engine) is not None
+
+
 def installed_version(engine: str, installed: Mapping[str, Engine]) -> str | None:
     """The engine's version the node reported, None when it did not."""
     engine = VLLM if engine == SIM else engine

@@ -111,7 +111,9 @@ class LaunchNode:
         program: how the engine is run here (`("vllm",)`, or
             `("/opt/py/bin/python3", "-m", "sglang.launch_server")`); see
             `programs.engine_program`. Empty: the engine's default.
-        simulated: the node is a replayed one whose agent runs the sim engine.
+        replayed: the node is a replayed one (its agent reads a capture, not hardware).
+        simulated: its agent runs the sim engine in this engine's place: a replayed node
+            whose inventory entry does not name where the engine lives.
         bind: the address its engine listens on for HTTP: the management
             address (not every address of a shared node), the inventory's
             `engine_bind`, or `0.0.0.0` when the address is not known.
@@ -129,6 +131,7 @@ class LaunchNode:
     engine_version: str | None = None
     ray_version: str | None = None
     program: tuple[str, ...] = ()
+    replayed: bool = False
     simulated: bool = False
     bind: str = "0.0.0.0"
 
@@ -276,6 +279,8 @@ class ShardLaunch:
             by the agent in the processes' environment only.
         health_cert: the engine's certificate the agent's health probe pins (the shard
             that serves HTTPS), else None.
+        real: on a replayed node, the agent runs these commands as written, not the sim
+            engine in their place.
     """
 
     node: str
@@ -288,6 +293,7 @@ class ShardLaunch:
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     http_host: str = "127.0.0.1"
     health_cert: str | None = None
+    real: bool = False
 
     @property
     def main(self) -> ShardCommand:
@@ -319,6 +325,8 @@ class ShardLaunch:
             args["health_cert"] = self.health_cert
         if self.secret_env:
             args["secret_env"] = dict(self.secret_env)
+        if self.real:
+            args["real"] = True
         return args
 
 

@@ -30,6 +30,7 @@ from llmgw_core.engines.cpu_bind import BIND_VARIABLE, binding_beside
 from llmgw_core.engines.environment import CPU_KV_VARIABLE
 from llmgw_core.engines.flags import plan_options, release_refusal
 from llmgw_core.engines.identity import EngineIdentity
+from llmgw_core.engines.programs import named_by_inventory
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fabric.rails import RailChoice, choose_rails
 from llmgw_core.facts import NodeFacts
@@ -290,7 +291,13 @@ async def launch_for(
                 f"run a release of {choice.engine} there that takes it, or drop the flag",
             )
     cpu_bind = None
-    if choice.cpu_kv_cache_gib is not None and facts[nodes[0]] is not None:
+    head = specs[nodes[0]]
+    if head.replay is not None and named_by_inventory(choice.engine, head.engines):
+        # A real engine on a replayed node runs on this machine, whose cores are not the
+        # capture's: vLLM binds its own.
+        if choice.cpu_kv_cache_gib is not None and notes is not None:
+            notes.append(f"{head.name}: a real engine on a replayed node binds its own cores")
+    elif choice.cpu_kv_cache_gib is not None and facts[nodes[0]] is not None:
         cpu_bind, shared = cpu_binding_for(facts[nodes[0]], choice, listings.get(nodes[0], []))
         if shared and notes is not None:
             notes.append(f"{nodes[0]}: {shared}")

@@ -314,3 +314,44 @@ def test_the_agents_placeholder_is_the_one_the_core_writes() -> None:
     from llmgw_core.engines import ray_cluster
 
     assert start.PRIVATE_DIR_PLACEHOLDER == ray_cluster.PRIVATE_DIR_PLACEHOLDER
+
+
+def test_a_replayed_node_runs_the_sim_in_an_engines_place_unless_the_start_says_real(
+    state_dir: Path, tmp_path: Path
+) -> None:
+    """The demo's CPU node with `--engine vllm=PATH`: `real: true` runs the argv as written."""
+    from llmgw_agent.sim.profiles import write_profile
+
+    capture = write_profile("cpu", tmp_path / "capture", hostname="cpu-01")
+    program = tmp_path / "bin" / "vllm"
+    program.parent.mkdir()
+    program.write_text("#!/bin/sh\nexec sleep 60\n")
+    program.chmod(0o755)
+    client = AgentClient(
+        agent_env(state_dir, LLMGW_AGENT_REPLAY=str(capture)), stderr_path=tmp_path / "err"
+    )
+    argv = [str(program), "serve", "/models/tiny", "--port", "18123"]
+    run = {}
+    try:
+        refused = _start_both(client, argv, run, state_dir)
+    finally:
+        client.close()
+    assert run[True] == argv
+    assert "sim-engine" in run[False] and run[False][-len(argv) :] == argv
+    assert refused["error"]["code"] == "bad_args"
+
+
+def _start_both(client: AgentClient, argv: list[str], run: dict, state_dir: Path) -> dict:
+    for real in (False, True):
+        spec = {
+            "replica": f"tiny-{real}",
+            "rank": 0,
+            "gpus": [],
+            "commands": [{"name": "vllm", "argv": argv, "role": "main"}],
+            "real": real,
+        }
+        started = client.call("shard.start", spec)
+        record = json.loads((state_dir / "shards" / started["shard_id"] / "shard.json").read_text())
+        run[real] = record["commands"][0]["run_argv"]
+        client.call("shard.stop", {"shard_id": started["shard_id"], "timeout_s": 5})
+    return client.request("shard.start", {**spec, "replica": "x", "real": "yes"})

@@ -47,3 +47,29 @@ def test_the_demo_fleet_kept_up_serves_two_processes_then_leaves_nothing(tmp_pat
     gone = cli("demo", "status", "--dir", str(folder))
     assert gone.returncode == 3 and gone.stdout.strip().endswith("is down")
     assert cli("demo", "down", "--dir", str(folder)).stdout.strip().endswith("is not up")
+
+
+def test_an_engine_named_to_demo_up_must_be_a_program_here(tmp_path: Path):
+    from llmgw_core.errors import BadInput
+    from llmgw_core.fleet.sim.demo import demo_engines
+
+    python = tmp_path / "venv" / "bin" / "python3"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    assert demo_engines([f"llama.cpp={python}", f"sglang={python}"]) == {
+        "llama.cpp": {"python": str(python)},  # llama-cpp-python's server
+        "sglang": {"python": str(python)},
+    }
+    for wrong in ("vllm", "tgi=/bin/sh", "vllm=bin/vllm", f"vllm={tmp_path}"):
+        try:
+            demo_engines([wrong])
+        except BadInput as exc:
+            assert "--engine" in exc.sentence()
+        else:
+            raise AssertionError(f"{wrong!r} was taken")
+    refused = cli("demo", "up", "--dir", str(tmp_path / "d"), "--engine", "vllm=nowhere")
+    assert refused.returncode == 2 and "is not a program on this machine" in refused.stderr
+    assert not (tmp_path / "d").exists()
+    wrong_action = cli("demo", "status", "--dir", str(tmp_path / "d"), "--engine", f"vllm={python}")
+    assert wrong_action.returncode == 2 and "--engine goes with up" in wrong_action.stderr

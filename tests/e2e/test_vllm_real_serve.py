@@ -1,9 +1,12 @@
-"""The product end to end against the real vLLM, on this machine as a CPU node, over real SSH.
+"""The product end to end against the real vLLM, on this machine as a CPU node, over real SSH,
+and on the demo's CPU node.
 
-The node is this machine behind asyncssh's server on loopback (its agent
-discovers it: no GPU, one NUMA node, this RAM); its inventory names the
-real vLLM (`.ci/install-vllm`'s CPU build) as the node's `vllm`. The console
-runs as a person runs it, `llmgw-tui --inventory … --run … --json`, twice:
+The node is this machine behind asyncssh's server on loopback, then behind
+OpenSSH's sshd with the same home (its agent discovers it: no GPU, one NUMA
+node, this RAM); its inventory names the real vLLM (`.ci/install-vllm`'s CPU
+build) as the node's `vllm`. The console runs as a person runs it,
+`llmgw-tui --inventory … --run … --json`, three times (the first over
+asyncssh, the roll and the stop over OpenSSH):
 
 1. `plan` (vLLM's CPU backend on the CPU node, its KV cache in whole GiB),
    `apply` of a service with a key and a tool-call parser, the `gateway` with
@@ -16,6 +19,9 @@ runs as a person runs it, `llmgw-tui --inventory … --run … --json`, twice:
    leaving no process behind.
 
 The plan's KV figures are held to the lines the engine itself logged.
+
+The second test keeps a demo fleet up with `--engine vllm=PATH`: its CPU node,
+a replayed one, runs the real vLLM in place of the sim.
 """
 
 from __future__ import annotations
@@ -42,9 +48,9 @@ FRONT_KEY = "sk-front-8a3e5f0c21"
 SECRETS = {"TINY_KEY": ENGINE_KEY, "FRONT_KEY": FRONT_KEY}
 
 
-def _service(model: Path, context: int) -> str:
+def _service(model: Path, context: int, more: str = "") -> str:
     return (
-        f"{{name: tiny, model: {model}, engine: vllm, replicas: 1, context: {context},"
+        f"{{name: tiny, model: {model}, engine: vllm, replicas: 1, context: {context}, {more}"
         " api_key_env: TINY_KEY, timeout: 400, drain_s: 10,"
         " engine_args: {enforce_eager: true, enable_auto_tool_choice: true,"
         " tool_call_parser: hermes}}"
@@ -176,6 +182,7 @@ def test_the_real_vllm_is_planned_served_fronted_kept_rolled_and_stopped(tmp_pat
             second,
             models,
             "nothing names this",
+            ssh="openssh",
             engines=engines,
             env=SECRETS,
             timeout=600,
@@ -187,8 +194,9 @@ def test_the_real_vllm_is_planned_served_fronted_kept_rolled_and_stopped(tmp_pat
     third = "  - stop: {service: tiny}\n  - stop: {gateway: front}\n  - replicas: {}\n"
     # Left behind: an engine (only engines name the model's folder), or the front.
     done, left_running = run_script_on_this_machine(
-        tmp_path, third, models, str(model), engines=engines, env=SECRETS, timeout=300
-    )
+        tmp_path, third, models, str(model), ssh="openssh", engines=engines, env=SECRETS,
+        timeout=300,
+    )  # fmt: skip
     stopped, _front_stopped, after = _results(done)
     assert stopped["stopped"] == ["tiny-2"] and after["replicas"] == []
     fronts = [p for p in processes_naming(str(tmp_path)).values() if " front " in f" {p} "]
@@ -205,3 +213,49 @@ def test_the_real_vllm_is_planned_served_fronted_kept_rolled_and_stopped(tmp_pat
         f"\nreal vLLM: KV {way['kv_tokens']:,} tokens planned and logged; "
         f"{sender.ok} SDK requests through the roll, none failed; drain {drained}"
     )
+
+
+def test_the_demos_cpu_node_runs_the_real_vllm_its_inventory_names(tmp_path: Path):
+    """`llmgw-tui demo up --engine vllm=PATH`: the demo's CPU node (a replayed node, its
+    hardware the capture's) runs the real vLLM on this machine in place of the sim: served
+    with a key, its start-up figures read, asked and benched through a keyed gateway,
+    `keep` reading its real `/metrics`, and stopped with nothing left."""
+    skip_without_real_vllm()
+    from kept_demo import free_port, kept_demo, run_json
+
+    model = make_tiny_llama(tmp_path / "models" / "tiny")
+    port = free_port()
+    script = (
+        "steps:\n"
+        f"  - plan: {{model: {model}, context: 512}}\n"
+        f"  - apply: {{service: {_service(model, 512, 'gpu_class: cpu, ')}}}\n"
+        f"  - gateway: {{name: front, node: cpu-01, port: {port}, api_key_env: FRONT_KEY}}\n"
+        '  - ask: {gateway: front, model: tiny, prompt: "Who are you?", max_tokens: 8}\n'
+        "  - bench: {gateway: front, model: tiny, requests: 6, concurrency: 2, max_tokens: 8}\n"
+        "  - keep: {service: tiny, duration_s: 4, interval_s: 1}\n"
+        "  - replicas: {}\n"
+        "  - stop: {service: tiny}\n"
+        "  - stop: {gateway: front}\n"
+    )
+    with kept_demo(tmp_path / "demo", up_args=(f"--engine=vllm={VLLM}",)) as inventory:
+        code, steps, said = run_json(inventory, script, timeout=600, env=SECRETS)
+        left = [p for p in processes_naming(str(model)).values() if "vllm" in p]
+    assert code == 0, json.dumps(steps)[-3000:] + said[-2000:]
+    planned, applied, _gateway, asked, benched, kept, listed, _stopped, _front = (
+        s["result"] for s in steps
+    )
+    (way,) = [w for w in planned["options"] if w["engine"] == "vllm" and w["on_cpu"]]
+    assert way["cpu_kv_cache_gib"] == 1 and [a["action"] for a in applied["done"]] == ["start"]
+    (replica,) = listed["replicas"]
+    (shard,) = replica["shards"]
+    assert shard["node"] == "cpu-01" and shard["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert shard["argv"][0] == str(VLLM)  # the real program, not the sim standing in
+    # The figures are the real engine's own lines: the KV cache the plan set, in tokens.
+    figures = replica["figures"]
+    assert (figures["kv_device"], figures["kv_cache_gib"]) == ("CPU", 1.0)
+    assert figures["kv_tokens"] == way["kv_tokens"]
+    assert asked["text"] is not None and asked["completion_tokens"] >= 1
+    assert benched["failed"] == 0 and benched["completion_tokens"] == 6 * 8
+    assert kept["cycles"] >= 3 and kept["unread_cycles"] == 0
+    assert ENGINE_KEY not in said and FRONT_KEY not in said
+    assert left == []

@@ -100,7 +100,8 @@ class OpenSshd:
     """OpenSSH's sshd in the foreground on loopback ports, for one or several nodes.
 
     One instance listens on up to 16 ports (sshd's own limit on listen sockets).
-    `HOME` is set for every session to `home`, so nothing lands in the real home.
+    `HOME` is set for every session to `home` (`folder/home` unless given), so nothing lands
+    in the real home.
     """
 
     def __init__(
@@ -111,13 +112,14 @@ class OpenSshd:
         ports: list[int] | None = None,
         max_startups: str = "10:30:100",
         sftp: bool = True,
+        home: Path | None = None,
     ) -> None:
         if SSHD is None:
             pytest.skip("OpenSSH's sshd is not installed (apt-get install openssh-server)")
         self.folder = folder
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.home = folder / "home"
-        self.home.mkdir(exist_ok=True)
+        self.home = home or folder / "home"
+        self.home.mkdir(parents=True, exist_ok=True)
         self.ports = ports or [free_port()]
         self.user = getpass.getuser()
         self.host_key_path = folder / "host_key"

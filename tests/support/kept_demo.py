@@ -61,10 +61,13 @@ def cli(
 
 
 @contextmanager
-def kept_demo(folder: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+def kept_demo(
+    folder: Path, env: dict[str, str] | None = None, up_args: tuple[str, ...] = ()
+) -> Iterator[str]:
     """A kept-up demo fleet in `folder` for the block; its inventory's path. Down afterwards.
-    `env`: what the demo is started with (its simulated engines' `LLMGW_SIM_*` knobs)."""
-    started = cli("demo", "up", "--dir", str(folder), env=env)
+    `env`: what the demo is started with (its simulated engines' `LLMGW_SIM_*` knobs);
+    `up_args`: more of `demo up`'s arguments (`--engine vllm=PATH`)."""
+    started = cli("demo", "up", "--dir", str(folder), *up_args, env=env)
     assert started.returncode == 0, started.stdout + started.stderr
     try:
         yield started.stdout.strip().splitlines()[-1]
@@ -72,10 +75,14 @@ def kept_demo(folder: Path, env: dict[str, str] | None = None) -> Iterator[str]:
         cli("demo", "down", "--dir", str(folder))
 
 
-def run_json(inventory: str, script: str, *, timeout: float = 300) -> tuple[int, list[dict], str]:
+def run_json(
+    inventory: str, script: str, *, timeout: float = 300, env: dict[str, str] | None = None
+) -> tuple[int, list[dict], str]:
     """A script (its text) against the inventory with `--json`: exit code, one dict per step,
-    and what it said on stderr."""
-    done = cli("--inventory", inventory, "--run", "-", "--json", stdin=script, timeout=timeout)
+    and what it said on stderr (`env`: more of the console's environment, a key it holds)."""
+    done = cli(
+        "--inventory", inventory, "--run", "-", "--json", stdin=script, timeout=timeout, env=env
+    )
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return done.returncode, lines, done.stderr
 

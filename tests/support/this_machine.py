@@ -106,11 +106,14 @@ def openssh_login(folder: Path, client_key: asyncssh.SSHKey) -> Iterator[NodeLog
     """This machine behind OpenSSH's sshd (skips where it is not installed).
 
     sshd gives sessions a bare environment, so the inventory says where
-    llama-cpp-python is, as an operator would for a virtualenv.
+    llama-cpp-python is, as an operator would for a virtualenv. Its sessions' home
+    is asyncssh's (`node_sshd`): one run may start what the next, over the other
+    server, finds on the node.
     """
     from fleet.conftest import ClientKey, OpenSshd  # the fleet tests' sshd on loopback ports
 
-    sshd = OpenSshd(folder / "sshd", ClientKey(client_key, folder / "client_key")).start()
+    client = ClientKey(client_key, folder / "client_key")
+    sshd = OpenSshd(folder / "sshd", client, home=folder / "node" / "home").start()
     try:
         yield NodeLogin(
             sshd.ports[0],

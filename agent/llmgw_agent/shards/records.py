@@ -3,7 +3,7 @@
 Each shard lives in `state_dir/shards/<shard_id>/`:
 
 * `shard.json` — the spec it was started with, its token, the argv actually
-  run (the sim engine in replay mode); written once, before it starts
+  run (the sim engine in replay mode, unless `real`); written once, before it starts
   (`shards.start`);
 * `supervisor.json` — pid, start ticks and boot id of its supervising process;
 * `state.json` — phase, each command's pid/start ticks/exit, health; written by
@@ -203,7 +203,8 @@ def judge_shard(directory: Path) -> dict:
         "served": bool(state.get("served_at")),
         "health_url": shard.get("health_url"),
         "keepalive": shard.get("keepalive"),
-        "replay": bool(shard.get("replay")),
+        # The sim engine runs in its place (a replayed node's engine the inventory named is real).
+        "replay": bool(shard.get("replay")) and not shard.get("real"),
         "log_bytes": log_bytes,
         "commands": [
             {

@@ -138,6 +138,9 @@ def normalise_spec(args: dict) -> dict:
     )
     stop_timeout_s = number_arg(args, "stop_timeout_s", DEFAULT_STOP_TIMEOUT_S, maximum=3600.0)
     spec = arg(args, "spec", (dict,), {})
+    # `real`: on a replayed node, run the commands as written, not the sim engine in their place
+    # (the inventory named where this engine lives, so the operator wants it run).
+    real = arg(args, "real", (bool,), False)
     return {
         "replica": replica,
         "rank": rank,
@@ -149,4 +152,5 @@ def normalise_spec(args: dict) -> dict:
         "log_max_bytes": int(log_max_bytes),
         "stop_timeout_s": float(stop_timeout_s),
         "spec": spec,
+        "real": real,
     }

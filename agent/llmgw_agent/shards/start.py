@@ -116,7 +116,7 @@ def start_shard(args: dict, replay: Optional[str]) -> dict:
         run = agent_command(*command["argv"]) if command["agent"] else command["argv"]
         if private is not None:
             run = [arg.replace(PRIVATE_DIR_PLACEHOLDER, str(private)) for arg in run]
-        command["run_argv"] = _run_argv(run, replay)
+        command["run_argv"] = _run_argv(run, None if spec["real"] else replay)
     record = dict(
         spec,
         shard_id=shard_id,

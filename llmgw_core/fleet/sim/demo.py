@@ -27,7 +27,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,11 +122,20 @@ class DemoFleet:
 
 
 async def start_demo_fleet(
-    root: Path | None = None, nodes: list[SimNode] | None = None
+    root: Path | None = None,
+    nodes: list[SimNode] | None = None,
+    real_engines: Mapping[str, Mapping[str, str]] | None = None,
 ) -> DemoFleet:
     """Write the captures and keys, start one SSH server per node; returns at once.
 
     The agents start when the console connects (it deploys them, as on any fleet).
+
+    Args:
+        root: the demo's folder (default: a new temporary one).
+        nodes: the simulated nodes (default: `demo_nodes()`).
+        real_engines: engines the CPU node runs for real, as the inventory's `engines:` names
+            them (`{"vllm": {"bin": PATH}}`): its agent starts them on this machine instead
+            of the sim engine (`demo_engines` reads them from the command line).
     """
     from llmgw_agent.sim.profiles import write_profile
 
@@ -165,7 +174,9 @@ async def start_demo_fleet(
     key_file.chmod(0o600)
     document = {
         "nodes": [
-            _inventory_entry(node, servers[node.name].port, captures[node.name], key_file)
+            _inventory_entry(
+                node, servers[node.name].port, captures[node.name], key_file, real_engines or {}
+            )
             for node in nodes
         ],
         "known_hosts": str(known_hosts),
@@ -184,7 +195,13 @@ async def start_demo_fleet(
     return DemoFleet(root=root, servers=servers, inventory=inventory, settings=settings)
 
 
-def _inventory_entry(node: SimNode, port: int, capture: Path, key_file: Path) -> dict[str, Any]:
+def _inventory_entry(
+    node: SimNode,
+    port: int,
+    capture: Path,
+    key_file: Path,
+    real_engines: Mapping[str, Mapping[str, str]],
+) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "name": node.name,
         "host": "127.0.0.1",
@@ -198,11 +215,51 @@ def _inventory_entry(node: SimNode, port: int, capture: Path, key_file: Path) ->
     if node.labels:
         entry["labels"] = dict(node.labels)
     router = demo_router()
+    engines: dict[str, Any] = {}
     if node.profile == "cpu" and router is not None:
         # The gateway's default node: it reports the vllm-router installed beside llmgw, as a
         # real node would (doctor names it; the gateway's front routes by itself).
-        entry["engines"] = {"router": {"bin": router}}
+        engines["router"] = {"bin": router}
+    if node.profile == "cpu":
+        engines.update({name: dict(where) for name, where in real_engines.items()})
+    if engines:
+        entry["engines"] = engines
     return entry
+
+
+REAL_ENGINE_FORMS = {"vllm": "bin", "sglang": "python", "llama.cpp": "bin"}
+"""How `--engine ENGINE=PATH` names each engine: vLLM's and llama-server's program, SGLang's
+Python (llama-cpp-python's server: `llama.cpp=…/python3`)."""
+
+
+def demo_engines(given: Iterable[str]) -> dict[str, dict[str, str]]:
+    """`--engine ENGINE=PATH` values as the CPU node's inventory `engines:`.
+
+    Raises:
+        BadInput: an engine llmgw does not run, or a path that is not a program here.
+    """
+    from llmgw_core.errors import BadInput
+
+    engines: dict[str, dict[str, str]] = {}
+    for text in given:
+        name, equals, path = text.partition("=")
+        if name not in REAL_ENGINE_FORMS or not equals:
+            raise BadInput(
+                f"--engine {text!r} is not ENGINE=PATH with ENGINE one of "
+                + ", ".join(REAL_ENGINE_FORMS),
+                "for example --engine vllm=$HOME/venv/bin/vllm",
+            )
+        program = Path(path).expanduser()
+        if not program.is_absolute() or not program.is_file() or not os.access(program, os.X_OK):
+            raise BadInput(
+                f"--engine {name}: {path!r} is not a program on this machine (an absolute path)",
+                "give the path of the engine's executable",
+            )
+        form = REAL_ENGINE_FORMS[name]
+        if name == "llama.cpp" and program.name.startswith("python"):
+            form = "python"  # llama-cpp-python's server, run as `python3 -m llama_cpp.server`
+        engines[name] = {form: str(program)}
+    return engines
 
 
 def demo_router() -> str | None:

@@ -21,7 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from llmgw_core.fleet.sim.demo import alive, sweep
+from llmgw_core.errors import BadInput
+from llmgw_core.fleet.sim.demo import alive, demo_engines, sweep
 
 STOPPING_FILE = "stopping"
 """The pid of the `down` asking the demo to stop: its sweep spares it (its argv names the folder)."""
@@ -53,14 +54,36 @@ def demo_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="llmgw-tui demo", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["up", "down", "status", "serve"])
     parser.add_argument("--dir", metavar="DIR", help=f"where it lives (default {default_dir()})")
+    parser.add_argument(
+        "--engine",
+        action="append",
+        default=[],
+        metavar="ENGINE=PATH",
+        help="with up: the CPU node (cpu-01) runs this real engine on this machine instead of "
+        "the simulated one (vllm=…/bin/vllm, llama.cpp=…/llama-server or …/python3, "
+        "sglang=…/python3)",
+    )
     args = parser.parse_args(argv)
     folder = Path(args.dir).expanduser().resolve() if args.dir else default_dir()
-    action = {"up": up, "down": down, "status": status, "serve": serve}[args.action]
-    return action(folder)
+    if args.engine and args.action not in ("up", "serve"):
+        parser.error("--engine goes with up")
+    try:
+        engines = demo_engines(args.engine)
+    except BadInput as exc:
+        print(f"llmgw-tui: {exc.sentence()}", file=sys.stderr)
+        return exc.exit_code
+    if args.action == "up":
+        return up(folder, args.engine)
+    if args.action == "serve":
+        return serve(folder, engines)
+    return {"down": down, "status": status}[args.action](folder)
 
 
-def up(folder: Path) -> int:
-    """Start the demo fleet detached (unless it is up) and print its inventory's path."""
+def up(folder: Path, engines: list[str] | None = None) -> int:
+    """Start the demo fleet detached (unless it is up) and print its inventory's path.
+
+    `engines`: `ENGINE=PATH` texts (checked) its CPU node runs for real.
+    """
     found = running(folder)
     if found is not None:
         print(found["inventory"])
@@ -71,7 +94,10 @@ def up(folder: Path) -> int:
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(folder / "demo.log", "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "llmgw_tui.cli", "demo", "serve", "--dir", str(folder)],
+            [
+                *(sys.executable, "-m", "llmgw_tui.cli", "demo", "serve", "--dir", str(folder)),
+                *(f"--engine={text}" for text in engines or ()),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -123,15 +149,15 @@ def status(folder: Path) -> int:
     return 0
 
 
-def serve(folder: Path) -> int:
+def serve(folder: Path, engines: dict[str, dict[str, str]] | None = None) -> int:
     """The detached process: the demo fleet's servers until SIGTERM, then nothing left."""
-    return asyncio.run(_serve(folder))
+    return asyncio.run(_serve(folder, engines or {}))
 
 
-async def _serve(folder: Path) -> int:
+async def _serve(folder: Path, engines: dict[str, dict[str, str]]) -> int:
     from llmgw_core.fleet.sim.demo import start_demo_fleet
 
-    demo = await start_demo_fleet(folder)
+    demo = await start_demo_fleet(folder, real_engines=engines)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

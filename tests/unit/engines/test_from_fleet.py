@@ -142,6 +142,31 @@ def test_the_inventorys_engine_location_wins_over_what_the_node_found(node_facts
     assert not node.simulated
 
 
+def test_a_replayed_node_runs_for_real_the_engine_its_inventory_names(node_facts):
+    """The demo's CPU node with `--engine vllm=PATH`: vLLM runs as written, on this machine's
+    network (the capture's `eno1` and address are not here); llama.cpp stays simulated."""
+    capture, facts = node_facts("cpu", "cpu-01")
+    inventory = (
+        f"nodes:\n  - name: cpu-01\n    host: 127.0.0.1\n    replay: {capture}\n"
+        "    engines: {vllm: {bin: /opt/venv/bin/vllm}}\n"
+    )
+    spec = _spec(inventory, "cpu-01")
+    real = launch_node(spec, facts, engine="vllm", rank=0, gpu_ids=[], http_port=8000)
+    assert (real.replayed, real.simulated, real.program) == (True, False, ("/opt/venv/bin/vllm",))
+    assert (real.address, real.interface) == ("127.0.0.1", None)
+    sim = launch_node(spec, facts, engine="llama.cpp", rank=0, gpu_ids=[], http_port=8001)
+    assert (sim.replayed, sim.simulated) == (True, True)
+    assert sim.interface == facts.host.mgmt_interface
+    request = LaunchRequest(
+        engine="vllm", source="/models/tiny", served_name="tiny", nodes=(real,), context=512,
+        planned_context=512, tensor_parallel=1, pipeline_parallel=1, gpu_memory_utilization=None,
+        cpu_kv_cache_gib=1,
+    )  # fmt: skip
+    (shard,) = build_launch(request).shards
+    assert shard.real and shard.start_args("tiny-1")["real"] is True
+    assert not any(name.endswith("SOCKET_IFNAME") for name in shard.main.env)
+
+
 def test_a_card_the_node_does_not_have_is_refused(node_facts):
     _capture, facts = node_facts("l40s", "l40s-01")
     spec = _spec("nodes: [{name: l40s-01, host: 127.0.0.1}]", "l40s-01")
