@@ -39,13 +39,13 @@ def models_dir() -> Path:
 
 
 LONGEST_FILES = {
-    "tests/e2e/test_vllm_real_serve.py": 150,  # two real vLLM starts, a roll, the SDK
+    "tests/e2e/test_vllm_real_serve.py": 200,  # three real vLLM starts, a roll, the SDK, the demo
+    "tests/e2e/test_service_demo.py": 100,
     "tests/e2e/test_keep_demo.py": 90,
-    "tests/e2e/test_vllm_vs_sim.py": 60,  # the real vLLM's start on the CPU
+    "tests/e2e/test_vllm_vs_sim.py": 80,  # the real vLLM's start on the CPU
     "tests/e2e/test_wizard_every_way.py": 55,
-    "tests/tui/test_wizard_every_kind.py": 45,
-    "tests/e2e/test_service_demo.py": 70,
     "tests/tui/test_monkey.py": 50,
+    "tests/tui/test_wizard_every_kind.py": 45,
     "tests/e2e/test_keep_heal_demo.py": 48,
     "tests/tui/test_monkey_more.py": 47,
     "tests/tui/test_gateway_console.py": 46,
@@ -53,11 +53,13 @@ LONGEST_FILES = {
     "tests/faults/test_fault_matrix.py": 45,  # the demo fleet's 20 s and OpenSSH's 25 s
     "tests/e2e/test_serve_faults.py": 31,
     "tests/e2e/test_service_openssh.py": 30,
+    "tests/tui/test_typed_input.py": 30,
+    "tests/tui/test_tmux_demo.py": 30,
     "tests/e2e/test_metrics_demo.py": 25,
     "tests/fleet/test_sim_fleet_scale.py": 24,
-    "tests/tui/test_typed_input.py": 24,
     "tests/tui/test_gateway_log_and_heal.py": 23,
     "tests/tui/test_serve_wizard_live.py": 21,
+    "tests/unit/engines/test_vllm_help_real.py": 20,
 }
 """Seconds a file took in CI, for the files over twenty (`pytest --durations`, summed)."""
 
@@ -75,3 +77,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return -LONGEST_FILES.get(name, 0)
 
     items.sort(key=weight)
+
+
+ONE_AT_A_TIME = frozenset(
+    {
+        "tests/e2e/test_vllm_real_serve.py",
+        "tests/e2e/test_vllm_vs_sim.py",
+        "tests/unit/engines/test_vllm_help_real.py",
+    }
+)
+"""Files that start the real vLLM, which takes every core it finds while it starts: run one
+after the other on one worker, never two vLLMs at once beside the rest of the suite."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadfile` as xdist does it, with two changes: the files are handed out in the
+    collected order (longest first, above) rather than by their count of tests, which put the
+    long files of one or two tests last; and the files in `ONE_AT_A_TIME` are one unit."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFirst(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return "the real vLLM" if file in ONE_AT_A_TIME else file
+
+    config.option.loadscopereorder = False
+    return LongestFirst(config, log)

@@ -1,14 +1,16 @@
 """Benchmark: `serve` to the first answered request, for the real vLLM and the real llama.cpp.
 
 Run: `.venv/bin/python tests/benchmarks/bench_serve_real_engines.py [ROUNDS]`. Prints
-figures; asserts nothing. This machine is the CPU node (`this_machine`: the real
-agent behind asyncssh's server on loopback), the console runs as a person runs it
-(`llmgw-tui --run` with `serve`, `ask`, `logs` and `stop`), and the figures come from
-the console's own trace: placed → process running → health answered, then the
-first `ask`. vLLM is `.ci/install-vllm`'s CPU build serving the tiny random Llama
-(`tiny_hf_llama.py`, eager mode); llama.cpp is llama-cpp-python's server with the
-tiny GGUF (`tiny_gguf.py`). For vLLM the plan's KV cache is printed beside what the
-engine logged. An engine that is not installed is said and skipped.
+figures; asserts nothing. The node is the demo's CPU node (`llmgw-tui demo up
+--engine ENGINE=PATH`: the real engine runs on this machine in place of the sim),
+the console runs as a person runs it (`llmgw-tui --inventory … --run` with `plan`,
+`serve`, `ask`, `replicas` and `stop`), and the figures come from the console's own
+trace: placed → process running → health answered, then the first `ask`. vLLM is
+`.ci/install-vllm`'s CPU build serving the tiny random Llama (`tiny_hf_llama.py`,
+eager mode); llama.cpp is `.ci/install-llama-server`'s llama-server and
+llama-cpp-python's server, with the tiny GGUF (`tiny_gguf.py`). For vLLM the plan's
+KV cache is printed beside what the engine logged. An engine that is not installed
+is said and skipped.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from datetime import datetime
 from pathlib import Path
 
 import _paths  # noqa: F401  (tests/support on the path)
+from kept_demo import kept_demo, run_json
+from llamacpp_truth import llama_server
 from real_vllm import VLLM, make_tiny_llama
-from this_machine import run_script_on_this_machine
 from tiny_gguf import write_tiny_llama_gguf
 
 
@@ -32,21 +35,23 @@ def _at(trace: list[dict[str, str]], step: str) -> datetime:
     return next(datetime.fromisoformat(e["at"]) for e in trace if e["step"] == step)
 
 
-def one_run(folder: Path, engine: str) -> dict[str, float | int | str]:
-    """One serve → ask → stop of `engine`; the console's figures."""
+def one_run(folder: Path, inventory: str, engine: str) -> dict[str, float | int | str]:
+    """One serve → ask → stop of `engine` on the demo's CPU node; the console's figures."""
     models = folder / "models"
     if engine == "vllm":
         model = make_tiny_llama(models / "tiny")
         serve = (
-            f"  - serve: {{model: {model}, engine: vllm, context: 512, name: tiny,"
-            " timeout: 400, engine_args: {enforce_eager: true}}\n"
+            f"  - serve: {{model: {model}, engine: vllm, gpu_class: cpu, context: 512,"
+            " name: tiny, timeout: 400, engine_args: {enforce_eager: true}}\n"
         )
-        engines = {"vllm": {"bin": str(VLLM)}}
     else:
         model = write_tiny_llama_gguf(models / "tiny" / "tiny.gguf")
-        serve = f"  - serve: {{model: {model}, engine: llama.cpp, context: 256, name: tiny}}\n"
-        engines = {}
+        serve = (
+            f"  - serve: {{model: {model}, engine: llama.cpp, gpu_class: cpu, context: 256,"
+            " name: tiny}\n"
+        )
     steps = (
+        "steps:\n"
         f"  - plan: {{model: {model}, context: {512 if engine == 'vllm' else 256}}}\n"
         + serve
         + '  - ask: {replica: tiny, prompt: "Who are you?", max_tokens: 8}\n'
@@ -54,16 +59,15 @@ def one_run(folder: Path, engine: str) -> dict[str, float | int | str]:
         + "  - stop: {replica: tiny}\n"
     )
     began = time.perf_counter()
-    done, _ = run_script_on_this_machine(
-        folder, steps, models, str(folder), engines=engines, timeout=600
-    )
+    code, results, said = run_json(inventory, steps, timeout=600)
     wall_s = time.perf_counter() - began
-    if done.returncode != 0:
-        raise RuntimeError(done.stdout[-2000:] + done.stderr[-2000:])
-    planned, served, asked, listed, _ = [json.loads(x)["result"] for x in done.stdout.splitlines()]
+    if code != 0:
+        raise RuntimeError(json.dumps(results)[-2000:] + said[-2000:])
+    planned, served, asked, listed, _ = [step["result"] for step in results]
     trace = served["trace"]
     placed = _at(trace, "placed")
     figures: dict[str, float | int | str] = {
+        "program": listed["replicas"][0]["shards"][0]["argv"][0],
         "placed → process running s": (_at(trace, "process running") - placed).total_seconds(),
         "placed → health answered s": (_at(trace, "health answered") - placed).total_seconds(),
         "serve step → first answer s": (_at(trace, "health answered") - placed).total_seconds()
@@ -72,7 +76,7 @@ def one_run(folder: Path, engine: str) -> dict[str, float | int | str]:
         "whole llmgw-tui run s": wall_s,
     }
     if engine == "vllm":
-        way = next(w for w in planned["options"] if w["engine"] == "vllm")
+        way = next(w for w in planned["options"] if w["engine"] == "vllm" and w["on_cpu"])
         logged = listed["replicas"][0]["figures"]
         figures["plan: KV GiB / tokens / concurrency"] = (
             f"{way['cpu_kv_cache_gib']} / {way['kv_tokens']:,} / {way['max_concurrency']:.2f}"
@@ -86,19 +90,28 @@ def one_run(folder: Path, engine: str) -> dict[str, float | int | str]:
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    available = {
-        "vllm": VLLM.exists(),
-        "llama.cpp": importlib.util.find_spec("llama_cpp") is not None,
+    server = llama_server()
+    has_python = importlib.util.find_spec("llama_cpp") is not None
+    engines = {
+        "vllm": ("vllm", f"vllm={VLLM}" if VLLM.exists() else None),
+        "llama.cpp (llama-server)": ("llama.cpp", f"llama.cpp={server}" if server else None),
+        "llama.cpp (llama-cpp-python)": (
+            "llama.cpp",
+            f"llama.cpp={Path(sys.executable).parent / 'python3'}" if has_python else None,
+        ),
     }
-    for engine, present in available.items():
-        if not present:
-            print(f"{engine}: not installed here, skipped (.ci/run installs both)")
+    for label, (engine, named) in engines.items():
+        if named is None:
+            print(f"{label}: not installed here, skipped (.ci/run installs it)")
             continue
         runs = []
-        for _ in range(rounds):
-            with tempfile.TemporaryDirectory() as scratch:
-                runs.append(one_run(Path(scratch), engine))
-        print(f"\n{engine}, {rounds} rounds (median, min–max):")
+        with tempfile.TemporaryDirectory() as scratch:
+            with kept_demo(Path(scratch) / "demo", up_args=(f"--engine={named}",)) as inventory:
+                for round_ in range(rounds):
+                    folder = Path(scratch) / f"round-{round_}"
+                    folder.mkdir()
+                    runs.append(one_run(folder, inventory, engine))
+        print(f"\n{label} on the demo's CPU node, {rounds} rounds (median, min–max):")
         for key in runs[0]:
             values = [run[key] for run in runs]
             if isinstance(values[0], str):

@@ -70,6 +70,25 @@ def request(nodes: tuple[LaunchNode, ...] | None = None, **changes: Any) -> Laun
     return replace(base, **changes)
 
 
+GGUF = "/var/lib/llmgw-models/Qwen2.5-7B-Instruct-Q4_K_M.gguf"
+
+
+def llama_request(node: LaunchNode, **changes: Any) -> LaunchRequest:
+    """Qwen2.5-7B's Q4_K_M GGUF at 8k on llama.cpp, on one node (its cards split by layer)."""
+    return request(
+        nodes=(node,),
+        engine="llama.cpp",
+        source=GGUF,
+        served_name="qwen-7b",
+        context=8192,
+        planned_context=8192,
+        tensor_parallel=1,
+        pipeline_parallel=len(node.gpus) or 1,
+        gpu_memory_utilization=None,
+        **changes,
+    )
+
+
 def two_h100_nodes(**changes: Any) -> tuple[LaunchNode, LaunchNode]:
     """Two H100 nodes of ib-a, ranks 0 and 1."""
     return (h100_node(0, **changes), h100_node(1, **changes))

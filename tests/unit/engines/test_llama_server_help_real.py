@@ -14,7 +14,7 @@ import re
 import subprocess
 
 import pytest
-from engine_nodes import h100_cards, h100_node, request
+from engine_nodes import h100_cards, h100_node, llama_request
 from llamacpp_truth import llama_server
 
 from llmgw_core.engines import build_launch
@@ -113,16 +113,8 @@ def test_every_flag_the_llama_cpp_launch_writes_is_one_llama_server_takes(server
     written: set[str] = set()
     for node in (cpu, cards):
         launch = build_launch(
-            request(
-                nodes=(node,),
-                engine="llama.cpp",
-                source="/models/qwen-7b/qwen-7b-Q4_K_M.gguf",
-                served_name="qwen-7b",
-                context=8192,
-                planned_context=8192,
-                tensor_parallel=1,
-                pipeline_parallel=len(node.gpus) or 1,
-                gpu_memory_utilization=None,
+            llama_request(
+                node,
                 concurrency=4,
                 api_key="k",
                 tls=EngineIdentity.make("qwen-7b"),

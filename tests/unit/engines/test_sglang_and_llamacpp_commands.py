@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from engine_nodes import LLAMA_70B, flag, h100_cards, h100_node, request, two_h100_nodes
+from engine_nodes import (
+    GGUF,
+    LLAMA_70B,
+    flag,
+    h100_cards,
+    h100_node,
+    llama_request,
+    request,
+    two_h100_nodes,
+)
 
 from llmgw_core.engines import build_launch, health_path, health_url
 
 SGLANG_PYTHON = ("/opt/llm/venv/bin/python3", "-m", "sglang.launch_server")
-GGUF = "/var/lib/llmgw-models/Qwen2.5-7B-Instruct-Q4_K_M.gguf"
 
 
 def _sglang(**changes):
@@ -74,21 +82,6 @@ def test_sglang_without_a_known_interpreter_runs_python3():
     assert argv[:3] == ("python3", "-m", "sglang.launch_server")
 
 
-def _llama(node, **changes):
-    return request(
-        nodes=(node,),
-        engine="llama.cpp",
-        source=GGUF,
-        served_name="qwen-7b",
-        context=8192,
-        planned_context=8192,
-        tensor_parallel=1,
-        pipeline_parallel=len(node.gpus) or 1,
-        gpu_memory_utilization=None,
-        **changes,
-    )
-
-
 def _cpu_node(program=("/usr/local/bin/llama-server",)):
     return h100_node(
         name="cpu-01", gpus=(), adapters=(), fabric=None, program=program, engine_version="b6500"
@@ -96,7 +89,7 @@ def _cpu_node(program=("/usr/local/bin/llama-server",)):
 
 
 def test_llama_server_on_a_cpu_node_offloads_no_layer():
-    plan = build_launch(_llama(_cpu_node()))
+    plan = build_launch(llama_request(_cpu_node()))
     (shard,) = plan.shards
     argv = shard.main.argv
     assert argv[0] == "/usr/local/bin/llama-server"
@@ -113,20 +106,20 @@ def test_llama_server_on_a_cpu_node_offloads_no_layer():
 
 def test_llama_server_on_two_cards_puts_every_layer_on_them_split_by_layer():
     node = h100_node(gpus=h100_cards(2), program=("llama-server",), engine_version="b6500")
-    argv = build_launch(_llama(node)).shards[0].main.argv
+    argv = build_launch(llama_request(node)).shards[0].main.argv
     assert flag(argv, "--n-gpu-layers") == "999"
     assert flag(argv, "--split-mode") == "layer"
 
 
 def test_llama_server_gives_each_parallel_slot_a_whole_context():
-    argv = build_launch(_llama(_cpu_node(), concurrency=4)).shards[0].main.argv
+    argv = build_launch(llama_request(_cpu_node(), concurrency=4)).shards[0].main.argv
     assert flag(argv, "--ctx-size") == str(4 * 8192)
     assert flag(argv, "--parallel") == "4"
 
 
 def test_llama_cpp_python_takes_its_own_flag_names_and_is_probed_without_its_model_lock():
     program = ("/opt/llama/bin/python3", "-m", "llama_cpp.server")
-    plan = build_launch(_llama(_cpu_node(program=program), concurrency=4))
+    plan = build_launch(llama_request(_cpu_node(program=program), concurrency=4))
     shard = plan.shards[0]
     argv = shard.main.argv
     assert argv[:3] == program
@@ -143,7 +136,7 @@ def test_llama_cpp_python_takes_its_own_flag_names_and_is_probed_without_its_mod
 def test_llama_cpp_python_on_a_card_offloads_every_layer():
     program = ("python3", "-m", "llama_cpp.server")
     node = h100_node(gpus=h100_cards(1), program=program)
-    assert flag(build_launch(_llama(node)).shards[0].main.argv, "--n_gpu_layers") == "-1"
+    assert flag(build_launch(llama_request(node)).shards[0].main.argv, "--n_gpu_layers") == "-1"
 
 
 def test_each_engine_has_one_health_path():
@@ -156,14 +149,16 @@ def test_each_engine_has_one_health_path():
 
 
 def test_llama_server_is_told_flash_attention_on_as_the_plan_sizes_it():
-    argv = build_launch(_llama(_cpu_node())).shards[0].main.argv
+    argv = build_launch(llama_request(_cpu_node())).shards[0].main.argv
     assert flag(argv, "--flash-attn") == "on"
     assert "--ubatch-size" not in argv
 
 
 def test_flash_attention_off_and_a_micro_batch_are_written_once_from_engine_args():
     argv = (
-        build_launch(_llama(_cpu_node(), engine_args={"flash_attn": False, "ubatch_size": "1024"}))
+        build_launch(
+            llama_request(_cpu_node(), engine_args={"flash_attn": False, "ubatch_size": "1024"})
+        )
         .shards[0]
         .main.argv
     )
@@ -174,5 +169,5 @@ def test_flash_attention_off_and_a_micro_batch_are_written_once_from_engine_args
 
 def test_llama_cpp_python_is_told_flash_attention_on_too():
     program = ("python3", "-m", "llama_cpp.server")
-    argv = build_launch(_llama(_cpu_node(program=program))).shards[0].main.argv
+    argv = build_launch(llama_request(_cpu_node(program=program))).shards[0].main.argv
     assert flag(argv, "--flash_attn") == "True"

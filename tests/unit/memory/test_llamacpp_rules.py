@@ -147,20 +147,26 @@ def test_flash_attention_off_holds_every_head_s_scores_against_the_whole_context
     assert bigger.engine_gib == pytest.approx(2 * (on.engine_gib - 0.35) + 0.35, rel=0.01)
 
 
-def test_a_cpu_that_repacks_q4_k_holds_a_second_copy_of_those_matrices(tmp_path):
+def _tiny_llama_artifact(folder, quant_name: str) -> Artifact:
+    """A tiny llama GGUF of one tensor type, written and read as the planner reads a file."""
     import gguf
     from header_ggufs import write_tiny_llama
 
-    from llmgw_core.memory.llamacpp import REPACK_TYPES
     from llmgw_core.model.assemble import enrich_gguf
     from llmgw_core.model.local import read_local_gguf
 
     path = write_tiny_llama(
-        tmp_path / "q4k.gguf", hidden=256, heads=4, kv_heads=2, ffn=512, vocab=512,
-        quant=gguf.GGMLQuantizationType.Q4_K,
+        folder / f"{quant_name}.gguf", hidden=256, heads=4, kv_heads=2, ffn=512, vocab=512,
+        quant=gguf.GGMLQuantizationType[quant_name],
     )  # fmt: skip
-    bare = Artifact("Q4_K", "gguf", (path.name,), path.stat().st_size)
-    artifact = enrich_gguf(bare, [read_local_gguf(path)])
+    bare = Artifact(quant_name, "gguf", (path.name,), path.stat().st_size)
+    return enrich_gguf(bare, [read_local_gguf(path)])
+
+
+def test_a_cpu_that_repacks_q4_k_holds_a_second_copy_of_those_matrices(tmp_path):
+    from llmgw_core.memory.llamacpp import REPACK_TYPES
+
+    artifact = _tiny_llama_artifact(tmp_path, "Q4_K")
     matrices = sum(
         t.n_bytes
         for t in artifact.gguf_tensors[0]
@@ -182,19 +188,9 @@ def test_a_cpu_that_repacks_q4_k_holds_a_second_copy_of_those_matrices(tmp_path)
 def test_an_amx_cpu_copies_f16_matrices_and_keeps_the_embeddings_mapped(tmp_path):
     """Measured on a Xeon with AMX (tests/e2e/test_llamacpp_truth.py): F16 matrices whose rows
     come in 32s go to the AMX buffer; an AVX2 CPU without AMX copies no F16 at all."""
-    import gguf
-    from header_ggufs import write_tiny_llama
-
     from llmgw_core.memory.llamacpp import REPACK_TYPES, model_buffers
-    from llmgw_core.model.assemble import enrich_gguf
-    from llmgw_core.model.local import read_local_gguf
 
-    path = write_tiny_llama(
-        tmp_path / "f16.gguf", hidden=256, heads=4, kv_heads=2, ffn=512, vocab=512,
-        quant=gguf.GGMLQuantizationType.F16,
-    )  # fmt: skip
-    bare = Artifact("F16", "gguf", (path.name,), path.stat().st_size)
-    artifact = enrich_gguf(bare, [read_local_gguf(path)])
+    artifact = _tiny_llama_artifact(tmp_path, "F16")
     tensors = artifact.gguf_tensors[0]
     matrices = sum(t.n_bytes for t in tensors if len(t.dims) == 2 and t.name != "token_embd.weight")
     embeddings = next(t.n_bytes for t in tensors if t.name == "token_embd.weight")
