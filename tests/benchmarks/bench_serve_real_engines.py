@@ -105,12 +105,14 @@ def main() -> None:
             print(f"{label}: not installed here, skipped (.ci/run installs it)")
             continue
         runs = []
-        with tempfile.TemporaryDirectory() as scratch:
-            with kept_demo(Path(scratch) / "demo", up_args=(f"--engine={named}",)) as inventory:
-                for round_ in range(rounds):
-                    folder = Path(scratch) / f"round-{round_}"
-                    folder.mkdir()
-                    runs.append(one_run(folder, inventory, engine))
+        with (
+            tempfile.TemporaryDirectory() as scratch,
+            kept_demo(Path(scratch) / "demo", up_args=(f"--engine={named}",)) as inventory,
+        ):
+            for round_ in range(rounds):
+                folder = Path(scratch) / f"round-{round_}"
+                folder.mkdir()
+                runs.append(one_run(folder, inventory, engine))
         print(f"\n{label} on the demo's CPU node, {rounds} rounds (median, min–max):")
         for key in runs[0]:
             values = [run[key] for run in runs]
