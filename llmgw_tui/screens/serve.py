@@ -185,7 +185,9 @@ class ServeScreen(KeptScreen[None]):
         self.call_after_refresh(self._focus_first)
 
     def _focus_first(self) -> None:
-        self.query_one(FIRST_FIELD[self.step]).focus()
+        # At once, not `widget.focus()`, which Textual defers to a later message: a ctrl+b
+        # queued before it would move the page on and leave the focus on the hidden one.
+        self.set_focus(self.query_one(FIRST_FIELD[self.step]))
 
     def quit_held(self) -> bool:
         """`q` out of a field quits, unless the wizard holds what was typed: then it says so

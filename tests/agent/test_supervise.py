@@ -28,8 +28,22 @@ def wait_until(check: Callable[[], object], timeout_s: float = 20.0) -> object:
 
 
 def process_state(pid: int) -> str | None:
+    return process_state_of(Path(f"/proc/{pid}/stat"))
+
+
+def every_thread_stopped(pid: int) -> bool:
+    """Every thread of `pid` in the stopped state: SIGSTOP stops them one by one, and the
+    main thread showing `T` leaves a thread still running (the one that reaps children)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return False
+    return bool(threads) and all(process_state_of(t / "stat") == "T" for t in threads)
+
+
+def process_state_of(stat: Path) -> str | None:
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return None
 
@@ -149,7 +163,7 @@ def test_a_dead_supervisor_left_as_a_zombie_counts_as_dead(
     # it stays a zombie. Its engine is killed too (nothing left alive).
     os.kill(agent.proc.pid, signal.SIGSTOP)
     try:
-        wait_until(lambda: process_state(agent.proc.pid) == "T")
+        wait_until(lambda: every_thread_stopped(agent.proc.pid))
         os.kill(started["pid"], signal.SIGKILL)
         os.killpg(main_pid, signal.SIGKILL)
         wait_until(lambda: not alive(started["pid"]) and not alive(main_pid))

@@ -86,6 +86,12 @@ def up(folder: Path, engines: list[str] | None = None) -> int:
     """
     found = running(folder)
     if found is not None:
+        if engines:
+            print(
+                "llmgw-tui: the demo fleet is already up, with the engines it was started with"
+                " (demo down, then demo up --engine … to change them)",
+                file=sys.stderr,
+            )
         print(found["inventory"])
         return 0
     if (folder / UP_FILE).exists():
