@@ -9,6 +9,9 @@ engines print under the label "GB".
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 from llmgw_core.errors import BadInput
 from llmgw_core.memory.need import (
     DEFAULT_USABLE_FRACTION,
@@ -20,6 +23,9 @@ from llmgw_core.memory.need import (
 )
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.shape import ModelShape
+
+if TYPE_CHECKING:
+    from llmgw_core.memory.adapters import LoraSlots
 
 ENGINES = ("vllm", "sglang", "llama.cpp")
 
@@ -59,6 +65,7 @@ def card_need(
     enforce_eager: bool = False,
     engine_options: EngineOptions = ENGINE_DEFAULTS,
     repack_types: frozenset[str] = frozenset(),
+    adapters: LoraSlots | None = None,
 ) -> CardNeed:
     """What the worst card of `layout` needs to serve `artifact` with `engine`.
 
@@ -79,6 +86,7 @@ def card_need(
         enforce_eager: vLLM without CUDA graphs (`--enforce-eager`).
         engine_options: the engine flags that size memory beyond those above, as launched.
         repack_types: llama.cpp on a CPU node: the types its CPU repacks (a second copy).
+        adapters: LoRA adapters served beside the model (`memory.adapters`), None for none.
     """
     query = NeedQuery(
         artifact=artifact,
@@ -95,8 +103,13 @@ def card_need(
         enforce_eager=enforce_eager,
         engine_options=engine_options,
         repack_types=repack_types,
+        adapters=adapters,
     )
-    if engine == "vllm" and cpu_only:
+    return _with_adapters(engine, query, _engine_need(engine, query))
+
+
+def _engine_need(engine: str, query: NeedQuery) -> CardNeed:
+    if engine == "vllm" and query.cpu_only:
         from llmgw_core.memory import vllm_cpu
 
         return vllm_cpu.card_need(query)
@@ -111,3 +124,39 @@ def card_need(
     from llmgw_core.memory import llamacpp
 
     return llamacpp.card_need(query)
+
+
+def _with_adapters(engine: str, query: NeedQuery, need: CardNeed) -> CardNeed:
+    """`need` with the adapters' room added: it comes out of what the KV cache could have held
+    (every engine allocates it before sizing the cache), except vLLM on a CPU node, whose
+    cache is the fixed `VLLM_CPU_KVCACHE_SPACE`."""
+    if query.adapters is None:
+        return need
+    from llmgw_core.memory.adapters import card_bytes, host_bytes
+    from llmgw_core.memory.weights import serve_dtype_for
+    from llmgw_core.model.artifacts import GIB
+
+    layout = query.layout
+    devices = 1 if query.cpu_only else layout.cards
+    adapters = (
+        card_bytes(
+            engine,
+            query.shape,
+            query.adapters,
+            tensor_parallel=layout.tensor_parallel,
+            pipeline_parallel=1 if engine == "llama.cpp" else layout.pipeline_parallel,
+            serve_dtype=serve_dtype_for(query.shape, None),
+            devices=devices,
+        )
+        / GIB
+    )
+    concurrency = need.max_concurrency
+    if concurrency is not None and not (engine == "vllm" and query.cpu_only):
+        left = need.usable_gib - need.weights_gib - need.engine_gib
+        concurrency = concurrency * (left - adapters) / left if left > adapters else None
+    return replace(
+        need,
+        adapters_gib=adapters,
+        adapters_host_gib=host_bytes(engine, query.adapters) / GIB,
+        max_concurrency=concurrency,
+    )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from llmgw_core.memory.adapters import LoraSlots
     from llmgw_core.model.artifacts import Artifact
     from llmgw_core.model.shape import ModelShape
 
@@ -51,6 +52,8 @@ class CardNeed:
         card_memory_gib: the whole card (None where no such limit applies).
         kv_tokens: the tokens of KV cache the engine will log it holds, where the plan
             fixes the cache's size (vLLM on a CPU node); None elsewhere.
+        adapters_gib: what the engine keeps on the card for LoRA adapters (`memory.adapters`).
+        adapters_host_gib: what it keeps of them in host RAM besides (vLLM's `max_cpu_loras`).
     """
 
     weights_gib: float
@@ -62,11 +65,13 @@ class CardNeed:
     outside_gib: float = 0.0
     card_memory_gib: float | None = None
     kv_tokens: int | None = None
+    adapters_gib: float = 0.0
+    adapters_host_gib: float = 0.0
 
     @property
     def total_gib(self) -> float:
-        """Weights + context + engine: what is measured against the usable memory."""
-        return self.weights_gib + self.context_gib + self.engine_gib
+        """Weights + context + engine + adapters: what is measured against the usable memory."""
+        return self.weights_gib + self.context_gib + self.engine_gib + self.adapters_gib
 
     @property
     def fits(self) -> bool:
@@ -140,3 +145,5 @@ class NeedQuery:
     engine_options: EngineOptions = ENGINE_DEFAULTS
     repack_types: frozenset[str] = frozenset()
     """llama.cpp on a CPU node: the tensor types its CPU copies into a repacked buffer."""
+    adapters: LoraSlots | None = None
+    """The LoRA adapters served beside the model, and the engine's room for them."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llmgw_core.memory import CardNeed, Layout, card_need, usable_gib
+from llmgw_core.memory.adapters import LoraSlots
 from llmgw_core.memory.need import ENGINE_DEFAULTS, EngineOptions
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.shape import ModelShape
@@ -46,7 +47,9 @@ class Sizer:
         kv_cache_dtype: str | None = None,
         enforce_eager: bool = False,
         engine_options: EngineOptions = ENGINE_DEFAULTS,
+        adapters: LoraSlots | None = None,
     ) -> None:
+        self.adapters = adapters
         self.context = context
         self.concurrency = concurrency
         self.utilisation = utilisation
@@ -96,6 +99,7 @@ class Sizer:
                 cpu_only=cpu_repack is not None,
                 engine_options=self.engine_options,
                 repack_types=cpu_repack or frozenset(),
+                adapters=self.adapters,
             )
             self._needs[key] = found
         return found
@@ -155,6 +159,9 @@ def advice_when_nothing_fits(misses: list[Miss], sizer: Sizer, context: int) -> 
         return ["a GPU node (these files need vLLM or SGLang), or a GGUF file of it for a CPU node"]
     advice: list[str] = []
     closest = min(misses, key=lambda m: m.overshoot)
+    adapters = _adapter_term(misses, sizer)
+    if adapters:
+        advice.append(adapters)
     shorter = _largest_context(closest, sizer, context)
     where = _miss_label(closest)
     if shorter:
@@ -193,6 +200,49 @@ def _miss_label(miss: Miss) -> str:
     if miss.nodes > 1:
         return f"{miss.nodes} nodes × {miss.tensor_parallel} × {miss.pool.label} on {miss.pool.interconnect}"
     return f"{cards} × {miss.pool.label}"
+
+
+def _adapter_term(misses: list[Miss], sizer: Sizer) -> str | None:
+    """When the model fits a way tried without its adapters: the adapters' room named, and the
+    most adapter slots that way holds (the term that pushed it over)."""
+    slots = sizer.adapters
+    if slots is None:
+        return None
+    bare = Sizer(
+        sizer.context,
+        sizer.concurrency,
+        sizer.utilisation,
+        sizer.kv_cache_dtype,
+        sizer.enforce_eager,
+        sizer.engine_options,
+    )
+    for miss in sorted(misses, key=lambda m: m.overshoot):
+        layout, memory = _layout_of(miss)
+        repack = cpu_repack(miss.pool)
+        if not bare.fits(miss.engine, miss.artifact, miss.shape, layout, memory, cpu_repack=repack):
+            continue
+        need = sizer.need(miss.engine, miss.artifact, miss.shape, layout, memory, cpu_repack=repack)
+        term = (
+            f"the adapters' {need.adapters_gib:.1f} GB a card "
+            f"(max_loras {slots.max_loras} × max_lora_rank {slots.max_lora_rank}) push it over "
+            f"on {_miss_label(miss)}, where it fits without them"
+        )
+        for fewer in range(slots.max_loras - 1, 0, -1):
+            trial = Sizer(
+                sizer.context,
+                sizer.concurrency,
+                sizer.utilisation,
+                sizer.kv_cache_dtype,
+                sizer.enforce_eager,
+                sizer.engine_options,
+                replace(slots, max_loras=fewer, max_cpu_loras=None),
+            )
+            if trial.fits(
+                miss.engine, miss.artifact, miss.shape, layout, memory, cpu_repack=repack
+            ):
+                return f"{term}: max_loras {fewer} fits"
+        return term
+    return None
 
 
 def _largest_context(miss: Miss, sizer: Sizer, context: int) -> int | None:

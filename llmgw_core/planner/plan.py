@@ -28,8 +28,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llmgw_core.engines.flags import ENGINE_NAMES
 from llmgw_core.errors import BadInput
 from llmgw_core.memory import Layout
+from llmgw_core.memory.adapters import LoraSlots, takes_adapters
 from llmgw_core.memory.need import ENGINE_DEFAULTS, EngineOptions
 from llmgw_core.model.artifacts import GIB, Artifact
 from llmgw_core.model.model_shape import ModelShape
@@ -112,6 +114,8 @@ class Plan:
     engine_options: EngineOptions = ENGINE_DEFAULTS
     """The engine flags that size memory (llama.cpp's flash attention and micro-batch, vLLM's
     batched tokens), as the plan sized them."""
+    adapters: LoraSlots | None = None
+    """The LoRA adapters served beside the model, as the plan sized their room."""
 
     @property
     def best(self) -> Way | None:
@@ -139,6 +143,7 @@ class Plan:
             else round(self.context_gib_per_1k_tokens, 4),
             "advice": list(self.advice),
             "notes": list(self.notes),
+            "adapters": self.adapters.as_dict() if self.adapters else None,
         }
 
 
@@ -166,6 +171,7 @@ def plan(
     kv_cache_dtype: str | None = None,
     enforce_eager: bool = False,
     engine_options: EngineOptions = ENGINE_DEFAULTS,
+    adapters: LoraSlots | None = None,
 ) -> Plan:
     """Plan every artifact of `model` against the pools of `fleet`.
 
@@ -181,6 +187,7 @@ def plan(
         enforce_eager: vLLM without CUDA graphs (their memory is not needed).
         engine_options: the engine flags that size memory beyond those above (llama.cpp's
             flash attention and micro-batch, vLLM's batched tokens), as launched.
+        adapters: LoRA adapters served beside the model and the engine's room for them.
 
     Returns:
         The plan; `plan.best` is None when nothing fits, and `plan.advice` then
@@ -191,7 +198,13 @@ def plan(
     """
     pools = fleet.pools() if isinstance(fleet, Fleet) else tuple(fleet)
     sizer = Sizer(
-        context, concurrency, gpu_memory_utilization, kv_cache_dtype, enforce_eager, engine_options
+        context,
+        concurrency,
+        gpu_memory_utilization,
+        kv_cache_dtype,
+        enforce_eager,
+        engine_options,
+        adapters,
     )
     ref = model.repo_id or model.ref
     notes: list[str] = []
@@ -211,6 +224,14 @@ def plan(
             raise BadInput(f"{ref}: {too_long}", f"plan a context of at most {shape.max_context}")
         found: list[Way] = []
         for engine in engines_for(artifact):
+            if not takes_adapters(engine, adapters):
+                assert adapters is not None
+                kind = "GGUF" if adapters.adapters[0].format == "gguf" else "PEFT (safetensors)"
+                notes.append(
+                    f"{artifact.name}: {ENGINE_NAMES.get(engine, engine)} does not serve "
+                    f"{kind} adapters"
+                )
+                continue
             for pool in pools:
                 found.extend(ways_on_pool(engine, artifact, shape, pool, ref, sizer, misses, notes))
         found = _one_node_ways_once(sorted(found, key=_rank))
@@ -237,6 +258,7 @@ def plan(
         gpu_memory_utilization=gpu_memory_utilization,
         enforce_eager=enforce_eager,
         engine_options=engine_options,
+        adapters=adapters,
     )
 
 

@@ -302,4 +302,6 @@ def _way(
         rank_bits=precision_rank_bits(artifact, shape),
         cpu_kv_cache_gib=kv_space,
         kv_tokens=need.kv_tokens,
+        adapters_gib=need.adapters_gib,
+        adapters_host_gib=need.adapters_host_gib,
     )

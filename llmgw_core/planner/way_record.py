@@ -69,6 +69,10 @@ class Way:
     """vLLM on a CPU node: the KV cache the launch asks for (`VLLM_CPU_KVCACHE_SPACE`), GiB."""
     kv_tokens: int | None = None
     """The tokens of KV cache the engine will log, where the plan fixes its size."""
+    adapters_gib: float = 0.0
+    """What the engine keeps on each card for LoRA adapters (in `per_card_gib`)."""
+    adapters_host_gib: float = 0.0
+    """What it keeps of them in host RAM besides (vLLM's `max_cpu_loras`)."""
 
     @property
     def total_gib(self) -> float:
@@ -124,7 +128,9 @@ class Way:
             where = "of a NUMA node's RAM"
         text = (
             f"{self.per_card_gib:.1f} GB {where} (weights {self.weights_gib:.1f} + context "
-            f"{self.context_gib:.1f} + engine {self.engine_gib:.1f}) of {self.usable_gib:.0f} usable"
+            f"{self.context_gib:.1f} + engine {self.engine_gib:.1f}"
+            + (f" + adapters {self.adapters_gib:.2f}" if self.adapters_gib else "")
+            + f") of {self.usable_gib:.0f} usable"
         )
         if self.outside_gib >= 0.05:
             text += f" (+{self.outside_gib:.1f} beside it: CUDA context and graphs)"
@@ -175,4 +181,6 @@ class Way:
             "serve": self.serve,
             "cpu_kv_cache_gib": self.cpu_kv_cache_gib,
             "kv_tokens": self.kv_tokens,
+            "adapters_gib": round(self.adapters_gib, 4),
+            "adapters_host_gib": round(self.adapters_host_gib, 4),
         }

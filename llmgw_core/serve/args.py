@@ -7,10 +7,21 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from llmgw_core.arguments import ModelRef, StrictArgs
+from llmgw_core.arguments import NAME_PATTERN, ModelRef, StrictArgs
 from llmgw_core.engines.flags import checked_engine_args
 from llmgw_core.errors import BadInput
 from llmgw_core.serve.keys import ENV_NAME
+
+
+class AdapterArg(StrictArgs):
+    """One LoRA adapter to serve beside the model: `{name, source, file?}`."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    """What clients ask for it by (`model: NAME`)."""
+    source: ModelRef
+    """A PEFT adapter's folder, a GGUF adapter file, or a Hub `org/name[@revision]`."""
+    file: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-][A-Za-z0-9_./-]{0,255}\.gguf$")
+    """On the Hub: the repository's GGUF adapter file (None for PEFT files)."""
 
 
 class LayoutFields(StrictArgs):
@@ -28,6 +39,23 @@ class LayoutFields(StrictArgs):
     engine_args: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """The engine's own flags (`engines.flags`: known, typed, never llmgw's own); they need
     `engine:`, as they are that engine's."""
+    adapters: list[AdapterArg] = Field(default_factory=list, max_length=64)
+    """LoRA adapters served beside the model (each read from its own files)."""
+    max_loras: int | None = Field(default=None, ge=1, le=256)
+    """Adapters one batch may use (vLLM's `--max-loras`, SGLang's `--max-loras-per-batch`): the
+    slots every card keeps; None for one a given adapter."""
+    max_lora_rank: int | None = Field(default=None, ge=1, le=512)
+    """The rank every slot is made for; None for the largest adapter's."""
+
+    @model_validator(mode="after")
+    def _adapters_named_once(self) -> LayoutFields:
+        names = [a.name for a in self.adapters]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"adapter {twice[0]!r} is named twice")
+        if (self.max_loras or self.max_lora_rank) and not self.adapters:
+            raise ValueError("max_loras and max_lora_rank size adapters: give adapters: too")
+        return self
 
     @model_validator(mode="after")
     def _engine_args_checked(self) -> LayoutFields:
@@ -65,6 +93,9 @@ RESTART_FIELDS = (
     "env",
     "api_key_env",
     "engine_args",
+    "adapters",
+    "max_loras",
+    "max_lora_rank",
 )
 """The fields whose change needs the engines started again (the others steer the start only:
 fallbacks, timeout, the all-reduce check, the rails)."""

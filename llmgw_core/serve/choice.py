@@ -332,6 +332,7 @@ def _forced(plan: Plan, model: ModelInfo, fleet: Fleet, overrides: Overrides) ->
         plan.kv_cache_dtype,
         plan.enforce_eager,
         plan.engine_options,
+        plan.adapters,
     )
     need = sizer.need(engine, artifact, shape, layout, card.memory_gib)
     usable = sizer.usable(engine, card.memory_gib)

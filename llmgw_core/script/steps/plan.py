@@ -33,6 +33,7 @@ from llmgw_core.script.registry import (
     StepOutcome,
     step,
 )
+from llmgw_core.serve.args import AdapterArg
 
 if TYPE_CHECKING:
     from llmgw_core.model.source import ModelInfo
@@ -48,6 +49,9 @@ class PlanArgs(StepArgs):
     concurrency: int = Field(default=1, ge=1, le=65_536)
     precision: str | None = None
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    adapters: list[AdapterArg] = Field(default_factory=list, max_length=64)
+    max_loras: int | None = Field(default=None, ge=1, le=256)
+    max_lora_rank: int | None = Field(default=None, ge=1, le=512)
 
 
 def model_for(ref: str, script_dir: Path, *, offline: bool | None = None) -> ModelInfo:
@@ -136,6 +140,7 @@ def plan_outcome(args: PlanArgs, ctx: StepContext, fleet: Fleet) -> StepOutcome:
     """The plan of `args.model` on `fleet`, as the step's outcome."""
     from llmgw_core.catalog.resolve import origin_note
     from llmgw_core.planner.plan import plan
+    from llmgw_core.serve.adapters import checked_slots
     from llmgw_core.serve.launch import default_replica_name
 
     model = step_model(args.model, ctx)
@@ -151,6 +156,13 @@ def plan_outcome(args: PlanArgs, ctx: StepContext, fleet: Fleet) -> StepOutcome:
         concurrency=args.concurrency,
         precision=args.precision,
         gpu_memory_utilization=args.gpu_memory_utilization,
+        adapters=checked_slots(
+            args.adapters,
+            model,
+            ctx.script_dir,
+            max_loras=args.max_loras,
+            max_lora_rank=args.max_lora_rank,
+        ),
     )
     if not result.artifacts:
         wanted = " ".join(x for x in (args.format, args.precision) if x)
