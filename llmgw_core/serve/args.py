@@ -99,3 +99,7 @@ RESTART_FIELDS = (
 )
 """The fields whose change needs the engines started again (the others steer the start only:
 fallbacks, timeout, the all-reduce check, the rails)."""
+
+ADDED_RESTART_FIELDS = frozenset({"adapters", "max_loras", "max_lora_rank"})
+"""Restart fields added after services were first recorded: hashed only where set, so a
+service that does not use them keeps its hash."""

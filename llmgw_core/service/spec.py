@@ -31,7 +31,7 @@ from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from llmgw_core.arguments import NAME_PATTERN, StrictArgs
 from llmgw_core.gateway.spec import GatewayArgs
-from llmgw_core.serve.args import RESTART_FIELDS, ServeFields
+from llmgw_core.serve.args import ADDED_RESTART_FIELDS, RESTART_FIELDS, ServeFields
 
 DEFAULT_DRAIN_S = 30.0
 MAX_REPLICAS = 64
@@ -106,8 +106,19 @@ class ServiceDoc(ServeFields):
         return self.gateway if isinstance(self.gateway, GatewayArgs) else None
 
     def settings(self) -> dict[str, Any]:
-        """The settings a change of which needs the engines started again."""
-        return {name: getattr(self, name) for name in RESTART_FIELDS}
+        """The settings a change of which needs the engines started again.
+
+        A setting newer than the first services (`ADDED_RESTART_FIELDS`) is left out while it
+        is unset, so the hash of a service that does not use it stays what it was: upgrading
+        llmgw rolls no replica.
+        """
+        found = {}
+        for name in RESTART_FIELDS:
+            value = getattr(self, name)
+            if name in ADDED_RESTART_FIELDS and not value:
+                continue
+            found[name] = [a.model_dump() for a in value] if name == "adapters" else value
+        return found
 
 
 def settings_hash(settings: Mapping[str, Any]) -> str:
