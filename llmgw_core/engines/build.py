@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from llmgw_core.engines import llamacpp, ray_cluster, sglang, sim, vllm
 from llmgw_core.engines.keys import key_env
-from llmgw_core.engines.programs import DEFAULT_PROGRAMS
+from llmgw_core.engines.programs import DEFAULT_PROGRAMS, is_llama_cpp_python
 from llmgw_core.engines.spec import (
     ANY_ADDRESS,
     LLAMA_CPP,
@@ -126,4 +126,8 @@ def build_launch(request: LaunchRequest) -> LaunchPlan:
         health_path=health_path(request.engine, request.head.program),
         start_after_head=executor == RAY,
         tls_cert=request.tls.cert_pem if request.tls is not None else None,
+        adapters=tuple(request.lora.recorded(request.engine)) if request.lora else (),
+        adapter_only=request.lora is not None
+        and request.engine == LLAMA_CPP
+        and is_llama_cpp_python(request.head.program or DEFAULT_PROGRAMS[LLAMA_CPP]),
     )

@@ -47,6 +47,12 @@ def _llama_server(request: LaunchRequest, node: LaunchNode) -> list[str]:
     argv += ["--flash-attn", "on" if options.flash_attn else "off"]
     if "ubatch_size" in request.engine_args:
         argv += ["--ubatch-size", str(options.n_ubatch)]
+    if request.lora is not None:
+        # Loaded at start, each off until a request names it (the gateway turns an adapter's
+        # name into its id and scale in the request's `lora`).
+        for _name, path in request.lora.adapters:
+            argv += ["--lora", path]
+        argv.append("--lora-init-without-apply")
     return argv + argv_of(LLAMA_CPP, request.engine_args)
 
 
@@ -69,6 +75,14 @@ def _llama_cpp_python(request: LaunchRequest, node: LaunchNode) -> list[str]:
     argv += ["--interrupt_requests", "False"]
     # The plan sizes flash attention on; llama-cpp-python's own default is off.
     argv += ["--flash_attn", "True"]
+    if request.lora is not None:
+        if len(request.lora.adapters) != 1:
+            raise BadInput(
+                "llama-cpp-python's server applies one LoRA adapter to every request, "
+                f"and {len(request.lora.adapters)} are given",
+                "serve one adapter a replica there, or install llama-server on the node",
+            )
+        argv += ["--lora_path", request.lora.adapters[0][1]]
     return argv
 
 

@@ -46,6 +46,11 @@ def commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ..
         argv += ["--mem-fraction-static", f"{request.gpu_memory_utilization:.2f}"]
     if request.concurrency > 1:
         argv += ["--max-running-requests", str(request.concurrency)]
+    if request.lora is not None:
+        lora = request.lora
+        argv += ["--enable-lora", "--max-loras-per-batch", str(lora.max_loras)]
+        argv += ["--max-lora-rank", str(lora.max_lora_rank), "--lora-paths"]
+        argv += [f"{name}={path}" for name, path in lora.adapters]
     argv += argv_of("sglang", request.engine_args)
     if request.multi_node:
         port = request.rendezvous_port or DEFAULT_DIST_INIT_PORT

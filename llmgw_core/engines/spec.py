@@ -91,6 +91,32 @@ class FabricAdapter:
 
 
 @dataclass(frozen=True)
+class LoraLaunch:
+    """The LoRA adapters an engine loads at start, and the room it keeps for them.
+
+    Attributes:
+        adapters: (name, path on the nodes) of each, in the order the engine numbers them.
+        max_loras: adapters one batch may use: the slots each card keeps.
+        max_lora_rank: the rank each slot is made for.
+        max_cpu_loras: vLLM: adapters kept in host RAM; None for `max_loras`.
+    """
+
+    adapters: tuple[tuple[str, str], ...]
+    max_loras: int
+    max_lora_rank: int
+    max_cpu_loras: int | None = None
+
+    def recorded(self, engine: str) -> list[dict[str, Any]]:
+        """Each adapter as the replica's spec records it for the gateway: `{name, lora_id}`,
+        the id llama-server numbers it by (None where the engine takes it by name)."""
+        by_id = engine == LLAMA_CPP
+        return [
+            {"name": name, "lora_id": index if by_id else None}
+            for index, (name, _path) in enumerate(self.adapters)
+        ]
+
+
+@dataclass(frozen=True)
 class LaunchNode:
     """One node of a replica, as placement chose it.
 
@@ -182,6 +208,7 @@ class LaunchRequest:
             (`VLLM_CPU_KVCACHE_SPACE`); None elsewhere.
         cpu_bind: vLLM on a CPU node beside other replicas: the cores of each rank
             (`VLLM_CPU_OMP_THREADS_BIND`, ranks apart by `|`); None: vLLM's own choice.
+        lora: the LoRA adapters the engine loads at start, None for none.
     """
 
     engine: str
@@ -208,6 +235,7 @@ class LaunchRequest:
     tls: EngineIdentity | None = field(default=None, repr=False)
     cpu_kv_cache_gib: int | None = None
     cpu_bind: str | None = None
+    lora: LoraLaunch | None = None
 
     @property
     def ranked_nodes(self) -> tuple[LaunchNode, ...]:
@@ -352,6 +380,10 @@ class LaunchPlan:
     health_path: str
     start_after_head: bool = False
     tls_cert: str | None = None
+    adapters: tuple[dict[str, Any], ...] = ()
+    """The LoRA adapters rank 0's engine serves, as the gateway routes them (`{name, lora_id}`)."""
+    adapter_only: bool = False
+    """The engine applies its one adapter to every request: the model is not served bare."""
 
     @property
     def head(self) -> ShardLaunch:

@@ -19,6 +19,8 @@ between versions, and Ray is optional in recent ones.
 
 from __future__ import annotations
 
+import json
+
 from llmgw_core.engines.environment import shard_env
 from llmgw_core.engines.flags import argv_of
 from llmgw_core.engines.identity import tls_flags
@@ -38,6 +40,7 @@ from llmgw_core.engines.spec import (
     LaunchRequest,
     ShardCommand,
 )
+from llmgw_core.memory.adapters import default_vllm_rank
 
 MP_MULTI_NODE_SINCE = (0, 12)
 """vLLM joins nodes without Ray from 0.12.0 (`--nnodes`, `--node-rank`, `--master-addr`)."""
@@ -87,7 +90,25 @@ def model_flags(request: LaunchRequest) -> list[str]:
         flags += ["--gpu-memory-utilization", f"{request.gpu_memory_utilization:.2f}"]
     if request.concurrency > 1:
         flags += ["--max-num-seqs", str(request.concurrency)]
-    return flags + argv_of("vllm", request.engine_args)
+    return flags + lora_flags(request) + argv_of("vllm", request.engine_args)
+
+
+def lora_flags(request: LaunchRequest) -> list[str]:
+    """`--enable-lora` and its room, and each adapter as `--lora-modules`' JSON form, which
+    names the served model as its base (`/v1/models` then gives it as the adapter's parent)."""
+    lora = request.lora
+    if lora is None:
+        return []
+    flags = ["--enable-lora", "--max-loras", str(lora.max_loras)]
+    flags += ["--max-lora-rank", str(default_vllm_rank(lora.max_lora_rank))]
+    if lora.max_cpu_loras is not None:
+        flags += ["--max-cpu-loras", str(lora.max_cpu_loras)]
+    flags.append("--lora-modules")
+    flags += [
+        json.dumps({"name": name, "path": path, "base_model_name": request.served_name})
+        for name, path in lora.adapters
+    ]
+    return flags
 
 
 def _http_flags(request: LaunchRequest, node: LaunchNode) -> list[str]:

@@ -31,6 +31,7 @@ from llmgw_core.gateway.spec import (
     live_gateway,
     plain_line,
     processed_requests,
+    served_text,
     shard_args,
     unchecked_workers,
     wanted_workers,
@@ -106,7 +107,12 @@ async def router_workers(reach: EngineReach, gateway: GatewayView) -> dict[str, 
             f"({status}: {text[:200]})"
         )
     return {
-        str(w.get("url")): {"model": str(w.get("model_id")), "healthy": w.get("is_healthy")}
+        str(w.get("url")): {
+            "model": str(w.get("model_id")),
+            "healthy": w.get("is_healthy"),
+            "adapters": w.get("adapters") if isinstance(w.get("adapters"), dict) else {},
+            "base": w.get("base") is not False,
+        }
         for w in listed
         if isinstance(w, dict)
     }
@@ -128,6 +134,9 @@ async def change_workers(
             raise LlmgwError(f"the front of {gateway.name} would not remove {url}: {text[:200]}")
     for worker in add:
         body: dict[str, Any] = {"url": worker.url, "model_id": worker.model}
+        if worker.adapters:
+            body["adapters"] = dict(worker.adapters)
+            body["base"] = worker.base
         if worker.cert is not None:
             body["cert"] = worker.cert
         status, text = await front_call(reach.fleet, gateway, "POST", "/workers", body)
@@ -147,7 +156,10 @@ async def follow(fleet: Any, reach: EngineReach, gateway: GatewayView) -> dict[s
     fronted, unkeyed = keyed_for(replicas, gateway)
     wanted = wanted_workers(fronted, gateway.node, _hosts(fleet))
     present = await router_workers(reach, gateway)
-    add, remove = worker_changes(wanted, {u: w["model"] for u, w in present.items()})
+    add, remove = worker_changes(
+        wanted,
+        {u: served_text(w["model"], w["adapters"], w["base"]) for u, w in present.items()},
+    )
     await change_workers(reach, gateway, add, remove)
     return {
         **gateway.as_dict(),

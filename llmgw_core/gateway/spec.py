@@ -12,6 +12,7 @@ says why the front routes rather than vllm-router, with the figures).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -251,6 +252,30 @@ class Worker:
     model: str
     replica: str = ""
     cert: str | None = None
+    adapters: tuple[tuple[str, int | None], ...] = ()
+    """The LoRA adapters its engine holds: (name, llama-server's id or None)."""
+    base: bool = True
+    """False where the engine applies its one adapter to every request (llama-cpp-python)."""
+
+    @property
+    def serves(self) -> str:
+        """What it serves as one comparable text: the model, the adapters, bare or not."""
+        return served_text(self.model, dict(self.adapters), self.base)
+
+
+def served_text(model: str, adapters: Mapping[str, int | None], base: bool) -> str:
+    """A worker's model, adapters and bareness as one text (the front's listing gives the same)."""
+    return json.dumps([model, sorted([n, i] for n, i in adapters.items()), base or not adapters])
+
+
+def recorded_adapters(spec: Mapping[str, Any]) -> tuple[tuple[str, int | None], ...]:
+    """A replica's adapters as its spec records them (`[{name, lora_id}]`); () for anything else."""
+    found = []
+    for entry in spec.get("adapters") or ():
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            lora_id = entry.get("lora_id")
+            found.append((entry["name"], lora_id if isinstance(lora_id, int) else None))
+    return tuple(found)
 
 
 def wanted_workers(
@@ -281,7 +306,16 @@ def wanted_workers(
         cert = replica.spec.get("tls_cert")
         cert = cert if isinstance(cert, str) and cert else None
         url = f"{'https' if cert else 'http'}://{host_port(host, port)}"
-        workers.append(Worker(url=url, model=model, replica=replica.name, cert=cert))
+        workers.append(
+            Worker(
+                url=url,
+                model=model,
+                replica=replica.name,
+                cert=cert,
+                adapters=recorded_adapters(replica.spec),
+                base=replica.spec.get("adapter_only") is not True,
+            )
+        )
     return tuple(sorted(workers, key=lambda w: (w.model, w.url)))
 
 
@@ -332,23 +366,23 @@ def worker_changes(
     """What to add and what to remove so the front holds exactly `wanted`.
 
     Args:
-        present: the front's workers now, URL → model id.
+        present: the front's workers now, URL → what each serves (`Worker.serves`).
 
     Returns:
-        (workers to add, URLs to remove); a URL serving another model now is both.
+        (workers to add, URLs to remove); a URL serving something else now is both.
     """
     wanted_by_url = {worker.url: worker for worker in wanted}
     remove = tuple(
         sorted(
             url
-            for url, model in present.items()
-            if url not in wanted_by_url or wanted_by_url[url].model != model
+            for url, serves in present.items()
+            if url not in wanted_by_url or wanted_by_url[url].serves != serves
         )
     )
     add = tuple(
         worker
         for worker in wanted
-        if worker.url not in present or present[worker.url] != worker.model
+        if worker.url not in present or present[worker.url] != worker.serves
     )
     return add, remove
 

@@ -69,6 +69,39 @@ class LoraSlots:
 
         return tuple(m for m in MODULES if m in wanted)
 
+    @classmethod
+    def from_record(cls, record: object) -> LoraSlots | None:
+        """The slots a replica's spec recorded (`as_dict`), for a heal; None for none or for
+        anything that is not such a record."""
+        if not isinstance(record, dict) or not isinstance(record.get("adapters"), list):
+            return None
+        try:
+            adapters = tuple(
+                AdapterShape(
+                    name=str(a["name"]),
+                    source=str(a["source"]),
+                    format="gguf" if a.get("format") == "gguf" else "peft",
+                    rank=int(a["rank"]),
+                    alpha=float(a.get("alpha") or a["rank"]),
+                    target_modules=tuple(str(m) for m in a.get("target_modules") or ()),
+                    dtype=str(a.get("dtype") or ""),
+                    n_bytes=int(a.get("bytes") or 0),
+                    layers=int(a.get("layers") or 0),
+                    hidden_size=int(a.get("hidden_size") or 0),
+                )
+                for a in record["adapters"]
+            )
+            return cls(
+                adapters=adapters,
+                max_loras=int(record["max_loras"]),
+                max_lora_rank=int(record["max_lora_rank"]),
+                max_cpu_loras=record.get("max_cpu_loras")
+                if isinstance(record.get("max_cpu_loras"), int)
+                else None,
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
     def as_dict(self) -> dict[str, object]:
         """The slots as the `plan` step shows them."""
         return {

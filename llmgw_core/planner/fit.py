@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from llmgw_core.engines.flags import ENGINE_NAMES
 from llmgw_core.memory import CardNeed, Layout, card_need, usable_gib
 from llmgw_core.memory.adapters import LoraSlots
 from llmgw_core.memory.need import ENGINE_DEFAULTS, EngineOptions
@@ -223,7 +224,7 @@ def _adapter_term(misses: list[Miss], sizer: Sizer) -> str | None:
             continue
         need = sizer.need(miss.engine, miss.artifact, miss.shape, layout, memory, cpu_repack=repack)
         term = (
-            f"the adapters' {need.adapters_gib:.1f} GB a card "
+            f"the adapters' {need.adapters_gib:.1f} GB a card under {ENGINE_NAMES[miss.engine]} "
             f"(max_loras {slots.max_loras} × max_lora_rank {slots.max_lora_rank}) push it over "
             f"on {_miss_label(miss)}, where it fits without them"
         )

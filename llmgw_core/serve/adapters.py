@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llmgw_core.engines.spec import LoraLaunch
 from llmgw_core.errors import BadInput
 from llmgw_core.memory.adapters import LoraSlots, slots_for
 from llmgw_core.model.adapters import AdapterShape, adapter_refusal
@@ -77,7 +78,9 @@ def checked_slots(
             raise BadInput(refusal)
     formats = {s.format for s in shapes}
     if len(formats) > 1:
-        raise BadInput("give adapters of one kind: GGUF ones for llama.cpp, PEFT ones for vLLM and SGLang")
+        raise BadInput(
+            "give adapters of one kind: GGUF ones for llama.cpp, PEFT ones for vLLM and SGLang"
+        )
     return slots_for(tuple(shapes), max_loras=max_loras, max_lora_rank=max_lora_rank)
 
 
@@ -93,3 +96,27 @@ def _base_for(adapter: AdapterShape, model: ModelInfo) -> tuple[ModelShape, str 
             continue
         return shape, shape.architecture if wanted == "gguf" and artifact.shape else None
     return None
+
+
+def lora_launch(slots: LoraSlots | None) -> LoraLaunch | None:
+    """The adapters as the engine is started with them: each by its path on the nodes (the
+    same absolute path as here, where `serve` copies a local adapter).
+
+    Raises:
+        BadInput: an adapter from the Hub (the nodes do not fetch adapters yet).
+    """
+    if slots is None:
+        return None
+    for adapter in slots.adapters:
+        if not is_local(adapter.source):
+            raise BadInput(
+                f"adapter {adapter.name!r} comes from the Hub ({adapter.source}), and serving "
+                "fetches local adapters only so far",
+                f"download it (hf download {adapter.source} --local-dir DIR) and give DIR",
+            )
+    return LoraLaunch(
+        adapters=tuple((a.name, a.source) for a in slots.adapters),
+        max_loras=slots.max_loras,
+        max_lora_rank=slots.max_lora_rank,
+        max_cpu_loras=slots.max_cpu_loras,
+    )

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmgw_core.errors import BadInput
+from llmgw_core.memory.adapters import LoraSlots
 from llmgw_core.placement import explain, place, want_summary
 from llmgw_core.serve.choice import Choice
 from llmgw_core.serve.http import EngineReach
@@ -86,6 +87,7 @@ async def heal(fleet: Any, reach: EngineReach, *, grace_s: float) -> list[dict[s
             rails="all" if asked.get("rails") == "all" else "tested",
             service=spec.get("service") if isinstance(spec.get("service"), dict) else None,
             engine_args=_recorded_args(asked.get("engine_args")),
+            lora=LoraSlots.from_record(asked.get("lora")),
         )
         outcome = ServeOutcome(name=view.name, phase="failed")
         record = await serve_way(

@@ -15,7 +15,7 @@ from typing import Any
 
 from llmgw_core.engines import LaunchPlan, LaunchRequest, launch_node, redact_env
 from llmgw_core.engines.identity import EngineIdentity
-from llmgw_core.engines.spec import ShardLaunch
+from llmgw_core.engines.spec import LoraLaunch, ShardLaunch
 from llmgw_core.fabric.rails import RailChoice
 from llmgw_core.facts import NodeFacts
 from llmgw_core.inventory import NodeSpec
@@ -71,6 +71,7 @@ def launch_request(
     engine_args: Mapping[str, str | bool] | None = None,
     tls: EngineIdentity | None = None,
     cpu_bind: str | None = None,
+    lora: LoraLaunch | None = None,
 ) -> LaunchRequest:
     """The request the engine builders turn into each node's shard.
 
@@ -119,6 +120,7 @@ def launch_request(
         tls=tls,
         cpu_kv_cache_gib=choice.cpu_kv_cache_gib,
         cpu_bind=cpu_bind,
+        lora=lora,
     )
 
 
@@ -155,6 +157,8 @@ def replica_spec(
         "health_path": plan.health_path,
         # Public: every caller (console, gateway) pins rank 0's engine to it.
         "tls_cert": plan.tls_cert,
+        "adapters": [dict(a) for a in plan.adapters],
+        "adapter_only": plan.adapter_only,
         "created_at": created_at,
         "attempt": attempt,
     }

@@ -35,10 +35,12 @@ from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fabric.rails import RailChoice, choose_rails
 from llmgw_core.facts import NodeFacts
 from llmgw_core.fleet.client import AgentError
+from llmgw_core.memory.adapters import LoraSlots
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Placement, explain, place, want_summary
 from llmgw_core.planner.plan import plan
 from llmgw_core.planner.pools_live import planner_fleet
+from llmgw_core.serve.adapters import lora_launch
 from llmgw_core.serve.choice import Choice, Overrides, choices
 from llmgw_core.serve.launch import (
     HTTP_BASE_PORT,
@@ -84,6 +86,8 @@ class ServeRequest:
         engine_args: the engine's own flags, checked (`engines.flags.checked_engine_args`).
         service: the service this replica belongs to, recorded in every shard's spec:
             `{name, hash, settings}` (`service.spec.ServiceLabel`).
+        lora: the LoRA adapters served beside the model, read and checked
+            (`serve.adapters.checked_slots`), None for none.
     """
 
     model: str
@@ -106,6 +110,7 @@ class ServeRequest:
     rails: Literal["tested", "all"] = "tested"
     service: Mapping[str, Any] | None = None
     engine_args: Mapping[str, str | bool] = field(default_factory=dict)
+    lora: LoraSlots | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,7 @@ async def resolve(fleet: Any, request: ServeRequest, model: ModelInfo) -> Resolv
         format=request.format,
         context=context,
         concurrency=request.concurrency,
+        adapters=request.lora,
         **plan_options(request.overrides.engine, request.engine_args),
     )
     ways = choices(
@@ -322,6 +328,7 @@ async def launch_for(
             else rail_choice(fleet, placement, all_rails=request.rails == "all"),
             tls=EngineIdentity.make(request.name or served_name),
             cpu_bind=cpu_bind,
+            lora=lora_launch(request.lora),
         )
     )
     return launch, rendezvous_port

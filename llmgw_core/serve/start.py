@@ -454,6 +454,11 @@ async def serve_way(
             for node in nodes:
                 done = await copy_to_node(reach, node, request.source)
                 trace.add(f"weights {done}", node, request.source)
+        for adapter in request.lora.adapters if request.lora else ():
+            if Path(adapter.source).exists():
+                for node in nodes:
+                    done = await copy_to_node(reach, node, adapter.source)
+                    trace.add(f"adapter {done}", node, f"{adapter.name}: {adapter.source}")
         rails = rail_choice(fleet, placement, all_rails=request.rails == "all")
         for warning in rails.warnings:
             trace.add("rails", None, warning)
@@ -497,6 +502,7 @@ async def serve_way(
             "rails": request.rails,
             "api_key_env": request.api_key_env,
             "engine_args": dict(request.engine_args),
+            "lora": request.lora.as_dict() if request.lora else None,
         }
         replica["engine_args"] = dict(request.engine_args)
         try:

@@ -20,6 +20,7 @@ from llmgw_core.gateway.spec import (
     load_split,
     plain_line,
     processed_requests,
+    served_text,
     shard_args,
     unchecked_workers,
     wanted_workers,
@@ -109,11 +110,21 @@ def test_a_ready_engine_checked_on_another_path_than_health_is_warned_about():
 
 def test_changes_add_what_is_missing_and_remove_what_left_or_changed_model():
     wanted = (Worker("http://a:1", "llama"), Worker("http://b:2", "qwen"))
-    present = {"http://b:2": "llama", "http://c:3": "llama"}
+    llama, qwen = served_text("llama", {}, True), served_text("qwen", {}, True)
+    present = {"http://b:2": llama, "http://c:3": llama}
     add, remove = worker_changes(wanted, present)
     assert [w.url for w in add] == ["http://a:1", "http://b:2"]
     assert remove == ("http://b:2", "http://c:3")
-    assert worker_changes(wanted, {"http://a:1": "llama", "http://b:2": "qwen"}) == ((), ())
+    assert worker_changes(wanted, {"http://a:1": llama, "http://b:2": qwen}) == ((), ())
+
+
+def test_a_worker_whose_adapters_changed_is_replaced():
+    before = served_text("llama", {"sql": None}, True)
+    wanted = (Worker("http://a:1", "llama", adapters=(("sql", None), ("chat", None))),)
+    add, remove = worker_changes(wanted, {"http://a:1": before})
+    assert [w.url for w in add] == ["http://a:1"] and remove == ("http://a:1",)
+    same = served_text("llama", {"chat": None, "sql": None}, True)
+    assert worker_changes(wanted, {"http://a:1": same}) == ((), ())
 
 
 def test_the_load_split_is_read_from_the_fronts_own_counters():

@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Tuple  # noqa: F401 (type comments)
+    from typing import Dict, List, Optional, Tuple
 
 POLICIES = ("round_robin", "power_of_two", "cache_aware")
 HEALTH_INTERVAL_S = 2.0
@@ -55,9 +55,23 @@ MAX_IDLE_PER_WORKER = 64
 
 
 class Worker:
-    """One engine behind the gateway: where it listens, what it serves, how it is doing."""
+    """One engine behind the gateway: where it listens, what it serves, how it is doing.
 
-    def __init__(self, url: str, model: str, cert: Optional[str] = None) -> None:
+    `adapters` are the LoRA adapters its engine holds beside `model`: name → the id
+    llama-server numbers it by (a request for it gets `"lora": [{"id", "scale": 1}]`),
+    or None where the engine takes the adapter's name as the request's model (vLLM,
+    SGLang). `base` False: the engine applies its one adapter to every request
+    (llama-cpp-python's server), so `model` itself is not routed to it.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        cert: Optional[str] = None,
+        adapters: Optional[Dict[str, Optional[int]]] = None,
+        base: bool = True,
+    ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname or not parts.port:
             raise ValueError("a worker's URL is http(s)://HOST:PORT, not {!r}".format(url))
@@ -65,6 +79,13 @@ class Worker:
             raise ValueError("an https worker needs its engine's certificate to pin")
         self.url = url
         self.model = model
+        self.adapters = dict(adapters or {})
+        for name, lora_id in self.adapters.items():
+            if not isinstance(name, str) or not name or name == model:
+                raise ValueError("an adapter's name is a text other than its model's")
+            if lora_id is not None and (isinstance(lora_id, bool) or not isinstance(lora_id, int)):
+                raise ValueError("an adapter's lora id is a whole number")
+        self.base = bool(base) or not self.adapters
         self.host = parts.hostname
         self.port = parts.port
         self.cert = cert
@@ -97,6 +118,31 @@ class Worker:
             CONNECT_TIMEOUT_S,
         )
 
+    def serves(self, model: Optional[str]) -> bool:
+        """True when a request for `model` (any, when None) may go to this worker."""
+        if model is None:
+            return True
+        return (model == self.model and self.base) or model in self.adapters
+
+    def served(self) -> List[str]:
+        """The names it answers to: its model (where it serves it bare) and its adapters."""
+        return ([self.model] if self.base else []) + sorted(self.adapters)
+
+    def body_for(self, model: Optional[str], body: bytes) -> bytes:
+        """The request's body as this worker's engine takes it: for an adapter llama-server
+        numbers, the adapter asked for by its id and scale (every other one is off)."""
+        lora_id = self.adapters.get(model) if model is not None else None
+        if lora_id is None:
+            return body
+        try:
+            parsed = json.loads(body.decode())
+        except (ValueError, UnicodeDecodeError):
+            return body
+        if not isinstance(parsed, dict):
+            return body
+        parsed["lora"] = [{"id": lora_id, "scale": 1.0}]
+        return json.dumps(parsed).encode()
+
     def keep(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Keep a connection that can carry another request (or close it when enough are kept)."""
         if len(self.idle) < MAX_IDLE_PER_WORKER:
@@ -112,6 +158,8 @@ class Worker:
         return {
             "url": self.url,
             "model_id": self.model,
+            "adapters": self.adapters,
+            "base": self.base,
             "is_healthy": self.healthy,
             "load": self.in_flight,
             "processed": self.processed,
@@ -206,8 +254,18 @@ class Pool:
         return True
 
     def models(self) -> List[str]:
-        """The models some worker serves, sorted."""
-        return sorted({worker.model for worker in self.workers.values()})
+        """The models and adapters some worker serves, sorted."""
+        return sorted({name for worker in self.workers.values() for name in worker.served()})
+
+    def parents(self) -> Dict[str, str]:
+        """Each adapter some worker serves → the model it adapts."""
+        return {name: worker.model for worker in self.workers.values() for name in worker.adapters}
+
+    def base_of(self, model: Optional[str]) -> Optional[str]:
+        """The model a request for `model` is served by: its parent for an adapter."""
+        if model is None:
+            return None
+        return self.parents().get(model, model)
 
     def failed(self, worker: Worker, why: str) -> None:
         """A connection to `worker` failed: out of rotation until its health answers again."""
@@ -225,9 +283,7 @@ class Pool:
         """The worker for a request for `model` (any model when None), not one of `tried`;
         None when no healthy worker is left."""
         candidates = [
-            w
-            for w in self.workers.values()
-            if w.healthy and w.url not in tried and (model is None or w.model == model)
+            w for w in self.workers.values() if w.healthy and w.url not in tried and w.serves(model)
         ]
         if not candidates:
             return None

@@ -70,7 +70,7 @@ from llmgw_agent.front.routing import POLICIES, Pool, Worker
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import List, Optional, Tuple
+    from typing import Dict, List, Optional, Tuple
 
 CONFIG_ENV = "LLMGW_FRONT_CONFIG"
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -225,7 +225,16 @@ class Front:
         if method == "POST" and route == "/workers":
             try:
                 given = json.loads(body.decode() or "{}")
-                worker = Worker(str(given["url"]), str(given["model_id"]), given.get("cert"))
+                adapters = given.get("adapters") or {}
+                if not isinstance(adapters, dict):
+                    raise ValueError("adapters is an object of names")
+                worker = Worker(
+                    str(given["url"]),
+                    str(given["model_id"]),
+                    given.get("cert"),
+                    adapters=adapters,
+                    base=given.get("base", True) is not False,
+                )
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 message = {"error": "not a worker: {}".format(exc)}
                 return 400, "application/json", json.dumps(message).encode()
@@ -312,7 +321,7 @@ class Front:
         if method == "GET" and route == "/v1/models":
             listed = [m for m in await self.served_models() if models is None or m in models]
             self.counters.add(key_id, "answered")
-            await _answer(writer, 200, _model_list(listed), close)
+            await _answer(writer, 200, _model_list(listed, self.pool.parents()), close)
             return not close
         if model is not None:
             if models is not None and model not in models:
@@ -330,7 +339,7 @@ class Front:
             headers,
             body,
             model,
-            self.config.upstream_key(model),
+            self.config.upstream_key(self.pool.base_of(model)),
             close,
             key_id,
         )
@@ -390,8 +399,9 @@ class Front:
             out += ["{}: {}".format(n, v) for n, v in headers if n.lower() not in _HOP]
             if upstream_key:
                 out.append("Authorization: Bearer {}".format(upstream_key))
-            out.append("Content-Length: {}".format(len(body)))
-            request = ("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + body
+            sent = worker.body_for(model, body)
+            out.append("Content-Length: {}".format(len(sent)))
+            request = ("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + sent
             worker.in_flight += 1
             worker.processed += 1
             try:
@@ -449,9 +459,13 @@ def _model_of(body: bytes) -> Optional[str]:
     return model if isinstance(model, str) else None
 
 
-def _model_list(models: List[str]) -> bytes:
+def _model_list(models: List[str], parents: Dict[str, str]) -> bytes:
+    """OpenAI's model list; an adapter names the model it adapts in `parent`, as vLLM's does."""
     now = int(time.time())
-    cards = [{"id": m, "object": "model", "created": now, "owned_by": "llmgw"} for m in models]
+    cards = [
+        {"id": m, "object": "model", "created": now, "owned_by": "llmgw", "parent": parents.get(m)}
+        for m in models
+    ]
     return json.dumps({"object": "list", "data": cards}).encode()
 
 

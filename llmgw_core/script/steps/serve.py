@@ -84,6 +84,7 @@ def serve_request(
     """
     from llmgw_core.catalog import is_catalog_ref
     from llmgw_core.script.steps.plan import step_model
+    from llmgw_core.serve.adapters import checked_slots
     from llmgw_core.serve.choice import Overrides
     from llmgw_core.serve.start import ServeRequest
 
@@ -121,6 +122,13 @@ def serve_request(
         rails=args.rails,
         service=service,
         engine_args=checked_engine_args(args.engine, args.engine_args) if args.engine else {},
+        lora=checked_slots(
+            args.adapters,
+            model,
+            ctx.script_dir,
+            max_loras=args.max_loras,
+            max_lora_rank=args.max_lora_rank,
+        ),
     )
     return request, model
 

@@ -83,19 +83,42 @@ def unauthorized(kind: str) -> Answer:
     return 401, {"error": "Unauthorized"}
 
 
+def served_names(engine: Dict[str, Any]) -> List[str]:
+    """The names a request's `model` may give: the served names and, on vLLM and SGLang, each
+    LoRA adapter's (llama-server takes its adapters by id, in the request's `lora`)."""
+    names = list(engine.get("served_names") or [engine["served_name"]])
+    if engine.get("kind") in ("vllm", "sglang"):
+        names += [a["name"] for a in engine.get("adapters") or ()]
+    return names
+
+
+def lora_adapters(engine: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """llama-server's `GET /lora-adapters`: each adapter's id, path and scale (0 until a request
+    asks for it when started with `--lora-init-without-apply`)."""
+    scale = 0.0 if engine.get("lora_init_without_apply") else 1.0
+    return [
+        {"id": int(a["name"]), "path": a["path"], "scale": scale}
+        for a in engine.get("adapters") or ()
+    ]
+
+
 def model_list(engine: Dict[str, Any], created: int) -> Dict[str, Any]:
-    """`GET /v1/models`: one card per served name, as vLLM's `ModelList`."""
+    """`GET /v1/models`: one card per served name, as vLLM's `ModelList`; a LoRA adapter's card
+    names its path as `root` and the served model as `parent`, as vLLM's does."""
     context = engine.get("context_tokens") or 32768
     cards = []
-    for name in engine.get("served_names") or [engine["served_name"]]:
+    parents = {}  # type: Dict[str, str]
+    if engine.get("kind") in ("vllm", "sglang"):
+        parents = {a["name"]: a["path"] for a in engine.get("adapters") or ()}
+    for name in served_names(engine):
         cards.append(
             {
                 "id": name,
                 "object": "model",
                 "created": created,
                 "owned_by": OWNERS.get(engine["kind"], engine["kind"]),
-                "root": engine.get("model") or name,
-                "parent": None,
+                "root": parents.get(name) or engine.get("model") or name,
+                "parent": engine["served_name"] if name in parents else None,
                 "max_model_len": context,
                 "permission": [
                     {
@@ -181,7 +204,7 @@ def tokenize(body: Any, engine: Dict[str, Any]) -> Answer:
     if not isinstance(body, dict):
         return bad_request("the request body is not a JSON object")
     model = body.get("model")
-    served = engine.get("served_names") or [engine["served_name"]]
+    served = served_names(engine)
     if model is not None and model not in served:
         return _no_model(model, served)
     if "prompt" in body:
@@ -218,7 +241,7 @@ def plan(
         return None, schema_refusal(
             "messages", "list_type", "Input should be a valid list", body["messages"]
         )
-    served = engine.get("served_names") or [engine["served_name"]]
+    served = served_names(engine)
     model = body.get("model")
     if model is not None and model not in served:
         return None, _no_model(model, served)

@@ -12,6 +12,7 @@ the real argv. The rule that recognises an engine command lives here:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from typing import List, Optional
 
@@ -113,6 +114,10 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--enable-auto-tool-choice", action="store_true")
         add("--tool-call-parser", default=None)
         add("--kv-cache-dtype", default="auto")
+        add("--enable-lora", action="store_true")
+        add("--lora-modules", nargs="+", default=[])
+        add("--max-loras", type=int, default=1)
+        add("--max-lora-rank", type=int, default=16)
     elif kind == "sglang":
         add("--model-path", "--model", default=None)
         add("--tp-size", "--tensor-parallel-size", "--tp", type=int, default=1)
@@ -125,6 +130,10 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--max-running-requests", type=int, default=None)
         add("--tool-call-parser", default=None)
         add("--kv-cache-dtype", default="auto")
+        add("--enable-lora", action="store_true")
+        add("--lora-paths", nargs="*", default=[])
+        add("--max-loras-per-batch", dest="max_loras", type=int, default=8)
+        add("--max-lora-rank", type=int, default=None)
     elif kind == "llama.cpp":
         add("--model", "-m", default=None)
         add("--n-gpu-layers", "-ngl", "--gpu-layers", "--n_gpu_layers", default="auto")
@@ -135,6 +144,8 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--cache-type-k", "-ctk", default="f16")
         add("--cache-type-v", "-ctv", default="f16")
         add("--flash-attn", "-fa", default="auto")
+        add("--lora", "--lora_path", action="append", default=[])
+        add("--lora-init-without-apply", action="store_true")
     elif kind == "ray":
         add("--head", action="store_true")
         add("--address", default=None)
@@ -213,7 +224,37 @@ def parse_engine_argv(kind: str, argv: List[str]) -> dict:
         "ssl_certfile": options.ssl_certfile,
         "ssl_keyfile": options.ssl_keyfile,
         "temp_dir": getattr(options, "temp_dir", None),
+        "adapters": _adapters(kind, options),
+        "lora_init_without_apply": getattr(options, "lora_init_without_apply", False),
+        "max_loras": getattr(options, "max_loras", None),
+        "max_lora_rank": getattr(options, "max_lora_rank", None),
     }
+
+
+def _adapters(kind: str, options: argparse.Namespace) -> List[dict]:
+    """The LoRA adapters a command loads: `[{name, path}]` (llama.cpp numbers them: name = id).
+
+    vLLM's `--lora-modules` takes `name=path` or JSON `{"name", "path", "base_model_name"}`,
+    SGLang's `--lora-paths` `name=path` (or a bare path, named by it); both only with
+    `--enable-lora`, as the engines refuse them otherwise.
+    """
+    if kind == "llama.cpp":
+        return [{"name": str(i), "path": p} for i, p in enumerate(options.lora or [])]
+    if kind not in ("vllm", "sglang") or not options.enable_lora:
+        return []
+    found = []
+    for item in options.lora_modules if kind == "vllm" else options.lora_paths:
+        if item.startswith("{"):
+            try:
+                given = json.loads(item)
+            except ValueError:
+                continue
+            if isinstance(given, dict) and isinstance(given.get("name"), str):
+                found.append({"name": given["name"], "path": str(given.get("path") or "")})
+            continue
+        name, equals, path = item.partition("=")
+        found.append({"name": name, "path": path} if equals else {"name": item, "path": item})
+    return found
 
 
 _CACHE_RATIO = {"f32": 2.0, "f16": 1.0, "bf16": 1.0, "q8_0": 34 / 64, "q5_1": 24 / 64,

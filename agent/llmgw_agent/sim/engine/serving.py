@@ -136,6 +136,8 @@ class SimHandler(BaseHTTPRequestHandler):
                 )
         elif route == "/v1/models":
             self._send(200, api.model_list(self.sim.engine, self.sim.started))
+        elif route == "/lora-adapters" and self.sim.engine["kind"] == "llama.cpp":
+            self._send(200, api.lora_adapters(self.sim.engine))
         elif route == "/metrics":
             self._send(200, self._metrics(), "text/plain; version=0.0.4")
         elif route == "/openapi.json":
