@@ -48,12 +48,29 @@ def _llama_server(request: LaunchRequest, node: LaunchNode) -> list[str]:
     if "ubatch_size" in request.engine_args:
         argv += ["--ubatch-size", str(options.n_ubatch)]
     if request.lora is not None:
-        # Loaded at start, each off until a request names it (the gateway turns an adapter's
-        # name into its id and scale in the request's `lora`).
-        for _name, path in request.lora.adapters:
-            argv += ["--lora", path]
-        argv.append("--lora-init-without-apply")
+        argv += ["--lora-scaled", lora_scaled(request.lora.adapters)]
     return argv + argv_of(LLAMA_CPP, request.engine_args)
+
+
+def lora_scaled(adapters: tuple[tuple[str, str], ...]) -> str:
+    """`--lora-scaled`'s value: every adapter loaded at start at scale 0, so a request that
+    names none is the bare model's; the gateway turns an adapter's name into its id in the
+    request's `lora` (a list names some, and llama-server leaves the rest at 0).
+
+    `--lora-init-without-apply` would be the flag for this, and b11312 still applies every
+    adapter to a request without `lora` with it; `--lora` given twice keeps the last only.
+
+    Raises:
+        BadInput: a path holding `,` or `:`, which that list cannot carry.
+    """
+    for name, path in adapters:
+        if "," in path or ":" in path:
+            raise BadInput(
+                f"adapter {name!r}'s path {path!r} holds a ',' or a ':', which llama-server's "
+                "--lora-scaled list cannot carry",
+                "move or link the file to a path without them",
+            )
+    return ",".join(f"{path}:0" for _name, path in adapters)
 
 
 def _llama_cpp_python(request: LaunchRequest, node: LaunchNode) -> list[str]:

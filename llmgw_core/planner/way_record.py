@@ -181,6 +181,6 @@ class Way:
             "serve": self.serve,
             "cpu_kv_cache_gib": self.cpu_kv_cache_gib,
             "kv_tokens": self.kv_tokens,
-            "adapters_gib": round(self.adapters_gib, 4),
-            "adapters_host_gib": round(self.adapters_host_gib, 4),
+            "adapters_gib": round(self.adapters_gib, 6),
+            "adapters_host_gib": round(self.adapters_host_gib, 6),
         }

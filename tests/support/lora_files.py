@@ -163,3 +163,36 @@ def write_gguf_adapter(
 
 TINY_GGUF = Widths(hidden=64, intermediate=128, heads=4, kv_heads=2, layers=2)
 """The widths of `tiny_gguf`'s model."""
+
+
+def write_loud_gguf_adapter(path: Path, *, rank: int = 8, seed: int = 1) -> Path:
+    """A GGUF adapter for `tiny_gguf`'s model that changes what it answers.
+
+    The model's attention outputs and FFN down projections are zero, which is
+    what keeps its reply fixed; this adapter gives both large random deltas
+    (alpha 0: llama.cpp scales them by 1), so with it applied the model no
+    longer says `tiny_gguf.REPLY` (it repeats a word of it), and without it, it does.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_string("general.type", "adapter")
+    writer.add_string("adapter.type", "lora")
+    writer.add_float32("adapter.lora.alpha", 0.0)
+    widths = TINY_GGUF
+    for layer in range(widths.layers):
+        for module in ("o_proj", "down_proj"):
+            width_in, width_out = widths.module(module)
+            stem = f"blk.{layer}.{GGUF_NAMES[module]}.weight"
+            writer.add_tensor(
+                f"{stem}.lora_a", (rng.standard_normal((rank, width_in)) * 3).astype(np.float32)
+            )
+            writer.add_tensor(
+                f"{stem}.lora_b", (rng.standard_normal((width_out, rank)) * 3).astype(np.float32)
+            )
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

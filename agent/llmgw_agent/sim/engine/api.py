@@ -93,11 +93,16 @@ def served_names(engine: Dict[str, Any]) -> List[str]:
 
 
 def lora_adapters(engine: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """llama-server's `GET /lora-adapters`: each adapter's id, path and scale (0 until a request
-    asks for it when started with `--lora-init-without-apply`)."""
-    scale = 0.0 if engine.get("lora_init_without_apply") else 1.0
+    """llama-server's `GET /lora-adapters`: each adapter's id, path and scale (its scale for a
+    request whose `lora` does not name it)."""
     return [
-        {"id": int(a["name"]), "path": a["path"], "scale": scale}
+        {
+            "id": int(a["name"]),
+            "path": a["path"],
+            "scale": float(a.get("scale", 1.0)),
+            "task_name": "",
+            "prompt_prefix": "",
+        }
         for a in engine.get("adapters") or ()
     ]
 

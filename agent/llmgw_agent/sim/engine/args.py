@@ -145,6 +145,7 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--cache-type-v", "-ctv", default="f16")
         add("--flash-attn", "-fa", default="auto")
         add("--lora", "--lora_path", action="append", default=[])
+        add("--lora-scaled", action="append", default=[])
         add("--lora-init-without-apply", action="store_true")
     elif kind == "ray":
         add("--head", action="store_true")
@@ -225,7 +226,6 @@ def parse_engine_argv(kind: str, argv: List[str]) -> dict:
         "ssl_keyfile": options.ssl_keyfile,
         "temp_dir": getattr(options, "temp_dir", None),
         "adapters": _adapters(kind, options),
-        "lora_init_without_apply": getattr(options, "lora_init_without_apply", False),
         "max_loras": getattr(options, "max_loras", None),
         "max_lora_rank": getattr(options, "max_lora_rank", None),
     }
@@ -239,7 +239,16 @@ def _adapters(kind: str, options: argparse.Namespace) -> List[dict]:
     `--enable-lora`, as the engines refuse them otherwise.
     """
     if kind == "llama.cpp":
-        return [{"name": str(i), "path": p} for i, p in enumerate(options.lora or [])]
+        # llama-server: `--lora A,B` (1.0 each) then `--lora-scaled A:S,B:S`, numbered in order.
+        given = [(p, 1.0) for text in options.lora for p in text.split(",") if p]
+        for text in options.lora_scaled:
+            for item in text.split(","):
+                path, _, scale = item.rpartition(":")
+                try:
+                    given.append((path, float(scale)))
+                except ValueError:
+                    continue
+        return [{"name": str(i), "path": p, "scale": s} for i, (p, s) in enumerate(given)]
     if kind not in ("vllm", "sglang") or not options.enable_lora:
         return []
     found = []
