@@ -49,6 +49,7 @@ class Op:
     SHARD_NCCL = "shard.nccl"
     SHARD_HEAD = "shard.head"
     SHARD_DRAIN = "shard.drain"
+    SHARD_ADAPTERS = "shard.adapters"
     LEASE_TAKE = "lease.take"
     LEASE_RENEW = "lease.renew"
     LEASE_RELEASE = "lease.release"

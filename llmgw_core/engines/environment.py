@@ -18,6 +18,9 @@ from llmgw_core.engines.spec import LaunchNode, LaunchRequest
 NCCL_ENGINES = ("vllm", "sglang", "sim")
 """The engines whose cards talk through NCCL (llama.cpp splits layers without it)."""
 
+RUNTIME_LORA_VARIABLE = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+"""vLLM registers its adapter load and unload endpoints only with this set."""
+
 CPU_KV_VARIABLE = "VLLM_CPU_KVCACHE_SPACE"
 """vLLM's CPU backend: its KV cache, whole GiB (read with `int()`; unset, it sizes the
 cache from what its process happens to hold resident)."""
@@ -117,6 +120,9 @@ def shard_env(request: LaunchRequest, node: LaunchNode) -> dict[str, str]:
         if request.cpu_bind:
             # Cores no other vLLM replica on the node binds (`engines.cpu_bind`).
             env["VLLM_CPU_OMP_THREADS_BIND"] = request.cpu_bind
+    if request.engine in ("vllm", "sim") and request.lora is not None:
+        # Its /v1/load_lora_adapter and /v1/unload_lora_adapter, for `apply` of a changed list.
+        env[RUNTIME_LORA_VARIABLE] = "True"
     if request.engine in ("vllm", "sim") and request.multi_node:
         # vLLM and Ray pick the address a node is reached at from this; on a
         # multi-homed node their guess may be an address the others cannot reach.

@@ -126,7 +126,10 @@ async def change_workers(
     Raises:
         LlmgwError: the front refused a change, or does not answer.
     """
-    for url in remove:
+    # A worker added at a URL the front holds replaces it there (its counters kept): taking it
+    # out first would leave a moment with no worker for its model.
+    replaced = {worker.url for worker in add}
+    for url in (u for u in remove if u not in replaced):
         status, text = await front_call(
             reach.fleet, gateway, "DELETE", f"/workers/{quote(url, safe='')}"
         )

@@ -268,16 +268,6 @@ def served_text(model: str, adapters: Mapping[str, int | None], base: bool) -> s
     return json.dumps([model, sorted([n, i] for n, i in adapters.items()), base or not adapters])
 
 
-def recorded_adapters(spec: Mapping[str, Any]) -> tuple[tuple[str, int | None], ...]:
-    """A replica's adapters as its spec records them (`[{name, lora_id}]`); () for anything else."""
-    found = []
-    for entry in spec.get("adapters") or ():
-        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-            lora_id = entry.get("lora_id")
-            found.append((entry["name"], lora_id if isinstance(lora_id, int) else None))
-    return tuple(found)
-
-
 def wanted_workers(
     replicas: Sequence[Any], router_node: str, hosts: Mapping[str, str]
 ) -> tuple[Worker, ...]:
@@ -312,7 +302,7 @@ def wanted_workers(
                 model=model,
                 replica=replica.name,
                 cert=cert,
-                adapters=recorded_adapters(replica.spec),
+                adapters=tuple((a["name"], a["lora_id"]) for a in replica.adapters),
                 base=replica.spec.get("adapter_only") is not True,
             )
         )

@@ -93,13 +93,12 @@ RESTART_FIELDS = (
     "env",
     "api_key_env",
     "engine_args",
-    "adapters",
     "max_loras",
     "max_lora_rank",
 )
 """The fields whose change needs the engines started again (the others steer the start only:
 fallbacks, timeout, the all-reduce check, the rails)."""
 
-ADDED_RESTART_FIELDS = frozenset({"adapters", "max_loras", "max_lora_rank"})
+ADDED_RESTART_FIELDS = frozenset({"max_loras", "max_lora_rank"})
 """Restart fields added after services were first recorded: hashed only where set, so a
 service that does not use them keeps its hash."""

@@ -55,6 +55,9 @@ class ShardView:
     """When a roll marked it draining (its gateways take it out of rotation)."""
     argv: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    adapters: tuple[Mapping[str, Any], ...] | None = None
+    """The LoRA adapters its engine holds since a runtime change (`shard.adapters`); None: the
+    ones it was started with."""
 
     @property
     def over(self) -> bool:
@@ -152,6 +155,38 @@ class ReplicaView:
         return any(shard.draining_since is not None for shard in self.shards)
 
     @property
+    def adapters(self) -> tuple[dict[str, Any], ...]:
+        """The LoRA adapters rank 0's engine holds now: `{name, source, lora_id}` each, as a
+        runtime change recorded them, else as it was started with them."""
+        head = min(self.shards, key=lambda s: s.rank, default=None)
+        if head is not None and head.adapters is not None:
+            return tuple(dict(a) for a in head.adapters)
+        sources = {}
+        lora = (
+            (self.spec.get("request") or {}).get("lora")
+            if isinstance(self.spec.get("request"), Mapping)
+            else None
+        )
+        if isinstance(lora, Mapping):
+            sources = {
+                str(a.get("name")): str(a.get("source"))
+                for a in lora.get("adapters") or ()
+                if isinstance(a, Mapping)
+            }
+        found = []
+        for entry in self.spec.get("adapters") or ():
+            if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+                lora_id = entry.get("lora_id")
+                found.append(
+                    {
+                        "name": entry["name"],
+                        "source": sources.get(entry["name"], ""),
+                        "lora_id": lora_id if isinstance(lora_id, int) else None,
+                    }
+                )
+        return tuple(found)
+
+    @property
     def created_at(self) -> float:
         """When its console started it (0 for a spec that does not say)."""
         return _number(self.spec.get("created_at")) or 0.0
@@ -200,6 +235,7 @@ class ReplicaView:
             "tls_cert": self.tls_cert,
             "service": self.service,
             "draining": self.draining,
+            "adapters": [{"name": a["name"], "source": a["source"]} for a in self.adapters],
             "engine_args": dict(self.spec.get("engine_args") or {}),
             "way": self.spec.get("way", {}).get("label"),
             "fabric": self.spec.get("fabric"),
@@ -236,8 +272,18 @@ def shard_view(node: str, record: Mapping[str, Any]) -> ShardView:
         running_at=record.get("running_at"),
         ended_at=record.get("ended_at"),
         draining_since=_number(record.get("draining_since")),
+        adapters=_adapter_records(record.get("adapters")),
         argv=tuple(launch.get("argv") or ()),
         env=dict(launch.get("env") or {}),
+    )
+
+
+def _adapter_records(value: Any) -> tuple[Mapping[str, Any], ...] | None:
+    """A shard's runtime adapters as its node lists them; None when it never changed them."""
+    if not isinstance(value, list):
+        return None
+    return tuple(
+        entry for entry in value if isinstance(entry, dict) and isinstance(entry.get("name"), str)
     )
 
 

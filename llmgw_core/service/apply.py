@@ -36,12 +36,14 @@ from llmgw_core.serve.keys import operator_key
 from llmgw_core.serve.replicas import replicas_now, shard_listings, stop_replica
 from llmgw_core.serve.start import ServeRequest, serve
 from llmgw_core.serve.view import ReplicaView, assemble
+from llmgw_core.service.adapters import change_adapters, runtime_refusal, wanted_adapters
 from llmgw_core.service.lease import LEASE_TTL_S, Held, service_lease
 from llmgw_core.service.spec import (
     Action,
     ServiceDoc,
     actions,
     gateway_action,
+    replica_names,
     running_of,
     service_label,
 )
@@ -63,15 +65,26 @@ def _quiet(_line: str) -> None:
     return None
 
 
-async def planned_actions(fleet: Any, doc: ServiceDoc) -> tuple[Action, ...]:
-    """What `apply` would do now: the replicas' changes, then the gateway's start."""
+async def planned_actions(
+    fleet: Any, doc: ServiceDoc, adapters: tuple[tuple[str, str], ...] = ()
+) -> tuple[Action, ...]:
+    """What `apply` would do now: the replicas' changes, then the gateway's start.
+
+    `adapters`: the document's LoRA adapters, (name, source as the nodes load it).
+    """
     label = service_label(doc)
     listings = await shard_listings(fleet)  # read once: the replicas and the gateways
     replicas = assemble(listings, fleet.snapshot())
     found = running_of(replicas, doc.name)
     want = doc.wanted(sum(1 for r in found if not r.over))
     changes = actions(
-        doc.name, want, label["settings"], label["hash"], found, [v.name for v in replicas]
+        doc.name,
+        want,
+        label["settings"],
+        label["hash"],
+        found,
+        [v.name for v in replicas],
+        adapters,
     )
     running = [g.name for g in gateway_views(listings) if g.live]
     start = gateway_action(doc, running) if want > 0 else None
@@ -104,15 +117,16 @@ async def apply_service(
     Raises:
         ServiceHeld: another operator holds the service's lease.
     """
+    adapters = wanted_adapters(base)
     if dry_run:
-        planned = await planned_actions(fleet, doc)
+        planned = await planned_actions(fleet, doc, adapters)
         return {
             "service": doc.name,
             "dry_run": True,
             "actions": [a.as_dict() for a in planned],
         }
     async with service_lease(fleet, doc.name, holder=holder, ttl_s=lease_ttl_s) as held:
-        planned = await planned_actions(fleet, doc)  # read again under the lease
+        planned = await planned_actions(fleet, doc, adapters)  # read again under the lease
         for action in planned:
             progress(f"{doc.name}: {action.line()}")
         result: dict[str, Any] = {
@@ -165,6 +179,19 @@ async def carry_out(
         assert doc.gateway_args is not None
         started = await start_gateway(fleet, reach, doc.gateway_args)
         return {"address": started.get("address")}
+    if action.action == "adapt":
+        found = next((v for v in await replicas_now(fleet) if v.name == action.replica), None)
+        if found is None:
+            raise ApplyFailed(f"{action.replica} is gone: its adapters cannot be changed")
+        refused = runtime_refusal(found, base.lora)
+        if refused is None:
+            changed = await change_adapters(fleet, reach, found, base.lora, _engine_key(found))
+            await follow_all(fleet, reach)
+            return changed
+        progress(f"{doc.name}: {action.replica}: {refused}; replacing it")
+        taken = [v.name for v in await replicas_now(fleet)]
+        (new_name,) = replica_names(doc.name, taken, 1)
+        action = Action("replace", action.replica, refused, by=new_name)
     if action.action == "stop":
         # A replica that still answers leaves the gateways and finishes what it holds first.
         found = next((v for v in await replicas_now(fleet) if v.name == action.replica), None)

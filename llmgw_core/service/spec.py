@@ -117,7 +117,7 @@ class ServiceDoc(ServeFields):
             value = getattr(self, name)
             if name in ADDED_RESTART_FIELDS and not value:
                 continue
-            found[name] = [a.model_dump() for a in value] if name == "adapters" else value
+            found[name] = value
         return found
 
 
@@ -182,6 +182,8 @@ class Running:
     phase: str
     reason: str | None = None
     created_at: float = 0.0
+    adapters: tuple[tuple[str, str], ...] = ()
+    """The LoRA adapters its engine holds now: (name, source)."""
 
     @property
     def over(self) -> bool:
@@ -204,12 +206,13 @@ def running_of(replicas: Sequence[Any], service: str) -> tuple[Running, ...]:
                 phase=view.phase,
                 reason=view.reason,
                 created_at=view.created_at,
+                adapters=tuple(sorted((a["name"], a["source"]) for a in view.adapters)),
             )
         )
     return tuple(sorted(found, key=lambda r: (r.created_at, r.name)))
 
 
-ActionKind = Literal["start", "replace", "stop"]
+ActionKind = Literal["start", "replace", "stop", "adapt"]
 
 
 @dataclass(frozen=True)
@@ -218,7 +221,8 @@ class Action:
 
     Attributes:
         action: `start` a new replica, `replace` one (roll: start its successor,
-            drain it, stop it) or `stop` one.
+            drain it, stop it), `stop` one, or `adapt` one: load and unload LoRA
+            adapters in its running engine (a replace where the engine cannot).
         replica: the replica started, replaced or stopped.
         why: the reason, in words (`context 8192 → 16384`).
         by: for a replace, the name of the replica that takes its place.
@@ -282,6 +286,7 @@ def actions(
     digest: str,
     found: Sequence[Running],
     taken_names: Sequence[str],
+    adapters: Sequence[tuple[str, str]] = (),
 ) -> tuple[Action, ...]:
     """What makes the service's replicas `want` replicas started with `settings`.
 
@@ -293,6 +298,8 @@ def actions(
 
     Args:
         taken_names: every replica name on the fleet (a new name never repeats one).
+        adapters: the LoRA adapters the document names, (name, source): a replica of
+            the document's settings holding others is adapted in place.
     """
     done: list[Action] = []
     live = [r for r in found if not r.over]
@@ -317,7 +324,24 @@ def actions(
         done.append(Action("replace", replica.name, what, by=next(names)))
     for name in names:
         done.append(Action("start", name, f"{wants}; {len(current) + len(replaced)} run"))
+    stopping = {a.replica for a in done if a.action == "stop"}
+    for replica in current:
+        if replica.name not in stopping and replica.adapters != tuple(sorted(adapters)):
+            done.append(Action("adapt", replica.name, adapter_changes(replica.adapters, adapters)))
     return tuple(done)
+
+
+def adapter_changes(held: Sequence[tuple[str, str]], wanted: Sequence[tuple[str, str]]) -> str:
+    """`adapters + legal, − chat` (a source changed: out and in again)."""
+    have, want = dict(held), dict(wanted)
+    added = [n for n in sorted(want) if have.get(n) != want[n]]
+    removed = [n for n in sorted(have) if want.get(n) != have[n]]
+    parts = []
+    if added:
+        parts.append("+ " + ", ".join(added))
+    if removed:
+        parts.append("− " + ", ".join(removed))
+    return "adapters " + ", ".join(parts)
 
 
 def gateway_action(doc: ServiceDoc, running_gateways: Sequence[str]) -> Action | None:

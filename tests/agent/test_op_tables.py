@@ -48,6 +48,7 @@ BASE = {
     "token": '"t"',
     "direction": '"out"',
     "method": '"GET"',
+    "adapters": '[{"name": "sql", "source": "/a/sql"}]',
 }
 """A valid value for each required argument, for the others' cases."""
 

@@ -36,6 +36,7 @@ class Replica:
     phase: str
     spec: dict[str, Any] = field(default_factory=dict)
     draining: bool = False
+    adapters: tuple[dict[str, Any], ...] = ()
 
 
 def _replica(name: str, head: str, port: int, served: str, phase: str = "ready") -> Replica:

@@ -99,6 +99,19 @@ def shard_head(given: dict, _call: Any) -> dict:
     return first_lines(given["shard_id"], given["limit"])
 
 
+@operation(
+    Op.SHARD_ADAPTERS,
+    args={"shard_id": Arg((str,)), "adapters": Arg((list,), items=(dict,))},
+)
+def shard_adapters(given: dict, _call: Any) -> dict:
+    """`shard.adapters` `{shard_id, adapters: [{name, source, lora_id?}]}` → `{shard_id,
+    adapters}`: records the LoRA adapters the shard's engine holds now, after a console
+    loaded or unloaded some at runtime (`shard.list` shows them, gateways route by them)."""
+    from llmgw_agent.shards.records import record_adapters
+
+    return record_adapters(given["shard_id"], given["adapters"])
+
+
 @operation(Op.SHARD_DRAIN, args=SHARD_ID)
 def shard_drain(given: dict, _call: Any) -> dict:
     """`shard.drain` `{shard_id}` → `{shard_id, draining_since}`: marks a shard draining

@@ -216,6 +216,7 @@ def judge_shard(directory: Path) -> dict:
             for c in commands
         ],
         "draining_since": read_record(directory / "draining.json").get("since"),
+        "adapters": read_record(directory / "adapters.json").get("adapters"),
         "spec": shard.get("spec", {}),
     }
 
@@ -327,6 +328,36 @@ def drain_shard(shard_id: str) -> dict:
         except OSError as exc:
             raise OpError("failed", unwritable_reason(exc)) from None
     return {"shard_id": shard_id, "draining_since": since}
+
+
+MAX_ADAPTERS = 256
+
+
+def record_adapters(shard_id: str, adapters: list) -> dict:
+    """Record the adapters a shard's engine holds now (`adapters.json`, beside its state: the
+    supervisor never writes it). Each is `{name, source, lora_id?}`, names and paths as text.
+
+    Raises:
+        OpError: `bad_args` for an entry that is not such an object; `failed` when unwritable.
+    """
+    directory = shard_directory(shard_id)
+    if len(adapters) > MAX_ADAPTERS:
+        raise OpError("bad_args", "at most {} adapters".format(MAX_ADAPTERS))
+    kept = []
+    for entry in adapters:
+        name, source, lora_id = entry.get("name"), entry.get("source"), entry.get("lora_id")
+        if not isinstance(name, str) or not name or len(name) > 256:
+            raise OpError("bad_args", "an adapter's name is a short text")
+        if not isinstance(source, str) or len(source) > 4096:
+            raise OpError("bad_args", "an adapter's source is a path or a Hub id")
+        if lora_id is not None and (isinstance(lora_id, bool) or not isinstance(lora_id, int)):
+            raise OpError("bad_args", "an adapter's lora_id is a whole number")
+        kept.append({"name": name, "source": source, "lora_id": lora_id})
+    try:
+        write_record(directory / "adapters.json", {"adapters": kept, "at": time.time()})
+    except OSError as exc:
+        raise OpError("failed", unwritable_reason(exc)) from None
+    return {"shard_id": shard_id, "adapters": kept}
 
 
 def _wait_gone(recorded: dict, token: str, timeout_s: float) -> None:

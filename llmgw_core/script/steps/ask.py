@@ -99,7 +99,12 @@ async def engine_target(args: TargetArgs, ctx: StepContext) -> Target:
 
     gateway = await find_gateway(fleet, args.gateway)
     workers = await router_workers(reach, gateway)
-    model = choose_model([w["model"] for w in workers.values()], args.model, gateway.name)
+    served = [
+        name
+        for worker in workers.values()
+        for name in ([worker["model"]] if worker["base"] else []) + sorted(worker["adapters"])
+    ]
+    model = choose_model(served, args.model, gateway.name)
     key = client_key(args.api_key_env, gateway.api_key_env)
     tls = None
     if gateway.tls:

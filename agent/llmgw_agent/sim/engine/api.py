@@ -535,3 +535,34 @@ def request_id(chat: bool, number: int) -> str:
 def now() -> int:
     """Seconds since the epoch, as a card's and an answer's `created`."""
     return int(time.time())
+
+
+LORA_ROUTES = {
+    "vllm": {"/v1/load_lora_adapter": "load", "/v1/unload_lora_adapter": "unload"},
+    "sglang": {"/load_lora_adapter": "load", "/unload_lora_adapter": "unload"},
+}
+"""The runtime adapter routes each engine has (vLLM's only with
+`VLLM_ALLOW_RUNTIME_LORA_UPDATING`)."""
+
+
+def change_adapter(engine: Dict[str, Any], what: str, body: Any) -> Tuple[int, Any]:
+    """Load or unload one adapter as vLLM answers it: `{lora_name, lora_path}` → 200 and a
+    sentence; a name held twice is 400, an unknown one 404. Changes `engine["adapters"]`."""
+    if not isinstance(body, dict) or not isinstance(body.get("lora_name"), str):
+        return bad_request("give lora_name (and lora_path to load)", "lora_name")
+    name = body["lora_name"]
+    held = [a for a in engine.get("adapters") or () if a["name"] == name]
+    if what == "load":
+        path = body.get("lora_path")
+        if not isinstance(path, str) or not path:
+            return bad_request("give lora_path: the adapter's folder on this node", "lora_path")
+        if held:
+            return bad_request("The lora adapter '{}' has already been loaded.".format(name))
+        engine.setdefault("adapters", []).append({"name": name, "path": path})
+        return 200, "Success: LoRA adapter '{}' added successfully.".format(name)
+    if not held:
+        return error(
+            404, "The lora adapter '{}' cannot be found.".format(name), "NotFoundError", None
+        )
+    engine["adapters"] = [a for a in engine["adapters"] if a["name"] != name]
+    return 200, "Success: LoRA adapter '{}' removed successfully.".format(name)

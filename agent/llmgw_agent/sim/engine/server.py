@@ -196,6 +196,10 @@ def run_engine(kind: str, real_argv: List[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _signum, _frame: stop.set())
     engine = parse_engine_argv(kind, real_argv)
+    # vLLM registers its adapter load and unload routes only with this set; SGLang always.
+    engine["runtime_lora"] = kind == "sglang" or (
+        os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("1", "true")
+    )
     load_s = float(os.environ.get("LLMGW_SIM_LOAD_S") or DEFAULT_LOAD_S)
     host = _bind_host(engine["host"])
     bound = "{}:{}".format(host, engine["port"])

@@ -191,6 +191,15 @@ class SimHandler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         if self._refused(route):
             return
+        runtime = api.LORA_ROUTES.get(self.sim.engine["kind"], {})
+        if route in runtime and self.sim.engine.get("runtime_lora"):
+            try:
+                given = json.loads(raw or b"{}")
+            except ValueError:
+                given = None
+            with self.sim.lock:
+                self._send(*api.change_adapter(self.sim.engine, runtime[route], given))
+            return
         if route not in ("/v1/chat/completions", "/v1/completions", "/tokenize"):
             self._send(*api.error(404, "Not Found", "NotFoundError"))
             return
