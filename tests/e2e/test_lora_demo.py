@@ -153,6 +153,16 @@ def test_replicas_serve_their_adapters_and_the_gateway_routes_by_name(
         for other in ("chat", LLAMA_8B):
             with pytest.raises(openai.NotFoundError):
                 chat(scoped, other)
+        # The per-key counters name the adapter asked for and the model it adapts.
+        counted = demo.loop.run(front_call(demo.fleet, gateway, "GET", "/metrics"))[1]
+        assert (
+            f'llmgw_gateway_model_requests_total{{key="team-sql",model="sql",parent="{LLAMA_8B}"}} 1'
+            in counted
+        ), counted
+        assert (
+            f'llmgw_gateway_model_requests_total{{key="ops",model="sql",parent="{LLAMA_8B}"}} 5'
+            in (counted)
+        )
     finally:
         demo.loop.run(reach.close())
     workers = demo.loop.run(router_workers(reach, gateway))

@@ -144,9 +144,17 @@ class Counters:
 
     def __init__(self) -> None:
         self.counts = {}  # (key id, outcome) → count
+        self.by_model = {}  # (key id, model, parent) → answered count
 
     def add(self, key_id: str, outcome: str) -> None:
         self.counts[(key_id, outcome)] = self.counts.get((key_id, outcome), 0) + 1
+
+    def answered(self, key_id: str, model: Optional[str], parent: Optional[str]) -> None:
+        """One request of `key_id` answered for `model` (an adapter of `parent`, or a model)."""
+        if model is None:
+            return
+        found = (key_id, model, parent or "")
+        self.by_model[found] = self.by_model.get(found, 0) + 1
 
     def text(self) -> str:
         lines = [
@@ -160,6 +168,18 @@ class Counters:
             lines.append(
                 'llmgw_gateway_requests_total{{key="{}",outcome="{}"}} {}'.format(
                     _label(key_id), outcome, count
+                )
+            )
+        lines += [
+            "# HELP llmgw_gateway_model_requests_total Requests answered by client key id and the "
+            "model or LoRA adapter asked for (parent: the model an adapter adapts, empty for a "
+            "model).",
+            "# TYPE llmgw_gateway_model_requests_total counter",
+        ]
+        for (key_id, model, parent), count in sorted(self.by_model.items()):
+            lines.append(
+                'llmgw_gateway_model_requests_total{{key="{}",model="{}",parent="{}"}} {}'.format(
+                    _label(key_id), _label(model), _label(parent), count
                 )
             )
         return "\n".join(lines) + "\n"
@@ -423,6 +443,7 @@ class Front:
                     self.pool.failed(worker, "it dropped an answer ({})".format(_why(exc)))
                     continue
                 self.counters.add(key_id, "answered")
+                self.counters.answered(key_id, model, self.pool.parents().get(model or ""))
                 if status_head[9:10] == b"5":  # "HTTP/1.1 5xx": the engine failed the request
                     worker.failures += 1
                 if whole is not None:
