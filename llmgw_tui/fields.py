@@ -153,6 +153,19 @@ def env_refusal(text: str) -> str | None:
     return None
 
 
+def adapters_refusal(text: str) -> str | None:
+    """Why the adapters field cannot be read as `NAME=PATH …`, or None (the files are read when
+    the preview is made)."""
+    from llmgw_core.errors import BadInput
+    from llmgw_core.serve.adapters import parse_adapter_entries
+
+    try:
+        parse_adapter_entries(text)
+    except BadInput as exc:
+        return exc.sentence()
+    return None
+
+
 def model_ref_refusal(text: str) -> str | None:
     """Why a model reference cannot be used, or None (an empty one is only not yet typed)."""
     value = text.strip()

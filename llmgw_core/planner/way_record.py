@@ -140,6 +140,12 @@ class Way:
             text += f"; a KV cache of {self.cpu_kv_cache_gib} GB holds {self.kv_tokens:,} tokens"
         return text
 
+    def parts_text(self, joiner: str = " + ") -> str:
+        """What a card holds, part by part: `32.9 + 2.5 + 2.0`, `+ 0.62` more for adapters."""
+        parts = [self.weights_gib, self.context_gib, self.engine_gib]
+        text = joiner.join(f"{part:.1f}" for part in parts)
+        return text + (f"{joiner}{self.adapters_gib:.2f}" if self.adapters_gib else "")
+
     def as_dict(self) -> dict[str, Any]:
         """The way as the `plan` step's JSON gives it."""
         return {
@@ -176,6 +182,7 @@ class Way:
             "label": self.label(),
             "layout": self.layout_text(),
             "memory": self.memory_text(),
+            "parts": self.parts_text(),
             "source": self.source,
             "needs_download": self.needs_download,
             "serve": self.serve,

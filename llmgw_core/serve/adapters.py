@@ -120,3 +120,26 @@ def lora_launch(slots: LoraSlots | None) -> LoraLaunch | None:
         max_lora_rank=slots.max_lora_rank,
         max_cpu_loras=slots.max_cpu_loras,
     )
+
+
+def parse_adapter_entries(text: str) -> list[dict[str, str]]:
+    """`NAME=SOURCE …` as typed (the wizard's field): `[{name, source}]`.
+
+    Raises:
+        BadInput: an entry without `=`, a name no client could ask for, or a name given twice.
+    """
+    import re
+
+    from llmgw_core.arguments import NAME_PATTERN
+
+    found: list[dict[str, str]] = []
+    for entry in text.split():
+        name, equals, source = entry.partition("=")
+        if not equals or not source:
+            raise BadInput(f"adapters: {entry[:40]!r} is not NAME=PATH")
+        if not re.match(NAME_PATTERN, name):
+            raise BadInput(f"adapters: {name[:40]!r} is not a name (letters, digits, . _ -)")
+        if any(given["name"] == name for given in found):
+            raise BadInput(f"adapters: {name!r} is named twice")
+        found.append({"name": name, "source": source})
+    return found

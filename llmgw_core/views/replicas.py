@@ -115,11 +115,26 @@ def shards_on_node(views: Iterable[ReplicaView], node: str) -> list[str]:
             transport = shard_transport(view, shard) or "-"
             flags = view.spec.get("engine_args") or {}
             shown = " · " + shown_flags(flags) if flags else ""
+            if shard.rank == 0 and view.adapters:
+                shown += " · adapters " + ", ".join(a["name"] for a in view.adapters)
             lines.append(
                 f"{view.name} r{shard.rank} · {compact_gpus(shard.gpus)} · {shard.phase}"
                 f" · NCCL {transport}{shown}"
             )
     return lines
+
+
+def adapters_line(view: ReplicaView) -> str | None:
+    """The LoRA adapters the replica's engine holds, as clients ask for them: `adapters sql,
+    support (on meta-llama/Llama-3.1-8B-Instruct); only these (the engine applies its one to
+    every request)`; None for none."""
+    if not view.adapters:
+        return None
+    names = ", ".join(a["name"] for a in view.adapters)
+    text = f"adapters {names} (on {view.spec.get('served_name') or view.name})"
+    if view.spec.get("adapter_only"):
+        text += "; the model itself is not served bare (its engine applies the adapter always)"
+    return text
 
 
 def figures_line(view: ReplicaView) -> str | None:

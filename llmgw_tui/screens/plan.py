@@ -267,7 +267,9 @@ class PlanScreen(KeptScreen[None]):
         table = self._plan_ways
         table.clear()
         for way in body["options"]:
-            parts = f"{way['weights_gib']:.1f}+{way['context_gib']:.1f}+{way['engine_gib']:.1f}"
+            parts = (way.get("parts") or "").replace(" + ", "+") or (
+                f"{way['weights_gib']:.1f}+{way['context_gib']:.1f}+{way['engine_gib']:.1f}"
+            )
             table.add_row(
                 plain(way["artifact"]),
                 plain(way["label"]),

@@ -25,6 +25,7 @@ from llmgw_core.errors import LlmgwError
 from llmgw_core.gateway.spec import gateway_line
 from llmgw_core.serve.view import ReplicaView
 from llmgw_core.views.replicas import (
+    adapters_line,
     download_bar,
     figures_line,
     replica_row,
@@ -325,6 +326,9 @@ class ReplicasScreen(KeptScreen[None]):
         figures = figures_line(view)
         if figures:
             said.append(figures)
+        adapters = adapters_line(view)
+        if adapters:
+            said.append(adapters)
         said += [f"{view.name}: {warning}" for warning in view.figure_warnings]
         reason.update("\n".join(said))
         for shard in view.shards:

@@ -24,6 +24,7 @@ from llmgw_tui.cells import plain
 from llmgw_tui.fields import (
     Checked,
     CheckedInput,
+    adapters_refusal,
     env_lines,
     env_refusal,
     key_env_refusal,
@@ -248,6 +249,14 @@ class ExtrasPage(Vertical):
         )
         yield self._serve_flags
         yield Static(
+            "LoRA adapters (optional): NAME=PATH entries, a PEFT folder or a GGUF file each;"
+            " clients ask for them by NAME."
+        )
+        self._serve_adapters = CheckedInput(
+            placeholder="NAME=PATH …", id="serve-adapters", validators=[Checked(adapters_refusal)]
+        )
+        yield self._serve_adapters
+        yield Static(
             "Key (optional): the variable in this console's environment holding the key"
             " clients must send."
         )
@@ -264,6 +273,7 @@ class ExtrasPage(Vertical):
             self._serve_fallbacks,
             self._serve_env,
             self._serve_flags,
+            self._serve_adapters,
             self._serve_key,
             self._serve_name,
         )
@@ -322,6 +332,10 @@ class ExtrasPage(Vertical):
         for key, field in (("name", self._serve_name), ("api_key_env", self._serve_key)):
             if field.value.strip():
                 given[key] = field.value.strip()
+        if self._serve_adapters.value.strip():
+            from llmgw_core.serve.adapters import parse_adapter_entries
+
+            given["adapters"] = parse_adapter_entries(self._serve_adapters.value)
         return given
 
     def reset(self) -> None:
@@ -390,6 +404,8 @@ def confirm_text(args: ServeArgs, preview: dict[str, Any]) -> str:
     ]
     if preview.get("fallbacks"):
         lines.append(f"  fallbacks: {', '.join(preview['fallbacks'])}")
+    if args.adapters:
+        lines.append(f"  adapters: {', '.join(a.name for a in args.adapters)}")
     for passed in preview.get("passed_over") or ():
         lines.append(f"  passed over {passed['way']}: {passed['reason']}")
     for warning in preview.get("warnings") or ():

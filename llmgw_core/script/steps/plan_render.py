@@ -54,13 +54,17 @@ def _files_table(result: dict[str, Any]) -> Table:
 
 def _ways_table(options: list[dict[str, Any]]) -> Table:
     table = Table(box=None, padding=(0, 1, 0, 1), header_style="dim")
-    for name in ("FILE", "WAY", "HOW", "A CARD", "W + C + E", "OF", "NOW"):
+    adapters = any(way.get("adapters_gib") for way in options[:MAX_WAYS_SHOWN])
+    parts_name = "W + C + E + A" if adapters else "W + C + E"
+    for name in ("FILE", "WAY", "HOW", "A CARD", parts_name, "OF", "NOW"):
         right = name in ("A CARD", "OF")
         wraps = name in ("WAY", "HOW")
         table.add_column(name, justify="right" if right else "left", no_wrap=not wraps)
     for way in options[:MAX_WAYS_SHOWN]:
         now = Text("free", style="green") if way["free_now"] else Text("busy", style="yellow")
-        parts = f"{way['weights_gib']:.1f} + {way['context_gib']:.1f} + {way['engine_gib']:.1f}"
+        parts = way.get("parts") or (
+            f"{way['weights_gib']:.1f} + {way['context_gib']:.1f} + {way['engine_gib']:.1f}"
+        )
         table.add_row(
             way["artifact"],
             way["label"],
