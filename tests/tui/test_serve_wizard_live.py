@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import pytest
 from live_walk import ready_nodes, until
+from lora_files import Widths, write_peft_adapter
 from textual.widgets import Log, Static
 
 from llmgw_tui.app import LlmgwApp
@@ -28,11 +30,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"
 
 
-def test_the_wizard_serves_a_model_that_reaches_ready_then_its_logs_follow_and_it_stops():
-    asyncio.run(_walk_the_wizard())
+def test_the_wizard_serves_a_model_that_reaches_ready_then_its_logs_follow_and_it_stops(
+    tmp_path: Path,
+):
+    adapter = write_peft_adapter(
+        tmp_path / "sql",
+        Widths(hidden=4096, intermediate=14336, heads=32, kv_heads=8, layers=32),
+        base_model="meta-llama/Llama-3.1-8B-Instruct",
+    )
+    asyncio.run(_walk_the_wizard(adapter))
 
 
-async def _walk_the_wizard() -> None:
+async def _walk_the_wizard(adapter: Path) -> None:
     app = LlmgwApp(LiveFeed(inventory=None, demo=True, refresh_s=1.0), animation="none")
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: ready_nodes(app) >= 20, "the demo fleet", 180)
@@ -58,6 +67,9 @@ async def _walk_the_wizard() -> None:
         await until(pilot, lambda: wizard.blocked is not None, "the refused variable")
         assert "CUDA_VISIBLE_DEVICES" in wizard.blocked
         wizard.query_one("#serve-env").value = "NCCL_DEBUG=INFO"
+        wizard.query_one("#serve-adapters").value = "sql"
+        await until(pilot, lambda: "is not NAME=PATH" in (wizard.blocked or ""), "a bad adapter")
+        wizard.query_one("#serve-adapters").value = f"sql={adapter}"
         wizard.query_one("#serve-name").value = "wiz-8b"
         await until(pilot, lambda: wizard.blocked is None, "valid extras")
         await pilot.press("ctrl+n")
@@ -66,6 +78,7 @@ async def _walk_the_wizard() -> None:
         if os.environ.get("LLMGW_SAVE_SCREENS"):
             app.save_screenshot("wizard-confirm.svg", os.environ["LLMGW_SAVE_SCREENS"])
         assert "Replica wiz-8b" in confirm and "NCCL_DEBUG=INFO" in confirm and "$ " in confirm
+        assert "adapters: sql" in confirm and "--enable-lora" in confirm
         await pilot.press("ctrl+n")
         await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas page")
         replicas = app.screen
@@ -76,6 +89,8 @@ async def _walk_the_wizard() -> None:
 
         await until(pilot, ready, "wiz-8b ready", 240)
         assert replicas.selected() == "wiz-8b"
+        shown = replicas.query_one("#replica-reason", Static)
+        await until(pilot, lambda: "adapters sql (on meta-llama" in str(shown.content), "adapters")
 
         answer = replicas.query_one("#replica-answer", Static)
         await pilot.press("a", *"Say hello.", "enter")

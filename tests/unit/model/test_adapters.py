@@ -195,3 +195,37 @@ def test_slots_default_to_one_a_given_adapter_at_the_largest_rank(tmp_path: Path
     slots = slots_for((a, b))
     assert (slots.max_loras, slots.max_lora_rank) == (2, 32)
     assert json.dumps(slots.as_dict())
+
+
+def test_a_hub_adapter_is_read_by_ranges_without_its_weights(local_hub, tmp_path: Path) -> None:
+    from hub_server import FakeRepo
+
+    folder = write_peft_adapter(tmp_path / "sql", W8B, rank=16, base_model=LLAMA_8B)
+    weights = folder / "adapter_model.safetensors"
+    local_hub.repos["team/sql-lora"] = FakeRepo(
+        files={
+            "adapter_config.json": (folder / "adapter_config.json").read_bytes(),
+            "adapter_model.safetensors": weights,
+        }
+    )
+    adapter = load_adapter("sql", "team/sql-lora")
+    assert (adapter.rank, adapter.base_model, adapter.source) == (16, LLAMA_8B, "team/sql-lora")
+    fetched = local_hub.log.bytes_for("adapter_model.safetensors")
+    assert fetched < 64 * 1024 < weights.stat().st_size  # the header, not the tensors
+
+
+def test_a_gguf_adapter_on_the_hub_is_named_by_its_file(local_hub, tmp_path: Path) -> None:
+    from hub_server import FakeRepo
+
+    path = write_gguf_adapter(tmp_path / "tiny-lora.gguf", TINY_GGUF, rank=4)
+    local_hub.repos["team/tiny-lora-GGUF"] = FakeRepo(files={"tiny-lora.gguf": path})
+    adapter = load_adapter("tiny", "team/tiny-lora-GGUF", file="tiny-lora.gguf")
+    assert (adapter.format, adapter.rank, adapter.architecture) == ("gguf", 4, "llama")
+
+
+def test_a_hub_adapter_that_does_not_exist_is_one_sentence(local_hub) -> None:
+    from llmgw_core.errors import LlmgwError
+
+    with pytest.raises(LlmgwError) as caught:
+        load_adapter("x", "team/no-such-lora")
+    assert "\n" not in caught.value.sentence()
