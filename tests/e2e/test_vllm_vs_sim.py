@@ -8,6 +8,11 @@ OpenAI client — the official SDK, and raw HTTP where the SDK hides the status
 random Llama (`tests/support/tiny_hf_llama.py`) with a key, and the sim
 engine given the same command line and key. Each call's status, error body
 and field set must be the same, except where `DIFFERS` says why.
+
+Both are started with a LoRA adapter (`--enable-lora --lora-modules`, a PEFT
+folder written as `peft` writes one) and with runtime updates allowed, so the
+adapter's card in `/v1/models`, a request by its name, and the load and
+unload routes `apply` uses are held to vLLM's too.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 from engine_process import WEATHER_TOOL, serving
+from lora_files import Widths, write_peft_adapter
 from real_vllm import REPO_ROOT, VLLM, make_tiny_llama, skip_without_real_vllm
 
 openai = pytest.importorskip("openai")
@@ -35,6 +41,18 @@ TOOLS = [WEATHER_TOOL]
 
 LOGS: dict[str, Path] = {}
 """Where each engine's output went, and the real one's model."""
+LORA: dict[str, str] = {}
+"""The adapters' folders: `sql`, served from the start, and `extra`, loaded at runtime."""
+TINY = Widths(hidden=256, intermediate=512, heads=4, kv_heads=2, layers=4)
+"""`tiny_hf_llama`'s widths, which the adapters follow."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def adapters(tmp_path_factory: pytest.TempPathFactory) -> None:
+    root = tmp_path_factory.mktemp("adapters")
+    for name, targets in (("sql", ("q_proj", "v_proj")), ("extra", ("q_proj", "o_proj"))):
+        folder = write_peft_adapter(root / name, TINY, rank=8, targets=targets, base_model="tiny")
+        LORA[name] = str(folder)
 
 
 def _command(model: str) -> list[str]:
@@ -49,6 +67,13 @@ def _command(model: str) -> list[str]:
         "--enforce-eager",
         "--host",
         "127.0.0.1",
+        "--enable-lora",
+        "--max-loras",
+        "2",
+        "--max-lora-rank",
+        "8",
+        "--lora-modules",
+        f'{{"name": "sql", "path": "{LORA["sql"]}", "base_model_name": "tiny"}}',
     ]
 
 
@@ -65,6 +90,7 @@ def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "VLLM_CPU_OMP_THREADS_BIND": "0",
         "OMP_NUM_THREADS": "1",
         "HF_HUB_OFFLINE": "1",
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
     }
     argv = [str(VLLM), *_command(str(folder / "tiny"))]
     LOGS["vllm"], LOGS["model"] = folder / "vllm.log", folder / "tiny"
@@ -81,6 +107,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "LLMGW_AGENT_STATE": str(folder / "state"),
         "LLMGW_SIM_LOAD_S": "0",
         "VLLM_API_KEY": KEY,
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
     }
     argv = [sys.executable, "-S", "-m", "llmgw_agent", "sim-engine", "--", "vllm"]
     LOGS["sim"] = folder / "sim.log"
@@ -140,6 +167,8 @@ def _calls(base: str) -> dict[str, Callable[[], Any]]:
         return answer.choices[0].finish_reason, answer.usage.completion_tokens
 
     stream = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": 3}
+    load, unload = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
+    extra = {"lora_name": "extra", "lora_path": LORA["extra"]}
     return {
         "GET /health": lambda: answered("GET", "/health"),
         "GET /health, no key": lambda: answered("GET", "/health", headers={}),
@@ -190,6 +219,21 @@ def _calls(base: str) -> dict[str, Callable[[], Any]]:
         ),
         "completions, SDK": lambda: (
             client.completions.create(model="tiny", prompt="Once", max_tokens=3).object
+        ),
+        "chat, an adapter": chat_body(model="sql", max_tokens=3),
+        "load an adapter": lambda: answered("POST", load, json=extra),
+        "load it again": lambda: answered("POST", load, json=extra),
+        "chat, the adapter loaded": chat_body(model="extra", max_tokens=3),
+        "models, with it": lambda: sorted((m.id, m.parent) for m in client.models.list()),
+        "unload it": lambda: answered("POST", unload, json={"lora_name": "extra"}),
+        "unload it again": lambda: answered("POST", unload, json={"lora_name": "extra"}),
+        "chat, the adapter unloaded": chat_body(model="extra", max_tokens=3),
+        "load, no path": lambda: answered("POST", load, json={"lora_name": "x"}),
+        "load, a path with no adapter": lambda: answered(
+            "POST", load, json={"lora_name": "x", "lora_path": LORA["sql"] + "-not-there"}
+        ),
+        "load, a served model's name": lambda: answered(
+            "POST", load, json={"lora_name": "tiny", "lora_path": LORA["extra"]}
         ),
     }
 

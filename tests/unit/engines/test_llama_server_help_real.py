@@ -20,6 +20,7 @@ from llamacpp_truth import llama_server
 from llmgw_core.engines import build_launch
 from llmgw_core.engines.flags import FLAGS, flag_name
 from llmgw_core.engines.identity import EngineIdentity
+from llmgw_core.engines.spec import LoraLaunch
 
 _FLAG_TOKEN = re.compile(r"(?:^|,\s*)(--?[\w][\w-]*)")
 
@@ -119,8 +120,10 @@ def test_every_flag_the_llama_cpp_launch_writes_is_one_llama_server_takes(server
                 api_key="k",
                 tls=EngineIdentity.make("qwen-7b"),
                 engine_args={"flash_attn": False, "cache_type_k": "q8_0", "repack": False},
+                lora=LoraLaunch((("sql", "/a/sql.gguf"),), 1, 8),
             )
         )
         written |= _launch_flags(launch.shards[0].main.argv)
     assert {"--ssl-cert-file", "--n-gpu-layers", "--split-mode", "--no-repack"} <= written
+    assert "--lora-scaled" in written
     assert not sorted(written - set(flags)), f"llama-server lacks {sorted(written - set(flags))}"

@@ -20,6 +20,7 @@ from real_vllm import VLLM, skip_without_real_vllm
 from llmgw_core.engines import build_launch
 from llmgw_core.engines.flags import FLAGS, READ_FROM, flag_name, release_key
 from llmgw_core.engines.identity import EngineIdentity
+from llmgw_core.engines.spec import LoraLaunch
 
 _FLAG_LINE = re.compile(r"^  (-[-\w].*?)(?:\s{2,}|$)")
 _CHOICES = re.compile(r"^--([\w-]+) \{([^}]*)\}")
@@ -90,6 +91,7 @@ def _launch_flags() -> set[str]:
         request(nodes=(one,), tls=EngineIdentity.make("help")),
         request(nodes=two_h100_nodes()),
         request(nodes=two_h100_nodes(engine_version="0.11.0")),  # Ray, before 0.12
+        request(nodes=(one,), lora=LoraLaunch((("sql", "/a/sql"),), 2, 16, max_cpu_loras=4)),
     ]
     written = set()
     for asked in requests:
@@ -104,6 +106,7 @@ def test_every_flag_the_launch_writes_is_one_the_installed_vllm_takes(vllm_help)
     _version, flags = vllm_help
     written = _launch_flags()
     assert {"--tensor-parallel-size", "--nnodes", "--distributed-executor-backend"} <= written
+    assert {"--enable-lora", "--lora-modules", "--max-loras", "--max-cpu-loras"} <= written
     assert sorted(written - set(flags)) == []
 
 

@@ -124,7 +124,7 @@ def model_list(engine: Dict[str, Any], created: int) -> Dict[str, Any]:
                 "owned_by": OWNERS.get(engine["kind"], engine["kind"]),
                 "root": parents.get(name) or engine.get("model") or name,
                 "parent": engine["served_name"] if name in parents else None,
-                "max_model_len": context,
+                "max_model_len": None if name in parents else context,
                 "permission": [
                     {
                         "id": "modelperm-sim",
@@ -185,10 +185,12 @@ def _int(body: Dict[str, Any], name: str, low: int) -> Tuple[Optional[int], Opti
     return value, None
 
 
-def _no_model(model: str, served: List[str]) -> Answer:
+def _no_model(model: str, served: List[str], adapters: Any = ()) -> Answer:
+    """vLLM's 404 for a model it does not serve: it names its served models, not its adapters."""
+    names = [name for name in served if name not in {a["name"] for a in adapters}]
     return error(
         404,
-        "The model `{}` does not exist. Valid aliases: {}.".format(model, ", ".join(served)),
+        "The model `{}` does not exist. Valid aliases: {}.".format(model, ", ".join(names)),
         "NotFoundError",
         "model",
     )
@@ -211,7 +213,7 @@ def tokenize(body: Any, engine: Dict[str, Any]) -> Answer:
     model = body.get("model")
     served = served_names(engine)
     if model is not None and model not in served:
-        return _no_model(model, served)
+        return _no_model(model, served, engine.get("adapters") or ())
     if "prompt" in body:
         text = body["prompt"] if isinstance(body["prompt"], str) else None
     else:
@@ -249,7 +251,7 @@ def plan(
     served = served_names(engine)
     model = body.get("model")
     if model is not None and model not in served:
-        return None, _no_model(model, served)
+        return None, _no_model(model, served, engine.get("adapters") or ())
     if not chat and not body.get("prompt"):
         return None, bad_request(
             "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)",
@@ -546,23 +548,50 @@ LORA_ROUTES = {
 
 
 def change_adapter(engine: Dict[str, Any], what: str, body: Any) -> Tuple[int, Any]:
-    """Load or unload one adapter as vLLM answers it: `{lora_name, lora_path}` → 200 and a
-    sentence; a name held twice is 400, an unknown one 404. Changes `engine["adapters"]`."""
-    if not isinstance(body, dict) or not isinstance(body.get("lora_name"), str):
-        return bad_request("give lora_name (and lora_path to load)", "lora_name")
+    """Load or unload one adapter as vLLM 0.32 answers it (`vllm/entrypoints/openai/models/
+    serving.py`): 200 and a sentence; its schema's refusal of a missing field; 400 for a name
+    held already or a served model's; 404 for a path with no adapter or a name not held.
+    Changes `engine["adapters"]`."""
+    import os
+
+    if not isinstance(body, dict):
+        return schema_refusal(
+            "", "model_attributes_type", "Input should be a valid dictionary", body
+        )
+    needed = ("lora_name", "lora_path") if what == "load" else ("lora_name",)
+    for field in needed:
+        if not isinstance(body.get(field), str):
+            return schema_refusal(field, "missing", "Field required", body)
     name = body["lora_name"]
     held = [a for a in engine.get("adapters") or () if a["name"] == name]
     if what == "load":
-        path = body.get("lora_path")
-        if not isinstance(path, str) or not path:
-            return bad_request("give lora_path: the adapter's folder on this node", "lora_path")
+        path = body["lora_path"]
+        if not name or not path:
+            return error(
+                400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput"
+            )
+        if name in (engine.get("served_names") or [engine["served_name"]]):
+            return error(
+                400,
+                "The lora adapter '{}' conflicts with a served base model.".format(name),
+                "InvalidUserInput",
+            )
         if held:
-            return bad_request("The lora adapter '{}' has already been loaded.".format(name))
+            return error(
+                400,
+                "The lora adapter '{}' has already been loaded. If you want to load the adapter "
+                "in place, set 'load_inplace' to True.".format(name),
+                "InvalidUserInput",
+            )
+        if not os.path.exists(path):
+            return error(
+                404,
+                "Loading lora {} failed: No adapter found for <path>".format(name),
+                "NotFoundError",
+            )
         engine.setdefault("adapters", []).append({"name": name, "path": path})
         return 200, "Success: LoRA adapter '{}' added successfully.".format(name)
     if not held:
-        return error(
-            404, "The lora adapter '{}' cannot be found.".format(name), "NotFoundError", None
-        )
+        return error(404, "The lora adapter '{}' cannot be found.".format(name), "NotFoundError")
     engine["adapters"] = [a for a in engine["adapters"] if a["name"] != name]
     return 200, "Success: LoRA adapter '{}' removed successfully.".format(name)

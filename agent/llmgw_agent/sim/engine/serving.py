@@ -198,7 +198,9 @@ class SimHandler(BaseHTTPRequestHandler):
             except ValueError:
                 given = None
             with self.sim.lock:
-                self._send(*api.change_adapter(self.sim.engine, runtime[route], given))
+                status, answer = api.change_adapter(self.sim.engine, runtime[route], given)
+            plain = isinstance(answer, str)  # vLLM's success is a bare sentence
+            self._send(status, answer, "text/plain; charset=utf-8" if plain else "application/json")
             return
         if route not in ("/v1/chat/completions", "/v1/completions", "/tokenize"):
             self._send(*api.error(404, "Not Found", "NotFoundError"))
