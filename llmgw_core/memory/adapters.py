@@ -88,6 +88,7 @@ class LoraSlots:
                     n_bytes=int(a.get("bytes") or 0),
                     layers=int(a.get("layers") or 0),
                     hidden_size=int(a.get("hidden_size") or 0),
+                    file=str(a["file"]) if isinstance(a.get("file"), str) else None,
                 )
                 for a in record["adapters"]
             )

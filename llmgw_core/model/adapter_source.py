@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -138,12 +139,8 @@ def _hub(name: str, source: str, file: str | None, token: str | None) -> Adapter
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     with httpx.Client(follow_redirects=True, headers=headers, timeout=HTTP_TIMEOUT_S) as client:
         if file:
-            return gguf_adapter(
-                name,
-                source,
-                read_gguf_header(RangeReader(client, repo_id, file, revision)),
-                where=where,
-            )
+            header = read_gguf_header(RangeReader(client, repo_id, file, revision))
+            return replace(gguf_adapter(name, source, header, where=where), file=file)
         reader = RangeReader(client, repo_id, CONFIG, revision)
         raw = reader(0, 1 << 20)
         try:

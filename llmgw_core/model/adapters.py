@@ -102,6 +102,8 @@ class AdapterShape:
     architecture: str | None = None
     files: tuple[tuple[str, int | None], ...] = ()
     tensor_bytes: tuple[int, ...] = ()
+    file: str | None = None
+    """On the Hub: the repository's GGUF adapter file (None for PEFT files)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The adapter as the `plan` and `explain` steps show it."""
@@ -117,6 +119,7 @@ class AdapterShape:
             "layers": self.layers,
             "hidden_size": self.hidden_size,
             "base_model": self.base_model,
+            "file": self.file,
         }
 
 

@@ -100,20 +100,10 @@ def _base_for(adapter: AdapterShape, model: ModelInfo) -> tuple[ModelShape, str 
 
 def lora_launch(slots: LoraSlots | None) -> LoraLaunch | None:
     """The adapters as the engine is started with them: each by its path on the nodes (the
-    same absolute path as here, where `serve` copies a local adapter).
-
-    Raises:
-        BadInput: an adapter from the Hub (the nodes do not fetch adapters yet).
-    """
+    same absolute path as here for a local one, which `serve` copies; where `serve` put a Hub
+    one, else its repository id, which vLLM and SGLang fetch themselves)."""
     if slots is None:
         return None
-    for adapter in slots.adapters:
-        if not is_local(adapter.source):
-            raise BadInput(
-                f"adapter {adapter.name!r} comes from the Hub ({adapter.source}), and serving "
-                "fetches local adapters only so far",
-                f"download it (hf download {adapter.source} --local-dir DIR) and give DIR",
-            )
     return LoraLaunch(
         adapters=tuple((a.name, a.source) for a in slots.adapters),
         max_loras=slots.max_loras,

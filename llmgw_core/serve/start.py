@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import posixpath
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -33,8 +34,9 @@ from typing import Any
 from llmgw_agent.ops import Op
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.client import AgentError, AgentLost
-from llmgw_core.model.source import ModelInfo
+from llmgw_core.model.source import ModelInfo, split_ref
 from llmgw_core.placement import Placement, explain, place, want_summary
+from llmgw_core.serve.adapters import is_local
 from llmgw_core.serve.choice import Choice
 from llmgw_core.serve.fetch import FetchFailed, fetch_weights, weights_plan
 from llmgw_core.serve.http import ClientTls, EngineReach, TunnelRefused, engine_tls, health_status
@@ -402,6 +404,46 @@ async def _fetch(
     return replace(request, source=weights.path) if weights.path else request
 
 
+async def _fetch_adapters(
+    fleet: Any, reach: EngineReach, request: ServeRequest, nodes: list[str], trace: Trace, name: str
+) -> ServeRequest:
+    """The Hub adapters on every node, by the base model's own path (a node's model directory,
+    a neighbour's copy, or a download), then named by where they are: the engines load them
+    from that path, never by fetching them themselves."""
+    slots = request.lora
+    if slots is None or all(is_local(a.source) for a in slots.adapters):
+        return request
+    snapshot = fleet.snapshot()
+    facts = {n.name: n.facts for n in snapshot.ready()}
+    specs = {s.name: s for s in fleet.inventory.node_specs()}
+    placed = []
+    for adapter in slots.adapters:
+        if is_local(adapter.source):
+            placed.append(adapter)
+            continue
+        repo, revision = split_ref(adapter.source)
+        dirs = [d for d in specs[nodes[0]].model_dirs if d.startswith("/")]
+        gguf_file = posixpath.join(dirs[0], repo, adapter.file) if adapter.file and dirs else None
+        weights = weights_plan(repo, nodes, specs, facts, gguf_file=gguf_file)
+        await fetch_weights(
+            fleet,
+            reach,
+            weights,
+            repo=repo,
+            revision=revision,
+            token_env=request.secret_env,
+            timeout_s=request.startup_timeout_s,
+            trace=trace,
+            replica=name,
+        )
+        where = weights.path or repo
+        if adapter.file:
+            where = posixpath.join(where, adapter.file)
+        trace.add("adapter fetched", None, f"{adapter.name}: {where}")
+        placed.append(replace(adapter, source=where))
+    return replace(request, lora=replace(slots, adapters=tuple(placed)))
+
+
 async def serve_way(
     fleet: Any,
     reach: EngineReach,
@@ -459,6 +501,11 @@ async def serve_way(
                 for node in nodes:
                     done = await copy_to_node(reach, node, adapter.source)
                     trace.add(f"adapter {done}", node, f"{adapter.name}: {adapter.source}")
+        try:
+            request = await _fetch_adapters(fleet, reach, request, nodes, trace, name)
+        except FetchFailed as exc:
+            trace.add("failed", None, exc.sentence())
+            return {"way": choice.label, "outcome": "failed", "reason": exc.sentence()}
         rails = rail_choice(fleet, placement, all_rails=request.rails == "all")
         for warning in rails.warnings:
             trace.add("rails", None, warning)

@@ -8,7 +8,9 @@ console plans from the Hub (`HF_ENDPOINT`), the node downloads from it (its
 own `HF_ENDPOINT`, as a node behind a mirror has it), and the wizard, walked
 by keyboard with a key variable named, brings the replica up: the weights are
 in the node's model folder, byte for byte as the Hub served them, and the
-engine answers with the key and refuses without it.
+engine answers with the key and refuses without it. A LoRA adapter named from
+the Hub on page 4 is read there by range requests and fetched by the node the
+same way, and its engine loads it from the node's model folder.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from live_walk import (
     screen_after,
     until,
 )
+from lora_files import Widths, write_peft_adapter
 
 from llmgw_tui.screens.replicas import ReplicasScreen
 from llmgw_tui.screens.serve import ServeScreen
@@ -40,6 +43,9 @@ FIXTURE = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "models"
 REPO = "stand-in-org/qwen3-8b-copy"
 WEIGHTS = b"\x17" * 3_000_000
 KEY_ENV = "LLMGW_HUB_WIZARD_KEY"
+ADAPTER_REPO = "stand-in-org/sql-lora"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+QWEN3_8B = Widths(hidden=4096, intermediate=12288, heads=32, kv_heads=8, layers=36)
 NODE = "h100-a-01"
 
 
@@ -51,6 +57,12 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     with LocalHub() as running:
         running.repos[REPO] = FakeRepo(
             files={"config.json": FIXTURE / "config.json", "model.safetensors": WEIGHTS}
+        )
+        adapter = write_peft_adapter(
+            tmp_path / "sql-lora", QWEN3_8B, rank=4, targets=("q_proj",), base_model=REPO
+        )
+        running.repos[ADAPTER_REPO] = FakeRepo(
+            files={name: adapter / name for name in ("adapter_config.json", ADAPTER_WEIGHTS)}
         )
         point_hub_at(running.endpoint, tmp_path, monkeypatch)
         yield running
@@ -86,6 +98,7 @@ async def _on_the_node_and_its_hub(demo: Any, hub: LocalHub) -> None:
         await pilot.press("ctrl+n")
         await until(pilot, lambda: wizard.step == "extras", "the extras page")
         wizard.query_one("#serve-key").value = KEY_ENV
+        wizard.query_one("#serve-adapters").value = f"sql={ADAPTER_REPO}"
         await until(pilot, lambda: wizard.blocked is None, "valid extras")
         name = wizard.query_one("#serve-name").value
         await pilot.press("ctrl+n")
@@ -100,5 +113,14 @@ async def _on_the_node_and_its_hub(demo: Any, hub: LocalHub) -> None:
         home = demo.servers[NODE].home
         fetched = [p for p in home.rglob("model.safetensors") if p.is_file()]
         assert fetched and fetched[0].read_bytes() == WEIGHTS, fetched
+        # The adapter: fetched to the node's model folder, and its engine loads it from there.
+        (held,) = view.adapters
+        assert held["name"] == "sql" and held["source"].endswith(ADAPTER_REPO), held
+        got = home.rglob(ADAPTER_WEIGHTS)
+        assert [p.read_bytes() for p in got] == [
+            hub.repos[ADAPTER_REPO].files[ADAPTER_WEIGHTS].read_bytes()
+        ]
+        argv = view.shards[0].argv
+        assert held["source"] in argv[argv.index("--lora-modules") + 1]
         await key_in_front(feed, view, KEY_ENV)
         await feed.stop_replica(name)

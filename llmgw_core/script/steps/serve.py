@@ -113,7 +113,7 @@ def serve_request(
         wait_ready=wait_ready,
         startup_timeout_s=args.timeout,
         source=source,
-        secret_env=hub_token_env() if hub_repo else {},
+        secret_env=hub_token_env() if hub_repo or _hub_adapters(args) else {},
         api_key=api_key,
         api_key_env=args.api_key_env,
         hub_repo=hub_repo,
@@ -131,6 +131,11 @@ def serve_request(
         ),
     )
     return request, model
+
+
+def _hub_adapters(args: ServeFields) -> bool:
+    """True when an adapter comes from the Hub (the nodes then need the Hub token too)."""
+    return any(local_source(a.source, Path("/")) is None for a in args.adapters)
 
 
 async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
