@@ -168,3 +168,6 @@ def test_replicas_serve_their_adapters_and_the_gateway_routes_by_name(
     workers = demo.loop.run(router_workers(reach, gateway))
     held = {name: sorted(workers[url]["adapters"]) for name, url in url_of.items()}
     assert held == {"lora-a": ["chat", "sql"], "lora-b": ["chat", "summary"]}
+    # The engine says, as vLLM does, which adapters it loaded at start.
+    lines = demo.step("logs", replica="lora-a", lines=200).result["lines"]
+    assert any(f"Loaded new LoRA adapter: name 'sql', path '{adapters['sql']}'" in x for x in lines)

@@ -249,6 +249,16 @@ def loading_lines(engine: dict, plan: dict, shard_count: int) -> List[Line]:
     return lines
 
 
+def lora_loaded_line(name: str, path: str) -> str:
+    """vLLM's line for an adapter it loaded, at start (`--lora-modules`) or at runtime."""
+    return "INFO {} Loaded new LoRA adapter: name '{}', path '{}'".format(_stamp(), name, path)
+
+
+def lora_removed_line(name: str) -> str:
+    """vLLM's line for an adapter it unloaded."""
+    return "INFO {} Removed LoRA adapter: name '{}'".format(_stamp(), name)
+
+
 def ready_lines(engine: dict, plan: dict, load_s: float, bound: str) -> List[str]:
     """The lines printed once loaded: memory, KV cache, and the server coming up."""
     kind = engine["kind"]
@@ -283,6 +293,12 @@ def ready_lines(engine: dict, plan: dict, load_s: float, bound: str) -> List[str
             ),
         ]
         if engine["serves_http"]:
+            if engine.get("runtime_lora"):
+                lines.append(
+                    "WARNING {} LoRA dynamic loading & unloading is enabled in the API server. "
+                    "This should ONLY be used for local development!".format(_stamp())
+                )
+            lines += [lora_loaded_line(a["name"], a["path"]) for a in engine.get("adapters") or ()]
             lines += [
                 "INFO {} Starting vLLM server on {}://{}".format(_stamp(), scheme, bound),
                 "INFO:     Started server process [{}]".format(os.getpid()),

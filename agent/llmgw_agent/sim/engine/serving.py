@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
 from llmgw_agent.sim.engine import api
+from llmgw_agent.sim.engine.lines import lora_loaded_line, lora_removed_line
 from llmgw_agent.sim.engine.stdout import say
 
 TOKEN_S = 0.005
@@ -200,6 +201,12 @@ class SimHandler(BaseHTTPRequestHandler):
             with self.sim.lock:
                 status, answer = api.change_adapter(self.sim.engine, runtime[route], given)
             plain = isinstance(answer, str)  # vLLM's success is a bare sentence
+            if status == 200 and isinstance(given, dict):
+                name = str(given["lora_name"])
+                if runtime[route] == "load":
+                    say(lora_loaded_line(name, str(given["lora_path"])))
+                else:
+                    say(lora_removed_line(name))
             self._send(status, answer, "text/plain; charset=utf-8" if plain else "application/json")
             return
         if route not in ("/v1/chat/completions", "/v1/completions", "/tokenize"):
