@@ -43,6 +43,7 @@ LONGEST_FILES = {
     "tests/e2e/test_service_demo.py": 100,
     "tests/e2e/test_keep_demo.py": 90,
     "tests/e2e/test_vllm_vs_sim.py": 80,  # the real vLLM's start on the CPU
+    "tests/e2e/test_lora_service_demo.py": 60,  # a kept demo, an apply under a bench
     "tests/e2e/test_wizard_every_way.py": 55,
     "tests/tui/test_monkey.py": 50,
     "tests/tui/test_wizard_every_kind.py": 45,
@@ -58,7 +59,8 @@ LONGEST_FILES = {
     "tests/e2e/test_metrics_demo.py": 25,
     "tests/fleet/test_sim_fleet_scale.py": 24,
     "tests/tui/test_gateway_log_and_heal.py": 23,
-    "tests/tui/test_serve_wizard_live.py": 21,
+    "tests/tui/test_serve_wizard_live.py": 27,
+    "tests/e2e/test_lora_demo.py": 17,
     "tests/unit/engines/test_vllm_help_real.py": 20,
 }
 """Seconds a file took in CI, for the files over twenty (`pytest --durations`, summed)."""
