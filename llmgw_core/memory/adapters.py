@@ -89,6 +89,7 @@ class LoraSlots:
                     layers=int(a.get("layers") or 0),
                     hidden_size=int(a.get("hidden_size") or 0),
                     file=str(a["file"]) if isinstance(a.get("file"), str) else None,
+                    origin=str(a["origin"]) if isinstance(a.get("origin"), str) else None,
                 )
                 for a in record["adapters"]
             )

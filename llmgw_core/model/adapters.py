@@ -104,6 +104,13 @@ class AdapterShape:
     tensor_bytes: tuple[int, ...] = ()
     file: str | None = None
     """On the Hub: the repository's GGUF adapter file (None for PEFT files)."""
+    origin: str | None = None
+    """Where it came from when `source` is where `serve` put it on the nodes (a Hub id)."""
+
+    @property
+    def given(self) -> str:
+        """The source as the operator gave it (what a service compares)."""
+        return self.origin or self.source
 
     def as_dict(self) -> dict[str, Any]:
         """The adapter as the `plan` and `explain` steps show it."""
@@ -120,6 +127,7 @@ class AdapterShape:
             "hidden_size": self.hidden_size,
             "base_model": self.base_model,
             "file": self.file,
+            "origin": self.origin,
         }
 
 

@@ -440,7 +440,7 @@ async def _fetch_adapters(
         if adapter.file:
             where = posixpath.join(where, adapter.file)
         trace.add("adapter fetched", None, f"{adapter.name}: {where}")
-        placed.append(replace(adapter, source=where))
+        placed.append(replace(adapter, source=where, origin=adapter.source))
     return replace(request, lora=replace(slots, adapters=tuple(placed)))
 
 

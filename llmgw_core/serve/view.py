@@ -161,7 +161,7 @@ class ReplicaView:
         head = min(self.shards, key=lambda s: s.rank, default=None)
         if head is not None and head.adapters is not None:
             return tuple(dict(a) for a in head.adapters)
-        sources = {}
+        sources: dict[str, tuple[str, str | None]] = {}
         lora = (
             (self.spec.get("request") or {}).get("lora")
             if isinstance(self.spec.get("request"), Mapping)
@@ -169,7 +169,10 @@ class ReplicaView:
         )
         if isinstance(lora, Mapping):
             sources = {
-                str(a.get("name")): str(a.get("source"))
+                str(a.get("name")): (
+                    str(a.get("source")),
+                    a.get("origin") if isinstance(a.get("origin"), str) else None,
+                )
                 for a in lora.get("adapters") or ()
                 if isinstance(a, Mapping)
             }
@@ -177,10 +180,12 @@ class ReplicaView:
         for entry in self.spec.get("adapters") or ():
             if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
                 lora_id = entry.get("lora_id")
+                source, origin = sources.get(entry["name"], ("", None))
                 found.append(
                     {
                         "name": entry["name"],
-                        "source": sources.get(entry["name"], ""),
+                        "source": source,
+                        "origin": origin,
                         "lora_id": lora_id if isinstance(lora_id, int) else None,
                     }
                 )

@@ -42,7 +42,7 @@ def wanted_adapters(base: Any) -> tuple[tuple[str, str], ...]:
     slots = getattr(base, "lora", None)
     if slots is None:
         return ()
-    return tuple(sorted((a.name, a.source) for a in slots.adapters))
+    return tuple(sorted((a.name, a.given) for a in slots.adapters))
 
 
 def _launched(view: ReplicaView) -> LoraSlots | None:
@@ -65,7 +65,10 @@ def runtime_refusal(view: ReplicaView, wanted: LoraSlots | None) -> str | None:
     ceiling = launched.max_lora_rank
     if engine == "vllm":
         ceiling = default_vllm_rank(ceiling)
+    held = {a["name"]: a.get("origin") or a["source"] for a in view.adapters}
     for adapter in wanted.adapters if wanted else ():
+        if held.get(adapter.name) != adapter.given and not adapter.given.startswith("/"):
+            return f"adapter {adapter.name!r} comes from the Hub, which a start fetches"
         if adapter.rank > ceiling:
             return (
                 f"adapter {adapter.name!r} has rank {adapter.rank}, above the max_lora_rank "
@@ -118,7 +121,7 @@ async def change_adapters(
 
     engine = str(view.spec.get("engine"))
     load, unload = _ROUTES[engine]
-    held = {a["name"]: a["source"] for a in view.adapters}
+    held = {a["name"]: a.get("origin") or a["source"] for a in view.adapters}
     want = {a.name: a.source for a in wanted.adapters} if wanted else {}
     added = [n for n in sorted(want) if held.get(n) != want[n]]
     removed = [n for n in sorted(held) if want.get(n) != held[n]]
@@ -131,7 +134,13 @@ async def change_adapters(
             for node in nodes:
                 await copy_to_node(reach, node, want[name])
         await _call(reach, view, load, {"lora_name": name, "lora_path": want[name]}, key)
-    records = [{"name": n, "source": s, "lora_id": None} for n, s in sorted(want.items())]
+    kept = {a["name"]: a for a in view.adapters}
+    records = [
+        {"name": n, "source": kept[n]["source"], "origin": kept[n].get("origin"), "lora_id": None}
+        if n in kept and n not in added
+        else {"name": n, "source": s, "lora_id": None}
+        for n, s in sorted(want.items())
+    ]
     for shard in view.live_shards():
         await fleet.request(
             shard.node, Op.SHARD_ADAPTERS, {"shard_id": shard.shard_id, "adapters": records}

@@ -183,7 +183,7 @@ class Running:
     reason: str | None = None
     created_at: float = 0.0
     adapters: tuple[tuple[str, str], ...] = ()
-    """The LoRA adapters its engine holds now: (name, source)."""
+    """The LoRA adapters its engine holds now: (name, source as given)."""
 
     @property
     def over(self) -> bool:
@@ -206,7 +206,9 @@ def running_of(replicas: Sequence[Any], service: str) -> tuple[Running, ...]:
                 phase=view.phase,
                 reason=view.reason,
                 created_at=view.created_at,
-                adapters=tuple(sorted((a["name"], a["source"]) for a in view.adapters)),
+                adapters=tuple(
+                    sorted((a["name"], a.get("origin") or a["source"]) for a in view.adapters)
+                ),
             )
         )
     return tuple(sorted(found, key=lambda r: (r.created_at, r.name)))

@@ -352,7 +352,10 @@ def record_adapters(shard_id: str, adapters: list) -> dict:
             raise OpError("bad_args", "an adapter's source is a path or a Hub id")
         if lora_id is not None and (isinstance(lora_id, bool) or not isinstance(lora_id, int)):
             raise OpError("bad_args", "an adapter's lora_id is a whole number")
-        kept.append({"name": name, "source": source, "lora_id": lora_id})
+        origin = entry.get("origin")
+        if origin is not None and (not isinstance(origin, str) or len(origin) > 4096):
+            raise OpError("bad_args", "an adapter's origin is a Hub id")
+        kept.append({"name": name, "source": source, "lora_id": lora_id, "origin": origin})
     try:
         write_record(directory / "adapters.json", {"adapters": kept, "at": time.time()})
     except OSError as exc:
