@@ -9,6 +9,8 @@
 * `shard.start` on each node claims its cards atomically: when another
   console won a card first the agent answers `busy`, the shards already
   started are stopped, and the replica is placed again on what is left;
+  an engine that could not bind its port (another process took it after
+  `port.free` found it free) is stopped and started again on fresh ports;
 * ready when rank 0's HTTP health answers through an SSH tunnel (never a
   log line); failed when a shard ends, a node is lost, or nothing moved for
   the startup timeout — with the reason and the last lines of every shard.
@@ -122,11 +124,17 @@ async def _last_lines(fleet: Any, shards: list[tuple[str, str, int]]) -> dict[st
     return kept
 
 
+_BIND_FAILED = (
+    "address already in use",  # uvicorn (vLLM, SGLang, llama-cpp-python): errno 98
+    "couldn't bind http server socket",  # llama-server
+)
+
+
 def port_taken(last_lines: Mapping[str, list[str]]) -> str | None:
     """Which shard could not bind its port, from its last engine lines (None: none said so)."""
     for shard, lines in last_lines.items():
         for line in reversed(lines):
-            if "address already in use" in line.lower():
+            if any(said in line.lower() for said in _BIND_FAILED):
                 return (
                     f"{shard} could not bind its port (address already in use): "
                     "something else listens on it there"
@@ -464,7 +472,7 @@ async def serve_way(
     """
     trace = outcome.trace
     fetched: set[str] = set()  # nodes given the weights already, should a race move the replica
-    for _race in range(RACE_RETRIES):
+    for race in range(RACE_RETRIES):
         views = await fleet_views(fleet)
         want = choice.want(models)
         placement = place(want, views)
@@ -568,8 +576,14 @@ async def serve_way(
         except _Failed as failed:
             trace.add("failed", None, failed.reason)
             lines = await _last_lines(fleet, started)
-            await asyncio.gather(*(stop_shard(fleet, n, s, forget=False) for n, s, _ in started))
             taken = port_taken(lines)
+            if taken is not None and race < RACE_RETRIES - 1:
+                # Another process took the port between `port.free` and the engine's bind:
+                # a lost race like one for cards; the next try asks for free ports again.
+                await asyncio.gather(*(stop_shard(fleet, n, s, forget=True) for n, s, _ in started))
+                trace.add("lost a race for its port", None, taken)
+                continue
+            await asyncio.gather(*(stop_shard(fleet, n, s, forget=False) for n, s, _ in started))
             return {
                 "way": choice.label,
                 "outcome": "failed",

@@ -25,6 +25,8 @@ import contextlib
 import importlib.metadata
 import importlib.util
 import json
+import os
+import signal
 import socket
 import sys
 import time
@@ -521,3 +523,80 @@ def test_llama_server_served_with_jinja_answers_an_openai_tools_call_with_a_tool
         )
     assert stopped.returncode == 0, stopped.stdout[-2000:]
     assert list(left_running.values()) == []
+
+
+CO_TENANT = '''#!{python}
+"""llama-server, but on its first start a co-tenant takes its port just before it binds."""
+import os, subprocess, sys, time
+argv = sys.argv[1:]
+marker = {marker!r}
+if "--port" in argv and not os.path.exists(marker):
+    open(marker, "w").close()
+    host, port = argv[argv.index("--host") + 1], argv[argv.index("--port") + 1]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", {hold!r}, host, port, marker + ".held"], start_new_session=True
+    )
+    while not os.path.exists(marker + ".held"):
+        time.sleep(0.01)
+os.execv({server!r}, [{server!r}, *argv])
+'''
+
+HOLD = (
+    "import os, socket, sys, time\n"
+    "s = socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen()\n"
+    "open(sys.argv[3], 'w').write(str(os.getpid()))\n"
+    "time.sleep(120)\n"
+)
+
+
+def test_an_engine_whose_port_a_co_tenant_took_first_is_started_again_on_a_free_one(
+    tmp_path: Path,
+):
+    """`port.free` finds the port free; another user's process binds it before llama-server
+    does. The real llama-server fails on it, and serve starts the replica again on ports
+    asked for afresh, instead of failing the serve (the race two consoles, or CI's parallel
+    tests, run on one node)."""
+    from llamacpp_truth import llama_server
+
+    server = llama_server()
+    if not server:
+        pytest.skip(
+            "no llama-server here (.ci/install-llama-server builds one; LLMGW_LLAMA_SERVER names one)"
+        )
+    model_dir = tmp_path / "models"
+    model_path = write_tiny_llama_gguf(model_dir / "tiny-llama" / "tiny.gguf")
+    marker = tmp_path / "co-tenant"
+    wrapper = tmp_path / "llama-server"
+    wrapper.write_text(
+        CO_TENANT.format(python=sys.executable, marker=str(marker), hold=HOLD, server=server)
+    )
+    wrapper.chmod(0o755)
+    serve = (
+        f"  - serve: {{model: {model_path}, engine: llama.cpp, context: 512, name: raced,"
+        " timeout: 120}\n"
+    )
+    try:
+        done, _ = run_script_on_this_machine(
+            tmp_path,
+            serve,
+            model_dir,
+            "nothing names this",
+            engines={"llama.cpp": {"bin": str(wrapper)}},
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        result = json.loads(done.stdout.splitlines()[-1])["result"]
+        held = int((tmp_path / "co-tenant.held").read_text())
+        steps = [step["step"] for step in result["trace"]]
+        assert steps.count("lost a race for its port") == 1, result["trace"]
+        (lost,) = [step for step in result["trace"] if step["step"] == "lost a race for its port"]
+        assert "r0 here could not bind its port" in lost["detail"]
+        assert steps.count("claimed, process started") == 2
+        replica = result["replica"]
+        assert replica["phase"] == "ready"
+    finally:
+        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
+            os.kill(int((tmp_path / "co-tenant.held").read_text()), signal.SIGKILL)
+        run_script_on_this_machine(
+            tmp_path, "  - stop: {replica: raced}\n", model_dir, str(model_path)
+        )
+    assert held != 0

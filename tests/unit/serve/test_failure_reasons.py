@@ -21,5 +21,16 @@ def test_a_shard_whose_port_was_taken_is_named_in_the_reason():
     )
 
 
+def test_llama_servers_own_bind_error_names_the_shard_too():
+    line = (
+        "0.00.005.277 E srv         start: couldn't bind HTTP server socket, "
+        "hostname: 127.0.0.1, port: 49495"
+    )
+    assert port_taken({"r0 cpu-01": [line, "exiting due to HTTP server error"]}) == (
+        "r0 cpu-01 could not bind its port (address already in use): "
+        "something else listens on it there"
+    )
+
+
 def test_lines_without_a_bind_error_add_nothing_to_the_reason():
     assert port_taken({"r0 cpu-01": ["llama_model_load: error loading model"]}) is None
