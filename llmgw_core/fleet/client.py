@@ -24,6 +24,7 @@ import asyncssh
 
 from llmgw_agent import PROTOCOL_VERSION
 from llmgw_agent.ops import Op
+from llmgw_core.cancelling import cancel_and_wait
 from llmgw_core.errors import LlmgwError
 
 HELLO_TIMEOUT_S = 30.0
@@ -355,11 +356,7 @@ class AgentClient:
         """
         await self._stop_process(wait_for_exit=wait_for_exit)
         await self._lose("the console closed the channel", wait_for_exit=wait_for_exit)
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
 
     async def events(self, op: str, args: dict[str, Any] | None = None) -> AsyncIterator[Any]:
         """Convenience: yield a stream's events; cancels the stream when left early."""

@@ -20,6 +20,7 @@ from typing import Any
 import asyncssh
 
 from llmgw_agent.ops import Op
+from llmgw_core.cancelling import cancel_and_wait
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.facts import NodeFacts, parse_facts
 from llmgw_core.fleet.checks import fabric_problem
@@ -192,11 +193,7 @@ class Fleet:
         tasks = [node.task for node in self._nodes.values() if node.task is not None]
         if self._publishing is not None:
             tasks.append(self._publishing)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
         await asyncio.gather(*(self._disconnect(node) for node in self._nodes.values()))
         await self.connector.close()
 

@@ -14,9 +14,10 @@ when the console is starved for good.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable
 from typing import Any, TypeVar
+
+from llmgw_core.cancelling import cancel_and_wait
 
 T = TypeVar("T")
 
@@ -89,14 +90,10 @@ class LoopLag:
             return task.result()
         finally:
             if not task.done():
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+                await cancel_and_wait(task)
 
     async def close(self) -> None:
         """Stop the ticker."""
         if self._ticker is not None and self._loop is asyncio.get_running_loop():
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
+            await cancel_and_wait(self._ticker)
             self._ticker = None

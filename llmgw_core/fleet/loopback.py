@@ -19,6 +19,8 @@ from typing import Any
 
 import asyncssh
 
+from llmgw_core.cancelling import cancel_and_wait
+
 _PUMP_CHUNK = 65536
 _KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "PYTHONDONTWRITEBYTECODE")
 SIM_ENV_PREFIX = "LLMGW_SIM_"
@@ -162,9 +164,7 @@ class LoopbackSshd:
             )
             status = await child.wait()
         finally:
-            feeder.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await feeder
+            await cancel_and_wait(feeder)
             if child.returncode is None:
                 _signal_group(child.pid, signal.SIGTERM)
                 try:

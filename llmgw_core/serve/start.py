@@ -25,7 +25,6 @@ nothing. `ServePreview.as_dict()` is the `serve` step's `dry_run: true`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import posixpath
 import time
 from collections.abc import Mapping
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw_agent.ops import Op
+from llmgw_core.cancelling import cancel_and_wait
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.client import AgentError, AgentLost
 from llmgw_core.model.source import ModelInfo, split_ref
@@ -177,11 +177,7 @@ async def _wait_ready(
             fleet, reach, started, head, port, path, timeout_s, trace, progress, host=host, tls=tls
         )
     finally:
-        for watcher in watchers:
-            watcher.cancel()
-        for watcher in watchers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+        await cancel_and_wait(*watchers)
     for node in progress.fetched:
         trace.add("fetch ended", node, progress.fetch_summary(node))
 

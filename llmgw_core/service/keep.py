@@ -292,7 +292,11 @@ async def keep_service(
                 await keeper.cycle(held)
                 await _sleep_until(interval_s, ends)
         except asyncio.CancelledError:
-            pass  # interrupted: what runs keeps running as it is
+            # Interrupted: what runs keeps running as it is. The cancel is taken here, so the
+            # task's count of cancels in flight goes back down (Python 3.11's `uncancel`).
+            current = asyncio.current_task()
+            if current is not None and hasattr(current, "uncancel"):
+                current.uncancel()
         except LlmgwError as exc:
             keeper.say("stopped", doc.name, exc.sentence())
             failed = exc

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from llmgw_agent.ops import Op
+from llmgw_core.cancelling import cancel_and_wait
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.client import AgentError, AgentLost
 
@@ -82,9 +83,7 @@ class Held:
             raise LeaseLost(f"{self.lost}; stopped before the next change")
 
     async def release(self) -> None:
-        self._renewer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._renewer
+        await cancel_and_wait(self._renewer)
         with contextlib.suppress(LlmgwError, AgentLost):
             await self._fleet.request(
                 self.node,

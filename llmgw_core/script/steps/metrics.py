@@ -13,7 +13,6 @@ cleanly (exit 0); `for_s` bounds it (for tests and one-off captures).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sys
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Any
 
 from pydantic import Field
 
+from llmgw_core.cancelling import cancel_and_wait
 from llmgw_core.errors import BadInput
 from llmgw_core.metrics import DEFAULT_HOST
 from llmgw_core.script.registry import StepArgs, StepContext, StepOutcome, step
@@ -100,9 +100,7 @@ async def _unless_stopped(stop: asyncio.Event, work: Any, timeout_s: float | Non
     stopped.cancel()
     if task in done:
         return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)
     return None
 
 
