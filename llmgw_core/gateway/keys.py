@@ -8,7 +8,15 @@ each with an id and maybe the models it may use:
 keys:
   - {id: team-a, key: "sk-…", models: [meta-llama/Llama-3.1-8B-Instruct]}
   - {id: ops, key: "sk-…"}          # every model
+  - id: interns
+    key: "sk-…"
+    limits: {requests_per_s: 2, concurrent: 4, tokens_per_min: 20000,
+             budget_tokens: 1000000, budget_per: month}
 ```
+
+A key's `limits` are kept by the front (`llmgw_agent.front.quota`): over one,
+a request is answered 429 with `Retry-After`; a used-up budget waits for the
+next UTC day or month, and its count outlives a restart of the gateway.
 
 The file is refused when other users of the operator's machine can read it.
 The keys reach the gateway's front as its shard's `secret_env`, never a file
@@ -25,7 +33,7 @@ import re
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -36,14 +44,32 @@ from llmgw_core.yaml_text import load_checked, read_text_file
 _KEY_TEXT = re.compile(r"^[\x21-\x7e]{16,512}$")
 
 
+class KeyLimits(BaseModel):
+    """What one client key may use (each absent: no limit); the front keeps them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    requests_per_s: float | None = Field(None, gt=0, le=1_000_000, allow_inf_nan=False)
+    concurrent: int | None = Field(None, ge=1, le=1_000_000)
+    tokens_per_min: int | None = Field(None, ge=1, le=10**12)
+    budget_tokens: int | None = Field(None, ge=1, le=10**15)
+    budget_per: Literal["day", "month"] = "day"
+
+    def as_front(self) -> dict[str, Any]:
+        """The limits as the front's configuration carries them (unset ones left out)."""
+        return self.model_dump(exclude_none=True)
+
+
 class ClientKey(BaseModel):
-    """One client key: its id (shown), the key (never shown), the models it may use (None: all)."""
+    """One client key: its id (shown), the key (never shown), the models it may use (None: all),
+    and its limits (None: none)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     key: str = Field(repr=False)
     models: tuple[str, ...] | None = None
+    limits: KeyLimits | None = None
 
 
 class KeysFile(BaseModel):
@@ -170,8 +196,12 @@ def front_config(
     key_envs: Mapping[str, str],
     environ: Mapping[str, str] | None = None,
     tls: Mapping[str, str] | None = None,
+    store: str | None = None,
 ) -> str:
     """The front's configuration, as JSON for its `secret_env` (it holds keys: never shown).
+
+    `store`: the name the keys' budgets are kept under on the front's node (the
+    gateway's), so a gateway started again there goes on counting.
 
     Raises:
         BadInput: a replica's key variable is not set here.
@@ -181,9 +211,19 @@ def front_config(
         for model, variable in key_envs.items()
     }
     config: dict[str, Any] = {
-        "keys": [{"id": k.id, "key": k.key, "models": k.models} for k in keys],
+        "keys": [
+            {
+                "id": k.id,
+                "key": k.key,
+                "models": k.models,
+                **({"limits": k.limits.as_front()} if k.limits is not None else {}),
+            }
+            for k in keys
+        ],
         "upstream": upstream,
     }
     if tls is not None:
         config["tls"] = dict(tls)
+    if store is not None and any(k.limits is not None for k in keys):
+        config["store"] = store
     return json.dumps(config)

@@ -246,7 +246,7 @@ async def start_gateway(
         raise BadInput(f"no replica is ready for gateway {args.name} to front", "serve one first")
     key_envs = upstream_key_envs(replicas)
     tls = read_tls(args.tls.cert, args.tls.key) if args.tls else None
-    config = front_config(keys, key_envs, environ, tls)
+    config = front_config(keys, key_envs, environ, tls, store=args.name)
     if not await _port_is_free(fleet, node, args.port):
         if not any_port:
             raise BadInput(f"port {args.port} on {node} is in use", "give the gateway another port")

@@ -177,7 +177,8 @@ class RouterCounts:
         failures: per worker, connections to it that failed
             (`llmgw_gateway_worker_failures_total`).
         errors: requests the front answered with an error of its own, every key and
-            route together (`llmgw_gateway_requests_total` of every outcome but `answered`).
+            route together (`llmgw_gateway_requests_total` of every outcome but `answered`
+            and `limited`: a key over its own limit is the client's doing, not the gateway's).
     """
 
     requests: Mapping[str, float]
@@ -188,6 +189,7 @@ class RouterCounts:
 _PROCESSED_FAMILY = "llmgw_gateway_worker_requests"
 _FAILURES_FAMILY = "llmgw_gateway_worker_failures"
 _REQUESTS_FAMILY = "llmgw_gateway_requests"
+_NOT_ERRORS = ("answered", "limited")
 
 
 def router_counts(scrape: GatewayScrape) -> RouterCounts | None:
@@ -210,7 +212,9 @@ def router_counts(scrape: GatewayScrape) -> RouterCounts | None:
                 requests[worker] = requests.get(worker, 0.0) + sample.value
             elif family.name == _FAILURES_FAMILY and worker:
                 failures[worker] = failures.get(worker, 0.0) + sample.value
-            elif family.name == _REQUESTS_FAMILY and sample.labels.get("outcome") != "answered":
+            elif (
+                family.name == _REQUESTS_FAMILY and sample.labels.get("outcome") not in _NOT_ERRORS
+            ):
                 errors += sample.value
     return RouterCounts(requests=requests, failures=failures, errors=errors)
 

@@ -313,6 +313,122 @@ def test_a_keys_file_limits_each_key_to_its_models_and_counts_per_key(demo: Demo
     demo.step("stop", gateway="keys")
 
 
+def test_a_keys_limits_answer_429_with_retry_after_and_its_budget_outlives_a_restart(
+    demo: Demo, tmp_path: Path
+):
+    """Three keys with limits, through the gateway with the OpenAI SDK: a rate, a budget
+    that outlives the gateway, tokens counted from the engines' usage as the metrics say."""
+    import openai
+
+    from llmgw_core.gateway.run import find_gateway, front_call
+    from llmgw_core.serve.http import EngineReach
+
+    fast, thrifty, metered = (
+        "sk-fast-0123456789abcdef",
+        "sk-thrifty-0123456789abcd",
+        "sk-metered-0123456789abcd",
+    )
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(
+        f"keys:\n  - {{id: fast, key: {fast}, limits: {{requests_per_s: 1}}}}\n"
+        f"  - {{id: thrifty, key: {thrifty}, limits: {{budget_tokens: 60, budget_per: day}}}}\n"
+        f"  - {{id: metered, key: {metered}, limits: {{tokens_per_min: 100000}}}}\n"
+    )
+    keys.chmod(0o600)
+    llama = "meta-llama/Llama-3.1-8B-Instruct"
+    hello = [{"role": "user", "content": "Say hello"}]
+    seen: dict[str, int] = {"thrifty": 0, "metered": 0}
+
+    def exchange(reach: EngineReach) -> tuple[int, str]:
+        tunnel = demo.loop.run(reach.tunnel("cpu-01", 30650))
+        base, http = tunnel.url, tunnel.sync_client(timeout=30)
+
+        def sdk(key: str) -> openai.OpenAI:
+            return openai.OpenAI(
+                base_url=base + "/v1", api_key=key, http_client=http, max_retries=0
+            )
+
+        # Over its requests per second: 429, OpenAI's body, Retry-After in whole seconds.
+        answers = [
+            http.post(
+                base + "/v1/chat/completions",
+                json={"model": llama, "messages": hello, "max_tokens": 2},
+                headers={"Authorization": f"Bearer {fast}"},
+            )
+            for _ in range(3)
+        ]
+        assert answers[0].status_code == 200
+        limited = [a for a in answers if a.status_code == 429]
+        assert limited, [a.status_code for a in answers]
+        assert limited[0].headers["retry-after"] == "1"
+        assert limited[0].json()["error"]["code"] == "rate_limit_exceeded"
+        with pytest.raises(openai.RateLimitError):
+            for _ in range(3):
+                sdk(fast).chat.completions.create(model=llama, messages=hello, max_tokens=2)
+        # A budget: answered until used up, then refused until the next UTC day.
+        client = sdk(thrifty)
+        refused = None
+        for _ in range(20):
+            try:
+                answer = client.chat.completions.create(model=llama, messages=hello)
+            except openai.RateLimitError as exc:
+                refused = exc
+                break
+            seen["thrifty"] += answer.usage.prompt_tokens + answer.usage.completion_tokens
+        assert refused is not None and seen["thrifty"] >= 60
+        assert refused.code == "insufficient_quota"
+        retry = int(refused.response.headers["retry-after"])
+        assert 0 < retry <= 24 * 3600
+        # A stream whose client did not ask for usage: counted, and none reaches the client.
+        chunks = list(
+            sdk(metered).chat.completions.create(model=llama, messages=hello, stream=True)
+        )
+        assert chunks and all(c.choices and c.usage is None for c in chunks)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks)
+        asked = sdk(metered).chat.completions.create(model=llama, messages=hello)
+        # The sim streams a token a word; the stream's prompt is the same as the request's.
+        streamed = asked.usage.prompt_tokens + len(text.split())
+        seen["metered"] = streamed + asked.usage.prompt_tokens + asked.usage.completion_tokens
+        gateway = demo.loop.run(find_gateway(demo.fleet, "limits"))
+        return demo.loop.run(front_call(demo.fleet, gateway, "GET", "/metrics"))
+
+    demo.step("gateway", name="limits", port=30650, keys_file=str(keys))
+    reach = EngineReach(demo.fleet)
+    try:
+        status, counted = exchange(reach)
+    finally:
+        demo.loop.run(reach.close())
+    assert status == 200
+    for key in ("thrifty", "metered"):
+        total = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in counted.splitlines()
+            if line.startswith(f'llmgw_gateway_tokens_total{{key="{key}",')
+        )
+        assert total == seen[key], (key, counted)
+    assert 'llmgw_gateway_limited_total{key="thrifty",limit="budget"} 1' in counted
+    assert 'llmgw_gateway_limited_total{key="fast",limit="requests_per_s"}' in counted
+    assert 'llmgw_gateway_budget_used_tokens{key="thrifty",' in counted
+    assert fast not in counted and thrifty not in counted
+
+    # The gateway stopped and started again under its name: the budget is still spent.
+    demo.step("stop", gateway="limits")
+    demo.step("gateway", name="limits", port=30650, keys_file=str(keys))
+    reach = EngineReach(demo.fleet)
+    try:
+        tunnel = demo.loop.run(reach.tunnel("cpu-01", 30650))
+        again = tunnel.sync_client(timeout=30).post(
+            tunnel.url + "/v1/chat/completions",
+            json={"model": llama, "messages": hello},
+            headers={"Authorization": f"Bearer {thrifty}"},
+        )
+    finally:
+        demo.loop.run(reach.close())
+    assert again.status_code == 429, again.text
+    assert again.json()["error"]["type"] == "insufficient_quota"
+    demo.step("stop", gateway="limits")
+
+
 def _certificates(folder: Path) -> tuple[Path, Path, Path]:
     """A CA, and a certificate it signed for 127.0.0.1 (the demo's nodes), as PEM files."""
     import datetime

@@ -14,6 +14,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Optional
 
+    from llmgw_agent.front.usage import StreamUsage
+
 WHOLE_ANSWER_BYTES = 8 * 1024 * 1024
 """The largest answer of known length read whole before it is sent on (larger ones stream)."""
 
@@ -45,10 +47,19 @@ async def whole_answer(head: bytes, reader: asyncio.StreamReader, method: str) -
 
 
 async def relay(
-    head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, method: str
+    head: bytes,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    method: str,
+    usage: Optional[StreamUsage] = None,
 ) -> bool:
     """Copy one response from a worker to the client; True when the worker's connection
-    may carry another request."""
+    may carry another request.
+
+    A stream passes through `usage`, which reads its tokens and, where the front asked
+    for them and the client did not, takes them out again (a chunked stream's chunks are
+    then made anew); a body of known length is only read for them (its length is fixed).
+    """
     writer.write(head)
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split(" ")[1])
@@ -61,10 +72,24 @@ async def relay(
         await writer.drain()
         return True
     if "chunked" in named.get("transfer-encoding", ""):
+        rewrite = usage is not None and usage.strip
         while True:
             size_line = await reader.readuntil(b"\r\n")
-            writer.write(size_line)
             size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            if size and usage is not None:
+                data = await reader.readexactly(size + 2)
+                passed = usage.feed(data[:-2])
+                if not rewrite:
+                    writer.write(size_line + data)
+                elif passed:
+                    writer.write(b"%x\r\n" % len(passed) + passed + b"\r\n")
+                await writer.drain()
+                continue
+            if size == 0 and usage is not None:
+                rest = usage.end()  # an event the engine ended without a blank line
+                if rewrite and rest:
+                    writer.write(b"%x\r\n" % len(rest) + rest + b"\r\n")
+            writer.write(size_line)
             if size == 0:
                 while True:  # trailers, then the blank line
                     trailer = await reader.readuntil(b"\r\n")
@@ -82,6 +107,8 @@ async def relay(
             piece = await reader.read(min(left, 65536))
             if not piece:
                 raise ConnectionError("the engine closed mid-answer")
+            if usage is not None:
+                usage.watch(piece)
             writer.write(piece)
             left -= len(piece)
             await writer.drain()
@@ -90,6 +117,11 @@ async def relay(
         piece = await reader.read(65536)
         if not piece:
             break
+        if usage is not None:
+            piece = usage.feed(piece)
         writer.write(piece)
+        await writer.drain()
+    if usage is not None:
+        writer.write(usage.end())
         await writer.drain()
     return False

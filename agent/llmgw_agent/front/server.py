@@ -29,10 +29,11 @@ no admin API listens on any TCP port.
 
 Configuration comes from the environment, where the agent put it from the
 shard's `secret_env`; it is taken out of the environment at start.
-`LLMGW_FRONT_CONFIG` is JSON: `{"keys": [{"id", "key", "models"?}],
+`LLMGW_FRONT_CONFIG` is JSON: `{"keys": [{"id", "key", "models"?, "limits"?}],
 "upstream": {model: key}, "upstream_default": key?, "tls": {"cert", "key"}?,
-"limits": {name: value}?}` (`http.Limits.FIELDS`: the time limits and caps, for tests
-and for operators who need others than the defaults).
+"limits": {name: value}?, "store": NAME?}` (`http.Limits.FIELDS`: the time limits and
+caps, for tests and for operators who need others than the defaults; a key's own
+`limits` and the `store` its budgets are kept in: `quota.py`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ import asyncio
 import hmac
 import json
 import os
+import re
+import signal
 import ssl
 import sys
 import time
@@ -65,8 +68,10 @@ from llmgw_agent.front.http import (
     read_body,
     read_request,
 )
+from llmgw_agent.front.quota import SAVE_EVERY_S, Quotas, Refused
 from llmgw_agent.front.relay import relay, whole_answer
 from llmgw_agent.front.routing import POLICIES, Pool, Worker
+from llmgw_agent.front.usage import StreamUsage, ask_for_usage, whole_usage
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -90,6 +95,7 @@ _HOP = {
 }
 _OPEN = ("/health", "/liveness")
 _INVALID = "invalid_request_error"
+_STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 class Config:
@@ -97,7 +103,10 @@ class Config:
 
     def __init__(self, raw: dict) -> None:
         self.keys = []  # type: List[Tuple[str, bytes, Optional[frozenset]]]
+        limited = {}  # type: Dict[str, dict]
         for entry in raw.get("keys") or []:
+            if entry.get("limits") is not None:
+                limited[str(entry["id"])] = entry["limits"]
             models = entry.get("models")
             self.keys.append(
                 (
@@ -111,6 +120,16 @@ class Config:
         tls = raw.get("tls")
         self.tls = (str(tls["cert"]), str(tls["key"])) if tls else None
         self.limits = Limits(raw.get("limits"))
+        store = raw.get("store")
+        if store is not None and not _STORE_NAME.match(str(store)):
+            raise ValueError("store is not a gateway's name")
+        kept = None
+        if store is not None:
+            from llmgw_agent import paths
+
+            kept = paths.state_subdir("front-budgets") / "{}.json".format(store)
+        # The keys' limits, their budgets read back from the agent's state folder.
+        self.quotas = Quotas(limited, kept)
 
     @property
     def open(self) -> bool:
@@ -140,11 +159,14 @@ class Config:
 
 
 class Counters:
-    """Requests per key id and outcome, as Prometheus counters."""
+    """Requests per key id and outcome, tokens and refusals by a key's limits, as Prometheus
+    counters."""
 
     def __init__(self) -> None:
         self.counts = {}  # (key id, outcome) → count
         self.by_model = {}  # (key id, model, parent) → answered count
+        self.tokens = {}  # (key id, model, kind) → tokens the engines' usage said
+        self.limited = {}  # (key id, limit) → requests refused by it
 
     def add(self, key_id: str, outcome: str) -> None:
         self.counts[(key_id, outcome)] = self.counts.get((key_id, outcome), 0) + 1
@@ -156,12 +178,22 @@ class Counters:
         found = (key_id, model, parent or "")
         self.by_model[found] = self.by_model.get(found, 0) + 1
 
+    def used(self, key_id: str, model: Optional[str], prompt: int, completion: int) -> None:
+        """The tokens one answer of `key_id` used, as its engine's `usage` said."""
+        for kind, count in (("prompt", prompt), ("completion", completion)):
+            found = (key_id, model or "", kind)
+            self.tokens[found] = self.tokens.get(found, 0) + count
+
+    def refused(self, key_id: str, limit: str) -> None:
+        self.add(key_id, "limited")
+        self.limited[(key_id, limit)] = self.limited.get((key_id, limit), 0) + 1
+
     def text(self) -> str:
         lines = [
             "# HELP llmgw_gateway_requests_total Requests at the gateway's front by client key id "
             "and outcome (answered, no_key, bad_key, model_refused, no_such_model, "
-            "router_unreachable; refused before a key is known, under key none: bad_request, "
-            "too_large, timeout, not_found, evicted, busy).",
+            "router_unreachable, limited; refused before a key is known, under key none: "
+            "bad_request, too_large, timeout, not_found, evicted, busy).",
             "# TYPE llmgw_gateway_requests_total counter",
         ]
         for (key_id, outcome), count in sorted(self.counts.items()):
@@ -181,6 +213,53 @@ class Counters:
                 'llmgw_gateway_model_requests_total{{key="{}",model="{}",parent="{}"}} {}'.format(
                     _label(key_id), _label(model), _label(parent), count
                 )
+            )
+        lines += [
+            "# HELP llmgw_gateway_tokens_total Tokens of the answers the engines' usage counted, by "
+            "client key id, model or adapter asked for, and kind (prompt, completion).",
+            "# TYPE llmgw_gateway_tokens_total counter",
+        ]
+        for (key_id, model, kind), count in sorted(self.tokens.items()):
+            lines.append(
+                'llmgw_gateway_tokens_total{{key="{}",model="{}",kind="{}"}} {}'.format(
+                    _label(key_id), _label(model), kind, count
+                )
+            )
+        lines += [
+            "# HELP llmgw_gateway_limited_total Requests refused with 429 by a client key's limit "
+            "(requests_per_s, concurrent, tokens_per_min, budget).",
+            "# TYPE llmgw_gateway_limited_total counter",
+        ]
+        for (key_id, limit), count in sorted(self.limited.items()):
+            lines.append(
+                'llmgw_gateway_limited_total{{key="{}",limit="{}"}} {}'.format(
+                    _label(key_id), limit, count
+                )
+            )
+        return "\n".join(lines) + "\n"
+
+    def budgets_text(self, budgets: List[Tuple[str, str, int, int]]) -> str:
+        """Each budget's tokens used in its period, and the budget."""
+        if not budgets:
+            return ""
+        lines = [
+            "# HELP llmgw_gateway_budget_used_tokens Tokens a client key used of its budget in "
+            "the current period (UTC day or month).",
+            "# TYPE llmgw_gateway_budget_used_tokens gauge",
+        ]
+        for key_id, period, used, _budget in budgets:
+            lines.append(
+                'llmgw_gateway_budget_used_tokens{{key="{}",period="{}"}} {}'.format(
+                    _label(key_id), _label(period), used
+                )
+            )
+        lines += [
+            "# HELP llmgw_gateway_budget_tokens A client key's budget of tokens per period.",
+            "# TYPE llmgw_gateway_budget_tokens gauge",
+        ]
+        for key_id, _period, _used, budget in budgets:
+            lines.append(
+                'llmgw_gateway_budget_tokens{{key="{}"}} {}'.format(_label(key_id), budget)
             )
         return "\n".join(lines) + "\n"
 
@@ -208,6 +287,11 @@ def bad_key() -> Tuple[int, bytes]:
     return _error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
 
 
+def over_limit(refused: Refused) -> Tuple[int, bytes]:
+    """OpenAI's 429: `rate_limit_exceeded`, or `insufficient_quota` for a used-up budget."""
+    return _error(429, refused.message, refused.kind, refused.kind)
+
+
 def no_model(model: str) -> Tuple[int, bytes]:
     return _error(
         404,
@@ -224,6 +308,7 @@ class Front:
         self.config = config
         self.pool = pool
         self.counters = Counters()
+        self.quotas = config.quotas
 
     async def served_models(self) -> List[str]:
         """The models the workers serve."""
@@ -237,7 +322,11 @@ class Front:
         if method == "GET" and route == "/liveness":
             return 200, "application/json", b"{}"
         if method == "GET" and route == "/metrics":
-            text = self.counters.text() + self.pool.metrics_text()
+            text = (
+                self.counters.text()
+                + self.counters.budgets_text(self.quotas.budgets())
+                + self.pool.metrics_text()
+            )
             return 200, "text/plain; version=0.0.4", text.encode()
         if method == "GET" and route == "/workers":
             listed = [w.as_dict() for w in sorted(self.pool.workers.values(), key=_url)]
@@ -352,17 +441,34 @@ class Front:
                 self.counters.add(key_id, "no_such_model")
                 await _answer(writer, *no_model(model), close=close)
                 return not close
-        return await self._pass(
-            writer,
-            method,
-            target,
-            headers,
-            body,
-            model,
-            self.config.upstream_key(self.pool.base_of(model)),
-            close,
-            key_id,
-        )
+        refused = self.quotas.admit(key_id)
+        if refused is not None:
+            self.counters.refused(key_id, refused.limit)
+            retry = ("Retry-After", str(refused.retry_after_s))
+            await _answer(writer, *over_limit(refused), close=close, more=(retry,))
+            return not close
+        usage = StreamUsage(strip=False)
+        if method == "POST" and self.quotas.counts_tokens(key_id):
+            body, asked = ask_for_usage(body)
+            usage.strip = asked
+        try:
+            return await self._pass(
+                writer,
+                method,
+                target,
+                headers,
+                body,
+                model,
+                self.config.upstream_key(self.pool.base_of(model)),
+                close,
+                key_id,
+                usage,
+            )
+        finally:
+            tokens = usage.tokens
+            if tokens is not None:
+                self.counters.used(key_id, model, *tokens)
+            self.quotas.finished(key_id, sum(tokens) if tokens is not None else 0)
 
     async def _refuse(
         self,
@@ -396,10 +502,11 @@ class Front:
         upstream_key: Optional[str],
         close: bool,
         key_id: str,
+        usage: StreamUsage,
     ) -> bool:
         """Send the request to a worker of its model and the answer back, as it comes (streams
-        included). A worker that will not connect is out of rotation and the next one is tried;
-        nothing was sent to it."""
+        included), its tokens read into `usage`. A worker that will not connect is out of
+        rotation and the next one is tried; nothing was sent to it."""
         tried = ()  # type: Tuple[str, ...]
         while True:
             worker = self.pool.choose(model, body, tried)
@@ -447,11 +554,12 @@ class Front:
                 if status_head[9:10] == b"5":  # "HTTP/1.1 5xx": the engine failed the request
                     worker.failures += 1
                 if whole is not None:
+                    usage.tokens = whole_usage(whole)
                     writer.write(status_head + whole)
                     await writer.drain()
                     reusable = b"connection: close" not in status_head.lower()
                 else:
-                    reusable = await relay(status_head, up_reader, writer, method)
+                    reusable = await relay(status_head, up_reader, writer, method, usage)
             finally:
                 worker.in_flight -= 1
             if reusable:
@@ -490,12 +598,19 @@ def _model_list(models: List[str], parents: Dict[str, str]) -> bytes:
     return json.dumps({"object": "list", "data": cards}).encode()
 
 
-async def _answer(writer: asyncio.StreamWriter, status: int, body: bytes, close: bool) -> None:
-    head = "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}\r\n".format(
+async def _answer(
+    writer: asyncio.StreamWriter,
+    status: int,
+    body: bytes,
+    close: bool,
+    more: Tuple[Tuple[str, str], ...] = (),
+) -> None:
+    head = "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}{}\r\n".format(
         status,
         REASONS.get(status, "Error"),
         "application/json",
         len(body),
+        "".join("{}: {}\r\n".format(name, value) for name, value in more),
         "Connection: close\r\n" if close else "",
     )
     writer.write(head.encode() + body)
@@ -551,6 +666,20 @@ async def _serve(args: argparse.Namespace, config: Config) -> None:
     def count(outcome: str) -> None:
         front.counters.add("none", outcome)
 
+    async def keep_budgets() -> None:
+        while True:
+            await asyncio.sleep(SAVE_EVERY_S)
+            front.quotas.save()
+
+    def stopped() -> None:
+        # SIGTERM (the supervisor's stop): the budgets' last counts are written, then the
+        # process ends by the signal as it would have.
+        front.quotas.save()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped)
+
     sys.stdout.write(
         "llmgw front on {}:{} ({}, {} client key(s), policy {}), control on {}\n".format(
             host,
@@ -568,9 +697,11 @@ async def _serve(args: argparse.Namespace, config: Config) -> None:
                 serve_connections(listener, front.serve_client, governor, limits, context, count),
                 control.serve_forever(),
                 pool.watch(),
+                keep_budgets(),
             )
     finally:
         listener.close()
+        front.quotas.save()
 
 
 def main(argv: List[str]) -> int:

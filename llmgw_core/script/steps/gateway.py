@@ -25,10 +25,10 @@ class GatewayStepArgs(StepArgs, GatewayArgs):
 
 async def run_gateway(args: GatewayStepArgs, ctx: StepContext) -> StepOutcome:
     """Start or adopt the gateway; its result names its address and workers."""
+    from llmgw_core.gateway.keys import client_keys
     from llmgw_core.gateway.run import start_gateway
     from llmgw_core.serve.tunnels import fleet_and_reach
 
-    fleet, reach = await fleet_and_reach(ctx)
     given = args.model_dump()
     # Files on the operator's machine are read from the script's folder, as a local model is.
     if given.get("keys_file"):
@@ -36,6 +36,8 @@ async def run_gateway(args: GatewayStepArgs, ctx: StepContext) -> StepOutcome:
     if given.get("tls"):
         given["tls"] = {role: str(ctx.local_path(path)) for role, path in given["tls"].items()}
     gateway = GatewayArgs.model_validate(given)
+    client_keys(gateway.api_key_env, gateway.keys_file)  # a bad key or keys file: before any node
+    fleet, reach = await fleet_and_reach(ctx)
     return StepOutcome(result=await start_gateway(fleet, reach, gateway))
 
 

@@ -1,0 +1,153 @@
+"""The front reads each answer's tokens from a worker that streams as uvicorn does (chunked).
+
+A worker on loopback answers a stream in HTTP/1.1 chunks, split mid-event, as
+vLLM's uvicorn does; the front (a real process) sits before it with a key
+whose tokens per minute it must count. The client that did not ask for the
+usage gets none, the one that asked gets it as the worker sent it, and the
+front's counters hold both answers' tokens; once over the limit, 429.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import httpx
+import pytest
+from agent_process import agent_env
+
+from llmgw_agent.front.control import call
+
+KEY = "sk-usage-relay-0123456789"
+
+
+class _Worker(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    asked: ClassVar[list[dict]] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._send(200, b"{}")
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Worker.asked.append(body)
+        usage = (body.get("stream_options") or {}).get("include_usage") is True
+        words = ["Hello", " there"]
+        events = [
+            {
+                "choices": [{"index": 0, "delta": {"content": w}}],
+                **({"usage": None} if usage else {}),
+            }
+            for w in words
+        ]
+        if usage:
+            events.append({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}})
+        stream = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+        stream += b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for start in range(0, len(stream), 11):  # chunks that cut events apart
+            piece = stream[start : start + 11]
+            self.wfile.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def front(tmp_path: Path) -> Iterator[tuple[int, str]]:
+    worker = ThreadingHTTPServer(("127.0.0.1", 0), _Worker)
+    threading.Thread(target=worker.serve_forever, daemon=True).start()
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    control = str(private / "front.sock")
+    port = _port()
+    config = {
+        "keys": [{"id": "team", "key": KEY, "models": None, "limits": {"tokens_per_min": 15}}],
+        "upstream": {},
+    }
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-S", "-m", "llmgw_agent", "front"),
+            *("--listen", f"127.0.0.1:{port}", "--control", control),
+        ],
+        env=agent_env(tmp_path / "state", LLMGW_FRONT_CONFIG=json.dumps(config)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith(b"llmgw front on 127.0.0.1:")
+    url = f"http://127.0.0.1:{worker.server_address[1]}"
+    try:
+        assert call(control, "POST", "/workers", {"url": url, "model_id": "m"})[0] == 200
+        deadline = time.monotonic() + 30
+        while not json.loads(call(control, "GET", "/workers")[1])["workers"][0]["is_healthy"]:
+            assert time.monotonic() < deadline, "the worker never passed its health check"
+            time.sleep(0.1)
+        yield port, control
+    finally:
+        process.terminate()
+        process.wait(10)
+        worker.shutdown()
+
+
+def _stream(port: int, **more: object) -> tuple[int, list[dict], dict[str, str]]:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True, **more}
+    with httpx.Client(timeout=20) as http:
+        answer = http.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {KEY}"},
+        )
+    events = [
+        json.loads(line[len("data: ") :])
+        for line in answer.text.split("\n")
+        if line.startswith("data: {")
+    ]
+    return answer.status_code, events, dict(answer.headers)
+
+
+def test_a_chunked_streams_tokens_are_counted_and_only_the_client_that_asked_sees_them(front):
+    port, control = front
+    _Worker.asked.clear()
+    status, events, _ = _stream(port)
+    assert status == 200
+    assert [e["choices"][0]["delta"]["content"] for e in events] == ["Hello", " there"]
+    assert all("usage" not in e for e in events)  # asked for by the front, taken out again
+    assert _Worker.asked[-1]["stream_options"] == {"include_usage": True}
+
+    status, events, _ = _stream(port, stream_options={"include_usage": True})
+    assert status == 200 and events[-1]["usage"] == {"prompt_tokens": 7, "completion_tokens": 2}
+    assert [e.get("usage", "absent") for e in events[:-1]] == [None, None]  # as the worker sent
+
+    counted = call(control, "GET", "/metrics")[1]
+    assert 'llmgw_gateway_tokens_total{key="team",model="m",kind="prompt"} 14' in counted
+    assert 'llmgw_gateway_tokens_total{key="team",model="m",kind="completion"} 4' in counted
+    status, events, headers = _stream(port)  # 18 tokens of 15 this minute
+    assert status == 429 and int(headers["retry-after"]) <= 60
+    counted = call(control, "GET", "/metrics")[1]
+    assert 'llmgw_gateway_limited_total{key="team",limit="tokens_per_min"} 1' in counted
+    assert KEY not in counted
