@@ -200,8 +200,8 @@ def front_config(
 ) -> str:
     """The front's configuration, as JSON for its `secret_env` (it holds keys: never shown).
 
-    `store`: the name the keys' budgets are kept under on the front's node (the
-    gateway's), so a gateway started again there goes on counting.
+    `store`: the name the keys' budgets and the access log are kept under on the
+    front's node (the gateway's), so a gateway started again there goes on with them.
 
     Raises:
         BadInput: a replica's key variable is not set here.
@@ -224,6 +224,6 @@ def front_config(
     }
     if tls is not None:
         config["tls"] = dict(tls)
-    if store is not None and any(k.limits is not None for k in keys):
+    if store is not None:
         config["store"] = store
     return json.dumps(config)

@@ -10,6 +10,7 @@ front's counters hold both answers' tokens; once over the limit, 429.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -27,11 +28,13 @@ from agent_process import agent_env
 from llmgw_agent.front.control import call
 
 KEY = "sk-usage-relay-0123456789"
+PROMPT = "a canary prompt 7f3e"
 
 
 class _Worker(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     asked: ClassVar[list[dict]] = []
+    heads: ClassVar[list[dict]] = []
 
     def log_message(self, *args: object) -> None:
         pass
@@ -42,6 +45,7 @@ class _Worker(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _Worker.asked.append(body)
+        _Worker.heads.append(dict(self.headers))
         usage = (body.get("stream_options") or {}).get("include_usage") is True
         words = ["Hello", " there"]
         events = [
@@ -114,13 +118,15 @@ def front(tmp_path: Path) -> Iterator[tuple[int, str]]:
         worker.shutdown()
 
 
-def _stream(port: int, **more: object) -> tuple[int, list[dict], dict[str, str]]:
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True, **more}
+def _stream(
+    port: int, sent: dict[str, str] | None = None, **more: object
+) -> tuple[int, list[dict], dict[str, str]]:
+    body = {"model": "m", "messages": [{"role": "user", "content": PROMPT}], "stream": True, **more}
     with httpx.Client(timeout=20) as http:
         answer = http.post(
             f"http://127.0.0.1:{port}/v1/chat/completions",
             json=body,
-            headers={"Authorization": f"Bearer {KEY}"},
+            headers={"Authorization": f"Bearer {KEY}", **(sent or {})},
         )
     events = [
         json.loads(line[len("data: ") :])
@@ -151,3 +157,42 @@ def test_a_chunked_streams_tokens_are_counted_and_only_the_client_that_asked_see
     counted = call(control, "GET", "/metrics")[1]
     assert 'llmgw_gateway_limited_total{key="team",limit="tokens_per_min"} 1' in counted
     assert KEY not in counted
+
+
+def test_each_request_has_an_id_both_ends_see_and_a_line_in_the_access_log(front):
+    port, control = front
+    _Worker.heads.clear()
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    status, _, headers = _stream(
+        port, {"X-Request-Id": "client-chose-this-1", "traceparent": trace}
+    )
+    assert status == 200 and headers["x-request-id"] == "client-chose-this-1"
+    assert _Worker.heads[-1]["X-Request-Id"] == "client-chose-this-1"
+    assert _Worker.heads[-1]["traceparent"] == trace
+    # An id that is not a plain token is replaced, not passed on.
+    status, _, headers = _stream(port, {"X-Request-Id": "a b\tc" + "x" * 200})
+    made = headers["x-request-id"]
+    assert status == 200 and len(made) == 32 and int(made, 16) >= 0
+    assert _Worker.heads[-1]["X-Request-Id"] == made
+    status, _, headers = _stream(port)  # over its tokens per minute: refused, still an id
+    assert status == 429 and len(headers["x-request-id"]) == 32
+
+    log = Path(control).parent / "access.log"
+    assert os.stat(log).st_mode & 0o777 == 0o600
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [line["id"] for line in lines[:2]] == ["client-chose-this-1", made]
+    assert [line["status"] for line in lines] == [200, 200, 429]
+    assert all(line["key"] == "team" and line["model"] == "m" for line in lines)
+    assert lines[0]["worker"].startswith("http://127.0.0.1:") and lines[2]["worker"] is None
+    assert (lines[0]["prompt_tokens"], lines[0]["completion_tokens"]) == (7, 2)
+    assert 0 < lines[0]["ttft_s"] <= lines[0]["duration_s"]
+    text = log.read_text()
+    assert KEY not in text and PROMPT not in text  # no key, no prompt
+
+    summed = json.loads(call(control, "GET", "/usage")[1])["usage"]
+    (day,) = summed
+    assert (day["key"], day["model"], day["requests"], day["answered"]) == ("team", "m", 3, 2)
+    assert (day["prompt_tokens"], day["completion_tokens"]) == (14, 4)
+    counted = call(control, "GET", "/metrics")[1]
+    assert f'kind="prompt"}} {day["prompt_tokens"]}' in counted
+    assert f'kind="completion"}} {day["completion_tokens"]}' in counted

@@ -406,6 +406,13 @@ def test_a_keys_limits_answer_429_with_retry_after_and_its_budget_outlives_a_res
             if line.startswith(f'llmgw_gateway_tokens_total{{key="{key}",')
         )
         assert total == seen[key], (key, counted)
+    # The access log's lines, summed by the `usage` step, say what the counters say.
+    used = demo.step("usage", gateway="limits").result
+    for key in ("thrifty", "metered"):
+        total = used["totals"][key]
+        assert total["prompt_tokens"] + total["completion_tokens"] == seen[key], used
+    assert used["totals"]["thrifty"]["requests"] == used["totals"]["thrifty"]["answered"] + 1
+    assert {row["model"] for row in used["usage"]} == {llama}
     assert 'llmgw_gateway_limited_total{key="thrifty",limit="budget"} 1' in counted
     assert 'llmgw_gateway_limited_total{key="fast",limit="requests_per_s"}' in counted
     assert 'llmgw_gateway_budget_used_tokens{key="thrifty",' in counted
@@ -426,6 +433,10 @@ def test_a_keys_limits_answer_429_with_retry_after_and_its_budget_outlives_a_res
         demo.loop.run(reach.close())
     assert again.status_code == 429, again.text
     assert again.json()["error"]["type"] == "insufficient_quota"
+    assert len(again.headers["x-request-id"]) == 32
+    # The access log went on too: one request more, refused.
+    after = demo.step("usage", gateway="limits").result["totals"]["thrifty"]
+    assert after["requests"] == used["totals"]["thrifty"]["requests"] + 1
     demo.step("stop", gateway="limits")
 
 

@@ -17,9 +17,10 @@ seconds. Tokens are known when an answer ends, so a key's requests already in
 flight may take it past a token limit; the next one is refused.
 
 The budgets' counts outlive the front: they are written, the user's alone,
-into the agent's state folder under the gateway's name (`store`), at most
-every `SAVE_EVERY_S` while they change and when the front ends, and read
-back when a front of that name starts there again.
+into the agent's state folder under the gateway's name
+(`gateways/NAME/budgets.json`), at most every `SAVE_EVERY_S` while they
+change and when the front ends, and read back when a front of that name
+starts there again.
 """
 
 from __future__ import annotations

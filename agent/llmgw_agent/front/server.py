@@ -16,8 +16,17 @@ no admin API listens on any TCP port.
 * `/health` (200 while some worker is healthy) and `/liveness` (200) are
   answered without a key (load balancers probe them); every other route is
   404 here.
+* A key's own limits (`quota.py`) are checked before a worker is chosen: over
+  one, 429 with `Retry-After`. The tokens each answer used are read from the
+  engine's own `usage` (`usage.py`).
+* Every request gets an id (the client's `X-Request-Id` when it is a plain
+  token, else a new one), which the engine gets and the client gets back;
+  W3C `traceparent` passes through as any header does. Each keyed request
+  leaves a JSON line in the access log (`access.py`), read back summed on the
+  control socket's `GET /usage`.
 * Requests and refusals are counted per key id (never a key), requests per
-  worker too, and served as Prometheus text on the control socket.
+  worker too, and served as Prometheus text on the control socket
+  (`counters.py`).
 * With `tls` in its configuration (the operator's certificate and key, PEM)
   the network port speaks HTTPS only. The PEM text is handed to `ssl` through
   anonymous in-memory files (`memfd_create`): never a file on the node.
@@ -33,23 +42,24 @@ shard's `secret_env`; it is taken out of the environment at start.
 "upstream": {model: key}, "upstream_default": key?, "tls": {"cert", "key"}?,
 "limits": {name: value}?, "store": NAME?}` (`http.Limits.FIELDS`: the time limits and
 caps, for tests and for operators who need others than the defaults; a key's own
-`limits` and the `store` its budgets are kept in: `quota.py`).
+`limits`: `quota.py`; `store`, the gateway's name, under which its budgets and access
+log outlive the front on this node: `config.py`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hmac
 import json
 import os
-import re
 import signal
 import ssl
 import sys
 import time
 from urllib.parse import unquote
 
+from llmgw_agent.front.access import AccessLog, Exchange, request_id
+from llmgw_agent.front.config import Config, tls_context
 from llmgw_agent.front.connections import (
     Governor,
     Slot,
@@ -59,16 +69,24 @@ from llmgw_agent.front.connections import (
     serve_connections,
 )
 from llmgw_agent.front.control import control_socket, serve_control
+from llmgw_agent.front.counters import (
+    Counters,
+    bad_key,
+    error_body,
+    no_key,
+    no_model,
+    over_limit,
+)
 from llmgw_agent.front.http import (
     REASONS,
-    Limits,
     Refusal,
+    Request,
     clean_path,
     close_gently,
     read_body,
     read_request,
 )
-from llmgw_agent.front.quota import SAVE_EVERY_S, Quotas, Refused
+from llmgw_agent.front.quota import SAVE_EVERY_S
 from llmgw_agent.front.relay import relay, whole_answer
 from llmgw_agent.front.routing import POLICIES, Pool, Worker
 from llmgw_agent.front.usage import StreamUsage, ask_for_usage, whole_usage
@@ -95,210 +113,6 @@ _HOP = {
 }
 _OPEN = ("/health", "/liveness")
 _INVALID = "invalid_request_error"
-_STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
-class Config:
-    """The client keys (id, key, models or None for all) and the engines' keys by model."""
-
-    def __init__(self, raw: dict) -> None:
-        self.keys = []  # type: List[Tuple[str, bytes, Optional[frozenset]]]
-        limited = {}  # type: Dict[str, dict]
-        for entry in raw.get("keys") or []:
-            if entry.get("limits") is not None:
-                limited[str(entry["id"])] = entry["limits"]
-            models = entry.get("models")
-            self.keys.append(
-                (
-                    str(entry["id"]),
-                    str(entry["key"]).encode(),
-                    frozenset(models) if models is not None else None,
-                )
-            )
-        self.upstream = {str(k): str(v) for k, v in (raw.get("upstream") or {}).items()}
-        self.upstream_default = raw.get("upstream_default")
-        tls = raw.get("tls")
-        self.tls = (str(tls["cert"]), str(tls["key"])) if tls else None
-        self.limits = Limits(raw.get("limits"))
-        store = raw.get("store")
-        if store is not None and not _STORE_NAME.match(str(store)):
-            raise ValueError("store is not a gateway's name")
-        kept = None
-        if store is not None:
-            from llmgw_agent import paths
-
-            kept = paths.state_subdir("front-budgets") / "{}.json".format(store)
-        # The keys' limits, their budgets read back from the agent's state folder.
-        self.quotas = Quotas(limited, kept)
-
-    @property
-    def open(self) -> bool:
-        """No client key configured: every request passes (the gateway was started without one)."""
-        return not self.keys
-
-    def who(self, authorization: str) -> Optional[Tuple[str, Optional[frozenset]]]:
-        """The key id and its models for an `Authorization` value, None when it is no key of ours.
-
-        Every key is compared, in constant time, whichever matches: how long
-        the check takes says nothing of which key was near.
-        """
-        given = (
-            authorization[7:].strip().encode() if authorization[:7].lower() == "bearer " else b""
-        )
-        found = None
-        for key_id, key, models in self.keys:
-            if hmac.compare_digest(given, key) and found is None:
-                found = (key_id, models)
-        return found
-
-    def upstream_key(self, model: Optional[str]) -> Optional[str]:
-        """The key the engines serving `model` demand (None: they demand none)."""
-        if model is not None and model in self.upstream:
-            return self.upstream[model]
-        return self.upstream_default
-
-
-class Counters:
-    """Requests per key id and outcome, tokens and refusals by a key's limits, as Prometheus
-    counters."""
-
-    def __init__(self) -> None:
-        self.counts = {}  # (key id, outcome) → count
-        self.by_model = {}  # (key id, model, parent) → answered count
-        self.tokens = {}  # (key id, model, kind) → tokens the engines' usage said
-        self.limited = {}  # (key id, limit) → requests refused by it
-
-    def add(self, key_id: str, outcome: str) -> None:
-        self.counts[(key_id, outcome)] = self.counts.get((key_id, outcome), 0) + 1
-
-    def answered(self, key_id: str, model: Optional[str], parent: Optional[str]) -> None:
-        """One request of `key_id` answered for `model` (an adapter of `parent`, or a model)."""
-        if model is None:
-            return
-        found = (key_id, model, parent or "")
-        self.by_model[found] = self.by_model.get(found, 0) + 1
-
-    def used(self, key_id: str, model: Optional[str], prompt: int, completion: int) -> None:
-        """The tokens one answer of `key_id` used, as its engine's `usage` said."""
-        for kind, count in (("prompt", prompt), ("completion", completion)):
-            found = (key_id, model or "", kind)
-            self.tokens[found] = self.tokens.get(found, 0) + count
-
-    def refused(self, key_id: str, limit: str) -> None:
-        self.add(key_id, "limited")
-        self.limited[(key_id, limit)] = self.limited.get((key_id, limit), 0) + 1
-
-    def text(self) -> str:
-        lines = [
-            "# HELP llmgw_gateway_requests_total Requests at the gateway's front by client key id "
-            "and outcome (answered, no_key, bad_key, model_refused, no_such_model, "
-            "router_unreachable, limited; refused before a key is known, under key none: "
-            "bad_request, too_large, timeout, not_found, evicted, busy).",
-            "# TYPE llmgw_gateway_requests_total counter",
-        ]
-        for (key_id, outcome), count in sorted(self.counts.items()):
-            lines.append(
-                'llmgw_gateway_requests_total{{key="{}",outcome="{}"}} {}'.format(
-                    _label(key_id), outcome, count
-                )
-            )
-        lines += [
-            "# HELP llmgw_gateway_model_requests_total Requests answered by client key id and the "
-            "model or LoRA adapter asked for (parent: the model an adapter adapts, empty for a "
-            "model).",
-            "# TYPE llmgw_gateway_model_requests_total counter",
-        ]
-        for (key_id, model, parent), count in sorted(self.by_model.items()):
-            lines.append(
-                'llmgw_gateway_model_requests_total{{key="{}",model="{}",parent="{}"}} {}'.format(
-                    _label(key_id), _label(model), _label(parent), count
-                )
-            )
-        lines += [
-            "# HELP llmgw_gateway_tokens_total Tokens of the answers the engines' usage counted, by "
-            "client key id, model or adapter asked for, and kind (prompt, completion).",
-            "# TYPE llmgw_gateway_tokens_total counter",
-        ]
-        for (key_id, model, kind), count in sorted(self.tokens.items()):
-            lines.append(
-                'llmgw_gateway_tokens_total{{key="{}",model="{}",kind="{}"}} {}'.format(
-                    _label(key_id), _label(model), kind, count
-                )
-            )
-        lines += [
-            "# HELP llmgw_gateway_limited_total Requests refused with 429 by a client key's limit "
-            "(requests_per_s, concurrent, tokens_per_min, budget).",
-            "# TYPE llmgw_gateway_limited_total counter",
-        ]
-        for (key_id, limit), count in sorted(self.limited.items()):
-            lines.append(
-                'llmgw_gateway_limited_total{{key="{}",limit="{}"}} {}'.format(
-                    _label(key_id), limit, count
-                )
-            )
-        return "\n".join(lines) + "\n"
-
-    def budgets_text(self, budgets: List[Tuple[str, str, int, int]]) -> str:
-        """Each budget's tokens used in its period, and the budget."""
-        if not budgets:
-            return ""
-        lines = [
-            "# HELP llmgw_gateway_budget_used_tokens Tokens a client key used of its budget in "
-            "the current period (UTC day or month).",
-            "# TYPE llmgw_gateway_budget_used_tokens gauge",
-        ]
-        for key_id, period, used, _budget in budgets:
-            lines.append(
-                'llmgw_gateway_budget_used_tokens{{key="{}",period="{}"}} {}'.format(
-                    _label(key_id), _label(period), used
-                )
-            )
-        lines += [
-            "# HELP llmgw_gateway_budget_tokens A client key's budget of tokens per period.",
-            "# TYPE llmgw_gateway_budget_tokens gauge",
-        ]
-        for key_id, _period, _used, budget in budgets:
-            lines.append(
-                'llmgw_gateway_budget_tokens{{key="{}"}} {}'.format(_label(key_id), budget)
-            )
-        return "\n".join(lines) + "\n"
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _error(status: int, message: str, kind: str, code: Optional[str]) -> Tuple[int, bytes]:
-    """OpenAI's error body."""
-    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
-    return status, json.dumps(body).encode()
-
-
-def no_key() -> Tuple[int, bytes]:
-    return _error(
-        401,
-        "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
-        "invalid_request_error",
-        None,
-    )
-
-
-def bad_key() -> Tuple[int, bytes]:
-    return _error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
-
-
-def over_limit(refused: Refused) -> Tuple[int, bytes]:
-    """OpenAI's 429: `rate_limit_exceeded`, or `insufficient_quota` for a used-up budget."""
-    return _error(429, refused.message, refused.kind, refused.kind)
-
-
-def no_model(model: str) -> Tuple[int, bytes]:
-    return _error(
-        404,
-        "The model `{}` does not exist or you do not have access to it.".format(model),
-        "invalid_request_error",
-        "model_not_found",
-    )
 
 
 class Front:
@@ -309,6 +123,7 @@ class Front:
         self.pool = pool
         self.counters = Counters()
         self.quotas = config.quotas
+        self.access = AccessLog(None)  # `_serve` gives it the front's folder
 
     async def served_models(self) -> List[str]:
         """The models the workers serve."""
@@ -328,6 +143,9 @@ class Front:
                 + self.pool.metrics_text()
             )
             return 200, "text/plain; version=0.0.4", text.encode()
+        if method == "GET" and route == "/usage":
+            summed = {"usage": self.access.usage(), "files": len(self.access.files())}
+            return 200, "application/json", json.dumps(summed).encode()
         if method == "GET" and route == "/workers":
             listed = [w.as_dict() for w in sorted(self.pool.workers.values(), key=_url)]
             return 200, "application/json", json.dumps({"workers": listed}).encode()
@@ -387,7 +205,7 @@ class Front:
             return False
         if request is None:
             return False
-        method, target, headers = request.method, request.target, request.headers
+        method, target = request.method, request.target
         route = clean_path(target)
         unread = request.content_length > 0  # bodies of keyless routes are never read
         if route in _OPEN:
@@ -396,7 +214,7 @@ class Front:
             return await self._keep(reader, writer, request.close or unread)
         if route is None or (route != "/v1" and not route.startswith("/v1/")):
             self.counters.add("none", "not_found")
-            invalid = _error(404, "Invalid URL ({} {})".format(method, target), _INVALID, None)
+            invalid = error_body(404, "Invalid URL ({} {})".format(method, target), _INVALID, None)
             await _answer(writer, *invalid, close=request.close or unread)
             return await self._keep(reader, writer, request.close or unread)
         key_id = "-"
@@ -412,10 +230,32 @@ class Front:
                 return False
             key_id, models = found
         slot.trust()
+        exchange = Exchange(request_id(request.header("x-request-id")), key_id)
+        try:
+            return await self._keyed(reader, writer, request, route, key_id, models, exchange)
+        finally:
+            self.access.write(exchange)
+
+    async def _keyed(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        request: Request,
+        route: str,
+        key_id: str,
+        models: Optional[frozenset],
+        exchange: Exchange,
+    ) -> bool:
+        """The rest of a request whose key is known: its body, its model, the key's limits,
+        then the worker; what happens is written into `exchange` for the access log."""
+        limits = self.config.limits
+        method, target, headers = request.method, request.target, request.headers
+        unread = request.content_length > 0
         close = request.close
         if request.content_length > MAX_BODY_BYTES:
             too_large = "The request's body is over {} bytes.".format(MAX_BODY_BYTES)
-            await self._refuse(reader, writer, key_id, Refusal(413, "too_large", too_large))
+            refusal = Refusal(413, "too_large", too_large)
+            await self._refuse(reader, writer, key_id, refusal, exchange)
             return False
         if unread and request.expects == "100-continue":
             # curl and others wait for this before sending a body over 1 KiB.
@@ -424,28 +264,29 @@ class Front:
         try:
             body = await read_body(reader, request.content_length, limits) if unread else b""
         except Refusal as refusal:
-            await self._refuse(reader, writer, key_id, refusal)
+            await self._refuse(reader, writer, key_id, refusal, exchange)
             return False
         model = _model_of(body) if method == "POST" else None
+        exchange.model = model
         if method == "GET" and route == "/v1/models":
             listed = [m for m in await self.served_models() if models is None or m in models]
             self.counters.add(key_id, "answered")
-            await _answer(writer, 200, _model_list(listed, self.pool.parents()), close)
+            await _say(writer, exchange, 200, _model_list(listed, self.pool.parents()), close)
             return not close
         if model is not None:
             if models is not None and model not in models:
                 self.counters.add(key_id, "model_refused")
-                await _answer(writer, *no_model(model), close=close)
+                await _say(writer, exchange, *no_model(model), close=close)
                 return not close
             if model not in await self.served_models():
                 self.counters.add(key_id, "no_such_model")
-                await _answer(writer, *no_model(model), close=close)
+                await _say(writer, exchange, *no_model(model), close=close)
                 return not close
         refused = self.quotas.admit(key_id)
         if refused is not None:
             self.counters.refused(key_id, refused.limit)
             retry = ("Retry-After", str(refused.retry_after_s))
-            await _answer(writer, *over_limit(refused), close=close, more=(retry,))
+            await _say(writer, exchange, *over_limit(refused), close=close, more=(retry,))
             return not close
         usage = StreamUsage(strip=False)
         if method == "POST" and self.quotas.counts_tokens(key_id):
@@ -461,11 +302,13 @@ class Front:
                 model,
                 self.config.upstream_key(self.pool.base_of(model)),
                 close,
-                key_id,
+                exchange,
                 usage,
             )
         finally:
-            tokens = usage.tokens
+            tokens = exchange.tokens = usage.tokens
+            if exchange.first_at is None:
+                exchange.first_at = usage.first_at
             if tokens is not None:
                 self.counters.used(key_id, model, *tokens)
             self.quotas.finished(key_id, sum(tokens) if tokens is not None else 0)
@@ -476,10 +319,15 @@ class Front:
         writer: asyncio.StreamWriter,
         key_id: str,
         refusal: Refusal,
+        exchange: Optional[Exchange] = None,
     ) -> None:
         """Answer a request the front will not take (OpenAI's error body), count it, close."""
         self.counters.add(key_id, refusal.outcome)
-        await _answer(writer, *_error(refusal.status, refusal.message, _INVALID, None), close=True)
+        error = error_body(refusal.status, refusal.message, _INVALID, None)
+        if exchange is not None:
+            await _say(writer, exchange, *error, close=True)
+        else:
+            await _answer(writer, *error, close=True)
         await close_gently(reader, writer, self.config.limits.linger_s)
 
     async def _keep(
@@ -501,19 +349,20 @@ class Front:
         model: Optional[str],
         upstream_key: Optional[str],
         close: bool,
-        key_id: str,
+        exchange: Exchange,
         usage: StreamUsage,
     ) -> bool:
         """Send the request to a worker of its model and the answer back, as it comes (streams
         included), its tokens read into `usage`. A worker that will not connect is out of
         rotation and the next one is tried; nothing was sent to it."""
+        key_id = exchange.key
         tried = ()  # type: Tuple[str, ...]
         while True:
             worker = self.pool.choose(model, body, tried)
             if worker is None:
                 self.counters.add(key_id, "no_worker")
                 message = b'{"error": "no worker of the gateway is healthy"}'
-                await _answer(writer, 503, message, close)
+                await _say(writer, exchange, 503, message, close)
                 return not close
             tried += (worker.url,)
             try:
@@ -523,7 +372,12 @@ class Front:
                 continue
             out = ["{} {} HTTP/1.1".format(method, target)]
             out.append("Host: {}:{}".format(worker.host, worker.port))
-            out += ["{}: {}".format(n, v) for n, v in headers if n.lower() not in _HOP]
+            out += [
+                "{}: {}".format(n, v)
+                for n, v in headers
+                if n.lower() not in _HOP and n.lower() != "x-request-id"
+            ]
+            out.append("X-Request-Id: {}".format(exchange.id))
             if upstream_key:
                 out.append("Authorization: Bearer {}".format(upstream_key))
             sent = worker.body_for(model, body)
@@ -551,9 +405,12 @@ class Front:
                     continue
                 self.counters.add(key_id, "answered")
                 self.counters.answered(key_id, model, self.pool.parents().get(model or ""))
+                exchange.worker, exchange.status = worker.url, _status(status_head)
+                status_head = _with_request_id(status_head, exchange.id)
                 if status_head[9:10] == b"5":  # "HTTP/1.1 5xx": the engine failed the request
                     worker.failures += 1
                 if whole is not None:
+                    exchange.first_at = time.monotonic()
                     usage.tokens = whole_usage(whole)
                     writer.write(status_head + whole)
                     await writer.drain()
@@ -572,6 +429,21 @@ class Front:
 
 def _url(worker: Worker) -> str:
     return worker.url
+
+
+def _status(head: bytes) -> int:
+    try:
+        return int(head[9:12])
+    except ValueError:
+        return 0
+
+
+def _with_request_id(head: bytes, rid: str) -> bytes:
+    """An engine's answer head with the request's id (the engine's own, if it sent one, goes)."""
+    lines = [
+        line for line in head[:-4].split(b"\r\n") if not line.lower().startswith(b"x-request-id:")
+    ]
+    return b"\r\n".join([*lines, b"X-Request-Id: " + rid.encode()]) + b"\r\n\r\n"
 
 
 def _why(exc: BaseException) -> str:
@@ -598,6 +470,20 @@ def _model_list(models: List[str], parents: Dict[str, str]) -> bytes:
     return json.dumps({"object": "list", "data": cards}).encode()
 
 
+async def _say(
+    writer: asyncio.StreamWriter,
+    exchange: Exchange,
+    status: int,
+    body: bytes,
+    close: bool,
+    more: Tuple[Tuple[str, str], ...] = (),
+) -> None:
+    """`_answer` for a keyed request: its status noted, its id sent back."""
+    exchange.status = status
+    exchange.first_at = time.monotonic()
+    await _answer(writer, status, body, close, (*more, ("X-Request-Id", exchange.id)))
+
+
 async def _answer(
     writer: asyncio.StreamWriter,
     status: int,
@@ -617,35 +503,6 @@ async def _answer(
     await writer.drain()
 
 
-def tls_context(cert_pem: str, key_pem: str):  # -> ssl.SSLContext
-    """A server context from PEM text, loaded through in-memory files (never the node's disk).
-
-    Raises:
-        ValueError: this system has no `memfd_create`, or the PEM is not a
-            certificate and its key.
-    """
-    import ssl
-
-    if not hasattr(os, "memfd_create"):
-        raise ValueError("this system cannot hold the certificate in memory (no memfd_create)")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    descriptors = []
-    try:
-        for text in (cert_pem, key_pem):
-            fd = os.memfd_create("llmgw-front-tls")
-            descriptors.append(fd)
-            os.write(fd, text.encode())
-        cert_path, key_path = ("/proc/self/fd/{}".format(fd) for fd in descriptors)
-        context.load_cert_chain(cert_path, key_path)
-    except ssl.SSLError as exc:
-        raise ValueError("the certificate or its key is not usable: {}".format(exc)) from None
-    finally:
-        for fd in descriptors:
-            os.close(fd)
-    return context
-
-
 def _host_port(text: str) -> Tuple[str, int]:
     host, _, port = text.rpartition(":")
     return host or "0.0.0.0", int(port)
@@ -658,6 +515,7 @@ async def _serve(args: argparse.Namespace, config: Config) -> None:
     host, port = _host_port(args.listen)
     context = tls_context(*config.tls) if config.tls else None
     control_path = args.control or control_socket(os.environ.get("LLMGW_SHARD_ID", ""))
+    front.access = AccessLog(config.folder or os.path.dirname(control_path))
     control = await serve_control(control_path, front.control)
     listener = listen(host, port)
     limits = config.limits

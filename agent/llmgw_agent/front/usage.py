@@ -12,6 +12,7 @@ the front asks for it (`ask_for_usage`) and takes it out again on the way back
 from __future__ import annotations
 
 import json
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -77,9 +78,12 @@ class StreamUsage:
     def __init__(self, strip: bool) -> None:
         self.strip = strip
         self.tokens: Optional[Tuple[int, int]] = None
+        self.first_at: Optional[float] = None  # when the first byte of the body came
         self._held = b""
 
     def feed(self, data: bytes) -> bytes:
+        if data and self.first_at is None:
+            self.first_at = time.monotonic()
         self._held += data
         out: List[bytes] = []
         while True:

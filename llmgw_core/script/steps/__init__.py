@@ -22,5 +22,6 @@ STEP_MODULES: dict[str, str] = {
     "replicas": "llmgw_core.script.steps.replicas",
     "serve": "llmgw_core.script.steps.serve",
     "stop": "llmgw_core.script.steps.stop",
+    "usage": "llmgw_core.script.steps.usage",
 }
 """Step name → the module that registers it (imported when a script names the step)."""
