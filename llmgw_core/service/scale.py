@@ -1,12 +1,16 @@
 """When `keep` scales a service out or in, from what its engines say of their load (pure).
 
-One `Reading` per cycle: the requests waiting per ready replica and the mean
-share of KV cache in use, read from each engine's own `/metrics`
-(`engines.signals`). The `Scaler` keeps how long each condition has held:
+One `Reading` per cycle: the requests waiting per ready replica, the mean
+share of KV cache in use (`engines.signals`), and the replicas' p99 time to
+first token and inter-token latency over the last minute (their histograms'
+increase together: `engines.latency`), read from each engine's own
+`/metrics`. The `Scaler` keeps how long each condition has held:
 
-* **out** when the waiting per replica exceeds `target_waiting`, or the KV
-  cache in use exceeds `target_kv`, continuously for `scale_up_after_s`;
-* **in** when both stay below half their targets for `scale_down_after_s`.
+* **out** when the waiting per replica exceeds `target_waiting`, the KV
+  cache in use exceeds `target_kv`, or a p99 exceeds `target_ttft_p99_s` or
+  `target_itl_p99_s`, continuously for `scale_up_after_s`;
+* **in** when every signal with a target stays below half of it for
+  `scale_down_after_s` (a latency no request measured counts as low).
 
 After a decision both clocks start again, so one burst is one step, and the
 next step waits for the signal to hold again with the new replica counted.
@@ -28,11 +32,16 @@ class Reading:
         ready: the ready replicas whose engines were read.
         waiting: the requests waiting per ready replica (mean).
         kv_use: the mean share of KV cache in use (None where no engine says).
+        ttft_p99: the replicas' p99 time to first token over the last minute, seconds
+            (None where no engine says, or no request ended in it).
+        itl_p99: the same of the inter-token latency.
     """
 
     ready: int
     waiting: float
     kv_use: float | None = None
+    ttft_p99: float | None = None
+    itl_p99: float | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,11 @@ class Decision:
 
     direction: Literal["out", "in"]
     why: str
+
+
+def _s(seconds: float) -> str:
+    """Seconds as an operator reads them: `850 ms`, `2.4 s`."""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 
 def _g(value: float) -> str:
@@ -63,7 +77,16 @@ class Scaler:
         kv_target = self.bounds.target_kv
         if kv_target is not None and reading.kv_use is not None and reading.kv_use > kv_target:
             return f"KV cache {reading.kv_use:.0%} in use > {kv_target:.0%}"
+        for what, value, limit in self._latencies(reading):
+            if limit is not None and value is not None and value > limit:
+                return f"{what} p99 {_s(value)} > {_s(limit)}"
         return None
+
+    def _latencies(self, reading: Reading) -> tuple[tuple[str, float | None, float | None], ...]:
+        return (
+            ("time to first token", reading.ttft_p99, self.bounds.target_ttft_p99_s),
+            ("inter-token latency", reading.itl_p99, self.bounds.target_itl_p99_s),
+        )
 
     def _under(self, reading: Reading) -> str | None:
         """Every signal below half its target, in words, or None."""
@@ -78,6 +101,15 @@ class Scaler:
             if reading.kv_use >= kv_target / 2:
                 return None
             said.append(f"KV cache {reading.kv_use:.0%} in use < {kv_target / 2:.0%}")
+        for what, value, limit in self._latencies(reading):
+            if limit is None:
+                continue
+            if value is not None and value >= limit / 2:
+                return None
+            if value is None:
+                said.append(f"no request measured the {what}")
+            else:
+                said.append(f"{what} p99 {_s(value)} < {_s(limit / 2)}")
         return " and ".join(said) or None
 
     def step(self, now: float, reading: Reading, replicas: int) -> Decision | None:

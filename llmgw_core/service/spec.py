@@ -41,9 +41,11 @@ _REPLICA_INDEX = re.compile(r"^(?P<service>.+)-(?P<index>[0-9]+)$")
 class ReplicaBounds(StrictArgs):
     """`replicas: {min, max, …}`: how far `keep` may scale the service, and on what signals.
 
-    Out when the requests waiting per ready replica exceed `target_waiting`, or
-    the KV cache in use (the replicas' mean share) exceeds `target_kv`, for
-    `scale_up_after_s`; in when both stay below half their targets for
+    Out when the requests waiting per ready replica exceed `target_waiting`,
+    the KV cache in use (the replicas' mean share) exceeds `target_kv`, or the
+    replicas' p99 time to first token or inter-token latency over the last
+    minute exceeds `target_ttft_p99_s` or `target_itl_p99_s`, for
+    `scale_up_after_s`; in when every one given stays below half its target for
     `scale_down_after_s`.
     """
 
@@ -51,6 +53,8 @@ class ReplicaBounds(StrictArgs):
     max: int = Field(ge=1, le=MAX_REPLICAS)
     target_waiting: float | None = Field(default=4.0, gt=0, le=1_000_000)
     target_kv: float | None = Field(default=None, gt=0, le=1)
+    target_ttft_p99_s: float | None = Field(default=None, gt=0, le=3600, allow_inf_nan=False)
+    target_itl_p99_s: float | None = Field(default=None, gt=0, le=60, allow_inf_nan=False)
     scale_up_after_s: float = Field(default=10.0, ge=0, le=86_400)
     scale_down_after_s: float = Field(default=120.0, ge=0, le=86_400)
 
@@ -58,8 +62,12 @@ class ReplicaBounds(StrictArgs):
     def _ordered(self) -> ReplicaBounds:
         if self.min > self.max:
             raise ValueError(f"min ({self.min}) is more than max ({self.max})")
-        if self.target_waiting is None and self.target_kv is None:
-            raise ValueError("give target_waiting, target_kv or both: what to scale on")
+        targets = (self.target_waiting, self.target_kv, self.target_ttft_p99_s)
+        if all(t is None for t in (*targets, self.target_itl_p99_s)):
+            raise ValueError(
+                "give target_waiting, target_kv, target_ttft_p99_s or target_itl_p99_s: "
+                "what to scale on"
+            )
         return self
 
 

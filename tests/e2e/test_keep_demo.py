@@ -237,3 +237,71 @@ async def _gateways(fleet: Any) -> list[Any]:
     from llmgw_core.gateway.run import gateways_now
 
     return [g for g in await gateways_now(fleet) if g.live]
+
+
+def test_keep_scales_out_on_time_to_first_token_naming_it(
+    inventory: str, tmp_path: Path, stopped_after: list[str]
+):
+    """No target on the queue: the engines' own time-to-first-token histograms, over the
+    last minute, are what the keeper scales on."""
+    stopped_after.append("quick")
+    port = free_port()
+    doc = _doc(
+        "quick",
+        port,
+        concurrency=2,
+        replicas={
+            "min": 1,
+            "max": 2,
+            "target_waiting": None,
+            "target_ttft_p99_s": 1.0,
+            "scale_up_after_s": 3,
+        },
+    )
+    bench = tmp_path / "bench.yaml"
+    bench.write_text(
+        "steps:\n  - bench: {gateway: gw-quick, duration_s: 20, concurrency: 24, max_tokens: 16}\n"
+    )
+
+    async def scenario() -> tuple[dict, dict]:
+        console = await operator(inventory)
+        fleet, reach, _ = console
+        base, model = service_request(doc, tmp_path, inventory)
+        kept = asyncio.create_task(
+            keep_service(fleet, reach, doc, base, model, interval_s=1.0, progress=print)
+        )
+        try:
+
+            async def fronted() -> bool:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
+                        return True
+                except (urllib.error.URLError, OSError):
+                    return False
+
+            await _until(fronted, "gateway in front of the first replica", 90)
+            load = start_json(inventory, bench)
+
+            async def two() -> bool:
+                return len(await _live(fleet, "quick")) == 2 or load.poll() is not None
+
+            await _until(two, "a second replica while loaded", 60)
+            out, err = load.communicate(timeout=60)
+            assert load.returncode == 0, err[-3000:]
+            benched = json.loads(out.splitlines()[-1])["result"]
+        finally:
+            kept.cancel()
+            result = await kept
+            await close_operator(console)
+        return result, benched
+
+    result, benched = asyncio.run(scenario())
+    outs = [e for e in result["events"] if e["action"] == "scale-out"]
+    assert outs, result["events"]
+    assert outs[0]["why"].startswith("time to first token p99 "), outs
+    assert "> 1.0 s for " in outs[0]["why"]
+    assert benched["failed"] == 0, benched.get("errors")
+    code, _, said = run_json(
+        inventory, "steps: [{stop: {service: quick}}, {stop: {gateway: gw-quick}}]"
+    )
+    assert code == 0, said

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
 from llmgw_agent.sim.engine import api
+from llmgw_agent.sim.engine.latency import Latencies, queued_since
 from llmgw_agent.sim.engine.lines import lora_loaded_line, lora_removed_line
 from llmgw_agent.sim.engine.stdout import say
 
@@ -63,6 +64,8 @@ class SimState:
         """When the engine started: its model card's `created`."""
         self.token_s = _token_s(os.environ.get("LLMGW_SIM_TOKEN_S"))
         """Seconds per generated token (`LLMGW_SIM_TOKEN_S`, else `TOKEN_S`)."""
+        self.latencies = Latencies(engine["kind"])
+        """Its latency histograms, as the engine it stands in for publishes them."""
 
 
 def _token_s(given: Optional[str]) -> float:
@@ -174,7 +177,7 @@ class SimHandler(BaseHTTPRequestHandler):
                 name, "counter" if name.endswith("_total") else "gauge", label, value
             )
             for name, value in values
-        )
+        ) + self.sim.latencies.text(label[1:-1])
 
     def do_POST(self) -> None:
         """`/v1/chat/completions` and `/v1/completions`: the sim's answer, as vLLM shapes it."""
@@ -225,26 +228,28 @@ class SimHandler(BaseHTTPRequestHandler):
             return
         if self._loading():
             return
-        self._admit()
+        queued_s = self._admit()
         try:
-            self._answer(route, body)
+            self._answer(route, body, queued_s)
         finally:
             with self.sim.lock:
                 self.sim.running -= 1
                 self.sim.admitted.notify()
 
-    def _admit(self) -> None:
+    def _admit(self) -> float:
         """Wait for one of the engine's `max_seqs` sequence slots, counted as waiting meanwhile
-        (as vLLM's scheduler queues what it cannot batch)."""
+        (as vLLM's scheduler queues what it cannot batch); the seconds it waited."""
         limit = int(self.sim.engine.get("max_seqs") or 1)
+        started = time.monotonic()
         with self.sim.lock:
             self.sim.waiting += 1
             while self.sim.running >= limit:
                 self.sim.admitted.wait()
             self.sim.waiting -= 1
             self.sim.running += 1
+        return queued_since(started)
 
-    def _answer(self, route: str, body: object) -> None:
+    def _answer(self, route: str, body: object, queued_s: float) -> None:
         """A completion, paced as an engine generates it (`token_s` per token)."""
         found, refused = api.plan(route, body, self.sim.engine, _answer_text(self.sim))
         if refused is not None or found is None:
@@ -256,6 +261,7 @@ class SimHandler(BaseHTTPRequestHandler):
             self.sim.generation_tokens_total += found.completion_tokens
             number = self.sim.requests_total
         time.sleep(self.sim.token_s * found.completion_tokens)
+        self.sim.latencies.request(queued_s, self.sim.token_s, found.completion_tokens)
         request_id = api.request_id(found.chat, number)
         created = api.now()
         if isinstance(body, dict) and body.get("stream"):
