@@ -37,6 +37,11 @@ class BadInput(LlmgwError):
     exit_code = 2
 
 
+class AdapterRefused(BadInput):
+    """A LoRA adapter the operator named cannot be served with the model: its files cannot
+    be read, or they do not fit it (a form shows it on the adapters field)."""
+
+
 class DoesNotFit(LlmgwError):
     """The model fits nowhere in the fleet as described or discovered."""
 

@@ -80,4 +80,14 @@ class ReplicasRead(Read):
 
 
 class PreviewRead(Read):
-    """What `serve` would start (`found`: (request, the preview or None))."""
+    """What `serve` would start (`found`: (request, the preview or None)).
+
+    `adapters`: set when it is the adapters typed that were refused (their files
+    cannot be read or do not fit the model): the text they were refused as.
+    """
+
+    def __init__(
+        self, found: object = None, *, error: str | None = None, adapters: str | None = None
+    ) -> None:
+        super().__init__(found, error=error)
+        self.adapters = adapters

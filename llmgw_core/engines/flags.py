@@ -146,6 +146,10 @@ OWNED = {
     "parallel": "`concurrency:`", "n_gpu_layers": "the plan", "split_mode": "the plan",
     "api_key": "`api_key_env:`", "metrics": "llmgw (a roll reads it)",
     "distributed_executor_backend": "the plan", "headless": "the placement",
+    "enable_lora": "`adapters:`", "lora_modules": "`adapters:`", "lora_paths": "`adapters:`",
+    "lora": "`adapters:`", "lora_scaled": "`adapters:`", "max_loras": "`max_loras:`",
+    "max_loras_per_batch": "`max_loras:`", "max_lora_rank": "`max_lora_rank:`",
+    "max_cpu_loras": "`max_loras:`",
 }  # fmt: skip
 """Flags llmgw sets from the plan, and what sets each."""
 

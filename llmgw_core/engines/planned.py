@@ -16,7 +16,9 @@ from llmgw_core.engines.spec import (
     LaunchGpu,
     LaunchNode,
     LaunchRequest,
+    LoraLaunch,
 )
+from llmgw_core.memory.adapters import LoraSlots
 from llmgw_core.memory.need import ENGINE_DEFAULTS, EngineOptions
 
 HEAD_ADDRESS = "HEAD_ADDRESS"
@@ -39,6 +41,7 @@ def planned_argv(
     served_name: str | None = None,
     http_port: int = 8000,
     engine_options: EngineOptions = ENGINE_DEFAULTS,
+    lora: LoraLaunch | None = None,
 ) -> tuple[str, ...]:
     """Rank 0's engine command for a planned way (nothing is validated or placed).
 
@@ -57,6 +60,7 @@ def planned_argv(
         served_name: the name clients ask for (the source when not given).
         http_port: the port shown.
         engine_options: the memory flags the plan sized with, written as the launch writes them.
+        lora: the LoRA adapters the plan made room for, as the launch starts them.
     """
     if engine == LLAMA_CPP:
         cards = 0 if on_cpu else tensor_parallel * pipeline_parallel
@@ -90,6 +94,7 @@ def planned_argv(
         gpu_memory_utilization=gpu_memory_utilization,
         concurrency=concurrency,
         engine_args=sized_flags(engine, engine_options),
+        lora=lora,
     )
     head = request.head
     if engine == SGLANG:
@@ -97,3 +102,17 @@ def planned_argv(
     if engine == LLAMA_CPP:
         return llamacpp.commands(request, head)[-1].argv
     return vllm.commands(request, head)[-1].argv
+
+
+def lora_launch(slots: LoraSlots | None) -> LoraLaunch | None:
+    """The adapters as the engine is started with them: each by its path on the nodes (the
+    same absolute path as here for a local one, which `serve` copies; where `serve` put a Hub
+    one, else its repository id, which vLLM and SGLang fetch themselves)."""
+    if slots is None:
+        return None
+    return LoraLaunch(
+        adapters=tuple((a.name, a.source) for a in slots.adapters),
+        max_loras=slots.max_loras,
+        max_lora_rank=slots.max_lora_rank,
+        max_cpu_loras=slots.max_cpu_loras,
+    )

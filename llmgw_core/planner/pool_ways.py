@@ -14,7 +14,7 @@ from __future__ import annotations
 import shlex
 
 from llmgw_core.engines.environment import CPU_KV_VARIABLE
-from llmgw_core.engines.planned import planned_argv
+from llmgw_core.engines.planned import lora_launch, planned_argv
 from llmgw_core.memory import Layout
 from llmgw_core.model.artifacts import Artifact
 from llmgw_core.model.model_shape import ModelShape
@@ -259,6 +259,7 @@ def _way(
             concurrency=sizer.concurrency,
             on_cpu=on_cpu,
             engine_options=sizer.engine_options,
+            lora=lora_launch(sizer.adapters),
         )
     )
     if kv_space is not None:

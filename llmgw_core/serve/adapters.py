@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmgw_core.engines.spec import LoraLaunch
-from llmgw_core.errors import BadInput
+from llmgw_core.errors import AdapterRefused, BadInput
 from llmgw_core.memory.adapters import LoraSlots, slots_for
 from llmgw_core.model.adapters import AdapterShape, adapter_refusal
 
@@ -48,10 +47,25 @@ def checked_slots(
     """The adapters read from their files and checked against `model`, as the plan's slots.
 
     Raises:
-        BadInput: an adapter that cannot be read, or that does not fit the model.
+        AdapterRefused: an adapter that cannot be read, or that does not fit the model.
     """
     if not adapters:
         return None
+    try:
+        return _checked_slots(adapters, model, script_dir, max_loras, max_lora_rank)
+    except AdapterRefused:
+        raise
+    except BadInput as exc:
+        raise AdapterRefused(exc.message, exc.fix) from None
+
+
+def _checked_slots(
+    adapters: Sequence[AdapterArg],
+    model: ModelInfo,
+    script_dir: Path,
+    max_loras: int | None,
+    max_lora_rank: int | None,
+) -> LoraSlots:
     from llmgw_core.model.adapter_source import load_adapter
 
     shapes: list[AdapterShape] = []
@@ -98,20 +112,6 @@ def _base_for(adapter: AdapterShape, model: ModelInfo) -> tuple[ModelShape, str 
     return None
 
 
-def lora_launch(slots: LoraSlots | None) -> LoraLaunch | None:
-    """The adapters as the engine is started with them: each by its path on the nodes (the
-    same absolute path as here for a local one, which `serve` copies; where `serve` put a Hub
-    one, else its repository id, which vLLM and SGLang fetch themselves)."""
-    if slots is None:
-        return None
-    return LoraLaunch(
-        adapters=tuple((a.name, a.source) for a in slots.adapters),
-        max_loras=slots.max_loras,
-        max_lora_rank=slots.max_lora_rank,
-        max_cpu_loras=slots.max_cpu_loras,
-    )
-
-
 def parse_adapter_entries(text: str) -> list[dict[str, str]]:
     """`NAME=SOURCE …` as typed (the wizard's field): `[{name, source}]`.
 
@@ -127,6 +127,8 @@ def parse_adapter_entries(text: str) -> list[dict[str, str]]:
         name, equals, source = entry.partition("=")
         if not equals or not source:
             raise BadInput(f"adapters: {entry[:40]!r} is not NAME=PATH")
+        if len(name) > 64:
+            raise BadInput(f"adapters: a name is 64 characters at most, not {len(name)}")
         if not re.match(NAME_PATTERN, name):
             raise BadInput(f"adapters: {name[:40]!r} is not a name (letters, digits, . _ -)")
         if any(given["name"] == name for given in found):

@@ -24,7 +24,29 @@ class AdapterArg(StrictArgs):
     """On the Hub: the repository's GGUF adapter file (None for PEFT files)."""
 
 
-class LayoutFields(StrictArgs):
+class AdapterFields(StrictArgs):
+    """LoRA adapters and their slots: what `plan`, `serve` and a service all take, checked alike."""
+
+    adapters: list[AdapterArg] = Field(default_factory=list, max_length=64)
+    """LoRA adapters served beside the model (each read from its own files)."""
+    max_loras: int | None = Field(default=None, ge=1, le=256)
+    """Adapters one batch may use (vLLM's `--max-loras`, SGLang's `--max-loras-per-batch`): the
+    slots every card keeps; None for one a given adapter."""
+    max_lora_rank: int | None = Field(default=None, ge=1, le=512)
+    """The rank every slot is made for; None for the largest adapter's."""
+
+    @model_validator(mode="after")
+    def _adapters_named_once(self) -> AdapterFields:
+        names = [a.name for a in self.adapters]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"adapter {twice[0]!r} is named twice")
+        if (self.max_loras or self.max_lora_rank) and not self.adapters:
+            raise ValueError("max_loras and max_lora_rank size adapters: give adapters: too")
+        return self
+
+
+class LayoutFields(AdapterFields):
     """The model and how it is laid out: what `serve`, a service and `explain` all take."""
 
     model: ModelRef
@@ -39,23 +61,6 @@ class LayoutFields(StrictArgs):
     engine_args: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """The engine's own flags (`engines.flags`: known, typed, never llmgw's own); they need
     `engine:`, as they are that engine's."""
-    adapters: list[AdapterArg] = Field(default_factory=list, max_length=64)
-    """LoRA adapters served beside the model (each read from its own files)."""
-    max_loras: int | None = Field(default=None, ge=1, le=256)
-    """Adapters one batch may use (vLLM's `--max-loras`, SGLang's `--max-loras-per-batch`): the
-    slots every card keeps; None for one a given adapter."""
-    max_lora_rank: int | None = Field(default=None, ge=1, le=512)
-    """The rank every slot is made for; None for the largest adapter's."""
-
-    @model_validator(mode="after")
-    def _adapters_named_once(self) -> LayoutFields:
-        names = [a.name for a in self.adapters]
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise ValueError(f"adapter {twice[0]!r} is named twice")
-        if (self.max_loras or self.max_lora_rank) and not self.adapters:
-            raise ValueError("max_loras and max_lora_rank size adapters: give adapters: too")
-        return self
 
     @model_validator(mode="after")
     def _engine_args_checked(self) -> LayoutFields:

@@ -30,6 +30,7 @@ from llmgw_core.engines.cpu_bind import BIND_VARIABLE, binding_beside
 from llmgw_core.engines.environment import CPU_KV_VARIABLE
 from llmgw_core.engines.flags import plan_options, release_refusal
 from llmgw_core.engines.identity import EngineIdentity
+from llmgw_core.engines.planned import lora_launch
 from llmgw_core.engines.programs import named_by_inventory
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fabric.rails import RailChoice, choose_rails
@@ -40,7 +41,6 @@ from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Placement, explain, place, want_summary
 from llmgw_core.planner.plan import plan
 from llmgw_core.planner.pools_live import planner_fleet
-from llmgw_core.serve.adapters import lora_launch
 from llmgw_core.serve.choice import Choice, Overrides, choices
 from llmgw_core.serve.launch import (
     HTTP_BASE_PORT,

@@ -408,7 +408,10 @@ class ServeScreen(KeptScreen[None]):
         self._size_checked = True
         self._block(None)
 
-    @on(Input.Changed, "#serve-fallbacks, #serve-env, #serve-flags, #serve-key, #serve-name")
+    @on(
+        Input.Changed,
+        "#serve-fallbacks, #serve-env, #serve-flags, #serve-adapters, #serve-key, #serve-name",
+    )
     def _extras_changed(self) -> None:
         if self.step == "extras":
             self._check_extras()
@@ -440,8 +443,14 @@ class ServeScreen(KeptScreen[None]):
     @work(group="serve-preview", exclusive=True, exit_on_error=False, description="Preview")
     async def preview_commands(self, args: ServeArgs) -> None:
         """The exact commands and environment per node: the `serve` step's dry run of `args`."""
+        from llmgw_core.errors import AdapterRefused
+
         try:
             preview = await self.console_app.feed.preview(args)
+        except AdapterRefused as exc:
+            typed = self._extras_page.adapters_typed()
+            self.post_message(PreviewRead(error=exc.sentence(), adapters=typed))
+            return
         except LlmgwError as exc:
             self.post_message(PreviewRead(error=exc.sentence()))
             return
@@ -450,6 +459,11 @@ class ServeScreen(KeptScreen[None]):
     def on_preview_read(self, read: PreviewRead) -> None:
         """Draw the commands per node (or why there are none), and let Next be pressed or not."""
         page = self._confirm_page
+        if read.adapters is not None and read.error is not None and self.step == "confirm":
+            # Their files say no: the reason goes on the adapters field, where they are typed.
+            self._extras_page.refuse_adapters(read.adapters, read.error)
+            self._go("extras", read.error)
+            return
         if read.error is not None:
             page.say(read.error)
             self._block(read.error)

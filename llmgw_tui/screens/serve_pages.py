@@ -225,6 +225,8 @@ class ExtrasPage(Vertical):
 
     engine: str | None = None
     """The chosen way's engine (`offer_flags`): the flags typed must be its own."""
+    adapter_files: tuple[str, str] | None = None
+    """The adapters as typed when reading their files refused them, and why (`refuse_adapters`)."""
 
     def compose(self) -> ComposeResult:
         """Each field under the line that says what it takes."""
@@ -253,7 +255,9 @@ class ExtrasPage(Vertical):
             " clients ask for them by NAME."
         )
         self._serve_adapters = CheckedInput(
-            placeholder="NAME=PATH …", id="serve-adapters", validators=[Checked(adapters_refusal)]
+            placeholder="NAME=PATH …",
+            id="serve-adapters",
+            validators=[Checked(self._adapters_refusal)],
         )
         yield self._serve_adapters
         yield Static(
@@ -299,6 +303,24 @@ class ExtrasPage(Vertical):
         """Why the first refused field of the page is refused, or None."""
         return next(filter(None, (reason(field) for field in self._serve_fields())), None)
 
+    def adapters_typed(self) -> str:
+        """The adapters field as typed now."""
+        return self._serve_adapters.value.strip()
+
+    def refuse_adapters(self, typed: str, why: str) -> None:
+        """The adapters `typed` were refused once their files were read: the field says `why`
+        (red) until it says something else."""
+        self.adapter_files = (typed, why)
+        self._serve_adapters.validate(self._serve_adapters.value)
+
+    def _adapters_refusal(self, text: str) -> str | None:
+        """Why the adapters typed cannot be read as `NAME=PATH …`, or why their files were
+        refused when this same text was read."""
+        said = adapters_refusal(text)
+        if said is None and self.adapter_files and self.adapter_files[0] == text.strip():
+            return self.adapter_files[1]
+        return said
+
     def _flags_refusal(self, text: str) -> str | None:
         """Why the engine flags cannot be used with the way chosen, or None."""
         try:
@@ -340,6 +362,7 @@ class ExtrasPage(Vertical):
 
     def reset(self) -> None:
         """No fallbacks, and nothing else typed."""
+        self.adapter_files = None
         for field in self._serve_fields():
             _reset(field, "0" if field is self._serve_fallbacks else "")
 

@@ -38,10 +38,15 @@ def test_the_wizard_serves_a_model_that_reaches_ready_then_its_logs_follow_and_i
         Widths(hidden=4096, intermediate=14336, heads=32, kv_heads=8, layers=32),
         base_model="meta-llama/Llama-3.1-8B-Instruct",
     )
-    asyncio.run(_walk_the_wizard(adapter))
+    other = write_peft_adapter(
+        tmp_path / "qwen",
+        Widths(hidden=3584, intermediate=18944, heads=28, kv_heads=4, layers=28),
+        base_model="Qwen/Qwen2.5-7B-Instruct",
+    )
+    asyncio.run(_walk_the_wizard(adapter, other))
 
 
-async def _walk_the_wizard(adapter: Path) -> None:
+async def _walk_the_wizard(adapter: Path, other: Path) -> None:
     app = LlmgwApp(LiveFeed(inventory=None, demo=True, refresh_s=1.0), animation="none")
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: ready_nodes(app) >= 20, "the demo fleet", 180)
@@ -69,7 +74,21 @@ async def _walk_the_wizard(adapter: Path) -> None:
         wizard.query_one("#serve-env").value = "NCCL_DEBUG=INFO"
         wizard.query_one("#serve-adapters").value = "sql"
         await until(pilot, lambda: "is not NAME=PATH" in (wizard.blocked or ""), "a bad adapter")
-        wizard.query_one("#serve-adapters").value = f"sql={adapter}"
+        # Only the adapters change: the page reads them again, and Next is free.
+        adapters = wizard.query_one("#serve-adapters")
+        adapters.value = f"qwen={other}"
+        await until(pilot, lambda: wizard.blocked is None, "the adapters read as NAME=PATH")
+        # Their files are read with the preview: another model's adapter comes back to its
+        # field on page 4, in red, with the reason.
+        await pilot.press("ctrl+n")
+        await until(
+            pilot,
+            lambda: wizard.step == "extras" and "'qwen'" in (wizard.blocked or ""),
+            "the other model's adapter refused on its field",
+        )
+        assert adapters.has_class("-invalid")
+        assert "'qwen'" in str(adapters.border_subtitle)
+        adapters.value = f"sql={adapter}"
         wizard.query_one("#serve-name").value = "wiz-8b"
         await until(pilot, lambda: wizard.blocked is None, "valid extras")
         await pilot.press("ctrl+n")

@@ -33,15 +33,15 @@ from llmgw_core.script.registry import (
     StepOutcome,
     step,
 )
-from llmgw_core.serve.args import AdapterArg
+from llmgw_core.serve.args import AdapterFields
 
 if TYPE_CHECKING:
     from llmgw_core.model.source import ModelInfo
     from llmgw_core.planner.pools import Fleet
 
 
-class PlanArgs(StepArgs):
-    """Arguments of `plan`."""
+class PlanArgs(StepArgs, AdapterFields):
+    """Arguments of `plan` (its adapters checked as `serve` checks them)."""
 
     model: ModelRef
     format: Literal["gguf", "safetensors", "both"] | None = None
@@ -49,9 +49,6 @@ class PlanArgs(StepArgs):
     concurrency: int = Field(default=1, ge=1, le=65_536)
     precision: str | None = None
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    adapters: list[AdapterArg] = Field(default_factory=list, max_length=64)
-    max_loras: int | None = Field(default=None, ge=1, le=256)
-    max_lora_rank: int | None = Field(default=None, ge=1, le=512)
 
 
 def model_for(ref: str, script_dir: Path, *, offline: bool | None = None) -> ModelInfo:

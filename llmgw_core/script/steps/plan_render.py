@@ -52,10 +52,18 @@ def _files_table(result: dict[str, Any]) -> Table:
     return table
 
 
+def _with_adapters(options: list[dict[str, Any]]) -> bool:
+    return any(way.get("adapters_gib") for way in options[:MAX_WAYS_SHOWN])
+
+
+def _parts_words(options: list[dict[str, Any]]) -> str:
+    words = "weights + context + engine"
+    return words + " + adapters" if _with_adapters(options) else words
+
+
 def _ways_table(options: list[dict[str, Any]]) -> Table:
     table = Table(box=None, padding=(0, 1, 0, 1), header_style="dim")
-    adapters = any(way.get("adapters_gib") for way in options[:MAX_WAYS_SHOWN])
-    parts_name = "W + C + E + A" if adapters else "W + C + E"
+    parts_name = "W + C + E + A" if _with_adapters(options) else "W + C + E"
     for name in ("FILE", "WAY", "HOW", "A CARD", parts_name, "OF", "NOW"):
         right = name in ("A CARD", "OF")
         wraps = name in ("WAY", "HOW")
@@ -127,7 +135,7 @@ def render(result: dict[str, Any]) -> Group:
         if len(result["options"]) > 1:
             parts += [
                 Text(""),
-                Text("Every way, best first (a card: weights + context + engine):"),
+                Text(f"Every way, best first (a card: {_parts_words(result['options'])}):"),
                 _ways_table(result["options"]),
             ]
             hidden = len(result["options"]) - MAX_WAYS_SHOWN

@@ -53,3 +53,45 @@ def test_gguf_adapters_are_planned_on_llama_cpp_only_and_peft_ones_off_it():
     with_gguf = plan(model, fleet, context=8192, adapters=_slots("gguf", 1, 8))
     assert with_gguf.best is not None and with_gguf.best.engine == "llama.cpp"
     assert with_gguf.best.adapters_gib > 0
+
+
+def test_the_plans_command_starts_the_engine_with_the_adapters_it_made_room_for():
+    import shlex
+
+    model = resolve_model(f"catalog:{LLAMA_8B}")
+    one_h100 = [{"name": "h", "count": 1, "gpu": "h100-80g", "gpus": 1}]
+    best = plan(
+        model,
+        described_fleet(one_h100),
+        context=8192,
+        format="safetensors",
+        adapters=_slots("peft", 2, 16),
+    ).best
+    assert best is not None
+    argv = shlex.split(best.serve)
+    if best.engine == "vllm":
+        at = argv.index("--max-loras")
+        assert "--enable-lora" in argv and argv[at + 1] == "2"
+        assert argv[argv.index("--max-lora-rank") + 1] == "16"
+        assert '"name": "sql"' in argv[argv.index("--lora-modules") + 1]
+    else:
+        assert argv[argv.index("--max-loras-per-batch") + 1] == "2"
+        assert "sql=/a/sql" in argv
+
+
+def test_plan_refuses_an_adapter_named_twice_as_serve_does():
+    import pytest
+    from pydantic import ValidationError
+
+    from llmgw_core.script.steps.plan import PlanArgs
+    from llmgw_core.serve.args import ServeFields
+
+    twice = {
+        "model": f"catalog:{LLAMA_8B}",
+        "adapters": [{"name": "x", "source": "/a/x"}, {"name": "x", "source": "/a/y"}],
+    }
+    for args in (PlanArgs, ServeFields):
+        with pytest.raises(ValidationError, match="adapter 'x' is named twice"):
+            args.model_validate(twice)
+        with pytest.raises(ValidationError, match="give adapters: too"):
+            args.model_validate({"model": twice["model"], "max_loras": 2})
