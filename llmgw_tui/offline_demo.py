@@ -17,6 +17,7 @@ from llmgw_agent.sim.profiles import write_profile
 from llmgw_core.facts import parse_facts
 from llmgw_core.fleet.sim.demo import demo_nodes
 from llmgw_core.fleet.state import FleetState, NodeState
+from llmgw_core.serve.loads import ReplicaLoad
 from llmgw_core.serve.view import SPEC_KIND, ReplicaView, assemble
 
 FROZEN_AT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
@@ -148,3 +149,34 @@ def demo_replica_with_logs(fleet_state: FleetState) -> tuple[ReplicaView, dict[s
         for shard_id, found in transports.items()
     }
     return replace(view, transports=by_shard, transport_warnings=tuple(warnings)), logs
+
+
+def demo_loads(name: str) -> ReplicaLoad:
+    """The load a busy minute of the sim engine gives, read as the console reads it.
+
+    The sim's own histograms (vLLM's names and bounds) take a fixed minute: a
+    quiet start, then a queue building; the console's watch reads them every
+    5 s, so the figures and the trend are the same in every picture.
+    """
+    from llmgw_agent.sim.engine.latency import Latencies
+    from llmgw_core.serve.loads import LoadWatch
+
+    latencies = Latencies("vllm")
+    watch = LoadWatch()
+    prompt = generated = 0
+    load = None
+    for step in range(13):
+        queued = 0.0 if step < 5 else 0.15 * (step - 4)
+        for _ in range(6):
+            latencies.request(queued, 0.021, 48)
+            prompt, generated = prompt + 212, generated + 48
+        running, waiting = (4, 0) if step < 5 else (8, step - 4)
+        text = (
+            latencies.text(f'model_name="{name}"')
+            + f"vllm:num_requests_running {running}\nvllm:num_requests_waiting {waiting}\n"
+            + f"vllm:kv_cache_usage_perc {0.12 + 0.05 * step:.2f}\n"
+            + f"vllm:prompt_tokens_total {prompt}\nvllm:generation_tokens_total {generated}\n"
+        )
+        load = watch.add(name, "vllm", text, at=5.0 * step)
+    assert load is not None
+    return load

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import StaticFeed
-from llmgw_tui.offline_demo import demo_replica_with_logs, offline_demo_state
+from llmgw_tui.offline_demo import demo_loads, demo_replica_with_logs, offline_demo_state
 
 SHOTS: tuple[tuple[str, tuple[int, int], tuple[str, ...]], ...] = (
     ("fleet", (120, 40), ()),
@@ -66,7 +66,8 @@ def write_screenshots(out: Path) -> list[Path]:
         state, fabrics = offline_demo_state(Path(captures))
         replica, logs = demo_replica_with_logs(state)
         for name, size, keys in SHOTS:
-            feed = StaticFeed(state, fabrics, replicas=[replica], logs=logs)
+            loads = {replica.name: demo_loads(replica.name)}
+            feed = StaticFeed(state, fabrics, replicas=[replica], logs=logs, loads=loads)
             app = LlmgwApp(feed, animation="none")
             svg = asyncio.run(_shoot(app, size, keys))
             path = out / f"{name}.svg"

@@ -23,16 +23,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import httpx
-
 from llmgw_agent.ops import Op
 from llmgw_core.engines.signals import in_flight
 from llmgw_core.errors import BadInput, DoesNotFit, LlmgwError
 from llmgw_core.fleet.client import AgentLost
 from llmgw_core.gateway.run import follow_all, start_gateway
 from llmgw_core.gateway.spec import gateway_views
-from llmgw_core.serve.http import EngineReach, engine_tls
-from llmgw_core.serve.keys import operator_key
+from llmgw_core.serve.http import EngineReach
+from llmgw_core.serve.loads import engine_key as _engine_key
+from llmgw_core.serve.loads import engine_metrics
 from llmgw_core.serve.replicas import replicas_now, shard_listings, stop_replica
 from llmgw_core.serve.start import ServeRequest, serve
 from llmgw_core.serve.view import ReplicaView, assemble
@@ -52,7 +51,6 @@ DRAIN_POLL_S = 0.25
 DRAIN_SETTLE_S = 0.5
 """After a replica leaves the gateways, how long before its engine's count is believed: a
 request the gateway routed just before may not have reached the engine yet."""
-METRICS_TIMEOUT_S = 5.0
 
 Progress = Callable[[str], None]
 
@@ -250,14 +248,6 @@ async def _start(
     raise ApplyFailed(f"{request.name} did not come up: {outcome.reason}{kept}")
 
 
-def _engine_key(view: ReplicaView) -> str | None:
-    if view.api_key_env is None:
-        return None
-    with contextlib.suppress(BadInput):
-        return operator_key(view.api_key_env, "the replica's key")
-    return None
-
-
 async def drain(
     fleet: Any, reach: EngineReach, view: ReplicaView, drain_s: float
 ) -> dict[str, Any]:
@@ -287,27 +277,6 @@ async def drain(
             break
         await asyncio.sleep(DRAIN_POLL_S)
     return {"waited_s": round(time.monotonic() - started, 2), "in_flight": held}
-
-
-async def engine_metrics(reach: EngineReach, view: ReplicaView) -> str | None:
-    """The text of rank 0's `/metrics` (through a tunnel, with its key); None when it does not
-    answer with one."""
-    try:
-        node, port, _ = view.ready_engine()
-    except LlmgwError:
-        return None
-    key = _engine_key(view)
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    # Pinned to the replica's certificate: a process that took a dead engine's port is
-    # sent neither this request nor the key.
-    tls = engine_tls(view.tls_cert)
-    try:
-        tunnel = await reach.tunnel(node, port, view.http_host)
-        async with tunnel.client(timeout=METRICS_TIMEOUT_S, tls=tls) as client:
-            response = await client.get(tunnel.base(tls) + "/metrics", headers=headers)
-    except (httpx.HTTPError, LlmgwError, OSError):
-        return None
-    return response.text if response.status_code == 200 else None
 
 
 async def stop_service(

@@ -37,10 +37,11 @@ from llmgw_core.errors import DoesNotFit, LlmgwError
 from llmgw_core.fleet.client import AgentLost
 from llmgw_core.gateway.spec import gateway_views
 from llmgw_core.serve.http import EngineReach
+from llmgw_core.serve.loads import engine_metrics
 from llmgw_core.serve.replicas import node_claims, replicas_now, shard_listings
 from llmgw_core.serve.start import ServeRequest
 from llmgw_core.serve.view import ReplicaView, assemble
-from llmgw_core.service.apply import ApplyFailed, carry_out, engine_metrics
+from llmgw_core.service.apply import ApplyFailed, carry_out
 from llmgw_core.service.lease import LEASE_TTL_S, Held, lease_node, service_lease
 from llmgw_core.service.scale import Decision, Reading, Scaler
 from llmgw_core.service.spec import Action, ServiceDoc, actions, running_of, service_label

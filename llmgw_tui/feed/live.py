@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from llmgw_core.script.steps.plan import PlanArgs
     from llmgw_core.script.steps.serve import ServeArgs
     from llmgw_core.serve.args import ServeFields
+    from llmgw_core.serve.loads import LoadWatch, ReplicaLoad
     from llmgw_core.serve.prepare import ServePreview
     from llmgw_core.serve.start import ServeOutcome
     from llmgw_core.serve.view import ReplicaView
@@ -56,6 +57,7 @@ class LiveFeed:
         self._fleet: Any = None
         self._closer: Callable[[], Awaitable[None]] | None = None
         self._reach: Any = None
+        self._loads: LoadWatch | None = None
         self._shards_by_node: dict[str, int] = {}
         self._heal_task: asyncio.Task[None] | None = None
         self._healed_at = 0.0
@@ -266,6 +268,16 @@ class LiveFeed:
         doc = await carried_document(fleet, name)
         base, model = await self._request(doc, name=None)
         return await keep_service(fleet, self._engines(), doc, base, model, progress=on_event)
+
+    async def replica_loads(self, views: tuple[ReplicaView, ...]) -> dict[str, ReplicaLoad]:
+        """Each ready replica's engine read now, its last minute kept between reads."""
+        from llmgw_core.serve.loads import LoadWatch, read_loads
+
+        if self._fleet is None:
+            return {}
+        if self._loads is None:
+            self._loads = LoadWatch()
+        return await read_loads(self._engines(), views, self._loads)
 
     async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
         """Per node, the bytes of the replica's Hub weights fetched so far (while it starts)."""

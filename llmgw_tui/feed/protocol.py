@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from llmgw_core.script.registry import StepOutcome
     from llmgw_core.script.steps.plan import PlanArgs
     from llmgw_core.script.steps.serve import ServeArgs
+    from llmgw_core.serve.loads import ReplicaLoad
     from llmgw_core.serve.prepare import ServePreview
     from llmgw_core.serve.start import ServeOutcome
     from llmgw_core.serve.view import ReplicaView
@@ -123,6 +124,11 @@ class FleetFeed(Protocol):
 
     async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
         """Per node, the bytes of the replica's Hub weights fetched so far."""
+        ...
+
+    async def replica_loads(self, views: tuple[ReplicaView, ...]) -> dict[str, ReplicaLoad]:
+        """Each ready replica's engine as read now: its load, and its latency and tokens per
+        second over the last minute (`serve.loads`); a replica it could not read is left out."""
         ...
 
 

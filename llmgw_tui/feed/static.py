@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from llmgw_core.script.registry import StepOutcome
     from llmgw_core.script.steps.plan import PlanArgs
     from llmgw_core.script.steps.serve import ServeArgs
+    from llmgw_core.serve.loads import ReplicaLoad
     from llmgw_core.serve.prepare import ServePreview
     from llmgw_core.serve.start import ServeOutcome
     from llmgw_core.serve.view import ReplicaView
@@ -31,12 +32,14 @@ class StaticFeed:
         replicas: Sequence[ReplicaView] = (),
         logs: Mapping[str, Sequence[str]] | None = None,
         fabric_results: Mapping[tuple[str, str], tuple[dict[str, Any], str | None]] | None = None,
+        loads: Mapping[str, ReplicaLoad] | None = None,
     ) -> None:
         self.refresh_s: float | None = None
         self._fabric_results = dict(fabric_results or {})
         self._summary = with_shards(fleet_summary(fleet_state, fabrics), running_shards(replicas))
         self._replicas = tuple(replicas)
         self._logs = dict(logs or {})
+        self._loads = dict(loads or {})
 
     async def replicas(self, *, transports: bool = False) -> tuple[ReplicaView, ...]:
         """The replicas the fixed fleet was given (as given: their transports included)."""
@@ -118,6 +121,10 @@ class StaticFeed:
     async def downloaded_bytes(self, view: ReplicaView) -> dict[str, int]:
         """Nothing is fetched on a fixed fleet."""
         return {}
+
+    async def replica_loads(self, views: tuple[ReplicaView, ...]) -> dict[str, ReplicaLoad]:
+        """The loads the fixed fleet was given (a recorded minute), for the replicas listed."""
+        return {v.name: self._loads[v.name] for v in views if v.name in self._loads}
 
     async def fabric_test(self, node_a: str, node_b: str) -> tuple[dict[str, Any], str | None]:
         """The result given for this pair (a recorded run); a fixed fleet runs no traffic itself."""

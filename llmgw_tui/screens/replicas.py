@@ -16,10 +16,10 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.reactive import var
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import DataTable, Input, Sparkline, Static
 
 from llmgw_core.errors import LlmgwError
 from llmgw_core.gateway.spec import gateway_line
@@ -28,6 +28,7 @@ from llmgw_core.views.replicas import (
     adapters_line,
     download_bar,
     figures_line,
+    load_row,
     replica_row,
     shard_row,
     shard_transport,
@@ -42,6 +43,7 @@ from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar
 
 if TYPE_CHECKING:
+    from llmgw_core.serve.loads import ReplicaLoad
     from llmgw_tui.feed import FleetFeed
 
 REPLICA_COLUMNS = (
@@ -52,7 +54,14 @@ REPLICA_COLUMNS = (
     ("endpoint", "ENDPOINT"),
     ("shards", "SHARDS"),
     ("transport", "NCCL"),
+    ("load", "RUN/WAIT"),
+    ("kv", "KV"),
+    ("ttft", "TTFT p99"),
+    ("itl", "ITL p99"),
 )
+"""The replica, then its engine as last read: requests running/waiting, KV cache in use, the
+last minute's p99 time to first token and inter-token latency (the p50s and tokens per second
+of the replica selected on the line under the table)."""
 SHARD_COLUMNS = ("RANK", "NODE", "PHASE", "NCCL", "DOWNLOAD", "GPUS", "WHY")
 POLL_S = 1.0
 GATEWAY_POLLS = 3
@@ -130,6 +139,8 @@ class ReplicasScreen(KeptScreen[None]):
         """The service this screen keeps (`k`), None when it keeps none."""
         self.kept_events: list[str] = []
         self._downloads: dict[tuple[str, str], tuple[float, int, float]] = {}
+        self.loads: dict[str, ReplicaLoad] = {}
+        """Each ready replica's engine as last read (`FleetFeed.replica_loads`)."""
 
     def compose(self) -> ComposeResult:
         """Status line, the replicas, the shards of the one selected, the ask field, the answer."""
@@ -149,6 +160,13 @@ class ReplicasScreen(KeptScreen[None]):
         yield table
         self._replica_reason = Static("", id="replica-reason", classes="reason", markup=False)
         yield self._replica_reason
+        self._minute = Static("", id="replica-minute", markup=False)
+        yield self._minute
+        with Horizontal(id="replica-trend-row"):
+            self._trend_label = Static("", id="replica-trend-label", markup=False)
+            yield self._trend_label
+            self._trend = Sparkline([], id="replica-trend")
+            yield self._trend
         shards: DataTable[object] = DataTable(id="shards", classes="fill below", cursor_type="none")
         self._shards = shards
         shards.add_columns(*SHARD_COLUMNS)
@@ -196,10 +214,11 @@ class ReplicasScreen(KeptScreen[None]):
             try:
                 views = await feed.replicas(transports=True)
                 downloads = await self._read_downloads(feed, views)
+                loads = await feed.replica_loads(views)
             except LlmgwError as exc:
                 self.post_message(ReplicasRead(error=exc.sentence()))
             else:
-                self.post_message(ReplicasRead((views, downloads)))
+                self.post_message(ReplicasRead((views, downloads, loads)))
             if polls % GATEWAY_POLLS == 0:
                 await self._read_gateways(feed)
             polls += 1
@@ -251,9 +270,11 @@ class ReplicasScreen(KeptScreen[None]):
         if read.error is not None:
             self._status(read.error, error=True)
             return
-        views, downloads = cast(
-            "tuple[tuple[ReplicaView, ...], dict[tuple[str, str], int]]", read.found
+        views, downloads, loads = cast(
+            "tuple[tuple[ReplicaView, ...], dict[tuple[str, str], int], dict[str, ReplicaLoad]]",
+            read.found,
         )
+        self.loads = loads
         self.show(views, downloads)
 
     def show(
@@ -292,6 +313,7 @@ class ReplicasScreen(KeptScreen[None]):
 
     def _cells(self, view: ReplicaView) -> dict[str, object]:
         row = replica_row(view)
+        load = load_row(self.loads.get(view.name))
         return {
             "name": Text(row.name, style="bold"),
             "phase": self._phase_cell(row.phase),
@@ -300,6 +322,10 @@ class ReplicasScreen(KeptScreen[None]):
             "endpoint": Text(row.endpoint),
             "shards": Text(row.shards),
             "transport": self._transport_cell(row.transport, bool(view.transport_warnings)),
+            "load": Text(load.load),
+            "kv": Text(load.kv),
+            "ttft": Text(load.ttft),
+            "itl": Text(load.itl),
         }
 
     def _phase_cell(self, phase: str) -> Text:
@@ -318,8 +344,10 @@ class ReplicasScreen(KeptScreen[None]):
         shards = self._shards
         reason = self._replica_reason
         shards.clear()
+        self._show_trend(view)
         if view is None:
             reason.update("No replica runs. `:serve` brings one up.")
+            reason.display = True
             return
         said = [f"{view.name}: {view.reason}"] if view.reason else []
         said += list(view.transport_warnings)
@@ -331,6 +359,7 @@ class ReplicasScreen(KeptScreen[None]):
             said.append(adapters)
         said += [f"{view.name}: {warning}" for warning in view.figure_warnings]
         reason.update("\n".join(said))
+        reason.display = bool(said)
         for shard in view.shards:
             _, fetched, rate = self._downloads.get((view.name, shard.node), (0.0, 0, 0.0))
             row = shard_row(shard)
@@ -346,6 +375,22 @@ class ReplicasScreen(KeptScreen[None]):
                 row.why,
             )
         self.call_after_refresh(redraw_table, shards)
+
+    def _show_trend(self, view: ReplicaView | None) -> None:
+        """The selected replica's p99 time to first token, each read of the last minute's, as
+        a sparkline (hidden until there are two)."""
+        load = self.loads.get(view.name) if view is not None else None
+        minute = load_row(load).minute
+        self._minute.update(minute)
+        self._minute.display = bool(minute)
+        trend = load.ttft_trend if load is not None else ()
+        row = self.query_one("#replica-trend-row")
+        row.display = len(trend) >= 2
+        if len(trend) >= 2:
+            now = trend[-1]
+            shown = f"{now * 1000:.0f} ms" if now < 1 else f"{now:.1f} s"
+            self._trend_label.update(f"TTFT p99 {shown} ")
+            self._trend.data = list(trend)
 
     def _status(self, sentence: str, *, error: bool = False) -> None:
         status = self._replicas_status

@@ -854,8 +854,8 @@ def test_a_process_that_binds_a_dead_engines_port_is_sent_no_request_and_no_key(
 
     from llmgw_core.errors import LlmgwError
     from llmgw_core.serve.http import EngineReach, chat, engine_tls, health_status
+    from llmgw_core.serve.loads import engine_metrics
     from llmgw_core.serve.replicas import find_replica
-    from llmgw_core.service.apply import engine_metrics
 
     key = f"sk-pinned-{secrets.token_hex(8)}"
     monkeypatch.setenv("LLMGW_PINNED_KEY", key)

@@ -9,7 +9,7 @@ import pytest
 from llmgw_core.fleet.state import FleetState
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import StaticFeed
-from llmgw_tui.offline_demo import demo_replica, offline_demo_state
+from llmgw_tui.offline_demo import demo_loads, demo_replica, offline_demo_state
 
 
 @pytest.fixture(scope="session")
@@ -70,8 +70,10 @@ def replica_app(demo_state, hardware_dir):
     log_lines = (hardware_dir / SOCKET_LOG).read_text().splitlines()
     logs = {shard.shard_id: log_lines[:60] for shard in view.shards}
 
+    loads = {view.name: demo_loads(view.name)}  # a recorded minute of the sim engine
+
     def factory() -> LlmgwApp:
-        feed = StaticFeed(fleet_state, fabrics, replicas=[view], logs=logs)
+        feed = StaticFeed(fleet_state, fabrics, replicas=[view], logs=logs, loads=loads)
         return LlmgwApp(feed, animation="none")
 
     return factory

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from live_walk import ready_nodes, until
 from lora_files import Widths, write_peft_adapter
-from textual.widgets import Log, Static
+from textual.widgets import DataTable, Log, Static
 
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import LiveFeed
@@ -116,6 +116,19 @@ async def _walk_the_wizard(adapter: Path, other: Path) -> None:
         await until(pilot, lambda: str(answer.content).startswith("wiz-8b: "), "an answer", 60)
         await pilot.press("escape", "b")
         await until(pilot, lambda: "tokens/s over 16 requests" in str(answer.content), "bench", 120)
+        # The engine's own histograms, read every poll: the bench's minute shows in the row.
+        table = replicas.query_one("#replicas", DataTable)
+
+        def measured() -> bool:
+            load = replicas.loads.get("wiz-8b")
+            minute = load.latency if load is not None else None
+            return minute is not None and (minute.requests or 0) >= 16
+
+        await until(pilot, measured, "the bench's requests in the replica's minute", 30)
+        assert str(table.get_cell("wiz-8b", "ttft")).endswith(" ms")
+        assert str(table.get_cell("wiz-8b", "load")) != "-"
+        minute = str(replicas.query_one("#replica-minute", Static).content)
+        assert minute.startswith("last minute: ") and "time to first token p50" in minute
 
         await pilot.press("l")
         await until(pilot, lambda: isinstance(app.screen, LogsScreen), "the logs")

@@ -33,7 +33,7 @@ def _replica() -> ReplicaView:
 def test_a_replica_with_one_of_two_shards_running_says_1_of_2_and_its_endpoint():
     row = replica_row(_replica())
     assert (row.shards, row.endpoint, row.way, row.transport) == (
-        "1/2 running",
+        "1/2",
         "h100-a-01:8000",
         "2 × 2 × h100-80g",
         "Socket (TCP)",
