@@ -367,3 +367,53 @@ async def processed_by_worker(reach: EngineReach, gateway: GatewayView) -> dict[
     except LlmgwError:
         return {}
     return processed_requests(text) if status == 200 else {}
+
+
+USAGE_FIELDS = ("requests", "answered", "prompt_tokens", "completion_tokens")
+"""What the front's access log sums per UTC day, key and model (`front/access.py`)."""
+
+
+async def gateway_usage(fleet: Any, name: str, *, key: str | None = None) -> dict[str, Any]:
+    """What each client key of gateway `name` used, per UTC day and model, from its front's
+    access log: `{gateway, usage: [{day, key, model, requests, answered, prompt_tokens,
+    completion_tokens}], totals: {key: {requests, …}}}`; `key` keeps one key's.
+
+    Raises:
+        LlmgwError: no such gateway, or its front did not say.
+    """
+    gateway = await find_gateway(fleet, name)
+    status, body = await front_call(fleet, gateway, "GET", "/usage")
+    rows = _usage_rows(status, body, name)
+    if key is not None:
+        rows = [row for row in rows if row["key"] == key]
+    totals: dict[str, dict[str, int]] = {}
+    for row in rows:
+        into = totals.setdefault(row["key"], dict.fromkeys(USAGE_FIELDS, 0))
+        for field in USAGE_FIELDS:
+            into[field] += row[field]
+    return {"gateway": name, "usage": rows, "totals": totals}
+
+
+def _usage_rows(status: int, body: str, name: str) -> list[dict[str, Any]]:
+    """The front's answer, checked: it comes from a node, so it is read as untrusted."""
+    fault = LlmgwError(f"the front of gateway {name} did not say its usage (status {status})")
+    if status != 200:
+        raise fault
+    try:
+        return [
+            {
+                "day": str(row["day"]),
+                "key": str(row["key"]),
+                "model": str(row["model"]),
+                **{field: _count(row[field]) for field in USAGE_FIELDS},
+            }
+            for row in json.loads(body)["usage"]
+        ]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise fault from exc
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError("not a count")
+    return value

@@ -447,6 +447,12 @@ class LiveFeed:
 
         return await gateway_details(self._live(), self._engines())
 
+    async def gateway_usage(self, name: str) -> dict[str, Any]:
+        """What each key used, from the front's access log (`gateway.run.gateway_usage`)."""
+        from llmgw_core.gateway.run import gateway_usage
+
+        return await gateway_usage(self._live(), name)
+
     async def stop_gateway(self, name: str) -> dict[str, Any]:
         """Stop and forget the gateway (`gateway.run.stop_gateway`)."""
         from llmgw_core.gateway.run import stop_gateway

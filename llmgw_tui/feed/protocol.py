@@ -92,6 +92,11 @@ class FleetFeed(Protocol):
         """Stop and forget the gateway `name` (the `stop` step's answer)."""
         ...
 
+    async def gateway_usage(self, name: str) -> dict[str, Any]:
+        """What each client key of gateway `name` used, per UTC day and model (the `usage`
+        step's answer)."""
+        ...
+
     async def bench(self, view: ReplicaView) -> dict[str, Any]:
         """Tokens a second of a ready replica (`replica_http.bench`'s figures)."""
         ...

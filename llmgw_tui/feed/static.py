@@ -73,6 +73,10 @@ class StaticFeed:
         """A fixed fleet runs no gateway."""
         return []
 
+    async def gateway_usage(self, name: str) -> dict[str, Any]:
+        """A fixed fleet runs no gateway, so none has used anything."""
+        raise BadInput(f"no gateway is named {name!r}", "a fixed fleet runs no gateway")
+
     async def stop_gateway(self, name: str) -> dict[str, Any]:
         """A fixed fleet runs no gateway to stop."""
         raise BadInput(f"no gateway is named {name!r}", "a fixed fleet runs no gateway")

@@ -37,6 +37,7 @@ GATEWAY_COLUMNS = (
     ("errors", "ERRORS"),
 )
 WORKER_COLUMNS = ("WORKER", "MODEL", "HEALTH", "REQUESTS", "FAILURES")
+USAGE_COLUMNS = ("DAY (UTC)", "KEY", "MODEL", "REQUESTS", "ANSWERED", "PROMPT", "COMPLETION")
 POLL_S = 2.0
 """Each read asks every node for its shards and every front for its workers and samples."""
 
@@ -60,6 +61,7 @@ class GatewaysScreen(KeptScreen[None]):
     BINDING_GROUP_TITLE = "Gateways"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("l", "logs", "Log", id="gateways-logs"),
+        Binding("u", "usage", "Usage", id="gateways-usage"),
         Binding("x", "stop", "Stop", id="gateways-stop"),
     ]
 
@@ -91,12 +93,19 @@ class GatewaysScreen(KeptScreen[None]):
         self._gateway_workers = workers
         workers.add_columns(*WORKER_COLUMNS)
         yield workers
+        self._usage_title = Static("", id="gateway-usage-title", classes="status", markup=False)
+        yield self._usage_title
+        usage: DataTable[object] = DataTable(id="gateway-usage", classes="fill", cursor_type="none")
+        self._usage = usage
+        usage.add_columns(*USAGE_COLUMNS)
+        yield usage
         yield SteadyFooter()
 
     def on_mount(self) -> None:
         """The table has the keys."""
         self.title = "llmgw"
         self.sub_title = "gateways"
+        self._usage_title.display = self._usage.display = False
         self._gateway_table.focus()
 
     def on_first_show(self) -> None:
@@ -226,6 +235,45 @@ class GatewaysScreen(KeptScreen[None]):
         detail = self._need_detail()
         if detail is not None:
             self.post_message(OpenLogs(str(detail["name"]), gateway=True))
+
+    def action_usage(self) -> None:
+        """What each client key of the selected gateway used, per UTC day and model (its
+        access log, summed by its front), under its workers; `u` again reads it anew."""
+        detail = self._need_detail()
+        if detail is not None:
+            self.read_usage(str(detail.get("name")))
+
+    @work(group="gateway-usage", exclusive=True, exit_on_error=False, description="Usage")
+    async def read_usage(self, name: str) -> None:
+        try:
+            found = await self.console_app.feed.gateway_usage(name)
+        except LlmgwError as exc:
+            self.notify(exc.sentence(), title="Usage", severity="error")
+            return
+        self._show_usage(found)
+
+    def _show_usage(self, found: dict[str, Any]) -> None:
+        from llmgw_core.gateway.run import USAGE_FIELDS
+
+        table = self._usage
+        table.clear()
+        for row in found.get("usage", []):
+            table.add_row(
+                row["day"], row["key"], row["model"] or "-",
+                *(f"{row[field]:,}" for field in USAGE_FIELDS),
+            )  # fmt: skip
+        for key, total in sorted((found.get("totals") or {}).items()):
+            table.add_row(
+                Text("all", style="bold"), Text(key, style="bold"), "",
+                *(Text(f"{total[field]:,}", style="bold") for field in USAGE_FIELDS),
+            )  # fmt: skip
+        rows = len(found.get("usage", []))
+        self._usage_title.update(
+            f"usage of gateway {found.get('gateway')}: {rows} day·key·model"
+            f"{'' if rows == 1 else 's'} in its access log (u reads it again)"
+        )
+        self._usage_title.display = table.display = True
+        self.call_after_refresh(redraw_table, table)
 
     def action_stop(self) -> None:
         """Ask, then stop the selected gateway."""

@@ -202,6 +202,14 @@ async def _walk() -> None:
             [new_url, urls["heal-b"]]
         )
         assert {str(shown.get_row_at(i)[2]) for i in range(shown.row_count)} == {"healthy"}
+        # `u`: what each key used (this gateway takes every request: key `-`), from its log.
+        await pilot.press("u")
+        usage = screen.query_one("#gateway-usage", DataTable)
+        await until(pilot, lambda: usage.display and usage.row_count >= 2, "the usage", 30)
+        rows = [[str(cell) for cell in usage.get_row_at(i)] for i in range(usage.row_count)]
+        (total,) = [row for row in rows if row[0] == "all"]
+        assert total[1] == "-" and int(total[3].replace(",", "")) >= 6, rows
+        assert int(total[5].replace(",", "")) > 0  # prompt tokens, from the engines' usage
 
         await pilot.press("l")
         await until(pilot, lambda: isinstance(app.screen, LogsScreen), "the log from mode 6")
