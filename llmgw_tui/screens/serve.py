@@ -101,6 +101,8 @@ class ServeScreen(KeptScreen[None]):
         self._size_checked = False
         self.last_served: str | None = None
         """The model of the last replica this wizard served (offered first, visibly)."""
+        self.left_fields = False
+        """Escape left the fields: shown again (help closed), the wizard does not go back in."""
 
     def compose(self) -> ComposeResult:
         """One page per step in a switcher; the reason line and Back / Next under it."""
@@ -136,11 +138,13 @@ class ServeScreen(KeptScreen[None]):
         self._focus_first()
 
     def on_screen_resume(self, event: events.ScreenResume) -> None:
-        """Shown again with nothing focused: the page's first field.
+        """Shown again with nothing focused: the page's first field, unless Escape left the
+        fields (help or a palette opened and closed over the page keeps the keys the
+        console's, as they were).
 
         (Textual calls `KeptScreen`'s handler too, after this one: not called here.)
         """
-        if self.focused is None:
+        if self.focused is None and not self.left_fields:
             self._focus_page()
 
     # --- the pages -------------------------------------------------------------------------
@@ -187,6 +191,7 @@ class ServeScreen(KeptScreen[None]):
     def _focus_first(self) -> None:
         # At once, not `widget.focus()`, which Textual defers to a later message: a ctrl+b
         # queued before it would move the page on and leave the focus on the hidden one.
+        self.left_fields = False
         self.set_focus(self.query_one(FIRST_FIELD[self.step]))
 
     def quit_held(self) -> bool:
@@ -211,6 +216,7 @@ class ServeScreen(KeptScreen[None]):
     def action_toggle_field(self) -> None:
         """Leave the field (digits, `?` and `q` are the console's keys again), or go back to it."""
         if isinstance(self.focused, Input):
+            self.left_fields = True
             self.set_focus(None)
         else:
             self._focus_first()

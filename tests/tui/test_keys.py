@@ -257,3 +257,28 @@ def test_six_opens_the_gateways_screen_which_says_when_none_runs(make_app):
             assert parse_command(":gateways").action == "show_gateways"
 
     asyncio.run(run())
+
+
+@console_test
+async def test_help_over_the_wizard_after_escape_leaves_the_keys_the_consoles(app, pilot):
+    """Escape left the model field; `?` and Escape again must not put the focus back in it,
+    or the next `:` is typed over what the field held (a stranger's walk found it)."""
+    from llmgw_tui.screens.serve import ServeScreen
+
+    await pilot.press("5")
+    await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
+    wizard = app.screen
+    await pilot.press(*"catalog:meta", "escape", "question_mark")
+    await until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
+    await pilot.press("escape")
+    await until(pilot, lambda: app.screen is wizard, "the wizard again")
+    await pilot.pause()
+    assert not isinstance(app.focused, Input)
+    await pilot.press("colon")
+    await until(pilot, lambda: isinstance(app.screen, CommandLine), "the command line")
+    assert wizard.query_one("#serve-model", Input).value == "catalog:meta"
+    await pilot.press("escape")
+    await until(pilot, lambda: app.screen is wizard, "the wizard once more")
+    await pilot.press("escape")  # Escape again goes back into the field, as before
+    await pilot.pause()
+    assert app.focused is wizard.query_one("#serve-model", Input)
