@@ -369,6 +369,19 @@ async def processed_by_worker(reach: EngineReach, gateway: GatewayView) -> dict[
     return processed_requests(text) if status == 200 else {}
 
 
+def gateway_key_warning(started: dict[str, Any], api_key_env: str | None) -> str | None:
+    """Why a keyed replica put behind a gateway that was running already is open through it: the
+    gateway takes requests without a key (its own start's keys are kept when it is adopted)."""
+    keyed = started.get("api_key_env") or started.get("keys_file")
+    if not started.get("adopted") or api_key_env is None or keyed:
+        return None
+    return (
+        f"gateway {started.get('name')} takes requests without a key, so anyone who reaches "
+        f"{started.get('address')} is answered by replicas whose engines take {api_key_env}: "
+        "stop the gateway and put the replica behind it again"
+    )
+
+
 USAGE_FIELDS = ("requests", "answered", "prompt_tokens", "completion_tokens")
 """What the front's access log sums per UTC day, key and model (`front/access.py`)."""
 

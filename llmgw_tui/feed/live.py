@@ -421,14 +421,23 @@ class LiveFeed:
 
         return await gateway_summaries(self._live(), self._engines())
 
-    async def put_behind_gateway(self, name: str) -> dict[str, Any]:
-        """Start the gateway `name` on its default node, or make the running one follow."""
-        from llmgw_core.gateway.run import start_gateway
+    async def put_behind_gateway(self, name: str, api_key_env: str | None = None) -> dict[str, Any]:
+        """Start the gateway `name` on its default node, clients keyed by the replica's own
+        variable, or make the running one follow (`gateway_key_warning` says when it runs
+        open in front of a keyed replica)."""
+        from llmgw_core.gateway.run import gateway_key_warning, start_gateway
         from llmgw_core.gateway.spec import GatewayArgs
 
-        return await start_gateway(
-            self._live(), self._engines(), GatewayArgs(name=name), any_port=True
+        started = await start_gateway(
+            self._live(),
+            self._engines(),
+            GatewayArgs(name=name, api_key_env=api_key_env),
+            any_port=True,
         )
+        warning = gateway_key_warning(started, api_key_env)
+        if warning:
+            started["warnings"] = [*started.get("warnings", []), warning]
+        return started
 
     async def follow_gateway_logs(self, name: str) -> AsyncIterator[list[str]]:
         """The gateway's last lines, then what it writes next (`gateway.run.gateway_log_batches`)."""

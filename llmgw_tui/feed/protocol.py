@@ -67,7 +67,7 @@ class FleetFeed(Protocol):
         """Every running gateway: `GatewayView.as_dict()` with its front's `workers`."""
         ...
 
-    async def put_behind_gateway(self, name: str) -> dict[str, Any]:
+    async def put_behind_gateway(self, name: str, api_key_env: str | None = None) -> dict[str, Any]:
         """Start (or adopt) the gateway `name` in front of every ready replica."""
         ...
 

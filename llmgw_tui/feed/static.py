@@ -60,7 +60,7 @@ class StaticFeed:
         """A fixed fleet runs no gateway."""
         return []
 
-    async def put_behind_gateway(self, name: str) -> dict[str, Any]:
+    async def put_behind_gateway(self, name: str, api_key_env: str | None = None) -> dict[str, Any]:
         """A fixed fleet starts nothing."""
         raise BadInput("a fixed fleet starts nothing", "run the console with --demo or --inventory")
 

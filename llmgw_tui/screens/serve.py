@@ -565,7 +565,7 @@ class ServeScreen(KeptScreen[None]):
         if outcome.phase == "ready":
             self.notify(f"{outcome.name} is ready.", title="Serve")
             if behind_gateway:
-                await self._put_behind_gateway(feed)
+                await self._put_behind_gateway(feed, args.api_key_env)
         else:
             self.notify(
                 f"{outcome.name} did not come up: {outcome.reason}",
@@ -574,10 +574,11 @@ class ServeScreen(KeptScreen[None]):
                 timeout=15,
             )
 
-    async def _put_behind_gateway(self, feed: Any) -> None:
-        """Start the wizard's gateway (or make the running one take the new replica)."""
+    async def _put_behind_gateway(self, feed: Any, api_key_env: str | None) -> None:
+        """Start the wizard's gateway, keyed as the replica is (or make the running one take
+        the new replica)."""
         try:
-            gateway = await feed.put_behind_gateway(GATEWAY_NAME)
+            gateway = await feed.put_behind_gateway(GATEWAY_NAME, api_key_env)
         except LlmgwError as exc:
             self.notify(exc.sentence(), title="Gateway", severity="error", timeout=15)
             return
@@ -586,6 +587,8 @@ class ServeScreen(KeptScreen[None]):
             f"{len(gateway['workers'])} worker(s) behind it",
             title="Gateway",
         )
+        for warning in gateway.get("warnings") or ():
+            self.notify(warning, title="Gateway", severity="warning", timeout=20)
 
 
 def overwrite_refusal(path: Path, name: str) -> str | None:

@@ -433,6 +433,11 @@ def confirm_text(args: ServeArgs, preview: dict[str, Any]) -> str:
         lines.append(f"  passed over {passed['way']}: {passed['reason']}")
     for warning in preview.get("warnings") or ():
         lines.append(f"  ! {warning}")
+    if args.api_key_env is None:
+        lines.append(
+            "  ! no key: the replica, and a gateway put in front of it, answer whoever reaches "
+            "their ports (page 4's Key names the variable holding one)"
+        )
     for shard in preview.get("shards") or ():
         gpus = ", ".join(str(g) for g in shard.get("gpus") or ()) or "RAM"
         lines.append("")

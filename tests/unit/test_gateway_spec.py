@@ -219,3 +219,16 @@ def test_the_console_line_of_a_gateway_counts_healthy_workers_by_model():
         "gateway front at cpu-01:30000 (round_robin, running): 2/3 workers healthy"
         " — llama ×2, qwen ×1"
     )
+
+
+def test_a_keyed_replica_behind_a_gateway_that_runs_open_is_said_so():
+    from llmgw_core.gateway.run import gateway_key_warning
+
+    adopted = {"name": "front", "address": "cpu-01:30000", "adopted": True, "api_key_env": None}
+    said = gateway_key_warning(adopted, "CHAT_KEY")
+    assert said is not None and said.startswith("gateway front takes requests without a key")
+    assert "cpu-01:30000" in said and "CHAT_KEY" in said
+    assert gateway_key_warning({**adopted, "api_key_env": "CHAT_KEY"}, "CHAT_KEY") is None
+    assert gateway_key_warning({**adopted, "keys_file": "/k.yaml"}, "CHAT_KEY") is None
+    assert gateway_key_warning({**adopted, "adopted": False}, "CHAT_KEY") is None  # started keyed
+    assert gateway_key_warning(adopted, None) is None  # an open replica behind an open gateway
