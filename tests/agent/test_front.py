@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_process import agent_env
+from agent_process import agent_env, front_process
 
 from llmgw_agent.front.control import call
 
@@ -31,29 +31,9 @@ def _port() -> int:
 
 @pytest.fixture(scope="module")
 def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]:
-    state = tmp_path_factory.mktemp("front-state")
-    private = state / "private"
-    private.mkdir(mode=0o700)
-    control = str(private / "front.sock")
-    port = _port()
     config = {"keys": [{"id": "ops", "key": KEY, "models": None}], "upstream": {}}
-    env = agent_env(state, LLMGW_FRONT_CONFIG=json.dumps(config))
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-S", "-m", "llmgw_agent", "front"),
-            *("--listen", f"127.0.0.1:{port}", "--control", control),
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    assert process.stdout is not None
-    assert process.stdout.readline().startswith(b"llmgw front on 127.0.0.1:")
-    try:
-        yield port, control
-    finally:
-        process.terminate()
-        process.wait(10)
+    with front_process(tmp_path_factory.mktemp("front"), config) as running:
+        yield running
 
 
 def _exchange(port: int, raw: bytes, *, read_until_close: bool = True) -> bytes:

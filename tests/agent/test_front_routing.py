@@ -13,15 +13,13 @@ import http.server
 import json
 import socket
 import ssl
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_process import agent_env
+from agent_process import front_process
 
 from llmgw_agent.front.control import call
 
@@ -160,30 +158,12 @@ class Stranger:
 
 @pytest.fixture
 def front(tmp_path: Path) -> Iterator[tuple[int, str]]:
-    private = tmp_path / "shard"
-    private.mkdir(mode=0o700)
-    control = str(private / "front.sock")
-    port = _port()
     config = {
         "keys": [{"id": "ops", "key": CLIENT_KEY, "models": None}],
         "upstream": {"m": ENGINE_KEY},
     }
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-S", "-m", "llmgw_agent", "front"),
-            *("--listen", f"127.0.0.1:{port}", "--control", control, "--policy", "round_robin"),
-        ],
-        env=agent_env(tmp_path / "state", LLMGW_FRONT_CONFIG=json.dumps(config)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    assert process.stdout is not None
-    assert process.stdout.readline().startswith(b"llmgw front on 127.0.0.1:")
-    try:
-        yield port, control
-    finally:
-        process.terminate()
-        process.wait(10)
+    with front_process(tmp_path, config, "--policy", "round_robin") as running:
+        yield running
 
 
 def _chat(port: int, key: str = CLIENT_KEY) -> tuple[int, str]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +21,7 @@ from typing import ClassVar
 
 import httpx
 import pytest
-from agent_process import agent_env
+from agent_process import front_process
 
 from llmgw_agent.front.control import call
 
@@ -85,36 +83,20 @@ def _port() -> int:
 def front(tmp_path: Path) -> Iterator[tuple[int, str]]:
     worker = ThreadingHTTPServer(("127.0.0.1", 0), _Worker)
     threading.Thread(target=worker.serve_forever, daemon=True).start()
-    private = tmp_path / "private"
-    private.mkdir(mode=0o700)
-    control = str(private / "front.sock")
-    port = _port()
     config = {
         "keys": [{"id": "team", "key": KEY, "models": None, "limits": {"tokens_per_min": 15}}],
         "upstream": {},
     }
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-S", "-m", "llmgw_agent", "front"),
-            *("--listen", f"127.0.0.1:{port}", "--control", control),
-        ],
-        env=agent_env(tmp_path / "state", LLMGW_FRONT_CONFIG=json.dumps(config)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    assert process.stdout is not None
-    assert process.stdout.readline().startswith(b"llmgw front on 127.0.0.1:")
     url = f"http://127.0.0.1:{worker.server_address[1]}"
     try:
-        assert call(control, "POST", "/workers", {"url": url, "model_id": "m"})[0] == 200
-        deadline = time.monotonic() + 30
-        while not json.loads(call(control, "GET", "/workers")[1])["workers"][0]["is_healthy"]:
-            assert time.monotonic() < deadline, "the worker never passed its health check"
-            time.sleep(0.1)
-        yield port, control
+        with front_process(tmp_path, config) as (port, control):
+            assert call(control, "POST", "/workers", {"url": url, "model_id": "m"})[0] == 200
+            deadline = time.monotonic() + 30
+            while not json.loads(call(control, "GET", "/workers")[1])["workers"][0]["is_healthy"]:
+                assert time.monotonic() < deadline, "the worker never passed its health check"
+                time.sleep(0.1)
+            yield port, control
     finally:
-        process.terminate()
-        process.wait(10)
         worker.shutdown()
 
 

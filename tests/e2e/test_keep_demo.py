@@ -69,6 +69,19 @@ async def _live(fleet: Any, service: str) -> list[Any]:
     ]
 
 
+def _fronted(port: int) -> Any:
+    """A check: the gateway on `port` answers its model list."""
+
+    async def fronted() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
+                return True
+        except (urllib.error.URLError, OSError):
+            return False
+
+    return fronted
+
+
 async def _until(check: Any, what: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not await check():
@@ -106,14 +119,7 @@ def test_keep_scales_out_on_requests_waiting_and_back_to_one_when_the_load_ends(
         counts: list[int] = []
         try:
 
-            async def fronted() -> bool:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
-                        return True
-                except (urllib.error.URLError, OSError):
-                    return False
-
-            await _until(fronted, "gateway in front of the first replica", 90)
+            await _until(_fronted(port), "gateway in front of the first replica", 90)
             load = start_json(inventory, bench)
 
             async def sample() -> None:
@@ -272,14 +278,7 @@ def test_keep_scales_out_on_time_to_first_token_naming_it(
         )
         try:
 
-            async def fronted() -> bool:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2):
-                        return True
-                except (urllib.error.URLError, OSError):
-                    return False
-
-            await _until(fronted, "gateway in front of the first replica", 90)
+            await _until(_fronted(port), "gateway in front of the first replica", 90)
             load = start_json(inventory, bench)
 
             async def two() -> bool:

@@ -6,6 +6,7 @@ and several test folders have a `conftest` of their own.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 AGENT_ROOT = Path(__file__).resolve().parents[2] / "agent"
@@ -33,6 +35,34 @@ def agent_env(state_dir: Path, **extra: str) -> dict[str, str]:
 def agent_argv(*args: str) -> list[str]:
     """`python -S -m llmgw_agent ...`: no site-packages, only `agent/` on the path."""
     return [PYTHON, "-S", "-m", "llmgw_agent", *args]
+
+
+@contextlib.contextmanager
+def front_process(folder: Path, config: dict, *more: str) -> Iterator[tuple[int, str]]:
+    """`llmgw front` as a real process on a free loopback port, given `config` (the
+    `LLMGW_FRONT_CONFIG` JSON), its control socket in a 0700 folder under `folder` and its
+    state in another: `(port, control socket)` once it says it listens; ended after."""
+    import socket
+
+    private = folder / "private"
+    private.mkdir(mode=0o700)
+    control = str(private / "front.sock")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        agent_argv("front", "--listen", f"127.0.0.1:{port}", "--control", control, *more),
+        env=agent_env(folder / "state", LLMGW_FRONT_CONFIG=json.dumps(config)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith(b"llmgw front on 127.0.0.1:")
+    try:
+        yield port, control
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 class AgentClient:

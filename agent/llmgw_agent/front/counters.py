@@ -13,7 +13,7 @@ import json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Tuple
+    from typing import Any, Dict, List, Mapping, Optional, Tuple
 
     from llmgw_agent.front.quota import Refused
 
@@ -49,79 +49,75 @@ class Counters:
         self.limited[(key_id, limit)] = self.limited.get((key_id, limit), 0) + 1
 
     def text(self) -> str:
-        lines = [
-            "# HELP llmgw_gateway_requests_total Requests at the gateway's front by client key id "
-            "and outcome (answered, no_key, bad_key, model_refused, no_such_model, "
-            "router_unreachable, limited; refused before a key is known, under key none: "
-            "bad_request, too_large, timeout, not_found, evicted, busy).",
-            "# TYPE llmgw_gateway_requests_total counter",
-        ]
-        for (key_id, outcome), count in sorted(self.counts.items()):
-            lines.append(
-                'llmgw_gateway_requests_total{{key="{}",outcome="{}"}} {}'.format(
-                    _label(key_id), outcome, count
-                )
+        return "".join(
+            (
+                _family(
+                    "llmgw_gateway_requests_total",
+                    "counter",
+                    "Requests at the gateway's front by client key id and outcome (answered, "
+                    "no_key, bad_key, model_refused, no_such_model, router_unreachable, limited; "
+                    "refused before a key is known, under key none: bad_request, too_large, "
+                    "timeout, not_found, evicted, busy).",
+                    ("key", "outcome"),
+                    self.counts,
+                ),
+                _family(
+                    "llmgw_gateway_model_requests_total",
+                    "counter",
+                    "Requests answered by client key id and the model or LoRA adapter asked for "
+                    "(parent: the model an adapter adapts, empty for a model).",
+                    ("key", "model", "parent"),
+                    self.by_model,
+                ),
+                _family(
+                    "llmgw_gateway_tokens_total",
+                    "counter",
+                    "Tokens of the answers the engines' usage counted, by client key id, model "
+                    "or adapter asked for, and kind (prompt, completion).",
+                    ("key", "model", "kind"),
+                    self.tokens,
+                ),
+                _family(
+                    "llmgw_gateway_limited_total",
+                    "counter",
+                    "Requests refused with 429 by a client key's limit (requests_per_s, "
+                    "concurrent, tokens_per_min, budget).",
+                    ("key", "limit"),
+                    self.limited,
+                ),
             )
-        lines += [
-            "# HELP llmgw_gateway_model_requests_total Requests answered by client key id and the "
-            "model or LoRA adapter asked for (parent: the model an adapter adapts, empty for a "
-            "model).",
-            "# TYPE llmgw_gateway_model_requests_total counter",
-        ]
-        for (key_id, model, parent), count in sorted(self.by_model.items()):
-            lines.append(
-                'llmgw_gateway_model_requests_total{{key="{}",model="{}",parent="{}"}} {}'.format(
-                    _label(key_id), _label(model), _label(parent), count
-                )
-            )
-        lines += [
-            "# HELP llmgw_gateway_tokens_total Tokens of the answers the engines' usage counted, by "
-            "client key id, model or adapter asked for, and kind (prompt, completion).",
-            "# TYPE llmgw_gateway_tokens_total counter",
-        ]
-        for (key_id, model, kind), count in sorted(self.tokens.items()):
-            lines.append(
-                'llmgw_gateway_tokens_total{{key="{}",model="{}",kind="{}"}} {}'.format(
-                    _label(key_id), _label(model), kind, count
-                )
-            )
-        lines += [
-            "# HELP llmgw_gateway_limited_total Requests refused with 429 by a client key's limit "
-            "(requests_per_s, concurrent, tokens_per_min, budget).",
-            "# TYPE llmgw_gateway_limited_total counter",
-        ]
-        for (key_id, limit), count in sorted(self.limited.items()):
-            lines.append(
-                'llmgw_gateway_limited_total{{key="{}",limit="{}"}} {}'.format(
-                    _label(key_id), limit, count
-                )
-            )
-        return "\n".join(lines) + "\n"
+        )
 
     def budgets_text(self, budgets: List[Tuple[str, str, int, int]]) -> str:
         """Each budget's tokens used in its period, and the budget."""
         if not budgets:
             return ""
-        lines = [
-            "# HELP llmgw_gateway_budget_used_tokens Tokens a client key used of its budget in "
-            "the current period (UTC day or month).",
-            "# TYPE llmgw_gateway_budget_used_tokens gauge",
-        ]
-        for key_id, period, used, _budget in budgets:
-            lines.append(
-                'llmgw_gateway_budget_used_tokens{{key="{}",period="{}"}} {}'.format(
-                    _label(key_id), _label(period), used
-                )
-            )
-        lines += [
-            "# HELP llmgw_gateway_budget_tokens A client key's budget of tokens per period.",
-            "# TYPE llmgw_gateway_budget_tokens gauge",
-        ]
-        for key_id, _period, _used, budget in budgets:
-            lines.append(
-                'llmgw_gateway_budget_tokens{{key="{}"}} {}'.format(_label(key_id), budget)
-            )
-        return "\n".join(lines) + "\n"
+        used = {(key_id, period): used for key_id, period, used, _ in budgets}
+        limits = {(key_id,): budget for key_id, _, _, budget in budgets}
+        return _family(
+            "llmgw_gateway_budget_used_tokens",
+            "gauge",
+            "Tokens a client key used of its budget in the current period (UTC day or month).",
+            ("key", "period"),
+            used,
+        ) + _family(
+            "llmgw_gateway_budget_tokens",
+            "gauge",
+            "A client key's budget of tokens per period.",
+            ("key",),
+            limits,
+        )
+
+
+def _family(
+    name: str, kind: str, helped: str, labels: Tuple[str, ...], samples: Mapping[Any, int]
+) -> str:
+    """One family in Prometheus's text format: its help, its type, a sample per label set."""
+    lines = ["# HELP {} {}".format(name, helped), "# TYPE {} {}".format(name, kind)]
+    for values, count in sorted(samples.items()):
+        shown = ",".join('{}="{}"'.format(n, _label(v)) for n, v in zip(labels, values))
+        lines.append("{}{{{}}} {}".format(name, shown, count))
+    return "\n".join(lines) + "\n"
 
 
 def _label(value: str) -> str:
