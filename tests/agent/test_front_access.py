@@ -31,6 +31,10 @@ def test_the_log_rotates_and_keeps_its_last_files_only(tmp_path: Path, monkeypat
     assert all(os.stat(tmp_path / n).st_mode & 0o777 == 0o600 for n in names)
     kept = sum(len((tmp_path / n).read_text().splitlines()) for n in names)
     (summed,) = log.usage()
+    assert summed["requests"] == 100  # every line written counts, rotated out or not
+    again = AccessLog(str(tmp_path))
+    again.load()  # a front started again: the kept files
+    (summed,) = again.usage()
     assert summed["requests"] == kept < 100
     assert (summed["prompt_tokens"], summed["completion_tokens"]) == (3 * kept, 4 * kept)
 
@@ -45,6 +49,8 @@ def test_usage_is_summed_per_utc_day_key_and_model_and_damaged_lines_pass(tmp_pa
     log.close()
     with open(tmp_path / "access.log", "ab") as damaged:
         damaged.write(b'{"at": "soon", "key": 1}\n\xff\xfe\n[1]\n{"at": 1e999, "key": "x"}\n{"at"')
+    log = AccessLog(str(tmp_path))
+    log.load()
     days = log.usage()
     assert [(d["day"][:7], d["key"], d["model"], d["requests"], d["answered"]) for d in days] == [
         ("2026-12", "team", "sql", 1, 1),
@@ -59,8 +65,8 @@ def test_a_log_that_cannot_be_written_loses_lines_not_answers(tmp_path: Path):
     folder.mkdir()
     log = AccessLog(str(folder))
     folder.rmdir()
-    log.write(_exchange("team", "m", 200, None))  # no raise
-    assert log.usage() == [] and AccessLog(None).usage() == []
+    log.write(_exchange("team", "m", 200, None))  # no raise, and the sums still count it
+    assert [d["requests"] for d in log.usage()] == [1] and AccessLog(None).usage() == []
 
 
 @pytest.mark.parametrize(

@@ -161,6 +161,10 @@ def test_each_request_has_an_id_both_ends_see_and_a_line_in_the_access_log(front
 
     log = Path(control).parent / "access.log"
     assert os.stat(log).st_mode & 0o777 == 0o600
+    deadline = time.monotonic() + 10  # a line is written once its answer has gone
+    while len(log.read_text().splitlines()) < 3:
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert [line["id"] for line in lines[:2]] == ["client-chose-this-1", made]
     assert [line["status"] for line in lines] == [200, 200, 429]

@@ -16,8 +16,11 @@ metrics, not logged: a flood of them must not push the keyed lines out.
 The log is `access.log` in the folder kept under the gateway's name in the
 agent's state folder (`gateways/NAME/`, 0700, so a gateway started again
 under its name goes on with it), the lines the operator's alone (0600),
-rotated at `ROTATE_BYTES` into `access.log.1` … `.KEPT`. `usage` sums the kept lines per UTC day, key and
-model for the `usage` step.
+rotated at `ROTATE_BYTES` into `access.log.1` … `.KEPT`. `usage` gives the
+sums per UTC day, key and model for the `usage` step: kept as lines are
+written, from the kept files read once when the front starts (`load`), so
+asking never stalls the front, and a line rotated out while it runs still
+counts.
 
 The request id is the client's `X-Request-Id` when it is a plain token
 (`REQUEST_ID`), else one the front makes; the engine gets it and the client
@@ -85,12 +88,26 @@ class AccessLog:
         self.path = os.path.join(folder, LOG_NAME) if folder else None
         self._fd: Optional[int] = None
         self._size = 0
+        self.sums: Dict[Tuple[str, str, str], List[int]] = {}
+        """(UTC day, key id, model) → requests, answered, prompt and completion tokens."""
+
+    def load(self) -> None:
+        """Sum the kept files (once, before the front serves)."""
+        for name in self.files():
+            try:
+                with open(name, "rb") as lines:
+                    for raw in lines:
+                        _add(self.sums, raw)
+            except OSError:
+                continue
 
     def write(self, exchange: Exchange) -> None:
         """Append the exchange's line; a log that cannot be written loses it, never the answer."""
         if self.path is None:
             return
-        text = (json.dumps(exchange.line(), separators=(",", ":")) + "\n").encode()
+        line = exchange.line()
+        _count(self.sums, line)
+        text = (json.dumps(line, separators=(",", ":")) + "\n").encode()
         try:
             if self._fd is None or self._size + len(text) > ROTATE_BYTES:
                 self._rotate()
@@ -126,15 +143,8 @@ class AccessLog:
         return [name for name in named if os.path.exists(name)]
 
     def usage(self) -> List[Dict[str, Any]]:
-        """Requests and tokens per UTC day, key and model, summed over the kept lines."""
-        sums: Dict[Tuple[str, str, str], List[int]] = {}
-        for name in self.files():
-            try:
-                with open(name, "rb") as lines:
-                    for raw in lines:
-                        _add(sums, raw)
-            except OSError:
-                continue
+        """Requests and tokens per UTC day, key and model: the kept files as loaded, and every
+        line written since."""
         return [
             {
                 "day": day,
@@ -145,20 +155,28 @@ class AccessLog:
                 "prompt_tokens": counts[2],
                 "completion_tokens": counts[3],
             }
-            for (day, key, model), counts in sorted(sums.items())
+            for (day, key, model), counts in sorted(self.sums.items())
         ]
 
 
 def _add(sums: Dict[Tuple[str, str, str], List[int]], raw: bytes) -> None:
     try:
         line = json.loads(raw.decode())
+    except (ValueError, UnicodeDecodeError):
+        return  # a line cut short by a full disk, say: the others still count
+    if isinstance(line, dict):
+        _count(sums, line)
+
+
+def _count(sums: Dict[Tuple[str, str, str], List[int]], line: Dict[str, Any]) -> None:
+    try:
         day = time.strftime("%Y-%m-%d", time.gmtime(float(line["at"])))
         found = (day, str(line["key"]), str(line.get("model") or ""))
         status = int(line.get("status") or 0)
         prompt = int(line.get("prompt_tokens") or 0)
         completion = int(line.get("completion_tokens") or 0)
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, OverflowError):
-        return  # a line cut short by a full disk, say: the others still count
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, OSError):
+        return  # a field that is not what the front writes: the line is passed over
     counts = sums.setdefault(found, [0, 0, 0, 0])
     counts[0] += 1
     counts[1] += 1 if 200 <= status < 300 else 0

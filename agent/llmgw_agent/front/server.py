@@ -516,6 +516,7 @@ async def _serve(args: argparse.Namespace, config: Config) -> None:
     context = tls_context(*config.tls) if config.tls else None
     control_path = args.control or control_socket(os.environ.get("LLMGW_SHARD_ID", ""))
     front.access = AccessLog(config.folder or os.path.dirname(control_path))
+    front.access.load()  # the kept lines' sums, before a request is taken
     control = await serve_control(control_path, front.control)
     listener = listen(host, port)
     limits = config.limits
