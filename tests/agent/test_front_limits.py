@@ -596,3 +596,37 @@ def test_a_clean_path_never_decodes_to_a_dot_segment(target: str):
 
         segments = unquote(path).split("/")
         assert ".." not in segments and "." not in segments and "\\" not in unquote(path)
+
+
+def test_each_accepted_client_socket_sends_its_writes_at_once():
+    """TCP_NODELAY on every client socket the front accepts: asyncio sets it only where the
+    socket's protocol number says TCP, and an accepted one's says 0; without it, a stream's
+    last small write on a kept-alive connection waited for the client's delayed ACK (40 ms,
+    `tests/benchmarks/bench_front_limits.py`: 179 streams a second became 523)."""
+
+    async def scenario() -> int:
+        listener = connections.listen("127.0.0.1", 0)
+        port = listener.getsockname()[1]
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def handle(reader, writer, slot) -> None:
+            sock = writer.get_extra_info("socket")
+            seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+        limits = http.Limits(None)
+        governor = connections.Governor(*connections.connection_caps(limits, 1024))
+        serving = asyncio.ensure_future(
+            connections.serve_connections(listener, handle, governor, limits, None, lambda _: None)
+        )
+        try:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            nodelay = await asyncio.wait_for(seen, 10)
+            writer.close()
+        finally:
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+            listener.close()
+        return nodelay
+
+    assert asyncio.run(scenario()) == 1
