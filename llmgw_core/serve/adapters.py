@@ -71,7 +71,15 @@ def _checked_slots(
     shapes: list[AdapterShape] = []
     served = model.repo_id or model.ref
     for given in adapters:
-        shape = load_adapter(given.name, adapter_path(given.source, script_dir), file=given.file)
+        try:
+            shape = load_adapter(
+                given.name, adapter_path(given.source, script_dir), file=given.file
+            )
+        except BadInput as exc:
+            named = f"adapter {given.name!r}"
+            if named in exc.message:
+                raise
+            raise AdapterRefused(f"{named}: {exc.message}", exc.fix) from None
         shapes.append(shape)
         base = _base_for(shape, model)
         if base is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import time
 
@@ -62,15 +63,16 @@ def test_the_console_exports_its_fleet_replicas_and_the_fabric_verdicts_its_node
     state = _keeping(state, h100_fabric_run[0], measured_at)
     view = demo_replica(state)
     feed = StaticFeed(state, fabrics, replicas=[view])
-    port = _free_port()
 
     async def run() -> None:
-        app = LlmgwApp(feed, animation="none", metrics_port=port)
+        # Port 0: the console takes a free port itself. A port found free beforehand can be
+        # another test's server by the time it is bound (CI once scraped a stand-in engine).
+        app = LlmgwApp(feed, animation="none", metrics_port=0)
         async with app.run_test(size=(120, 40)) as pilot:
             await until(
                 pilot, lambda: app.metrics_url is not None, "the metrics endpoint", timeout_s=30
             )
-            assert app.metrics_url == f"http://127.0.0.1:{port}/metrics"
+            assert re.fullmatch(r"http://127\.0\.0\.1:[0-9]+/metrics", app.metrics_url or "")
             families = await _families(app.metrics_url)
             assert {s.labels["node"] for s in families["llmgw_node_up"]} == set(state.nodes)
             joined = {
@@ -94,8 +96,9 @@ def test_the_console_exports_its_fleet_replicas_and_the_fabric_verdicts_its_node
             }
             when = families["llmgw_fabric_rail_measured_timestamp_seconds"]
             assert {s.value for s in when} == {measured_at}
-        with pytest.raises(httpx.ConnectError):
-            await _families(f"http://127.0.0.1:{port}/metrics")
+            url = app.metrics_url
+        with pytest.raises(httpx.ConnectError):  # the console ended: so did its endpoint
+            await _families(url)
 
     asyncio.run(run())
 
@@ -150,12 +153,11 @@ def test_the_console_on_the_live_demo_fleet_exports_every_node_and_the_rails_it_
     from llmgw_core.fleet.sim.demo import NOT_JOINED_TRAY, demo_nodes
     from llmgw_tui.feed import LiveFeed
 
-    port = _free_port()
     names = {node.name for node in demo_nodes()}
 
     async def run() -> None:
         feed = LiveFeed(inventory=None, demo=True, refresh_s=1.0)
-        app = LlmgwApp(feed, animation="none", metrics_port=port)
+        app = LlmgwApp(feed, animation="none", metrics_port=0)
         async with app.run_test(size=(120, 40)) as pilot:
             await until(
                 pilot, lambda: app.metrics_url is not None, "the metrics endpoint", timeout_s=30
