@@ -66,6 +66,9 @@ SHARD_COLUMNS = ("RANK", "NODE", "PHASE", "NCCL", "DOWNLOAD", "GPUS", "WHY")
 POLL_S = 1.0
 GATEWAY_POLLS = 3
 """Gateways are read every third poll: each read asks every node and every gateway."""
+LOAD_POLLS = 3
+"""The engines' `/metrics` are read every third poll, while the screen is shown: each read is
+a request (a TLS handshake) to every ready replica, and a minute's figures move slowly."""
 
 PHASE_COLOURS = {
     "ready": "ready",
@@ -214,7 +217,9 @@ class ReplicasScreen(KeptScreen[None]):
             try:
                 views = await feed.replicas(transports=True)
                 downloads = await self._read_downloads(feed, views)
-                loads = await feed.replica_loads(views)
+                loads = self.loads
+                if polls % LOAD_POLLS == 0 and self.is_current:
+                    loads = await feed.replica_loads(views)
             except LlmgwError as exc:
                 self.post_message(ReplicasRead(error=exc.sentence()))
             else:
