@@ -39,29 +39,30 @@ def models_dir() -> Path:
 
 
 LONGEST_FILES = {
-    "tests/e2e/test_vllm_real_serve.py": 200,  # three real vLLM starts, a roll, the SDK, the demo
-    "tests/e2e/test_service_demo.py": 100,
-    "tests/e2e/test_keep_demo.py": 90,
-    "tests/e2e/test_vllm_vs_sim.py": 80,  # the real vLLM's start on the CPU
-    "tests/e2e/test_lora_service_demo.py": 60,  # a kept demo, an apply under a bench
-    "tests/e2e/test_wizard_every_way.py": 55,
-    "tests/tui/test_monkey.py": 50,
-    "tests/tui/test_wizard_every_kind.py": 45,
-    "tests/e2e/test_keep_heal_demo.py": 48,
-    "tests/tui/test_monkey_more.py": 47,
-    "tests/tui/test_gateway_console.py": 46,
-    "tests/e2e/test_service_lease_demo.py": 45,
+    "tests/e2e/test_vllm_real_serve.py": 311,  # three real vLLM starts, a roll, the SDK, the demo
+    "tests/e2e/test_keep_demo.py": 167,
+    "tests/e2e/test_service_demo.py": 125,
+    "tests/e2e/test_vllm_vs_sim.py": 109,  # the real vLLM's start on the CPU
+    "tests/e2e/test_lora_service_demo.py": 102,  # a kept demo, an apply under a bench
+    "tests/tui/test_monkey.py": 102,
+    "tests/tui/test_monkey_more.py": 92,
+    "tests/e2e/test_service_lease_demo.py": 91,
+    "tests/e2e/test_wizard_every_way.py": 75,
+    "tests/e2e/test_keep_heal_demo.py": 75,
+    "tests/e2e/test_gateway_demo.py": 74,
+    "tests/tui/test_gateway_console.py": 61,
+    "tests/e2e/test_serve_faults.py": 56,
+    "tests/tui/test_typed_input.py": 51,
+    "tests/tui/test_wizard_every_kind.py": 49,
     "tests/faults/test_fault_matrix.py": 45,  # the demo fleet's 20 s and OpenSSH's 25 s
-    "tests/e2e/test_serve_faults.py": 31,
-    "tests/e2e/test_service_openssh.py": 30,
-    "tests/tui/test_typed_input.py": 30,
+    "tests/tui/test_gateway_log_and_heal.py": 42,
+    "tests/e2e/test_service_openssh.py": 40,
+    "tests/tui/test_serve_wizard_live.py": 39,
     "tests/tui/test_tmux_demo.py": 30,
     "tests/e2e/test_metrics_demo.py": 25,
     "tests/fleet/test_sim_fleet_scale.py": 24,
-    "tests/tui/test_gateway_log_and_heal.py": 23,
-    "tests/tui/test_serve_wizard_live.py": 27,
-    "tests/e2e/test_lora_demo.py": 17,
     "tests/unit/engines/test_vllm_help_real.py": 20,
+    "tests/e2e/test_lora_demo.py": 17,
 }
 """Seconds a file took in CI, for the files over twenty (`pytest --durations`, summed)."""
 
