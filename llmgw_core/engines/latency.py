@@ -209,6 +209,11 @@ class Latency:
         }
 
 
+def seconds_text(seconds: float) -> str:
+    """A latency as an operator reads it: `850 ms`, `2.4 s`."""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
 def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 

@@ -31,13 +31,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from llmgw_agent.ops import Op
-from llmgw_core.engines.latency import Window, combined, scrape
-from llmgw_core.engines.signals import engine_load
+from llmgw_core.engines.latency import combined
 from llmgw_core.errors import DoesNotFit, LlmgwError
 from llmgw_core.fleet.client import AgentLost
 from llmgw_core.gateway.spec import gateway_views
 from llmgw_core.serve.http import EngineReach
-from llmgw_core.serve.loads import engine_metrics
+from llmgw_core.serve.loads import LoadWatch, engine_metrics
 from llmgw_core.serve.replicas import node_claims, replicas_now, shard_listings
 from llmgw_core.serve.start import ServeRequest
 from llmgw_core.serve.view import ReplicaView, assemble
@@ -93,8 +92,8 @@ class Keeper:
         self.cycle_s: list[float] = []
         self.unread = 0
         """Cycles in which no ready replica's engine could be read (its signals unknown)."""
-        self.windows: dict[str, Window] = {}
-        """Each replica's engine's scrapes of the last minute (its latency), by replica."""
+        self.watch = LoadWatch()
+        """Each replica's engine's reads of the last minute (its latency), by replica."""
 
     def say(self, action: str, replica: str, why: str) -> None:
         event = Event(_now(), action, replica, why)
@@ -127,7 +126,7 @@ class Keeper:
                 self.want += 1 if decision.direction == "out" else -1
                 # The latencies start anew: the next step rests on requests that ended
                 # with the new count, not on the minute that called for this one.
-                self.windows.clear()
+                self.watch = LoadWatch()
         todo = actions(
             self.doc.name,
             self.want,
@@ -232,22 +231,21 @@ class Keeper:
         ready = [v for v in mine if v.phase == "ready" and not v.draining]
         texts = await asyncio.gather(*(engine_metrics(self.reach, v) for v in ready))
         at = time.monotonic()
+        self.watch.keep_only(v.name for v in ready)
         loads = []
         for view, text in zip(ready, texts, strict=True):
-            engine = str(view.spec.get("engine") or "")
-            if text is None or (load := engine_load(text, engine)) is None:
+            if text is None:
                 continue
-            loads.append(load)
-            self.windows.setdefault(view.name, Window()).add(scrape(text, engine, at))
-        for gone in set(self.windows) - {v.name for v in ready}:
-            del self.windows[gone]
+            load = self.watch.add(view.name, str(view.spec.get("engine") or ""), text, at)
+            if load.waiting is not None:  # an engine that says its load (llama-cpp-python does not)
+                loads.append(load)
         if not loads:
             return Reading(ready=0, waiting=0.0)
         kv = [load.kv_use for load in loads if load.kv_use is not None]
-        latency = combined(list(self.windows.values()))
+        latency = combined(list(self.watch.windows.values()))
         return Reading(
             ready=len(loads),
-            waiting=sum(load.waiting for load in loads) / len(loads),
+            waiting=sum(load.waiting or 0 for load in loads) / len(loads),
             kv_use=sum(kv) / len(kv) if kv else None,
             ttft_p99=latency.ttft_p99 if latency is not None else None,
             itl_p99=latency.itl_p99 if latency is not None else None,

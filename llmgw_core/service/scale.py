@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from llmgw_core.engines.latency import seconds_text
 from llmgw_core.service.spec import ReplicaBounds
 
 
@@ -52,11 +53,6 @@ class Decision:
     why: str
 
 
-def _s(seconds: float) -> str:
-    """Seconds as an operator reads them: `850 ms`, `2.4 s`."""
-    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
-
-
 def _g(value: float) -> str:
     return f"{value:.1f}" if value != int(value) or value >= 10 else f"{value:g}"
 
@@ -79,7 +75,7 @@ class Scaler:
             return f"KV cache {reading.kv_use:.0%} in use > {kv_target:.0%}"
         for what, value, limit in self._latencies(reading):
             if limit is not None and value is not None and value > limit:
-                return f"{what} p99 {_s(value)} > {_s(limit)}"
+                return f"{what} p99 {seconds_text(value)} > {seconds_text(limit)}"
         return None
 
     def _latencies(self, reading: Reading) -> tuple[tuple[str, float | None, float | None], ...]:
@@ -109,7 +105,7 @@ class Scaler:
             if value is None:
                 said.append(f"no request measured the {what}")
             else:
-                said.append(f"{what} p99 {_s(value)} < {_s(limit / 2)}")
+                said.append(f"{what} p99 {seconds_text(value)} < {seconds_text(limit / 2)}")
         return " and ".join(said) or None
 
     def step(self, now: float, reading: Reading, replicas: int) -> Decision | None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from llmgw_core.engines.flags import shown_flags
+from llmgw_core.engines.latency import seconds_text
 from llmgw_core.serve.view import ReplicaView, ShardView
 
 if TYPE_CHECKING:
@@ -191,9 +192,7 @@ def _rate(value: float | None) -> str:
 
 
 def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
+    return "-" if value is None else seconds_text(value)
 
 
 def load_row(load: ReplicaLoad | None) -> LoadRow:

@@ -21,6 +21,7 @@ from textual.reactive import var
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, Sparkline, Static
 
+from llmgw_core.engines.latency import seconds_text
 from llmgw_core.errors import LlmgwError
 from llmgw_core.gateway.spec import gateway_line
 from llmgw_core.serve.view import ReplicaView
@@ -392,9 +393,7 @@ class ReplicasScreen(KeptScreen[None]):
         row = self.query_one("#replica-trend-row")
         row.display = len(trend) >= 2
         if len(trend) >= 2:
-            now = trend[-1]
-            shown = f"{now * 1000:.0f} ms" if now < 1 else f"{now:.1f} s"
-            self._trend_label.update(f"TTFT p99 {shown} ")
+            self._trend_label.update(f"TTFT p99 {seconds_text(trend[-1])} ")
             self._trend.data = list(trend)
 
     def _status(self, sentence: str, *, error: bool = False) -> None:

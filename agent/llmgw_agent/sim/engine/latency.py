@@ -15,7 +15,7 @@ import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Tuple
+    from typing import Dict, List, Tuple
 
 TTFT_BOUNDS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -107,10 +107,3 @@ class Latencies:
             for figure, name, _bounds in self.families:
                 lines += self.histograms[figure].lines(name, labels)
         return "".join(line + "\n" for line in lines)
-
-
-def queued_since(started: float, now: Optional[float] = None) -> float:
-    """Seconds between `started` and `now` (never below zero)."""
-    import time
-
-    return max(0.0, (time.monotonic() if now is None else now) - started)

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
 from llmgw_agent.sim.engine import api
-from llmgw_agent.sim.engine.latency import Latencies, queued_since
+from llmgw_agent.sim.engine.latency import Latencies
 from llmgw_agent.sim.engine.lines import lora_loaded_line, lora_removed_line
 from llmgw_agent.sim.engine.stdout import say
 
@@ -247,7 +247,7 @@ class SimHandler(BaseHTTPRequestHandler):
                 self.sim.admitted.wait()
             self.sim.waiting -= 1
             self.sim.running += 1
-        return queued_since(started)
+        return time.monotonic() - started
 
     def _answer(self, route: str, body: object, queued_s: float) -> None:
         """A completion, paced as an engine generates it (`token_s` per token)."""
