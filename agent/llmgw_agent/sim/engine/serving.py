@@ -260,23 +260,41 @@ class SimHandler(BaseHTTPRequestHandler):
             self.sim.prompt_tokens_total += found.prompt_tokens
             self.sim.generation_tokens_total += found.completion_tokens
             number = self.sim.requests_total
-        time.sleep(self.sim.token_s * found.completion_tokens)
-        self.sim.latencies.request(queued_s, self.sim.token_s, found.completion_tokens)
         request_id = api.request_id(found.chat, number)
         created = api.now()
         if isinstance(body, dict) and body.get("stream"):
-            self._stream(api.chunks(found, request_id, created))
-            return
-        self._send(200, api.completion(found, request_id, created))
+            self._stream(api.chunks(found, request_id, created), found)
+        else:
+            time.sleep(self.sim.token_s * found.completion_tokens)
+            self._send(200, api.completion(found, request_id, created))
+        self.sim.latencies.request(queued_s, self.sim.token_s, found.completion_tokens)
 
-    def _stream(self, chunks) -> None:
+    def _stream(self, chunks, found) -> None:
+        """The chunks as an engine streams them: the first token after one token's time, the
+        words after it paced over the rest, so a client's time to first token is the engine's."""
+        token_s, tokens = self.sim.token_s, max(1, found.completion_tokens)
+        time.sleep(token_s)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
+        left = token_s * (tokens - 1)
+        gap = left / max(1, len(found.words) - 1)
+        said = False
         for chunk in chunks:
+            words = any(
+                (c.get("delta") or {}).get("content") or c.get("text")
+                for c in chunk.get("choices") or ()
+            )
+            if words and said and left > 0:  # each word after the first, a share of the rest
+                time.sleep(min(gap, left))
+                left -= gap
+            said = said or words
             self.wfile.write("data: {}\n\n".format(json.dumps(chunk)).encode())
+            self.wfile.flush()
+        if left > 0:
+            time.sleep(left)
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 
