@@ -12,11 +12,15 @@ keys:
     key: "sk-…"
     limits: {requests_per_s: 2, concurrent: 4, tokens_per_min: 20000,
              budget_tokens: 1000000, budget_per: month}
+  - {id: batch, key: "sk-…", weight: 0.5, priority: low}
 ```
 
 A key's `limits` are kept by the front (`llmgw_agent.front.quota`): over one,
 a request is answered 429 with `Retry-After`; a used-up budget waits for the
-next UTC day or month, and its count outlives a restart of the gateway.
+next UTC day or month, and its count outlives a restart of the gateway. A
+key's `weight` (1 unless given) and `priority` (`high`, `normal`, `low`)
+order the keys' requests when a gateway with `fair` holds them back
+(`llmgw_agent.front.fair`).
 
 The file is refused when other users of the operator's machine can read it.
 The keys reach the gateway's front as its shard's `secret_env`, never a file
@@ -70,6 +74,10 @@ class ClientKey(BaseModel):
     key: str = Field(repr=False)
     models: tuple[str, ...] | None = None
     limits: KeyLimits | None = None
+    weight: float = Field(1.0, gt=0, le=1000, allow_inf_nan=False)
+    """Its share under contention, against the other keys' (a gateway with `fair`)."""
+    priority: Literal["high", "normal", "low"] = "normal"
+    """Its class under contention: every waiting request of a higher class goes first."""
 
 
 class KeysFile(BaseModel):
@@ -197,11 +205,13 @@ def front_config(
     environ: Mapping[str, str] | None = None,
     tls: Mapping[str, str] | None = None,
     store: str | None = None,
+    fair: Mapping[str, Any] | None = None,
 ) -> str:
     """The front's configuration, as JSON for its `secret_env` (it holds keys: never shown).
 
     `store`: the name the keys' budgets and the access log are kept under on the
     front's node (the gateway's), so a gateway started again there goes on with them.
+    `fair`: the gateway's fair shares (`FairShares`' fields), None for none.
 
     Raises:
         BadInput: a replica's key variable is not set here.
@@ -217,11 +227,15 @@ def front_config(
                 "key": k.key,
                 "models": k.models,
                 **({"limits": k.limits.as_front()} if k.limits is not None else {}),
+                **({"weight": k.weight} if k.weight != 1.0 else {}),
+                **({"priority": k.priority} if k.priority != "normal" else {}),
             }
             for k in keys
         ],
         "upstream": upstream,
     }
+    if fair is not None:
+        config["fair"] = dict(fair)
     if tls is not None:
         config["tls"] = dict(tls)
     if store is not None:

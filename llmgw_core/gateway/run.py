@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Collection, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -31,6 +31,7 @@ from llmgw_core.gateway.spec import (
     live_gateway,
     plain_line,
     processed_requests,
+    queued_requests,
     served_text,
     shard_args,
     unchecked_workers,
@@ -246,7 +247,8 @@ async def start_gateway(
         raise BadInput(f"no replica is ready for gateway {args.name} to front", "serve one first")
     key_envs = upstream_key_envs(replicas)
     tls = read_tls(args.tls.cert, args.tls.key) if args.tls else None
-    config = front_config(keys, key_envs, environ, tls, store=args.name)
+    fair = args.fair.model_dump() if args.fair is not None else None
+    config = front_config(keys, key_envs, environ, tls, store=args.name, fair=fair)
     if not await _port_is_free(fleet, node, args.port):
         if not any_port:
             raise BadInput(f"port {args.port} on {node} is in use", "give the gateway another port")
@@ -367,6 +369,24 @@ async def processed_by_worker(reach: EngineReach, gateway: GatewayView) -> dict[
     except LlmgwError:
         return {}
     return processed_requests(text) if status == 200 else {}
+
+
+async def queued_at_fronts(
+    fleet: Any, gateways: Sequence[GatewayView], models: Collection[str]
+) -> int:
+    """The requests for `models` waiting at the fronts of `gateways` that keep fair shares
+    (load their engines are not queueing); a front that does not answer counts none."""
+    fronts = [g for g in gateways if g.live and g.fair]
+
+    async def one(gateway: GatewayView) -> float:
+        try:
+            status, text = await front_call(fleet, gateway, "GET", "/metrics")
+        except LlmgwError:
+            return 0.0
+        found = queued_requests(text) if status == 200 else {}
+        return sum(found.get(model, 0.0) for model in models)
+
+    return int(sum(await asyncio.gather(*(one(g) for g in fronts))))
 
 
 def gateway_key_warning(started: dict[str, Any], api_key_env: str | None) -> str | None:

@@ -44,6 +44,20 @@ class TlsFiles(BaseModel):
     key: str = Field(min_length=1)
 
 
+class FairShares(BaseModel):
+    """Fair shares between the client keys while the engines are saturated (the front's
+    `fair.py` says how): an engine is full once it queues `waiting` requests; then at most
+    `queue` requests wait at the front, each at most `queue_timeout_s`, and `reserve`
+    sequences per engine are kept for keys with nothing in flight."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    waiting: int = Field(1, ge=1, le=100_000)
+    queue: int = Field(256, ge=1, le=100_000)
+    queue_timeout_s: float = Field(30.0, gt=0, le=3600, allow_inf_nan=False)
+    reserve: int = Field(1, ge=0, le=100_000)
+
+
 class GatewayArgs(BaseModel):
     """A gateway as the operator asks for it (`gateway:` step, console screen)."""
 
@@ -62,6 +76,8 @@ class GatewayArgs(BaseModel):
     """HTTPS on the gateway's port with the operator's certificate and key (sent as secrets)."""
     health_path: str = "/health"
     """The engines' health route the front probes on every worker."""
+    fair: FairShares | None = None
+    """Fair shares between the client keys under contention (None: first come, first sent)."""
 
     @field_validator("name")
     @classmethod
@@ -122,6 +138,7 @@ def shard_args(
             "tls": args.tls is not None,
             "upstream_key_envs": dict(upstream_key_envs),
             "health_path": args.health_path,
+            "fair": args.fair.model_dump() if args.fair is not None else None,
             "created_at": created_at,
         },
     }
@@ -163,6 +180,8 @@ class GatewayView:
     keys_file: str | None = None
     upstream_key_envs: Mapping[str, str] = field(default_factory=dict)
     tls: bool = False
+    fair: bool = False
+    """Whether its front keeps fair shares (and so may hold requests in its own queue)."""
 
     @property
     def live(self) -> bool:
@@ -184,6 +203,7 @@ class GatewayView:
             "api_key_env": self.api_key_env,
             "keys_file": self.keys_file,
             "tls": self.tls,
+            "fair": self.fair,
             "shard_id": self.shard_id,
         }
 
@@ -215,6 +235,7 @@ def gateway_views(listings: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[
                     else None,
                     upstream_key_envs=_recorded_names(gateway.get("upstream_key_envs")),
                     tls=gateway.get("tls") is True,
+                    fair=isinstance(gateway.get("fair"), dict),
                 )
             )
     found.sort(key=lambda view: (not view.live, -view.created_at))
@@ -389,6 +410,27 @@ def load_split(before: Mapping[str, float], after: Mapping[str, float]) -> dict[
 WORKER_REQUESTS = "llmgw_gateway_worker_requests_total"
 """The front's count of requests sent to each worker (`front/routing.py`)."""
 _PROCESSED = re.compile(r"^" + WORKER_REQUESTS + r'\{[^}]*worker="([^"]+)"[^}]*\}\s+(\S+)')
+
+
+_QUEUED = re.compile(r'^llmgw_gateway_queued\{model="((?:[^"\\]|\\.)*)"\}\s+(\S+)')
+
+
+def queued_requests(metrics_text: str) -> dict[str, float]:
+    """Per model, the requests waiting at a front with fair shares for their turn (its
+    Prometheus text; label escapes undone)."""
+    found: dict[str, float] = {}
+    for line in metrics_text.splitlines():
+        match = _QUEUED.match(line)
+        if match is None:
+            continue
+        model = re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), match[1])
+        try:
+            value = float(match.group(2))
+        except ValueError:
+            continue
+        if value >= 0:
+            found[model] = found.get(model, 0.0) + value
+    return found
 
 
 def processed_requests(metrics_text: str) -> dict[str, float]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -34,7 +34,8 @@ from llmgw_agent.ops import Op
 from llmgw_core.engines.latency import combined
 from llmgw_core.errors import DoesNotFit, LlmgwError
 from llmgw_core.fleet.client import AgentLost
-from llmgw_core.gateway.spec import gateway_views
+from llmgw_core.gateway.run import queued_at_fronts
+from llmgw_core.gateway.spec import GatewayView, gateway_views
 from llmgw_core.serve.http import EngineReach
 from llmgw_core.serve.loads import LoadWatch, engine_metrics
 from llmgw_core.serve.replicas import node_claims, replicas_now, shard_listings
@@ -118,7 +119,7 @@ class Keeper:
         mine = [v for v in views if v.service == self.doc.name]
         if self.scaler is not None:
             current = [r for r in live if r.hash == self.label["hash"]]
-            reading = await self.reading(mine)
+            reading = await self.reading(mine, gateway_views(listings))
             if reading.ready == 0 and any(v.phase == "ready" for v in mine):
                 self.unread += 1
             decision = self.scaler.step(time.monotonic(), reading, len(current))
@@ -226,10 +227,18 @@ class Keeper:
             f"{', '.join(nodes)}"
         )
 
-    async def reading(self, mine: list[ReplicaView]) -> Reading:
-        """The service's load now: its ready replicas' engines read side by side."""
+    async def reading(
+        self, mine: list[ReplicaView], gateways: Sequence[GatewayView] = ()
+    ) -> Reading:
+        """The service's load now: its ready replicas' engines read side by side, and the
+        requests for them waiting at a gateway's front that keeps fair shares (held there,
+        they are waiting requests the engines do not count)."""
         ready = [v for v in mine if v.phase == "ready" and not v.draining]
-        texts = await asyncio.gather(*(engine_metrics(self.reach, v) for v in ready))
+        models = {str(v.spec.get("served_name") or v.name) for v in ready}
+        texts, queued = await asyncio.gather(
+            asyncio.gather(*(engine_metrics(self.reach, v) for v in ready)),
+            queued_at_fronts(self.fleet, gateways, models),
+        )
         at = time.monotonic()
         self.watch.keep_only(v.name for v in ready)
         loads = []
@@ -245,7 +254,7 @@ class Keeper:
         latency = combined(list(self.watch.windows.values()))
         return Reading(
             ready=len(loads),
-            waiting=sum(load.waiting or 0 for load in loads) / len(loads),
+            waiting=(sum(load.waiting or 0 for load in loads) + queued) / len(loads),
             kv_use=sum(kv) / len(kv) if kv else None,
             ttft_p99=latency.ttft_p99 if latency is not None else None,
             itl_p99=latency.itl_p99 if latency is not None else None,

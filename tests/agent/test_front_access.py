@@ -106,5 +106,6 @@ def test_a_line_holds_what_an_operator_reads_and_nothing_of_the_request(tmp_path
             "completion_tokens",
             "ttft_s",
             "duration_s",
+            "queued_s",
         ]
     )

@@ -76,3 +76,42 @@ def test_a_keys_files_bad_limits_end_in_one_sentence_before_any_node_is_reached(
     assert code == 2 and len(lines) == 1 and lines[0]["ok"] is False, lines
     assert lines[0]["error"] == f"keys file {keys}: {said}"
     assert KEY not in json.dumps(lines)
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ("weight: 0", "keys.0.weight Input should be greater than 0"),
+        ("weight: .inf", "keys.0.weight Input should be a finite number"),
+        ("weight: 5000", "keys.0.weight Input should be less than or equal to 1000"),
+        ("priority: urgent", "keys.0.priority Input should be 'high', 'normal' or 'low'"),
+    ],
+)
+def test_a_keys_files_bad_share_ends_in_one_sentence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str, said: str
+):
+    keys = tmp_path / "keys.yaml"
+    keys.write_text(f"keys:\n  - {{id: team, key: {KEY}, {entry}}}\n")
+    keys.chmod(0o600)
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("nodes:\n  - {name: far-01, host: 192.0.2.1}\n")
+    script = tmp_path / "script.yaml"
+    script.write_text(f"steps:\n  - gateway: {{name: front, keys_file: {keys}, fair: {{}}}}\n")
+    code = run_script(str(script), as_json=True, inventory=str(inventory), demo=False)
+    lines = [json.loads(text) for text in capsys.readouterr().out.splitlines() if text]
+    assert code == 2 and len(lines) == 1 and lines[0]["error"] == f"keys file {keys}: {said}"
+
+
+@pytest.mark.parametrize(
+    ("fair", "said"),
+    [
+        ("{queue: 0}", "fair.queue"),
+        ("{queue_timeout_s: -1}", "fair.queue_timeout_s"),
+        ("{waiting: 1.5}", "fair.waiting"),
+        ("{burst: 3}", "fair.burst"),
+        ("yes", "fair"),
+    ],
+)
+def test_a_bad_fair_is_refused_with_its_line(tmp_path, capsys, fair: str, said: str):
+    error = _refusal(tmp_path, capsys, f"gateway: {{name: front, fair: {fair}}}")
+    assert "line 2: step 'gateway': " + said in error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from llmgw_core.gateway.spec import (
     load_split,
     plain_line,
     processed_requests,
+    queued_requests,
     served_text,
     shard_args,
     unchecked_workers,
@@ -232,3 +234,37 @@ def test_a_keyed_replica_behind_a_gateway_that_runs_open_is_said_so():
     assert gateway_key_warning({**adopted, "keys_file": "/k.yaml"}, "CHAT_KEY") is None
     assert gateway_key_warning({**adopted, "adopted": False}, "CHAT_KEY") is None  # started keyed
     assert gateway_key_warning(adopted, None) is None  # an open replica behind an open gateway
+
+
+def test_fair_shares_reach_the_fronts_configuration_with_each_keys_weight_and_priority():
+    from llmgw_core.gateway.keys import ClientKey, front_config
+
+    args = GatewayArgs.model_validate({"name": "front", "fair": {"queue": 64}})
+    assert args.fair is not None and args.fair.reserve == 1 and args.fair.waiting == 1
+    keys = (
+        ClientKey(id="team-a", key="sk-team-a-0123456789"),
+        ClientKey(id="batch", key="sk-batch-0123456789", weight=0.5, priority="low"),
+    )
+    config = json.loads(front_config(keys, {}, {}, fair=args.fair.model_dump()))
+    assert config["fair"] == {"waiting": 1, "queue": 64, "queue_timeout_s": 30.0, "reserve": 1}
+    assert [{k: v for k, v in key.items() if k != "key"} for key in config["keys"]] == [
+        {"id": "team-a", "models": None},
+        {"id": "batch", "models": None, "weight": 0.5, "priority": "low"},
+    ]
+    # The front takes it as given.
+    from llmgw_agent.front.config import Config
+
+    assert Config(config).shares_of == {"team-a": (1.0, "normal"), "batch": (0.5, "low")}
+    record = {"shard_id": "g", "phase": "running", "spec": _shard(args)["spec"]}
+    (view,) = gateway_views({"cpu-01": [record]})
+    assert view.fair and view.as_dict()["fair"] is True
+
+
+def test_the_requests_waiting_at_a_fair_front_are_read_per_model():
+    text = (
+        "# TYPE llmgw_gateway_queued gauge\n"
+        'llmgw_gateway_queued{model="m"} 7\n'
+        'llmgw_gateway_queued{model="odd \\"name\\""} 2\n'
+        'llmgw_gateway_queued_total{model="m"} 99\n'
+    )
+    assert queued_requests(text) == {"m": 7.0, 'odd "name"': 2.0}

@@ -4,13 +4,14 @@ Each request that showed a key of the gateway gets a line when it ends:
 
     {"at": 1796000000.1, "id": "…", "key": "team-a", "model": "sql", "worker": "https://…",
      "status": 200, "prompt_tokens": 9, "completion_tokens": 2, "ttft_s": 0.041,
-     "duration_s": 0.310}
+     "duration_s": 0.310, "queued_s": null}
 
 `at` is when it came (seconds since the epoch), `worker` the engine it went
 to (null when the front answered itself: a limit, a model the key may not
-use), the tokens the engine's `usage` said (null where it said none), and
-`ttft_s` the time to the answer's first byte of body. Never a prompt, an
-answer or a key. Requests without a key of the gateway are counted in the
+use), the tokens the engine's `usage` said (null where it said none),
+`ttft_s` the time to the answer's first byte of body, and `queued_s` the
+time it waited at the front for its turn (`fair.py`; null without fair
+shares). Never a prompt, an answer or a key. Requests without a key of the gateway are counted in the
 metrics, not logged: a flood of them must not push the keyed lines out.
 
 The log is `access.log` in the folder kept under the gateway's name in the
@@ -64,6 +65,7 @@ class Exchange:
         self.status = 0
         self.tokens: Optional[Tuple[int, int]] = None
         self.first_at: Optional[float] = None
+        self.queued_s: Optional[float] = None
 
     def line(self) -> Dict[str, Any]:
         now = time.monotonic()
@@ -78,6 +80,7 @@ class Exchange:
             "completion_tokens": self.tokens[1] if self.tokens else None,
             "ttft_s": round(self.first_at - self.started, 4) if self.first_at else None,
             "duration_s": round(now - self.started, 4),
+            "queued_s": round(self.queued_s, 4) if self.queued_s is not None else None,
         }
 
 

@@ -150,6 +150,11 @@ def over_limit(refused: Refused) -> Tuple[int, bytes]:
     return error_body(429, refused.message, refused.kind, refused.kind)
 
 
+def overloaded(message: str) -> Tuple[int, bytes]:
+    """503, as OpenAI answers when its engines are overloaded."""
+    return error_body(503, message, "server_error", "overloaded")
+
+
 def no_model(model: str) -> Tuple[int, bytes]:
     return error_body(
         404,

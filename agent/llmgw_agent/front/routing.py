@@ -52,6 +52,8 @@ BALANCE_REL = 1.5
 AFFINITY_BYTES = 256
 """How much of a prompt's opening decides its cache-aware worker."""
 MAX_IDLE_PER_WORKER = 64
+METRICS_BYTES = 4 * 1024 * 1024
+"""The most of an engine's `/metrics` the front reads for its gauges."""
 
 
 class Worker:
@@ -95,6 +97,12 @@ class Worker:
         self.processed = 0
         self.failures = 0
         self.idle = []  # type: List[Tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+        self.running = None  # type: Optional[float]
+        self.waiting = None  # type: Optional[float]
+        """What its engine's own gauges said last (`fair.py`; None: not read, or not said)."""
+        self.capacity = None  # type: Optional[int]
+        """The requests its engine runs at once, learnt when it queued (None: not yet)."""
+        self.probed_at = 0.0
 
     async def open(self) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to the engine: a kept one, else a new one (its handshake verified).
@@ -165,6 +173,7 @@ class Worker:
             "processed": self.processed,
             "failures": self.failures,
             "pinned": self.cert is not None,
+            "capacity": self.capacity,
         }
 
 
@@ -333,6 +342,25 @@ class Pool:
                 "Worker {} is out of rotation: /health answered {}".format(worker.url, status)
             )
 
+    async def read_loads(self, said) -> None:
+        """Read every healthy worker's `/metrics` once, together, and hand each engine's
+        running and waiting requests to `said(worker, running, waiting, now)`; a worker whose
+        read fails, or whose engine publishes neither gauge, is passed over."""
+        from llmgw_agent.front.fair import gauges
+
+        workers = [w for w in self.workers.values() if w.healthy]
+        texts = await asyncio.gather(
+            *(asyncio.wait_for(_metrics_text(w), HEALTH_TIMEOUT_S) for w in workers),
+            return_exceptions=True,
+        )
+        now = time.monotonic()
+        for worker, text in zip(workers, texts):
+            if not isinstance(text, str) or self.workers.get(worker.url) is not worker:
+                continue
+            running, waiting = gauges(text)
+            if running is not None and waiting is not None:
+                said(worker, running, waiting, now)
+
     async def watch(self) -> None:
         """Check every worker's health every `HEALTH_INTERVAL_S`, forever."""
         while True:
@@ -416,6 +444,53 @@ async def _health_status(worker: Worker, path: str) -> int:
     if len(parts) < 2 or not parts[1].isdigit():
         raise ConnectionError("the worker's answer is not HTTP")
     return int(parts[1])
+
+
+async def _metrics_text(worker: Worker) -> str:
+    """The worker's `/metrics` (at most `METRICS_BYTES`), on a connection of its own."""
+    reader, writer = await asyncio.open_connection(
+        worker.host,
+        worker.port,
+        ssl=worker.context,
+        server_hostname=ENGINE_NAME if worker.context else None,
+    )
+    try:
+        writer.write(
+            "GET /metrics HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\n\r\n".format(
+                worker.host, worker.port
+            ).encode()
+        )
+        await writer.drain()
+        answer = await reader.read(METRICS_BYTES)
+        while not reader.at_eof() and len(answer) < METRICS_BYTES:
+            more = await reader.read(METRICS_BYTES - len(answer))
+            if not more:
+                break
+            answer += more
+    finally:
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.") or head[9:12] != b"200":
+        raise ConnectionError("the worker's /metrics did not answer 200")
+    if b"transfer-encoding: chunked" in head.lower():
+        body = _unchunked(body)
+    return body.decode("utf-8", "replace")
+
+
+def _unchunked(body: bytes) -> bytes:
+    """A chunked body's data (what arrived of it)."""
+    out, rest = [], body
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        try:
+            size = int(size_line.split(b";")[0], 16)
+        except ValueError:
+            break
+        if size == 0:
+            break
+        out.append(rest[:size])
+        rest = rest[size + 2 :]
+    return b"".join(out)
 
 
 def _stdout_line(text: str) -> None:

@@ -76,7 +76,9 @@ from llmgw_agent.front.counters import (
     no_key,
     no_model,
     over_limit,
+    overloaded,
 )
+from llmgw_agent.front.fair import BYTES_PER_TOKEN, LOAD_INTERVAL_S, Shares
 from llmgw_agent.front.http import (
     REASONS,
     Refusal,
@@ -124,6 +126,9 @@ class Front:
         self.counters = Counters()
         self.quotas = config.quotas
         self.access = AccessLog(None)  # `_serve` gives it the front's folder
+        self.shares = (
+            Shares(config.fair, config.shares_of, pool) if config.fair is not None else None
+        )
 
     async def served_models(self) -> List[str]:
         """The models the workers serve."""
@@ -141,6 +146,7 @@ class Front:
                 self.counters.text()
                 + self.counters.budgets_text(self.quotas.budgets())
                 + self.pool.metrics_text()
+                + (self.shares.metrics_text() if self.shares is not None else "")
             )
             return 200, "text/plain; version=0.0.4", text.encode()
         if method == "GET" and route == "/usage":
@@ -288,8 +294,22 @@ class Front:
             retry = ("Retry-After", str(refused.retry_after_s))
             await _say(writer, exchange, *over_limit(refused), close=close, more=(retry,))
             return not close
+        shares, base, estimate = self.shares, self.pool.base_of(model) or "", 0
+        if shares is not None and method == "POST":
+            estimate = len(body) // BYTES_PER_TOKEN
+            queued_at = time.monotonic()
+            held = await shares.take(key_id, base, estimate)
+            exchange.queued_s = time.monotonic() - queued_at
+            if held is not None:
+                self.quotas.finished(key_id, 0)
+                self.counters.refused(key_id, held.limit)
+                retry = ("Retry-After", str(held.retry_after_s))
+                await _say(writer, exchange, *overloaded(held.message), close=close, more=(retry,))
+                return not close
+        else:
+            shares = None
         usage = StreamUsage(strip=False)
-        if method == "POST" and self.quotas.counts_tokens(key_id):
+        if method == "POST" and (shares is not None or self.quotas.counts_tokens(key_id)):
             body, asked = ask_for_usage(body)
             usage.strip = asked
         try:
@@ -312,6 +332,8 @@ class Front:
             if tokens is not None:
                 self.counters.used(key_id, model, *tokens)
             self.quotas.finished(key_id, sum(tokens) if tokens is not None else 0)
+            if shares is not None:
+                shares.done(key_id, base, estimate, tokens)
 
     async def _refuse(
         self,
@@ -539,6 +561,15 @@ async def _serve(args: argparse.Namespace, config: Config) -> None:
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped)
 
+    async def read_loads() -> None:
+        shares = front.shares
+        if shares is None:
+            return
+        while True:
+            await asyncio.sleep(LOAD_INTERVAL_S)
+            await pool.read_loads(shares.engine_said)
+            shares.pump()
+
     sys.stdout.write(
         "llmgw front on {}:{} ({}, {} client key(s), policy {}), control on {}\n".format(
             host,
@@ -557,6 +588,7 @@ async def _serve(args: argparse.Namespace, config: Config) -> None:
                 control.serve_forever(),
                 pool.watch(),
                 keep_budgets(),
+                read_loads(),
             )
     finally:
         listener.close()
