@@ -8,6 +8,9 @@
         host: gpu-a-01.internal          # or an alias from ~/.ssh/config
         fabrics: [{name: ib-a, hcas: [mlx5_0, mlx5_1], rate_gbps: 400}]
     known_hosts: ~/.ssh/known_hosts
+    clusters:                            # scheduled clusters: their nodes come from the scheduler
+      - name: hpc-a
+        slurm: {login: hpc-login, partition: gpu, account: ml, time_limit: "1-00:00:00"}
 
 Everything is validated before a single connection is opened, and every
 mistake is reported as one sentence naming the line it is on. Fabrics are
@@ -34,6 +37,12 @@ from pydantic import (
 )
 
 from llmgw_core.errors import BadInput
+from llmgw_core.slurm.options import (
+    check_constraint,
+    check_gres_name,
+    check_slurm_name,
+    check_time_limit,
+)
 from llmgw_core.written_numbers import MAX_RATE_GBPS, Amount, Count
 from llmgw_core.yaml_text import line_of, load_checked, read_text_file
 
@@ -198,6 +207,44 @@ class NodeSpec(_Strict):
     work_dir: str | None = None
 
 
+SlurmName = Annotated[str, AfterValidator(check_slurm_name)]
+TimeLimitText = Annotated[str, AfterValidator(check_time_limit)]
+
+
+class SlurmSettings(_Strict):
+    """How llmgw reaches a Slurm cluster and what every job it submits there carries
+    (`sbatch --partition/--account/--qos/--constraint/--reservation/--time`).
+
+    The nodes, their cards and states are not written here: they come from the
+    scheduler (see docs/slurm.md).
+    """
+
+    login: HostText = Field(min_length=1)
+    """The login node: a host name, an address or an ~/.ssh/config alias (ProxyJump allowed)."""
+    partition: SlurmName = Field(min_length=1)
+    account: SlurmName | None = None
+    qos: SlurmName | None = None
+    constraint: Annotated[str, AfterValidator(check_constraint)] | None = None
+    reservation: SlurmName | None = None
+    time_limit: TimeLimitText | None = None
+    """As Slurm writes it: `MINUTES`, `HH:MM:SS`, `D-HH:MM:SS` or `UNLIMITED`."""
+    gres_name: Annotated[str, AfterValidator(check_gres_name)] = "gpu"
+    """What the site calls its cards in GRES (`--gres=gpu:h100:8`)."""
+
+
+class InventoryCluster(_Strict):
+    """A scheduled cluster: one entry for all its nodes, reached through its scheduler."""
+
+    name: str
+    slurm: SlurmSettings
+    labels: dict[LabelText, LabelText] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_token(cls, name: str) -> str:
+        return InventoryNode._name_is_a_token(name)
+
+
 class SshLimits(_Strict):
     """How hard the console presses on sshd's and bastions (`ssh:`; see docs/scale.md).
 
@@ -224,7 +271,9 @@ class Inventory(_Strict):
     """The whole inventory file."""
 
     defaults: Defaults = Field(default_factory=Defaults)
-    nodes: tuple[InventoryNode, ...] = Field(min_length=1)
+    nodes: tuple[InventoryNode, ...] = ()
+    """SSH nodes; at least one node or one cluster (checked in `parse_inventory`, with its line)."""
+    clusters: tuple[InventoryCluster, ...] = ()
     known_hosts: PathText = DEFAULT_KNOWN_HOSTS
     ssh: SshLimits = Field(default_factory=SshLimits)
 
@@ -243,6 +292,20 @@ class Inventory(_Strict):
                 return spec
         names = ", ".join(node.name for node in self.nodes)
         raise BadInput(f"no node is named {name!r} in the inventory", f"its nodes are {names}")
+
+    def cluster(self, name: str) -> InventoryCluster:
+        """One scheduled cluster by name.
+
+        Raises:
+            BadInput: when no cluster has that name.
+        """
+        for cluster in self.clusters:
+            if cluster.name == name:
+                return cluster
+        names = ", ".join(cluster.name for cluster in self.clusters) or "none"
+        raise BadInput(
+            f"no cluster is named {name!r} in the inventory", f"its clusters are {names}"
+        )
 
     def known_hosts_path(self) -> Path:
         """The known_hosts file host keys are checked against."""
@@ -303,10 +366,12 @@ def parse_inventory(
         BadInput: naming the line and what is wrong with it.
     """
     root, raw = _compose(text, source)
+    _time_limits_as_written(root, raw)
     try:
         inventory = Inventory.model_validate(raw)
     except ValidationError as exc:
         raise BadInput(_first_problem(exc, root, source)) from None
+    _refuse_an_empty_fleet(inventory, root, raw, source)
     _refuse_duplicate_names(inventory, root, source)
     inventory = _with_local_paths(inventory, folder or Path.cwd())
     _check_identity_files(inventory, root, source)
@@ -381,16 +446,57 @@ def _describe(loc: tuple[Any, ...]) -> str:
     return f"`{text}`"
 
 
+def _time_limits_as_written(root: yaml.MappingNode, raw: dict[str, Any]) -> None:
+    """A cluster's `time_limit` as the operator wrote it: YAML 1.1 reads an unquoted
+    `2:00:00` as the number 7200 (base 60), which would then pass as 7200 minutes."""
+    clusters = raw.get("clusters")
+    if not isinstance(clusters, list):
+        return
+    for index, cluster in enumerate(clusters):
+        slurm = cluster.get("slurm") if isinstance(cluster, dict) else None
+        if not isinstance(slurm, dict) or not isinstance(slurm.get("time_limit"), int):
+            continue
+        # One step past the key: `_node_at` stops at the last key's own node, not its value.
+        written = _node_at(root, ("clusters", index, "slurm", "time_limit", "its value"))
+        if isinstance(written, yaml.ScalarNode) and not isinstance(slurm["time_limit"], bool):
+            slurm["time_limit"] = written.value
+
+
+def _refuse_an_empty_fleet(
+    inventory: Inventory, root: yaml.MappingNode, raw: dict[str, Any], source: str
+) -> None:
+    if inventory.nodes or inventory.clusters:
+        return
+    if "nodes" in raw:
+        line = _line(_node_at(root, ("nodes",)))
+        raise BadInput(
+            f"{source}: line {line}: `nodes`: list should have at least 1 item",
+            "list a node, or a Slurm cluster under `clusters:`",
+        )
+    raise BadInput(
+        f"{source}: line {_line(root)}: `nodes` is required",
+        "list the nodes, or a Slurm cluster under `clusters:` (see docs/inventory.md)",
+    )
+
+
 def _refuse_duplicate_names(inventory: Inventory, root: yaml.MappingNode, source: str) -> None:
-    seen: set[str] = set()
-    for index, node in enumerate(inventory.nodes):
-        if node.name in seen:
-            line = _line(_node_at(root, ("nodes", index, "name")))
-            raise BadInput(
-                f"{source}: line {line}: two nodes are named {node.name!r}",
-                "give every node its own name",
-            )
-        seen.add(node.name)
+    """Nodes and clusters share one namespace: the fleet shows them side by side."""
+    seen: dict[str, str] = {}
+    entries = [("nodes", index, node.name) for index, node in enumerate(inventory.nodes)]
+    entries += [
+        ("clusters", index, cluster.name) for index, cluster in enumerate(inventory.clusters)
+    ]
+    for kind, index, name in entries:
+        if name in seen:
+            line = _line(_node_at(root, (kind, index, "name")))
+            if seen[name] == kind == "nodes":
+                what, fix = "two nodes are named", "give every node its own name"
+            elif seen[name] == kind:
+                what, fix = "two clusters are named", "give every cluster its own name"
+            else:
+                what, fix = "a node and a cluster are both named", "give each its own name"
+            raise BadInput(f"{source}: line {line}: {what} {name!r}", fix)
+        seen[name] = kind
 
 
 def _local_path(path: str, folder: Path) -> str:

@@ -348,6 +348,33 @@ def inventory_cases() -> Iterator[Case]:
             f"nodes:\n  - {{name: a, host: h, model_dirs: [{quoted}]}}\n",
             "model_dirs",
         )
+    # A Slurm cluster's entry (docs/slurm.md): each option one sentence naming its key.
+    cluster = "clusters:\n  - {{name: hpc, slurm: {{login: hpc-login, partition: gpu, {}}}}}\n"
+    inventories["slurm-no-partition"] = (
+        "clusters:\n  - {name: hpc, slurm: {login: hpc-login}}\n",
+        "partition` is required",
+    )
+    inventories["slurm-unknown-option"] = (cluster.format("qso: normal"), "unknown key 'qso'")
+    inventories["slurm-time-limit-hours"] = (cluster.format("time_limit: 2h"), "time_limit")
+    inventories["slurm-time-limit-zero"] = (cluster.format("time_limit: 0"), "time_limit")
+    inventories["slurm-constraint-open"] = (
+        cluster.format("constraint: '[h100|a100'"),
+        "constraint",
+    )
+    inventories["slurm-gres-name-dash"] = (cluster.format("gres_name: -gpu"), "gres_name")
+    inventories["slurm-cluster-named-as-node"] = (
+        f"nodes: [{node}]\nclusters:\n  - {{name: a, slurm: {{login: l, partition: p}}}}\n",
+        "a node and a cluster are both named 'a'",
+    )
+    for name in ("semicolon", "subshell", "dash-option", "newline", "pipe", "ampersand"):
+        quoted = json.dumps(INJECTIONS[name])
+        for key in ("login", "partition", "account", "qos", "reservation", "constraint"):
+            options = {"login": "hpc-login", "partition": "gpu", key: quoted}
+            body = ", ".join(f"{option}: {value}" for option, value in options.items())
+            inventories[f"slurm-{key}-{name}"] = (
+                f"clusters:\n  - {{name: hpc, slurm: {{{body}}}}}\n",
+                key,
+            )
     script = b"steps:\n  - nodes: {}\n"
     for name, (text, fragment) in inventories.items():
         body = text if isinstance(text, bytes) else text.encode()
