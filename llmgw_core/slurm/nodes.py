@@ -25,6 +25,7 @@ from llmgw_core.errors import shown_value
 from llmgw_core.slurm.gres import GresCount, cards, read_gres, read_tres, tres_cards
 from llmgw_core.slurm.text import (
     SlurmOutputUnreadable,
+    checked_text,
     count_text,
     first_values,
     json_document,
@@ -167,6 +168,7 @@ def read_nodes_json(
     Raises:
         SlurmOutputUnreadable: one sentence naming the node and the field.
     """
+    text = checked_text(text, source)
     try:
         listed = json_document(text, source, "nodes")
     except SlurmOutputUnreadable as refusal:

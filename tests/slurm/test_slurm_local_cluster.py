@@ -63,7 +63,9 @@ def test_a_job_over_two_nodes_holds_eight_cards_on_each(slurm: SlurmCluster, tmp
 
 
 @pytest.mark.skipif(bool(slurm_missing()), reason=slurm_missing() or "-")
-def test_stopping_a_cluster_with_a_running_job_leaves_no_process(tmp_path: Path):
+def test_a_cluster_whose_controller_died_under_a_running_job_still_leaves_no_process(
+    tmp_path: Path,
+):
     cluster = start_cluster(tmp_path / "c")
     try:
         submit(cluster, tmp_path, "--gres=gpu:a100:1", script="sleep 300")
@@ -72,6 +74,10 @@ def test_stopping_a_cluster_with_a_running_job_leaves_no_process(tmp_path: Path)
         )
         daemons = [process.pid for process in cluster.processes]
         assert len(daemons) == 1 + 1 + 4  # munged, slurmctld, a slurmd per node
+        # slurmscriptd, then the job's slurmstepd, its script and the script's sleep.
+        cluster.wait_for("the job's processes", lambda: len(cluster.stray_pids()) >= 4)
+        cluster.processes[1].kill()  # no controller: the job cannot be cancelled, only ended
+        cluster.processes[1].wait()
     finally:
         cluster.stop()
     assert cluster.stray_pids() == []

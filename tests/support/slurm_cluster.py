@@ -194,7 +194,7 @@ class SlurmCluster:
 
     def stop(self) -> None:
         """End every daemon and every process of this cluster's jobs; leave nothing running."""
-        if self.processes and self.processes[0].poll() is None:
+        if self.processes and all(process.poll() is None for process in self.processes):
             # The daemons go next whatever the queue still holds.
             with suppress(TimeoutError, subprocess.SubprocessError, OSError):
                 self.cancel_all(timeout_s=10)
@@ -207,13 +207,19 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=5)
+        # A job's slurmstepd, its script and their children outlive the daemons when a
+        # cancel did not finish first (seen: slurmstepd, slurm_script and sleep left running).
         for pid in self.stray_pids():
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while self.stray_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def stray_pids(self) -> list[int]:
         """Processes other than the daemons that carry this cluster's SLURM_CONF (its jobs'
-        steps and scripts): started by this cluster, so ending them ends nobody else's."""
+        steps and scripts, slurmctld's slurmscriptd): started by this cluster, so ending them
+        ends nobody else's. A zombie's environment reads empty, so it is never counted."""
         marker = f"SLURM_CONF={self.conf}".encode()
         ours = {process.pid for process in self.processes}
         found = []

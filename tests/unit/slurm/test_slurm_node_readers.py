@@ -272,3 +272,21 @@ def test_a_login_that_is_not_slurm_or_too_old_is_one_sentence(printed, said):
     with pytest.raises(SlurmOutputUnreadable) as caught:
         read_version(printed)
     assert said in caught.value.sentence()
+
+
+@pytest.mark.parametrize("given", [None, 7, b"\xff\xfe", ["nodes"]])
+def test_output_that_is_not_text_is_one_sentence_for_every_reader(given):
+    from llmgw_core.slurm.jobs import read_jobs_json, read_jobs_oneline, read_submitted
+
+    readers = (
+        read_nodes_json,
+        read_nodes_oneline,
+        read_jobs_json,
+        read_jobs_oneline,
+        read_submitted,
+        read_version,
+    )
+    for reader in readers:
+        with pytest.raises(SlurmOutputUnreadable) as caught:
+            reader(given)
+        assert "UTF-8" in caught.value.sentence() or "not text" in caught.value.sentence()
