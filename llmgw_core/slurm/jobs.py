@@ -73,8 +73,8 @@ class SlurmJob(BaseModel):
         batch_host: the node its batch script runs on.
         gpus_per_node: what it asks of each node (`--gres=gpu:h100:8`), None when no cards.
         card_indices: per node, the indices of the cards Slurm gave it (from `-d` detail or
-            `gres_detail`; empty when the output does not name them).
-        gpus_allocated: the cards it holds in all, where the output says.
+            `gres_detail`; empty when the output does not name them, and once it finished).
+        gpus_allocated: the cards it holds in all, where the output says (0 once finished).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -151,9 +151,10 @@ def _indices_by_node(
 ) -> dict[str, tuple[int, ...]]:
     found: dict[str, tuple[int, ...]] = {}
     for hosts, gres in groups:
-        indices = tuple(
-            index for entry in cards(read_gres(gres, what), gres_name) for index in entry.indices
-        )
+        held = cards(read_gres(gres, what), gres_name)
+        if not held:
+            continue  # a node of the job that holds none of the cards (or no longer does)
+        indices = tuple(index for entry in held for index in entry.indices)
         for host in expand_hostlist(hosts, f"{what}'s Nodes"):
             found[host] = indices
     return found
@@ -213,8 +214,8 @@ def read_jobs_oneline(
                 gpus_per_node=requested_per_node(
                     fields.get("TresPerNode", ""), gres_name, f"{where}'s TresPerNode"
                 ),
-                card_indices=indices,
-                gpus_allocated=_allocated(indices, tres, nodes, gres_name, where),
+                card_indices={} if state in FINISHED else indices,
+                gpus_allocated=_allocated(state, indices, tres, nodes, gres_name, where),
             )
         )
     return jobs
@@ -226,12 +227,16 @@ def _node_count(text: str, what: str) -> int | None:
 
 
 def _allocated(
+    state: str,
     indices: dict[str, tuple[int, ...]],
     tres: dict[str, str],
     nodes: tuple[str, ...],
     gres_name: str,
     what: str,
 ) -> int | None:
+    """The cards a job holds: none once it has finished (Slurm still names its nodes)."""
+    if state in FINISHED:
+        return 0
     if indices:
         return sum(len(found) for found in indices.values())
     counted = tres_cards(tres, gres_name, what)
@@ -294,8 +299,8 @@ def read_jobs_json(
                     gres_name,
                     f"{where}'s tres_per_node",
                 ),
-                card_indices=indices,
-                gpus_allocated=_allocated(indices, tres, nodes, gres_name, where),
+                card_indices={} if state in FINISHED else indices,
+                gpus_allocated=_allocated(state, indices, tres, nodes, gres_name, where),
             )
         )
     return jobs

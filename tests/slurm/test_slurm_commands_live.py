@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 from slurm_cluster import SlurmCluster
 
 from llmgw_core.slurm.commands import (
@@ -23,6 +24,8 @@ from llmgw_core.slurm.commands import (
 from llmgw_core.slurm.jobs import read_jobs_json, read_jobs_oneline, read_submitted
 from llmgw_core.slurm.nodes import read_nodes_json
 from llmgw_core.slurm.version import read_version
+
+pytestmark = pytest.mark.slow  # real daemons: a few seconds a test
 
 SCRIPT = """#!/bin/sh
 echo "gpus=$SLURM_JOB_GPUS visible=$CUDA_VISIBLE_DEVICES node=$SLURMD_NODENAME args=$*"

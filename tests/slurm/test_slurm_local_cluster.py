@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from slurm_cluster import SlurmCluster, slurm_missing, start_cluster
 
+pytestmark = pytest.mark.slow  # real daemons: a few seconds a test
+
 
 def submit(slurm: SlurmCluster, folder: Path, *options: str, script: str = "sleep 30") -> str:
     """Submit a batch job whose script is `script`; return its id."""

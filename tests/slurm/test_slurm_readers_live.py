@@ -24,6 +24,8 @@ from llmgw_core.slurm.nodes import SlurmNode, read_nodes_json, read_nodes_onelin
 from llmgw_core.slurm.text import SlurmOutputUnreadable
 from llmgw_core.slurm.version import read_version
 
+pytestmark = pytest.mark.slow  # real daemons: a few seconds a test
+
 
 @pytest.fixture(scope="module")
 def scene(
@@ -73,8 +75,12 @@ def nodes_by_name(nodes: list[SlurmNode]) -> dict[str, SlurmNode]:
     return {node.name: node for node in nodes}
 
 
+SCENE_JOBS = ("all-h100", "a100-two", "behind", "behind-that", "on-drained")
+
+
 def jobs_by_name(jobs: list[SlurmJob]) -> dict[str, SlurmJob]:
-    return {job.name: job for job in jobs}
+    """The scene's jobs (an earlier test's finished ones may still be listed)."""
+    return {job.name: job for job in jobs if job.name in SCENE_JOBS}
 
 
 def test_the_node_list_says_which_cards_are_taken_and_which_node_is_drained(scene):

@@ -166,3 +166,14 @@ def test_the_reason_s_code_and_its_detail_are_read_apart_and_underscored_names_k
     (job,) = read_jobs_oneline(line)
     assert job.reason == "ReqNodeNotAvail"
     assert job.reason_detail == "ReqNodeNotAvail, UnavailableNodes:gpu_01"
+
+
+def test_a_finished_job_holds_no_cards_whichever_format_still_names_its_nodes():
+    line = RUNNING_2311.replace("JobState=RUNNING", "JobState=CANCELLED")
+    (job,) = read_jobs_oneline(line)
+    assert job.finished and job.nodes == ("h100-11", "h100-12")
+    assert job.card_indices == {} and job.gpus_allocated == 0
+    (from_json,) = read_jobs_json(
+        _jobs({**JOB_2402, "job_state": ["CANCELLED"], "gres_detail": []})
+    )
+    assert from_json.card_indices == {} and from_json.gpus_allocated == 0
