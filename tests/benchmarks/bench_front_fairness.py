@@ -1,24 +1,29 @@
 """Benchmark: a light key beside a key flooding at ten times its rate, with and without fair
 shares at the gateway's front.
 
-Run: `.venv/bin/python tests/benchmarks/bench_front_fairness.py`. Prints figures; asserts
-nothing.
+Run: `.venv/bin/python tests/benchmarks/bench_front_fairness.py [SEQS TOKEN_S LIGHT_RATE]`
+(default 256 1.5 4.8). Prints figures; asserts nothing.
 
 One real front (`llmgw front`) before the sim engine standing in for vLLM
-(`--max-num-seqs SEQS`, `TOKEN_S` a token, seven tokens an answer: about
-`SEQS / (7 × TOKEN_S)` requests a second at most). The light key streams
-`LIGHT_RATE` chat completions a second and times each one's first token; the
-flooding key sends ten times as many, whole, more than the engine can answer.
-Both arrive at a fixed pace whatever the answers do (an open loop, as
-independent clients do). Three runs of `SECONDS` each, after `WARM_S` not
+(`--max-num-seqs SEQS`, vLLM's default, `TOKEN_S` a token). The light key
+streams `LIGHT_RATE` chat completions a second, seven tokens each, and times
+each one's first token; the flooding key sends ten times as many, whole, of
+1 to 7 tokens (drawn, the same each run: lengths that differ end at
+different times, as an engine's requests do), more than the engine can
+answer. Both arrive at a fixed pace whatever the answers do (an open loop,
+as independent clients do). The time scale is slow (1.5 s a token by
+default) so that a two-core machine can drive 256 sequences without being
+the bottleneck itself. Three runs of `SECONDS` each, after `WARM_S` not
 counted:
 
 1. the light key alone;
 2. both, the front sending requests as they come (no `fair`);
 3. both, the front keeping fair shares (`fair: {}`, its defaults).
 
-For each: the light key's p50 and p99 time to first token, and the tokens a
-second both keys were answered (the engine's throughput).
+For each: the light key's p50 and p99 time to first token, the tokens a
+second both keys were answered (the engine's throughput), the sequences the
+engine ran (its own gauge, sampled), the flood's requests refused, and the
+capacity the front learnt.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -40,12 +46,14 @@ from engine_process import serving
 from llmgw_agent.front.control import call
 
 AGENT = Path(__file__).resolve().parents[2] / "agent"
-SEQS = 8
-TOKEN_S = 0.04
-LIGHT_RATE = 4.0
+SEQS, TOKEN_S, LIGHT_RATE = (
+    (int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]))
+    if len(sys.argv) == 4
+    else (256, 1.5, 4.8)
+)
 FLOOD_RATE = 10 * LIGHT_RATE
 SECONDS = 20.0
-WARM_S = 6.0
+WARM_S = 16.0
 LIGHT, FLOOD = "sk-bench-light-0123456789", "sk-bench-flood-0123456789"
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -72,12 +80,16 @@ async def _light(http: httpx.AsyncClient, url: str, counted_from: float, out: di
                 tokens = chunk["usage"]["completion_tokens"]
     if started >= counted_from and first is not None:
         out["ttft"].append(first)
+
         out["tokens"].append((time.monotonic(), tokens))
 
 
-async def _flood(http: httpx.AsyncClient, url: str, counted_from: float, out: dict) -> None:
+async def _flood(
+    http: httpx.AsyncClient, url: str, counted_from: float, out: dict, tokens: int
+) -> None:
     started = time.monotonic()
-    answer = await http.post(url, json=BODY, headers={"Authorization": f"Bearer {FLOOD}"})
+    body = {**BODY, "max_tokens": tokens}
+    answer = await http.post(url, json=body, headers={"Authorization": f"Bearer {FLOOD}"})
     if answer.status_code != 200:
         out["flood_refused"] += 1
         return
@@ -85,13 +97,26 @@ async def _flood(http: httpx.AsyncClient, url: str, counted_from: float, out: di
         out["tokens"].append((time.monotonic(), answer.json()["usage"]["completion_tokens"]))
 
 
-async def _run(port: int, flood: bool) -> dict:
+async def _sample_engine(engine: str, counted_from: float, ends: float, out: dict) -> None:
+    """The engine's own count of sequences running, every 0.2 s of the counted window."""
+    from llmgw_agent.front.fair import gauges
+
+    async with httpx.AsyncClient(timeout=10) as http:
+        while time.monotonic() < ends:
+            if time.monotonic() >= counted_from:
+                running, _ = gauges((await http.get(engine + "/metrics")).text)
+                out["running"].append(running or 0.0)
+            await asyncio.sleep(0.2)
+
+
+async def _run(port: int, flood: bool, engine: str) -> dict:
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    out: dict = {"ttft": [], "tokens": [], "light_failed": 0, "flood_refused": 0}
+    out: dict = {"ttft": [], "tokens": [], "light_failed": 0, "flood_refused": 0, "running": []}
     start = time.monotonic()
     counted_from, ends = start + WARM_S, start + WARM_S + SECONDS
     limits = httpx.Limits(max_connections=2000, max_keepalive_connections=200)
-    tasks = []
+    tasks = [asyncio.ensure_future(_sample_engine(engine, counted_from, ends, out))]
+    lengths = random.Random(7)  # the flood's answers of 1 to 7 tokens, the same each run
     async with httpx.AsyncClient(timeout=300, limits=limits) as http:
         sent_light = sent_flood = 0
         while (now := time.monotonic()) < ends:
@@ -99,7 +124,8 @@ async def _run(port: int, flood: bool) -> dict:
                 tasks.append(asyncio.ensure_future(_light(http, url, counted_from, out)))
                 sent_light += 1
             while flood and sent_flood <= (now - start) * FLOOD_RATE:
-                tasks.append(asyncio.ensure_future(_flood(http, url, counted_from, out)))
+                tokens = lengths.randint(1, 7)
+                tasks.append(asyncio.ensure_future(_flood(http, url, counted_from, out, tokens)))
                 sent_flood += 1
             await asyncio.sleep(0.005)
         # What was sent in the window is answered; only what ended in it counts as throughput.
@@ -143,7 +169,7 @@ def main() -> None:
                 with front_process(front_folder, config) as (port, control):
                     call(control, "POST", "/workers", {"url": engine, "model_id": "m"})
                     time.sleep(2.5)  # the worker's first health check
-                    out = asyncio.run(_run(port, flood))
+                    out = asyncio.run(_run(port, flood, engine))
                     metrics = call(control, "GET", "/metrics")[1]
                 capacity = [
                     line.rsplit(" ", 1)[1]
@@ -158,15 +184,15 @@ def main() -> None:
         f"{SECONDS:g} s counted after {WARM_S:g} s"
     )
     print(
-        f"{'':30} {'light p50':>10} {'light p99':>10} {'tokens/s':>9} "
+        f"{'':30} {'light p50':>10} {'light p99':>10} {'tokens/s':>9} {'running':>8} "
         f"{'flood 503':>9} {'capacity':>9}"
     )
     for name, out, capacity in rows:
         ttft = out["ttft"]
         print(
             f"{name:30} {statistics.median(ttft) * 1000:8.1f}ms {_p(ttft, 0.99) * 1000:8.1f}ms "
-            f"{out['tokens_per_s']:9.1f} {out['flood_refused']:9d} "
-            f"{','.join(capacity) or '-':>9}"
+            f"{out['tokens_per_s']:9.1f} {statistics.mean(out['running']):8.1f} "
+            f"{out['flood_refused']:9d} {','.join(capacity) or '-':>9}"
         )
     alone, plain, fair_row = (row[1] for row in rows)
     print(

@@ -13,11 +13,11 @@ lets every request through as it comes, and this costs nothing.
 * **Held at the front, not in the engine.** Once every worker of a model has
   a capacity, the front keeps its own requests in flight to them within the
   sum; the rest wait here, where their order can still be chosen. `reserve`
-  sequences per worker are kept for keys with nothing in flight: a key that
-  has requests in flight is held at the capacity less the reserve while
-  another key has come in the last `RECENT_S`, so a light key's request
-  finds a free sequence at once instead of waiting for one to end (alone,
-  a key has the whole capacity).
+  sequences per worker are kept for the lighter keys: a key with requests in
+  flight is held at the capacity less the reserve while a key that came in
+  the last `RECENT_S` was served fewer virtual tokens than it in that time,
+  so a light key's request finds a free sequence at once instead of waiting
+  for one to end (alone, a key has the whole capacity).
 * **Order.** Priority class first (`high`, `normal`, `low`, strictly), then the
   key whose virtual token counter is least (VTC: Sheng et al., "Fairness in
   Serving Large Language Models", OSDI 2024). A key's counter grows by the
@@ -35,7 +35,7 @@ lets every request through as it comes, and this costs nothing.
 * **Capacity is learnt again.** An engine may batch more than it did when it
   first filled (shorter prompts leave more of its KV cache free): while
   requests wait here and an engine runs its whole capacity with nothing
-  queued, the capacity grows by an eighth every `PROBE_EVERY_S`; the next
+  queued, the capacity grows by a 64th every `PROBE_EVERY_S`; the next
   read on which the engine queues sets it back to what the engine ran (a
   capacity is first learnt on two reads in a row: one may catch a burst
   between two steps of the engine's scheduler).
@@ -50,10 +50,11 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections import deque
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Tuple
+    from typing import Deque, Dict, List, Optional, Tuple
 
 PRIORITIES = ("high", "normal", "low")
 PROMPT_WEIGHT = 1.0
@@ -61,6 +62,9 @@ COMPLETION_WEIGHT = 2.0
 BYTES_PER_TOKEN = 4
 LOAD_INTERVAL_S = 1.0
 PROBE_EVERY_S = 10.0
+PROBE_SHARE = 64
+"""A probe adds this share of the capacity (one at least): what overshoots it waits in the
+engine's queue, and every request waits here until that queue has drained."""
 RECENT_S = 10.0
 """How long after another key's last request a busy key is still kept off the reserve."""
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
@@ -139,6 +143,9 @@ class Shares:
         """Per model, and per key and model: requests in flight on a reserved sequence."""
         self.seen: Dict[str, float] = {}
         """When each key's last request came."""
+        self.charges: Dict[str, Deque[Tuple[float, float]]] = {}
+        self.recent_sum: Dict[str, float] = {}
+        """Each key's charges of the last `RECENT_S` (when, virtual tokens), and their sum."""
         self.in_flight: Dict[str, int] = {}
         """Each model's requests let through and not yet ended."""
         self.queue: List[Waiter] = []
@@ -156,12 +163,27 @@ class Shares:
         fewer requests waiting or in flight."""
         return self.rank.get(key, 1), self.counters.get(key, 0.0), self.active.get(key, 0)
 
+    def _recent(self, key: str, now: float) -> float:
+        """The virtual tokens `key` was charged in the last `RECENT_S`."""
+        charges = self.charges.get(key)
+        if not charges:
+            return 0.0
+        while charges and charges[0][0] <= now - RECENT_S:
+            self.recent_sum[key] -= charges.popleft()[1]
+        return self.recent_sum[key]
+
     def _kept_off_reserve(self, key: str) -> bool:
-        """Whether `key` has requests in flight while another key came lately."""
+        """Whether `key` has requests in flight while a key that came lately was served less
+        than it in the last `RECENT_S`: the reserve is that key's."""
         if not self.reserve or not self.running.get(key):
             return False
         now = time.monotonic()
-        return any(at > now - RECENT_S for k, at in self.seen.items() if k != key)
+        mine = self._recent(key, now)
+        return any(
+            self._recent(k, now) < mine
+            for k, at in self.seen.items()
+            if k != key and at > now - RECENT_S
+        )
 
     def _lift(self, key: str) -> None:
         """A key becoming active starts no lower than the least active counter."""
@@ -172,7 +194,10 @@ class Shares:
         self.counters[key] = max(mine, min(others)) if others else mine
 
     def _charge(self, key: str, tokens: float) -> None:
-        self.counters[key] = self.counters.get(key, 0.0) + tokens / self.weight.get(key, 1.0)
+        weighted = tokens / self.weight.get(key, 1.0)
+        self.counters[key] = self.counters.get(key, 0.0) + weighted
+        self.charges.setdefault(key, deque()).append((time.monotonic(), weighted))
+        self.recent_sum[key] = self.recent_sum.get(key, 0.0) + weighted
 
     # --- room ----------------------------------------------------------------
 
@@ -331,7 +356,7 @@ class Shares:
             and any(w.base == worker.model for w in self.queue)
             and now - worker.probed_at >= PROBE_EVERY_S
         ):
-            worker.capacity += max(1, worker.capacity // 8)
+            worker.capacity += max(1, worker.capacity // PROBE_SHARE)
             worker.probed_at = now
 
     # --- what it counted -------------------------------------------------------

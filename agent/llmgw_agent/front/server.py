@@ -95,7 +95,7 @@ from llmgw_agent.front.usage import StreamUsage, ask_for_usage, whole_usage
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Tuple
+    from typing import Callable, Dict, List, Optional, Tuple
 
 CONFIG_ENV = "LLMGW_FRONT_CONFIG"
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -312,6 +312,15 @@ class Front:
         if method == "POST" and (shares is not None or self.quotas.counts_tokens(key_id)):
             body, asked = ask_for_usage(body)
             usage.strip = asked
+        released = [False]
+
+        def engine_done() -> None:
+            # The engine's sequence is free once its answer is read: the next request waiting
+            # at the front goes now, not after this answer has reached its client.
+            if shares is not None and not released[0]:
+                released[0] = True
+                shares.done(key_id, base, estimate, usage.tokens)
+
         try:
             return await self._pass(
                 writer,
@@ -324,16 +333,16 @@ class Front:
                 close,
                 exchange,
                 usage,
+                engine_done,
             )
         finally:
+            engine_done()
             tokens = exchange.tokens = usage.tokens
             if exchange.first_at is None:
                 exchange.first_at = usage.first_at
             if tokens is not None:
                 self.counters.used(key_id, model, *tokens)
             self.quotas.finished(key_id, sum(tokens) if tokens is not None else 0)
-            if shares is not None:
-                shares.done(key_id, base, estimate, tokens)
 
     async def _refuse(
         self,
@@ -373,9 +382,11 @@ class Front:
         close: bool,
         exchange: Exchange,
         usage: StreamUsage,
+        engine_done: Callable[[], None],
     ) -> bool:
         """Send the request to a worker of its model and the answer back, as it comes (streams
-        included), its tokens read into `usage`. A worker that will not connect is out of
+        included), its tokens read into `usage`; `engine_done` is called as soon as the
+        engine's answer has been read whole. A worker that will not connect is out of
         rotation and the next one is tried; nothing was sent to it."""
         key_id = exchange.key
         tried = ()  # type: Tuple[str, ...]
@@ -434,11 +445,13 @@ class Front:
                 if whole is not None:
                     exchange.first_at = time.monotonic()
                     usage.tokens = whole_usage(whole)
+                    engine_done()
                     writer.write(status_head + whole)
                     await writer.drain()
                     reusable = b"connection: close" not in status_head.lower()
                 else:
                     reusable = await relay(status_head, up_reader, writer, method, usage)
+                    engine_done()
             finally:
                 worker.in_flight -= 1
             if reusable:
