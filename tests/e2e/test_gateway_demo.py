@@ -332,7 +332,7 @@ def test_a_keys_limits_answer_429_with_retry_after_and_its_budget_outlives_a_res
     keys.write_text(
         f"keys:\n  - {{id: fast, key: {fast}, limits: {{requests_per_s: 1}}}}\n"
         f"  - {{id: thrifty, key: {thrifty}, limits: {{budget_tokens: 60, budget_per: day}}}}\n"
-        f"  - {{id: metered, key: {metered}, limits: {{tokens_per_min: 100000}}}}\n"
+        f"  - {{id: metered, key: {metered}, limits: {{tokens_per_min: 100000}}, weight: 2}}\n"
     )
     keys.chmod(0o600)
     llama = "meta-llama/Llama-3.1-8B-Instruct"
@@ -392,13 +392,21 @@ def test_a_keys_limits_answer_429_with_retry_after_and_its_budget_outlives_a_res
         gateway = demo.loop.run(find_gateway(demo.fleet, "limits"))
         return demo.loop.run(front_call(demo.fleet, gateway, "GET", "/metrics"))
 
-    demo.step("gateway", name="limits", port=30650, keys_file=str(keys))
+    # With fair shares kept (the engines are never full here: nothing waits at the front).
+    started = demo.step("gateway", name="limits", port=30650, keys_file=str(keys), fair={})
+    assert started.result["fair"] is True
     reach = EngineReach(demo.fleet)
     try:
         status, counted = exchange(reach)
     finally:
         demo.loop.run(reach.close())
     assert status == 200
+    assert 'llmgw_gateway_fair_tokens{key="metered"}' in counted
+    assert f'llmgw_gateway_queued{{model="{llama}"}} 0' in counted
+    from llmgw_core.gateway.run import gateways_now, queued_at_fronts
+
+    fronts = demo.loop.run(gateways_now(demo.fleet))
+    assert demo.loop.run(queued_at_fronts(demo.fleet, fronts, {llama})) == 0
     for key in ("thrifty", "metered"):
         total = sum(
             float(line.rsplit(" ", 1)[1])
