@@ -48,7 +48,7 @@ class FairShares(BaseModel):
     """Fair shares between the client keys while the engines are saturated (the front's
     `fair.py` says how): an engine is full once it queues `waiting` requests; then at most
     `queue` requests wait at the front, each at most `queue_timeout_s`, and `reserve`
-    sequences per engine are kept for keys with nothing in flight."""
+    sequences per engine are kept for the keys served least lately."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 

@@ -48,7 +48,7 @@ def test_without_a_capacity_every_request_goes_at_once():
 def test_a_saturated_model_lets_the_least_served_key_through_first():
     async def run() -> None:
         shares = _shares(_pool(4), reserve=1)
-        shares.seen["light"] = time.monotonic()  # the light key came a moment ago
+        shares.seen[("light", "m")] = time.monotonic()  # the light key came a moment ago
         for _ in range(3):  # the flood takes the capacity less the reserve
             assert await shares.take("flood", "m", 100) is None
         held = asyncio.ensure_future(shares.take("flood", "m", 100))
@@ -100,7 +100,7 @@ def test_alone_a_busy_key_has_the_whole_capacity():
         shares = _shares(_pool(4), reserve=1)
         for _ in range(4):
             assert await shares.take("flood", "m", 1) is None
-        shares.seen["light"] = time.monotonic() - 11  # the light key came, but long ago
+        shares.seen[("light", "m")] = time.monotonic() - 11  # the light key came, but long ago
         assert shares.in_flight["m"] == 4
 
     asyncio.run(run())
@@ -223,3 +223,21 @@ def test_gauges_never_raises(text: str):
 def test_a_bad_fair_configuration_is_one_sentence(spec: dict, keys: dict, said: str):
     with pytest.raises(ValueError, match="^" + said.replace("(", r"\(")):
         Shares(spec, keys, None)
+
+
+def test_a_far_lower_reading_takes_two_reads_and_probes_double_while_they_are_taken():
+    pool = _pool(256)
+    (worker,) = pool.workers.values()
+    shares = _shares(pool)
+    shares.engine_said(worker, 20, 1, 0.0)  # long prompts over one step's budget, say
+    assert worker.capacity == 256
+    shares.engine_said(worker, 20, 1, 1.0)
+    assert worker.capacity == 20
+    shares.queue.append(type("W", (), {"base": "m", "key": "flood", "seq": 1})())
+    grown = [worker.capacity]
+    for step in range(1, 6):  # the engine runs all it is given and queues nothing
+        shares.engine_said(worker, worker.capacity, 0, 1.0 + step * PROBE_EVERY_S)
+        grown.append(worker.capacity)
+    assert grown == [20, 21, 22, 23, 25, 28]  # a 64th (one at least), then doubling to an 8th
+    shares.engine_said(worker, 27, 2, 60.0)  # the last probe queued: taken back at once
+    assert worker.capacity == 27 and worker.probe_share == 64

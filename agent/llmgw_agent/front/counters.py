@@ -81,7 +81,8 @@ class Counters:
                     "llmgw_gateway_limited_total",
                     "counter",
                     "Requests refused with 429 by a client key's limit (requests_per_s, "
-                    "concurrent, tokens_per_min, budget).",
+                    "concurrent, tokens_per_min, budget), or with 503 by a fair front's queue "
+                    "(queue_full, queue_timeout).",
                     ("key", "limit"),
                     self.limited,
                 ),

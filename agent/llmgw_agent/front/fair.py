@@ -14,8 +14,9 @@ lets every request through as it comes, and this costs nothing.
   a capacity, the front keeps its own requests in flight to them within the
   sum; the rest wait here, where their order can still be chosen. `reserve`
   sequences per worker are kept for the lighter keys: a key with requests in
-  flight is held at the capacity less the reserve while a key that came in
-  the last `RECENT_S` was served fewer virtual tokens than it in that time,
+  flight is held at the capacity less the reserve while a key that came for
+  the same model in the last `RECENT_S` was served fewer virtual tokens than
+  it in that time,
   so a light key's request finds a free sequence at once instead of waiting
   for one to end (alone, a key has the whole capacity).
 * **Order.** Priority class first (`high`, `normal`, `low`, strictly), then the
@@ -35,10 +36,12 @@ lets every request through as it comes, and this costs nothing.
 * **Capacity is learnt again.** An engine may batch more than it did when it
   first filled (shorter prompts leave more of its KV cache free): while
   requests wait here and an engine runs its whole capacity with nothing
-  queued, the capacity grows by a 64th every `PROBE_EVERY_S`; the next
-  read on which the engine queues sets it back to what the engine ran (a
-  capacity is first learnt on two reads in a row: one may catch a burst
-  between two steps of the engine's scheduler).
+  queued, the capacity grows every `PROBE_EVERY_S`, by a 64th, then by
+  twice as much each time the engine took the last probe without queueing
+  (up to an eighth). A read on which the engine queues while running what a
+  probe gave it sets the capacity back at once; any other change takes two
+  reads in a row (one may catch a burst between two steps of the engine's
+  scheduler, or long prompts over one step's token budget).
 
 The queue's length per model is published in the front's metrics, where
 `keep` adds it to the engines' waiting requests: what waits here is load the
@@ -63,6 +66,7 @@ BYTES_PER_TOKEN = 4
 LOAD_INTERVAL_S = 1.0
 PROBE_EVERY_S = 10.0
 PROBE_SHARE = 64
+PROBE_SHARE_LARGEST = 8
 """A probe adds this share of the capacity (one at least): what overshoots it waits in the
 engine's queue, and every request waits here until that queue has drained."""
 RECENT_S = 10.0
@@ -141,8 +145,8 @@ class Shares:
         self.in_reserve: Dict[str, int] = {}
         self.reserved_of: Dict[Tuple[str, str], int] = {}
         """Per model, and per key and model: requests in flight on a reserved sequence."""
-        self.seen: Dict[str, float] = {}
-        """When each key's last request came."""
+        self.seen: Dict[Tuple[str, str], float] = {}
+        """When each key's last request for each model came."""
         self.charges: Dict[str, Deque[Tuple[float, float]]] = {}
         self.recent_sum: Dict[str, float] = {}
         """Each key's charges of the last `RECENT_S` (when, virtual tokens), and their sum."""
@@ -172,17 +176,17 @@ class Shares:
             self.recent_sum[key] -= charges.popleft()[1]
         return self.recent_sum[key]
 
-    def _kept_off_reserve(self, key: str) -> bool:
-        """Whether `key` has requests in flight while a key that came lately was served less
-        than it in the last `RECENT_S`: the reserve is that key's."""
+    def _kept_off_reserve(self, key: str, base: str) -> bool:
+        """Whether `key` has requests in flight while a key that came lately for the same
+        model was served less than it in the last `RECENT_S`: the reserve is that key's."""
         if not self.reserve or not self.running.get(key):
             return False
         now = time.monotonic()
         mine = self._recent(key, now)
         return any(
             self._recent(k, now) < mine
-            for k, at in self.seen.items()
-            if k != key and at > now - RECENT_S
+            for (k, model), at in self.seen.items()
+            if k != key and model == base and at > now - RECENT_S
         )
 
     def _lift(self, key: str) -> None:
@@ -196,8 +200,10 @@ class Shares:
     def _charge(self, key: str, tokens: float) -> None:
         weighted = tokens / self.weight.get(key, 1.0)
         self.counters[key] = self.counters.get(key, 0.0) + weighted
-        self.charges.setdefault(key, deque()).append((time.monotonic(), weighted))
+        now = time.monotonic()
+        self.charges.setdefault(key, deque()).append((now, weighted))
         self.recent_sum[key] = self.recent_sum.get(key, 0.0) + weighted
+        self._recent(key, now)  # what left the window goes now: the deque stays bounded
 
     # --- room ----------------------------------------------------------------
 
@@ -218,16 +224,20 @@ class Shares:
         workers = sum(1 for w in self.pool.workers.values() if w.healthy and w.model == base)
         reserve = min(self.reserve * workers, total - 1)
         ordinary = self.in_flight.get(base, 0) - self.in_reserve.get(base, 0)
+        if self.in_flight.get(base, 0) >= total:
+            return None
         if ordinary < total - reserve:
             return False
-        if self._kept_off_reserve(key) or self.in_flight.get(base, 0) >= total:
-            return None
-        return True
+        return None if self._kept_off_reserve(key, base) else True
 
     def _ahead(self, base: str, key: str) -> bool:
-        """Whether a request of the same model waiting here ranks before `key`'s."""
+        """Whether a request of the same model waiting here, with room to go, ranks before
+        `key`'s (one kept off the reserve holds nobody up)."""
         mine = self._order(key)
-        return any(w.base == base and self._order(w.key) < mine for w in self.queue)
+        return any(
+            w.base == base and self._order(w.key) < mine and self._room(base, w.key) is not None
+            for w in self.queue
+        )
 
     # --- a request's way through ---------------------------------------------
 
@@ -236,7 +246,7 @@ class Shares:
         call `done` when it ends), or refuse it (a `Held`; nothing to call then)."""
         self._lift(key)
         self.active[key] = self.active.get(key, 0) + 1
-        self.seen[key] = time.monotonic()
+        self.seen[(key, base)] = time.monotonic()
         room = self._room(base, key)
         if room is not None and not self._ahead(base, key):
             self._start(key, base, estimate, room)
@@ -345,9 +355,14 @@ class Shares:
         if waiting >= self.waiting_at:
             reads = self.full_reads.get(worker.url, 0) + 1
             self.full_reads[worker.url] = reads
-            if reads >= 2 or worker.capacity is not None:  # learnt on two reads, kept on one
+            known = worker.capacity
+            # Learnt, or lowered, on two reads in a row (one may catch a burst between two
+            # scheduler steps, or long prompts over one step's token budget); a probe's own
+            # overshoot, running at what the front gave it, is taken back on one.
+            if reads >= 2 or (known is not None and running >= known - known // PROBE_SHARE - 1):
                 worker.capacity = max(1, int(running))
                 worker.probed_at = max(worker.probed_at, now)
+                worker.probe_share = PROBE_SHARE
             return
         self.full_reads[worker.url] = 0
         if (
@@ -356,7 +371,10 @@ class Shares:
             and any(w.base == worker.model for w in self.queue)
             and now - worker.probed_at >= PROBE_EVERY_S
         ):
-            worker.capacity += max(1, worker.capacity // PROBE_SHARE)
+            # Each probe the engine took without queueing doubles the next one (a capacity
+            # learnt low comes back in minutes, not hours); one it queued starts again small.
+            worker.capacity += max(1, worker.capacity // worker.probe_share)
+            worker.probe_share = max(PROBE_SHARE_LARGEST, worker.probe_share // 2)
             worker.probed_at = now
 
     # --- what it counted -------------------------------------------------------
@@ -394,7 +412,8 @@ class Shares:
             "llmgw_gateway_fairness_gap_tokens {}".format(
                 round(max(active) - min(active), 1) if active else 0
             ),
-            "# HELP llmgw_gateway_held_total Requests that waited at the front for their turn.",
+            "# HELP llmgw_gateway_held_total Requests that waited at the front for their turn "
+            "(those refused after waiting, timed out or given way, included).",
             "# TYPE llmgw_gateway_held_total counter",
         ]
         lines += [

@@ -53,6 +53,7 @@ AFFINITY_BYTES = 256
 """How much of a prompt's opening decides its cache-aware worker."""
 MAX_IDLE_PER_WORKER = 64
 METRICS_BYTES = 4 * 1024 * 1024
+METRICS_TIMEOUT_S = 2.0
 """The most of an engine's `/metrics` the front reads for its gauges."""
 
 
@@ -103,6 +104,8 @@ class Worker:
         self.capacity = None  # type: Optional[int]
         """The requests its engine runs at once, learnt when it queued (None: not yet)."""
         self.probed_at = 0.0
+        self.probe_share = 64
+        """The share of its capacity the next probe adds (`fair.py`)."""
 
     async def open(self) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to the engine: a kept one, else a new one (its handshake verified).
@@ -342,15 +345,20 @@ class Pool:
                 "Worker {} is out of rotation: /health answered {}".format(worker.url, status)
             )
 
-    async def read_loads(self, said) -> None:
-        """Read every healthy worker's `/metrics` once, together, and hand each engine's
+    async def read_loads(self, said, key_of) -> None:
+        """Read every healthy worker's `/metrics` once, together (with its engines' key,
+        `key_of(model)`: llama-server keeps its metrics behind it), and hand each engine's
         running and waiting requests to `said(worker, running, waiting, now)`; a worker whose
-        read fails, or whose engine publishes neither gauge, is passed over."""
+        read fails or takes over `METRICS_TIMEOUT_S`, or whose engine publishes neither
+        gauge, is passed over."""
         from llmgw_agent.front.fair import gauges
 
         workers = [w for w in self.workers.values() if w.healthy]
         texts = await asyncio.gather(
-            *(asyncio.wait_for(_metrics_text(w), HEALTH_TIMEOUT_S) for w in workers),
+            *(
+                asyncio.wait_for(_metrics_text(w, key_of(w.model)), METRICS_TIMEOUT_S)
+                for w in workers
+            ),
             return_exceptions=True,
         )
         now = time.monotonic()
@@ -446,8 +454,9 @@ async def _health_status(worker: Worker, path: str) -> int:
     return int(parts[1])
 
 
-async def _metrics_text(worker: Worker) -> str:
-    """The worker's `/metrics` (at most `METRICS_BYTES`), on a connection of its own."""
+async def _metrics_text(worker: Worker, key: Optional[str]) -> str:
+    """The worker's `/metrics` (at most `METRICS_BYTES`; a line cut there is dropped), on a
+    connection of its own."""
     reader, writer = await asyncio.open_connection(
         worker.host,
         worker.port,
@@ -455,25 +464,36 @@ async def _metrics_text(worker: Worker) -> str:
         server_hostname=ENGINE_NAME if worker.context else None,
     )
     try:
+        keyed = "Authorization: Bearer {}\r\n".format(key) if key else ""
         writer.write(
-            "GET /metrics HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\n\r\n".format(
-                worker.host, worker.port
+            "GET /metrics HTTP/1.1\r\nHost: {}:{}\r\n{}Connection: close\r\n\r\n".format(
+                worker.host, worker.port, keyed
             ).encode()
         )
         await writer.drain()
-        answer = await reader.read(METRICS_BYTES)
-        while not reader.at_eof() and len(answer) < METRICS_BYTES:
-            more = await reader.read(METRICS_BYTES - len(answer))
-            if not more:
-                break
-            answer += more
+        head = await reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.") or head[9:12] != b"200":
+            raise ConnectionError("the worker's /metrics did not answer 200")
+        lowered = head.lower()
+        length = None
+        for line in lowered.split(b"\r\n"):
+            if line.startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1].strip() or b"0")
+        if length is not None and length <= METRICS_BYTES:
+            body = await reader.readexactly(length)
+        else:
+            body = b""
+            while len(body) < METRICS_BYTES:
+                more = await reader.read(METRICS_BYTES - len(body))
+                if not more:
+                    break
+                body += more
     finally:
         writer.close()
-    head, _, body = answer.partition(b"\r\n\r\n")
-    if not head.startswith(b"HTTP/1.") or head[9:12] != b"200":
-        raise ConnectionError("the worker's /metrics did not answer 200")
-    if b"transfer-encoding: chunked" in head.lower():
+    if b"transfer-encoding: chunked" in lowered:
         body = _unchunked(body)
+    if len(body) >= METRICS_BYTES:
+        body = body[: body.rfind(b"\n") + 1]
     return body.decode("utf-8", "replace")
 
 

@@ -300,6 +300,10 @@ class Front:
             queued_at = time.monotonic()
             held = await shares.take(key_id, base, estimate)
             exchange.queued_s = time.monotonic() - queued_at
+            if held is None and (writer.is_closing() or reader.at_eof()):
+                shares.done(key_id, base, estimate, None)  # its client left while it waited
+                self.quotas.finished(key_id, 0)
+                return False
             if held is not None:
                 self.quotas.finished(key_id, 0)
                 self.counters.refused(key_id, held.limit)
@@ -580,7 +584,7 @@ async def _serve(args: argparse.Namespace, config: Config) -> None:
             return
         while True:
             await asyncio.sleep(LOAD_INTERVAL_S)
-            await pool.read_loads(shares.engine_said)
+            await pool.read_loads(shares.engine_said, front.config.upstream_key)
             shares.pump()
 
     sys.stdout.write(
