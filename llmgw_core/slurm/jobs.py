@@ -38,10 +38,9 @@ from llmgw_core.slurm.text import (
     SlurmOutputUnreadable,
     checked_text,
     count_text,
-    first_values,
     json_document,
     number_or_none,
-    one_line_records,
+    one_line_fields,
     text_or_empty,
 )
 
@@ -180,14 +179,7 @@ def read_jobs_oneline(
         SlurmOutputUnreadable: one sentence naming the line or job and the field.
     """
     jobs = []
-    for pairs in one_line_records(text, source):
-        fields = first_values(pairs)
-        if "JobId" not in fields:
-            first = pairs[0][0] if pairs else "nothing"
-            raise SlurmOutputUnreadable(
-                f"{source} holds a record that starts with {shown_value(first)}, not JobId",
-                "pass the output of `scontrol -o -d show job`",
-            )
+    for pairs, fields in one_line_fields(text, source, "JobId", "scontrol -o -d show job"):
         job_id = _job_id(fields["JobId"], f"{source}: JobId")
         where = f"{source}: job {job_id}"
         if "JobState" not in fields:

@@ -27,10 +27,9 @@ from llmgw_core.slurm.text import (
     SlurmOutputUnreadable,
     checked_text,
     count_text,
-    first_values,
     json_document,
     number_or_none,
-    one_line_records,
+    one_line_fields,
     text_or_empty,
     words,
 )
@@ -224,14 +223,7 @@ def read_nodes_oneline(
         SlurmOutputUnreadable: one sentence naming the line or node and the field.
     """
     nodes = []
-    for pairs in one_line_records(text, source):
-        fields = first_values(pairs)
-        if "NodeName" not in fields:
-            first = pairs[0][0] if pairs else "nothing"
-            raise SlurmOutputUnreadable(
-                f"{source} holds a record that starts with {shown_value(first)}, not NodeName",
-                "pass the output of `scontrol -o -d show node`",
-            )
+    for _pairs, fields in one_line_fields(text, source, "NodeName", "scontrol -o -d show node"):
         name = _name(fields["NodeName"], f"{source}: NodeName")
         where = f"{source}: node {name}"
         if "State" not in fields:

@@ -94,6 +94,28 @@ def first_values(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return found
 
 
+def one_line_fields(
+    text: str, source: str, first_key: str, command: str
+) -> list[tuple[list[tuple[str, str]], dict[str, str]]]:
+    """Each record of a one-line listing (`scontrol -o …`): its pairs, and its first values.
+
+    Raises:
+        SlurmOutputUnreadable: a record that does not start with `first_key` (the listing
+            is not `command`'s).
+    """
+    records = []
+    for pairs in one_line_records(text, source):
+        fields = first_values(pairs)
+        if first_key not in fields:
+            first = pairs[0][0] if pairs else "nothing"
+            raise SlurmOutputUnreadable(
+                f"{source} holds a record that starts with {shown_value(first)}, not {first_key}",
+                f"pass the output of `{command}`",
+            )
+        records.append((pairs, fields))
+    return records
+
+
 def json_document(text: str, source: str, list_key: str) -> list[Any]:
     """The list under `list_key` of a Slurm JSON document (`{"meta", "errors", list_key}`).
 

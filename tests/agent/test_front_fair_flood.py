@@ -11,9 +11,7 @@ sets the same arrangement beside first come, first sent, and the light key alone
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,13 +20,12 @@ from pathlib import Path
 import httpx
 import pytest
 from agent_process import front_process
-from engine_process import serving
+from engine_process import SIM_VLLM, serving, sim_env
 
 from llmgw_agent.front.control import call
 
 pytestmark = pytest.mark.timeout(120)
 
-AGENT = Path(__file__).resolve().parents[2] / "agent"
 LIGHT, FLOOD = "sk-fair-light-0123456789", "sk-fair-flood-0123456789"
 TOKEN_S = 0.05
 SEQS = 4
@@ -37,15 +34,8 @@ SEQS = 4
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("sim")
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("LLMGW_", "VLLM_"))},
-        "PYTHONPATH": str(AGENT),
-        "LLMGW_AGENT_STATE": str(folder / "state"),
-        "LLMGW_SIM_LOAD_S": "0",
-        "LLMGW_SIM_TOKEN_S": str(TOKEN_S),
-    }
-    argv = [sys.executable, "-S", "-m", "llmgw_agent", "sim-engine", "--", "vllm", "serve"]
-    argv += ["/models/m", "--served-model-name", "m", "--max-num-seqs", str(SEQS)]
+    env = sim_env(folder / "state", LLMGW_SIM_TOKEN_S=str(TOKEN_S))
+    argv = [*SIM_VLLM, "/models/m", "--served-model-name", "m", "--max-num-seqs", str(SEQS)]
     with serving(argv, env, ready="/health", wait_s=60, log=folder / "sim.log") as base:
         yield base
 

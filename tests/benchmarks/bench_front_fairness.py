@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import statistics
 import sys
@@ -41,11 +40,10 @@ from pathlib import Path
 import _paths  # noqa: F401  (tests/support on the path)
 import httpx
 from agent_process import front_process
-from engine_process import serving
+from engine_process import SIM_VLLM, serving, sim_env
 
 from llmgw_agent.front.control import call
 
-AGENT = Path(__file__).resolve().parents[2] / "agent"
 SEQS, TOKEN_S, LIGHT_RATE = (
     (int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]))
     if len(sys.argv) == 4
@@ -142,15 +140,8 @@ def _p(values: list[float], share: float) -> float:
 def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("LLMGW_", "VLLM_"))},
-            "PYTHONPATH": str(AGENT),
-            "LLMGW_AGENT_STATE": str(root / "sim-state"),
-            "LLMGW_SIM_LOAD_S": "0",
-            "LLMGW_SIM_TOKEN_S": str(TOKEN_S),
-        }
-        argv = [sys.executable, "-S", "-m", "llmgw_agent", "sim-engine", "--", "vllm", "serve"]
-        argv += ["/models/m", "--served-model-name", "m", "--max-num-seqs", str(SEQS)]
+        env = sim_env(root / "sim-state", LLMGW_SIM_TOKEN_S=str(TOKEN_S))
+        argv = [*SIM_VLLM, "/models/m", "--served-model-name", "m", "--max-num-seqs", str(SEQS)]
         rows = []
         with serving(argv, env, ready="/health", wait_s=60, log=root / "sim.log") as engine:
             for name, flood, fair in (

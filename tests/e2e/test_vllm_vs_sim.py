@@ -18,22 +18,20 @@ unload routes `apply` uses are held to vLLM's too.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from engine_process import WEATHER_TOOL, serving
+from engine_process import SIM_VLLM, WEATHER_TOOL, serving, sim_env
 from lora_files import Widths, write_peft_adapter
-from real_vllm import REPO_ROOT, VLLM, make_tiny_llama, skip_without_real_vllm
+from real_vllm import VLLM, make_tiny_llama, skip_without_real_vllm
 
 openai = pytest.importorskip("openai")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-AGENT = REPO_ROOT / "agent"
 KEY = "sk-compare-0123456789"
 HELLO = [{"role": "user", "content": "Say hello"}]
 TOOLS = [WEATHER_TOOL]
@@ -103,19 +101,10 @@ def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("sim")
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("LLMGW_", "VLLM_"))},
-        "PYTHONPATH": str(AGENT),
-        "LLMGW_AGENT_STATE": str(folder / "state"),
-        "LLMGW_SIM_LOAD_S": "0",
-        "VLLM_API_KEY": KEY,
-        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
-    }
-    argv = [sys.executable, "-S", "-m", "llmgw_agent", "sim-engine", "--", "vllm"]
+    env = sim_env(folder / "state", VLLM_API_KEY=KEY, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True")
+    argv = [*SIM_VLLM[:-1], *_command("/models/tiny")]  # `serve` is the command's own first
     LOGS["sim"] = folder / "sim.log"
-    with serving(
-        [*argv, *_command("/models/tiny")], env, ready="/health", wait_s=60, log=LOGS["sim"]
-    ) as base:
+    with serving(argv, env, ready="/health", wait_s=60, log=LOGS["sim"]) as base:
         yield base
 
 

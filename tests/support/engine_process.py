@@ -8,8 +8,10 @@ its readiness route to answer 200, yields its base URL, and stops it after.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +31,24 @@ WEATHER_TOOL = {
     },
 }
 """The function tool the tool-call tests offer a model."""
+
+
+AGENT_DIR = Path(__file__).resolve().parents[2] / "agent"
+SIM_VLLM = [sys.executable, "-S", "-m", "llmgw_agent", "sim-engine", "--", "vllm", "serve"]
+"""The sim engine standing in for `vllm serve`, started alone (its model and flags follow)."""
+
+
+def sim_env(state: Path, **more: str) -> dict[str, str]:
+    """The environment of a sim engine started alone: this one's, less ours and vLLM's, the
+    agent on the path, its state in `state`, no loading time; `more` on top."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("LLMGW_", "VLLM_"))}
+    return {
+        **kept,
+        "PYTHONPATH": str(AGENT_DIR),
+        "LLMGW_AGENT_STATE": str(state),
+        "LLMGW_SIM_LOAD_S": "0",
+        **more,
+    }
 
 
 def loopback_port() -> int:
