@@ -179,16 +179,21 @@ class RouterCounts:
         errors: requests the front answered with an error of its own, every key and
             route together (`llmgw_gateway_requests_total` of every outcome but `answered`
             and `limited`: a key over its own limit is the client's doing, not the gateway's).
+        queued: requests waiting at a front with fair shares (`llmgw_gateway_queued`).
     """
 
     requests: Mapping[str, float]
     failures: Mapping[str, float]
     errors: float
+    queued: float | None = None
+    """Requests waiting at the front for their turn, every model together (None: the front
+    keeps no fair shares)."""
 
 
 _PROCESSED_FAMILY = "llmgw_gateway_worker_requests"
 _FAILURES_FAMILY = "llmgw_gateway_worker_failures"
 _REQUESTS_FAMILY = "llmgw_gateway_requests"
+_QUEUED_FAMILY = "llmgw_gateway_queued"
 _NOT_ERRORS = ("answered", "limited")
 
 
@@ -203,8 +208,12 @@ def router_counts(scrape: GatewayScrape) -> RouterCounts | None:
     requests: dict[str, float] = {}
     failures: dict[str, float] = {}
     errors = 0.0
+    queued: float | None = None
     for family in _families(scrape):
         for sample in family.samples:
+            if family.name == _QUEUED_FAMILY:
+                queued = (queued or 0.0) + sample.value
+                continue
             if not sample.name.endswith("_total"):
                 continue
             worker = sample.labels.get("worker")
@@ -216,7 +225,7 @@ def router_counts(scrape: GatewayScrape) -> RouterCounts | None:
                 family.name == _REQUESTS_FAMILY and sample.labels.get("outcome") not in _NOT_ERRORS
             ):
                 errors += sample.value
-    return RouterCounts(requests=requests, failures=failures, errors=errors)
+    return RouterCounts(requests=requests, failures=failures, errors=errors, queued=queued)
 
 
 async def gateway_details(fleet: Any, reach: EngineReach) -> list[dict[str, Any]]:
@@ -224,7 +233,7 @@ async def gateway_details(fleet: Any, reach: EngineReach) -> list[dict[str, Any]
 
     Each is `gateway.run.gateway_summaries`' entry (workers: url → `{model,
     healthy}`) with each worker's `requests` and `failures`, the front's
-    `errors`, and `counts_error`: why the counts could not be read (None when
+    `errors` and `queued` (None without fair shares), and `counts_error`: why the counts could not be read (None when
     they were). What the console's gateway screen lists.
     """
     from llmgw_core.gateway.run import gateway_summaries
@@ -254,6 +263,7 @@ async def gateway_details(fleet: Any, reach: EngineReach) -> list[dict[str, Any]
                 **summary,
                 "workers": workers,
                 "errors": counts.errors if counts else None,
+                "queued": counts.queued if counts else None,
                 "counts_error": why,
             }
         )

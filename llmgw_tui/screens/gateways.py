@@ -35,6 +35,7 @@ GATEWAY_COLUMNS = (
     ("workers", "HEALTHY"),
     ("requests", "REQUESTS"),
     ("errors", "ERRORS"),
+    ("queued", "QUEUED"),
 )
 WORKER_COLUMNS = ("WORKER", "MODEL", "HEALTH", "REQUESTS", "FAILURES")
 USAGE_COLUMNS = ("DAY (UTC)", "KEY", "MODEL", "REQUESTS", "ANSWERED", "PROMPT", "COMPLETION")
@@ -56,7 +57,8 @@ class GatewayTable(DataTable[object]):
 
 
 class GatewaysScreen(KeptScreen[None]):
-    """Every running gateway: address, policy, workers with health, requests and errors."""
+    """Every running gateway: address, policy, workers with health, requests, errors and the
+    requests waiting at a fair front for their turn."""
 
     BINDING_GROUP_TITLE = "Gateways"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -169,6 +171,7 @@ class GatewaysScreen(KeptScreen[None]):
             "workers": Text(f"{healthy}/{len(workers)}"),
             "requests": Text(count_cell(total if workers else 0.0)),
             "errors": Text(count_cell(detail.get("errors"))),
+            "queued": Text(count_cell(detail.get("queued"))),
         }
 
     def _coloured(self, word: str, state: str) -> Text:

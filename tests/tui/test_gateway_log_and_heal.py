@@ -197,6 +197,7 @@ async def _walk() -> None:
         row = [str(cell) for cell in table.get_row(GATEWAY)]
         assert row[:6] == [GATEWAY, "cpu-01", str(GATEWAY_PORT), "round_robin", "running", "2/2"]
         assert row[6] == f"{sum(requests.values()):.0f}"
+        assert row[8] == "-"  # QUEUED: this gateway keeps no fair shares
         shown = screen.query_one("#gateway-workers", DataTable)
         assert sorted(str(shown.get_row_at(i)[0]) for i in range(shown.row_count)) == sorted(
             [new_url, urls["heal-b"]]
