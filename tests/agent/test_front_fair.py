@@ -241,3 +241,14 @@ def test_a_far_lower_reading_takes_two_reads_and_probes_double_while_they_are_ta
     assert grown == [20, 21, 22, 23, 25, 28]  # a 64th (one at least), then doubling to an 8th
     shares.engine_said(worker, 27, 2, 60.0)  # the last probe queued: taken back at once
     assert worker.capacity == 27 and worker.probe_share == 64
+
+
+def test_keys_long_gone_are_forgotten_so_the_reserve_is_judged_among_recent_ones():
+    async def run() -> None:
+        shares = _shares(_pool(None))
+        old = time.monotonic() - 60
+        shares.seen.update({(f"gone-{n}", "m"): old for n in range(300)})
+        assert await shares.take("light", "m", 1) is None
+        assert set(shares.seen) == {("light", "m")}
+
+    asyncio.run(run())

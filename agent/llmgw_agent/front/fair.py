@@ -70,6 +70,7 @@ PROBE_SHARE_LARGEST = 8
 """A probe adds this share of the capacity (one at least): what overshoots it waits in the
 engine's queue, and every request waits here until that queue has drained."""
 RECENT_S = 10.0
+SEEN_LIMIT = 256
 """How long after another key's last request a busy key is still kept off the reserve."""
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
@@ -147,6 +148,7 @@ class Shares:
         """Per model, and per key and model: requests in flight on a reserved sequence."""
         self.seen: Dict[Tuple[str, str], float] = {}
         """When each key's last request for each model came."""
+        self._seen_limit = SEEN_LIMIT
         self.charges: Dict[str, Deque[Tuple[float, float]]] = {}
         self.recent_sum: Dict[str, float] = {}
         """Each key's charges of the last `RECENT_S` (when, virtual tokens), and their sum."""
@@ -217,7 +219,8 @@ class Shares:
 
     def _room(self, base: str, key: str) -> Optional[bool]:
         """Whether a request of `key` for `base` may go now: None (no room), False (a
-        sequence of the capacity's), True (a reserved one: the key had nothing in flight)."""
+        sequence of the capacity's), True (a reserved one, kept for the keys served least
+        lately)."""
         total = self.capacity(base)
         if total is None:
             return False
@@ -246,7 +249,12 @@ class Shares:
         call `done` when it ends), or refuse it (a `Held`; nothing to call then)."""
         self._lift(key)
         self.active[key] = self.active.get(key, 0) + 1
-        self.seen[(key, base)] = time.monotonic()
+        now = time.monotonic()
+        self.seen[(key, base)] = now
+        if len(self.seen) > self._seen_limit:  # keys long gone leave (amortised: the limit
+            # doubles with what stays), so judging the reserve never walks every key ever seen
+            self.seen = {k: at for k, at in self.seen.items() if at > now - RECENT_S}
+            self._seen_limit = max(SEEN_LIMIT, 2 * len(self.seen))
         room = self._room(base, key)
         if room is not None and not self._ahead(base, key):
             self._start(key, base, estimate, room)
