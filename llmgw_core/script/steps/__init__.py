@@ -9,6 +9,7 @@ STEP_MODULES: dict[str, str] = {
     "apply": "llmgw_core.script.steps.apply",
     "ask": "llmgw_core.script.steps.ask",
     "bench": "llmgw_core.script.steps.bench",
+    "clusters": "llmgw_core.script.steps.clusters",
     "doctor": "llmgw_core.script.steps.doctor",
     "estimate": "llmgw_core.script.steps.estimate",
     "explain": "llmgw_core.script.steps.explain",

@@ -1,0 +1,114 @@
+"""The `clusters` step against a real Slurm, read through its login node over real SSH.
+
+The login node is this machine behind asyncssh's server on loopback, its
+sessions given the private cluster's `SLURM_CONF` as a site's login node has
+its own; the console reaches it by an ~/.ssh/config alias, as the inventory's
+`login` names it, with its host key in the inventory's known_hosts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncssh
+import pytest
+from slurm_cluster import SlurmCluster
+from this_machine import LLMGW_TUI, sshd_in_a_thread
+
+from llmgw_core.fleet.loopback import LoopbackSshd
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+@contextlib.contextmanager
+def _login(tmp_path: Path, login_env: dict[str, str]) -> Iterator[tuple[Path, dict[str, str]]]:
+    """The console's inventory with cluster `big` (partition gpu) and its environment; the
+    login node's sessions get `login_env`."""
+    client_key = asyncssh.generate_private_key("ssh-ed25519")
+    key_path = tmp_path / "client_key"
+    key_path.write_bytes(client_key.export_private_key())
+    key_path.chmod(0o600)
+    server = LoopbackSshd(
+        home=tmp_path / "login-home",
+        host_key=asyncssh.generate_private_key("ssh-ed25519"),
+        authorized_keys=client_key.export_public_key().decode(),
+        env=login_env,
+    )
+    with sshd_in_a_thread(server):
+        home = tmp_path / "console"
+        (home / ".ssh").mkdir(parents=True)
+        (home / ".ssh" / "config").write_text(
+            f"Host slurm-login\n  HostName 127.0.0.1\n  Port {server.port}\n"
+            f"  IdentityFile {key_path}\n"
+        )
+        known_hosts = tmp_path / "known_hosts"
+        known_hosts.write_text(server.known_hosts_line() + "\n")
+        inventory = tmp_path / "inventory.yaml"
+        inventory.write_text(
+            "clusters:\n  - name: big\n    slurm: {login: slurm-login, partition: gpu}\n"
+            f"known_hosts: {known_hosts}\n"
+        )
+        env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "SLURM_CONF")}
+        env.update(HOME=str(home), NO_COLOR="1")
+        yield inventory, env
+
+
+def _run(inventory: Path, env: dict[str, str], steps: str) -> tuple[int, list[dict], str]:
+    script = inventory.with_name("script.yaml")
+    script.write_text("steps:\n" + steps)
+    done = subprocess.run(
+        [*LLMGW_TUI, "--inventory", str(inventory), "--run", str(script), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=90,
+    )
+    return done.returncode, [json.loads(line) for line in done.stdout.splitlines()], done.stderr
+
+
+def test_the_clusters_step_reads_the_partition_through_the_login_node(
+    tmp_path: Path, slurm: SlurmCluster
+):
+    job = slurm.run("sbatch", "--parsable", "--gres=gpu:h100:2", "--wrap=sleep 60").strip()
+
+    def running() -> bool:
+        return slurm.run("squeue", "-h", "-o", "%T", "-j", job).strip() == "RUNNING"
+
+    slurm.wait_for("the job running", running)
+    with _login(tmp_path, {"SLURM_CONF": str(slurm.conf)}) as (inventory, env):
+        code, lines, said = _run(inventory, env, "  - clusters: {}\n")
+    assert code == 0, said
+    (cluster,) = lines[0]["result"]["clusters"]
+    assert (cluster["cluster"], cluster["login"], cluster["partition"]) == (
+        "big",
+        "slurm-login",
+        "gpu",
+    )
+    assert cluster["slurm"].startswith(("22.05.", "23.", "24.", "25."))
+    nodes = {node["name"]: node for node in cluster["nodes"]}
+    assert set(nodes) == {"h100-1", "h100-2", "a100-1"}  # the gpu partition; cpu-1 is not in it
+    assert [(g["type"], g["count"]) for g in nodes["a100-1"]["gpus"]] == [("a100", 4)]
+    # The job's two cards, on whichever h100 node Slurm gave it.
+    assert sorted(nodes[n]["gpus_used"] for n in ("h100-1", "h100-2")) == [0, 2]
+    assert all(node["states"][0] in ("IDLE", "MIXED") for node in nodes.values())
+
+
+def test_a_cluster_not_in_the_inventory_and_a_login_without_its_slurm_are_one_sentence(
+    tmp_path: Path, slurm: SlurmCluster
+):
+    # A login node without Slurm's commands (a host that is not the cluster's login node).
+    with _login(tmp_path, {"PATH": "/nonexistent"}) as (inventory, env):
+        code, lines, said = _run(inventory, env, "  - clusters: {name: small}\n")
+        assert code == 2 and "Traceback" not in said
+        assert lines[0]["error"].startswith("no cluster is named 'small' in the inventory")
+        code, lines, said = _run(inventory, env, "  - clusters: {}\n")
+    assert code != 0 and "Traceback" not in said, said
+    error = lines[0]["error"]
+    assert error.startswith("`scontrol --version` on big's login node slurm-login failed: ")
+    assert "not found" in error
+    assert "\n" not in error
