@@ -74,7 +74,10 @@ def _run(inventory: Path, env: dict[str, str], steps: str) -> tuple[int, list[di
 def test_the_clusters_step_reads_the_partition_through_the_login_node(
     tmp_path: Path, slurm: SlurmCluster
 ):
-    job = slurm.run("sbatch", "--parsable", "--gres=gpu:h100:2", "--wrap=sleep 60").strip()
+    job = slurm.run(
+        "sbatch", "--parsable", "--gres=gpu:h100:2", f"--output={tmp_path}/job.out",
+        "--wrap=sleep 60",
+    ).strip()  # fmt: skip
 
     def running() -> bool:
         return slurm.run("squeue", "-h", "-o", "%T", "-j", job).strip() == "RUNNING"
