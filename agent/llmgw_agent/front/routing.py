@@ -430,14 +430,21 @@ def _why(exc: BaseException) -> str:
     return "{}: {}".format(type(exc).__name__, text) if text else type(exc).__name__
 
 
-async def _health_status(worker: Worker, path: str) -> int:
-    """The status of the worker's health route, on a connection of its own."""
-    reader, writer = await asyncio.open_connection(
+async def _own_connection(
+    worker: Worker,
+) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the worker outside its pool of kept ones (its pin checked as ever)."""
+    return await asyncio.open_connection(
         worker.host,
         worker.port,
         ssl=worker.context,
         server_hostname=ENGINE_NAME if worker.context else None,
     )
+
+
+async def _health_status(worker: Worker, path: str) -> int:
+    """The status of the worker's health route, on a connection of its own."""
+    reader, writer = await _own_connection(worker)
     try:
         writer.write(
             "GET {} HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\n\r\n".format(
@@ -457,12 +464,7 @@ async def _health_status(worker: Worker, path: str) -> int:
 async def _metrics_text(worker: Worker, key: Optional[str]) -> str:
     """The worker's `/metrics` (at most `METRICS_BYTES`; a line cut there is dropped), on a
     connection of its own."""
-    reader, writer = await asyncio.open_connection(
-        worker.host,
-        worker.port,
-        ssl=worker.context,
-        server_hostname=ENGINE_NAME if worker.context else None,
-    )
+    reader, writer = await _own_connection(worker)
     try:
         keyed = "Authorization: Bearer {}\r\n".format(key) if key else ""
         writer.write(
