@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmgw_agent.front.fair import PROBE_EVERY_S, Held, Shares, gauges
+from llmgw_agent.front.fair import PROBE_EVERY_S, Shares, gauges
+from llmgw_agent.front.quota import Refused
 from llmgw_agent.front.routing import Pool, Worker
 
 
@@ -124,7 +125,7 @@ def test_the_queue_is_bounded_and_the_worst_waiting_request_gives_way():
         await _settle()
         # A third flood request finds the queue full and ranks no better: refused.
         refused = await shares.take("flood", "m", 500)
-        assert isinstance(refused, Held) and refused.limit == "queue_full"
+        assert isinstance(refused, Refused) and refused.limit == "queue_full"
         assert refused.retry_after_s == 1
         # The light key ranks better: the flood's newest waiting request gives way.
         light = asyncio.ensure_future(shares.take("light", "m", 1))

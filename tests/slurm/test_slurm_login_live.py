@@ -9,16 +9,14 @@ its own; the console reaches it by an ~/.ssh/config alias, as the inventory's
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import asyncssh
 import pytest
+from kept_demo import run_json
 from slurm_cluster import SlurmCluster
-from this_machine import LLMGW_TUI, sshd_in_a_thread
+from this_machine import sshd_in_a_thread
 
 from llmgw_core.fleet.loopback import LoopbackSshd
 
@@ -26,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @contextlib.contextmanager
-def _login(tmp_path: Path, login_env: dict[str, str]) -> Iterator[tuple[Path, dict[str, str]]]:
+def _login(tmp_path: Path, login_env: dict[str, str]) -> Iterator[tuple[str, dict[str, str]]]:
     """The console's inventory with cluster `big` (partition gpu) and its environment; the
     login node's sessions get `login_env`."""
     client_key = asyncssh.generate_private_key("ssh-ed25519")
@@ -53,22 +51,7 @@ def _login(tmp_path: Path, login_env: dict[str, str]) -> Iterator[tuple[Path, di
             "clusters:\n  - name: big\n    slurm: {login: slurm-login, partition: gpu}\n"
             f"known_hosts: {known_hosts}\n"
         )
-        env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "SLURM_CONF")}
-        env.update(HOME=str(home), NO_COLOR="1")
-        yield inventory, env
-
-
-def _run(inventory: Path, env: dict[str, str], steps: str) -> tuple[int, list[dict], str]:
-    script = inventory.with_name("script.yaml")
-    script.write_text("steps:\n" + steps)
-    done = subprocess.run(
-        [*LLMGW_TUI, "--inventory", str(inventory), "--run", str(script), "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=90,
-    )
-    return done.returncode, [json.loads(line) for line in done.stdout.splitlines()], done.stderr
+        yield str(inventory), {"HOME": str(home), "NO_COLOR": "1"}
 
 
 def test_the_clusters_step_reads_the_partition_through_the_login_node(
@@ -84,7 +67,7 @@ def test_the_clusters_step_reads_the_partition_through_the_login_node(
 
     slurm.wait_for("the job running", running)
     with _login(tmp_path, {"SLURM_CONF": str(slurm.conf)}) as (inventory, env):
-        code, lines, said = _run(inventory, env, "  - clusters: {}\n")
+        code, lines, said = run_json(inventory, "steps: [{clusters: {}}]", env=env)
     assert code == 0, said
     (cluster,) = lines[0]["result"]["clusters"]
     assert (cluster["cluster"], cluster["login"], cluster["partition"]) == (
@@ -106,10 +89,10 @@ def test_a_cluster_not_in_the_inventory_and_a_login_without_its_slurm_are_one_se
 ):
     # A login node without Slurm's commands (a host that is not the cluster's login node).
     with _login(tmp_path, {"PATH": "/nonexistent"}) as (inventory, env):
-        code, lines, said = _run(inventory, env, "  - clusters: {name: small}\n")
+        code, lines, said = run_json(inventory, "steps: [{clusters: {name: small}}]", env=env)
         assert code == 2 and "Traceback" not in said
         assert lines[0]["error"].startswith("no cluster is named 'small' in the inventory")
-        code, lines, said = _run(inventory, env, "  - clusters: {}\n")
+        code, lines, said = run_json(inventory, "steps: [{clusters: {}}]", env=env)
     assert code != 0 and "Traceback" not in said, said
     error = lines[0]["error"]
     assert error.startswith("`scontrol --version` on big's login node slurm-login failed: ")

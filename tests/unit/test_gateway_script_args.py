@@ -44,62 +44,60 @@ KEY = "sk-team-0123456789abcdef"
 
 
 @pytest.mark.parametrize(
-    ("limits", "said"),
-    [
-        ("{requests_per_s: -2}", "keys.0.limits.requests_per_s Input should be greater than 0"),
-        ("{budget_tokens: .nan}", "keys.0.limits.budget_tokens Input should be a valid integer"),
-        ("{requests_per_s: .inf}", "keys.0.limits.requests_per_s Input should be a finite number"),
-        ("{concurrent: 0}", "keys.0.limits.concurrent Input should be greater than or equal to 1"),
-        ("{tokens_per_min: '100'}", "keys.0.limits.tokens_per_min Input should be a valid integer"),
-        (
-            "{budget_tokens: 9, budget_per: week}",
-            "keys.0.limits.budget_per Input should be 'day' or 'month'",
-        ),
-        ("{concurrent: true}", "keys.0.limits.concurrent Input should be a valid integer"),
-        ("{priority: high}", "keys.0.limits.priority Extra inputs are not permitted"),
-        ("[1, 2]", "keys.0.limits Input should be a valid dictionary or instance of KeyLimits"),
-    ],
-)
-def test_a_keys_files_bad_limits_end_in_one_sentence_before_any_node_is_reached(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], limits: str, said: str
-):
-    keys = tmp_path / "keys.yaml"
-    keys.write_text(f"keys:\n  - {{id: team, key: {KEY}, limits: {limits}}}\n")
-    keys.chmod(0o600)
-    script = tmp_path / "script.yaml"
-    # An inventory that names a node nobody can reach: the keys file is read first.
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text("nodes:\n  - {name: far-01, host: 192.0.2.1}\n")
-    script.write_text(f"steps:\n  - gateway: {{name: front, keys_file: {keys}}}\n")
-    code = run_script(str(script), as_json=True, inventory=str(inventory), demo=False)
-    lines = [json.loads(text) for text in capsys.readouterr().out.splitlines() if text]
-    assert code == 2 and len(lines) == 1 and lines[0]["ok"] is False, lines
-    assert lines[0]["error"] == f"keys file {keys}: {said}"
-    assert KEY not in json.dumps(lines)
-
-
-@pytest.mark.parametrize(
     ("entry", "said"),
     [
+        (
+            "limits: {requests_per_s: -2}",
+            "keys.0.limits.requests_per_s Input should be greater than 0",
+        ),
+        (
+            "limits: {budget_tokens: .nan}",
+            "keys.0.limits.budget_tokens Input should be a valid integer",
+        ),
+        (
+            "limits: {requests_per_s: .inf}",
+            "keys.0.limits.requests_per_s Input should be a finite number",
+        ),
+        (
+            "limits: {concurrent: 0}",
+            "keys.0.limits.concurrent Input should be greater than or equal to 1",
+        ),
+        (
+            "limits: {tokens_per_min: '100'}",
+            "keys.0.limits.tokens_per_min Input should be a valid integer",
+        ),
+        (
+            "limits: {budget_tokens: 9, budget_per: week}",
+            "keys.0.limits.budget_per Input should be 'day' or 'month'",
+        ),
+        ("limits: {concurrent: true}", "keys.0.limits.concurrent Input should be a valid integer"),
+        ("limits: {priority: high}", "keys.0.limits.priority Extra inputs are not permitted"),
+        (
+            "limits: [1, 2]",
+            "keys.0.limits Input should be a valid dictionary or instance of KeyLimits",
+        ),
         ("weight: 0", "keys.0.weight Input should be greater than 0"),
         ("weight: .inf", "keys.0.weight Input should be a finite number"),
         ("weight: 5000", "keys.0.weight Input should be less than or equal to 1000"),
         ("priority: urgent", "keys.0.priority Input should be 'high', 'normal' or 'low'"),
     ],
 )
-def test_a_keys_files_bad_share_ends_in_one_sentence(
+def test_a_keys_files_bad_entry_ends_in_one_sentence_before_any_node_is_reached(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str, said: str
 ):
     keys = tmp_path / "keys.yaml"
     keys.write_text(f"keys:\n  - {{id: team, key: {KEY}, {entry}}}\n")
     keys.chmod(0o600)
+    script = tmp_path / "script.yaml"
+    # An inventory that names a node nobody can reach: the keys file is read first.
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text("nodes:\n  - {name: far-01, host: 192.0.2.1}\n")
-    script = tmp_path / "script.yaml"
     script.write_text(f"steps:\n  - gateway: {{name: front, keys_file: {keys}, fair: {{}}}}\n")
     code = run_script(str(script), as_json=True, inventory=str(inventory), demo=False)
     lines = [json.loads(text) for text in capsys.readouterr().out.splitlines() if text]
-    assert code == 2 and len(lines) == 1 and lines[0]["error"] == f"keys file {keys}: {said}"
+    assert code == 2 and len(lines) == 1 and lines[0]["ok"] is False, lines
+    assert lines[0]["error"] == f"keys file {keys}: {said}"
+    assert KEY not in json.dumps(lines)
 
 
 @pytest.mark.parametrize(

@@ -254,7 +254,10 @@ def test_fair_shares_reach_the_fronts_configuration_with_each_keys_weight_and_pr
     # The front takes it as given.
     from llmgw_agent.front.config import Config
 
-    assert Config(config).shares_of == {"team-a": (1.0, "normal"), "batch": (0.5, "low")}
+    shares = Config(config).shares
+    assert shares is not None and shares.queue_max == 64
+    assert shares.weight == {"team-a": 1.0, "batch": 0.5}
+    assert shares.rank == {"team-a": 1, "batch": 2}  # normal, low
     record = {"shard_id": "g", "phase": "running", "spec": _shard(args)["spec"]}
     (view,) = gateway_views({"cpu-01": [record]})
     assert view.fair and view.as_dict()["fair"] is True

@@ -11,6 +11,7 @@ import os
 import re
 from pathlib import Path
 
+from llmgw_agent.front.fair import Shares
 from llmgw_agent.front.http import Limits
 from llmgw_agent.front.quota import Quotas
 
@@ -27,11 +28,11 @@ class Config:
     def __init__(self, raw: dict) -> None:
         self.keys = []  # type: List[Tuple[str, bytes, Optional[frozenset]]]
         limited = {}  # type: Dict[str, dict]
-        self.shares_of = {}  # type: Dict[str, Tuple[float, str]]
+        shares_of = {}  # type: Dict[str, Tuple[float, str]]
         for entry in raw.get("keys") or []:
             if entry.get("limits") is not None:
                 limited[str(entry["id"])] = entry["limits"]
-            self.shares_of[str(entry["id"])] = (
+            shares_of[str(entry["id"])] = (
                 entry.get("weight", 1.0),
                 entry.get("priority", "normal"),
             )
@@ -62,13 +63,10 @@ class Config:
             self.folder = str(kept)
         budgets = os.path.join(self.folder, "budgets.json") if self.folder else None
         self.quotas = Quotas(limited, Path(budgets) if budgets else None)
-        self.fair = raw.get("fair")  # type: Optional[dict]
-        """Fair shares between the keys while the engines are saturated (`fair.py`; None:
-        requests go through as they come)."""
-        if self.fair is not None:
-            from llmgw_agent.front.fair import Shares
-
-            Shares(self.fair, self.shares_of, None)  # checked here, made with the pool
+        fair = raw.get("fair")
+        self.shares = Shares(fair, shares_of) if fair is not None else None
+        """Fair shares between the keys while the engines are saturated (`fair.py`; the
+        front gives it its pool; None: requests go through as they come)."""
 
     @property
     def open(self) -> bool:

@@ -55,6 +55,8 @@ import math
 import time
 from collections import deque
 
+from llmgw_agent.front.quota import Refused
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Deque, Dict, List, Optional, Tuple
@@ -66,25 +68,18 @@ BYTES_PER_TOKEN = 4
 LOAD_INTERVAL_S = 1.0
 PROBE_EVERY_S = 10.0
 PROBE_SHARE = 64
+"""A first probe adds this share of the capacity (one at least): what overshoots it waits
+in the engine's queue, and every request waits here until that queue has drained."""
 PROBE_SHARE_LARGEST = 8
-"""A probe adds this share of the capacity (one at least): what overshoots it waits in the
-engine's queue, and every request waits here until that queue has drained."""
+"""The largest share a probe adds, after the engine took the ones before it."""
 RECENT_S = 10.0
+"""How long after another key's last request a busier key is still kept off the reserve."""
 SEEN_LIMIT = 256
-"""How long after another key's last request a busy key is still kept off the reserve."""
+"""Keys seen that may pile up before those not seen for `RECENT_S` are forgotten."""
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred")
 """The engines' own gauges of requests running and queued (the sim publishes the same)."""
 DEFAULTS = {"waiting": 1, "queue": 256, "queue_timeout_s": 30.0, "reserve": 1}
-
-
-class Held:
-    """A request the fair queue will not let through: which limit, when to try again, why."""
-
-    def __init__(self, limit: str, retry_after_s: float, message: str) -> None:
-        self.limit = limit
-        self.retry_after_s = max(1, math.ceil(retry_after_s))
-        self.message = message
 
 
 class Waiter:
@@ -95,7 +90,7 @@ class Waiter:
     def __init__(self, key: str, base: str, estimate: int, seq: int, turn: asyncio.Future) -> None:
         self.key, self.base, self.estimate, self.seq = key, base, estimate, seq
         self.since = time.monotonic()
-        self.turn = turn  # its result: None (go) or a Held (refused)
+        self.turn = turn  # its result: None (go) or a Refused (refused)
 
 
 def _spec_number(spec: dict, name: str, whole: bool, least: float, most: float) -> float:
@@ -114,7 +109,7 @@ def _spec_number(spec: dict, name: str, whole: bool, least: float, most: float) 
 class Shares:
     """The keys' counters, the requests waiting, and what each model's workers may take."""
 
-    def __init__(self, spec: dict, keys: Dict[str, Tuple[float, str]], pool) -> None:
+    def __init__(self, spec: dict, keys: Dict[str, Tuple[float, str]], pool=None) -> None:
         if not isinstance(spec, dict):
             raise ValueError("fair is not an object")
         unknown = sorted(set(spec) - set(DEFAULTS))
@@ -137,6 +132,7 @@ class Shares:
                 )
             self.weight[key_id], self.rank[key_id] = float(weight), PRIORITIES.index(priority)
         self.pool = pool
+        """The front's workers (`routing.Pool`), given once the front has made it."""
         self.counters: Dict[str, float] = {}
         """Each key's virtual tokens: what it was served, weighted."""
         self.active: Dict[str, int] = {}
@@ -209,22 +205,22 @@ class Shares:
 
     # --- room ----------------------------------------------------------------
 
-    def capacity(self, base: str) -> Optional[int]:
-        """What the healthy workers of model `base` take at once, None while one has not
-        said (or none is healthy: the router answers that)."""
+    def _capacity(self, base: str) -> Optional[Tuple[int, int]]:
+        """What the healthy workers of model `base` take at once, and how many they are;
+        None while one has not said (or none is healthy: the router answers that)."""
         workers = [w for w in self.pool.workers.values() if w.healthy and w.model == base]
         if not workers or any(w.capacity is None for w in workers):
             return None
-        return sum(w.capacity for w in workers)
+        return sum(w.capacity for w in workers), len(workers)
 
     def _room(self, base: str, key: str) -> Optional[bool]:
         """Whether a request of `key` for `base` may go now: None (no room), False (a
         sequence of the capacity's), True (a reserved one, kept for the keys served least
         lately)."""
-        total = self.capacity(base)
-        if total is None:
+        known = self._capacity(base)
+        if known is None:
             return False
-        workers = sum(1 for w in self.pool.workers.values() if w.healthy and w.model == base)
+        total, workers = known
         reserve = min(self.reserve * workers, total - 1)
         ordinary = self.in_flight.get(base, 0) - self.in_reserve.get(base, 0)
         if self.in_flight.get(base, 0) >= total:
@@ -244,9 +240,9 @@ class Shares:
 
     # --- a request's way through ---------------------------------------------
 
-    async def take(self, key: str, base: str, estimate: int) -> Optional[Held]:
+    async def take(self, key: str, base: str, estimate: int) -> Optional[Refused]:
         """Let a request of `key` for model `base` through, now or in its turn (None: go, and
-        call `done` when it ends), or refuse it (a `Held`; nothing to call then)."""
+        call `done` when it ends), or refuse it (a `Refused`; nothing to call then)."""
         self._lift(key)
         self.active[key] = self.active.get(key, 0) + 1
         now = time.monotonic()
@@ -277,7 +273,7 @@ class Shares:
             else:
                 self.queue.remove(waiter)
                 waiter.turn.cancel()
-                outcome = Held(
+                outcome = Refused(
                     "queue_timeout",
                     1.0,
                     "The engines are overloaded: this request waited {:g} s at the gateway "
@@ -298,8 +294,8 @@ class Shares:
             self._leave(key)
         return outcome
 
-    def _full(self) -> Held:
-        return Held(
+    def _full(self) -> Refused:
+        return Refused(
             "queue_full",
             1.0,
             "The engines are overloaded and the gateway's queue is full ({} requests). "
@@ -359,7 +355,6 @@ class Shares:
 
     def engine_said(self, worker, running: float, waiting: float, now: float) -> None:
         """One read of `worker`'s engine's gauges: its capacity learnt or probed."""
-        worker.running, worker.waiting = running, waiting
         if waiting >= self.waiting_at:
             reads = self.full_reads.get(worker.url, 0) + 1
             self.full_reads[worker.url] = reads

@@ -37,6 +37,9 @@ import sys
 import time
 from urllib.parse import urlsplit
 
+from llmgw_agent.front.fair import PROBE_SHARE, gauges
+from llmgw_agent.front.relay import whole_answer
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Dict, List, Optional, Tuple
@@ -53,8 +56,9 @@ AFFINITY_BYTES = 256
 """How much of a prompt's opening decides its cache-aware worker."""
 MAX_IDLE_PER_WORKER = 64
 METRICS_BYTES = 4 * 1024 * 1024
+"""The most of an engine's `/metrics` the front reads for its gauges (one that streams)."""
 METRICS_TIMEOUT_S = 2.0
-"""The most of an engine's `/metrics` the front reads for its gauges."""
+"""How long one read of an engine's `/metrics` may take (every worker is read at once)."""
 
 
 class Worker:
@@ -98,14 +102,12 @@ class Worker:
         self.processed = 0
         self.failures = 0
         self.idle = []  # type: List[Tuple[asyncio.StreamReader, asyncio.StreamWriter]]
-        self.running = None  # type: Optional[float]
-        self.waiting = None  # type: Optional[float]
-        """What its engine's own gauges said last (`fair.py`; None: not read, or not said)."""
         self.capacity = None  # type: Optional[int]
-        """The requests its engine runs at once, learnt when it queued (None: not yet)."""
+        """The requests its engine runs at once, learnt when it queued (`fair.py`; None: not
+        yet)."""
         self.probed_at = 0.0
-        self.probe_share = 64
-        """The share of its capacity the next probe adds (`fair.py`)."""
+        self.probe_share = PROBE_SHARE
+        """The share of its capacity the next probe adds."""
 
     async def open(self) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to the engine: a kept one, else a new one (its handshake verified).
@@ -351,8 +353,6 @@ class Pool:
         running and waiting requests to `said(worker, running, waiting, now)`; a worker whose
         read fails or takes over `METRICS_TIMEOUT_S`, or whose engine publishes neither
         gauge, is passed over."""
-        from llmgw_agent.front.fair import gauges
-
         workers = [w for w in self.workers.values() if w.healthy]
         texts = await asyncio.gather(
             *(
@@ -462,8 +462,9 @@ async def _health_status(worker: Worker, path: str) -> int:
 
 
 async def _metrics_text(worker: Worker, key: Optional[str]) -> str:
-    """The worker's `/metrics` (at most `METRICS_BYTES`; a line cut there is dropped), on a
-    connection of its own."""
+    """The worker's `/metrics`, on a connection of its own: read whole when its length is
+    known (`relay.whole_answer`, within its bound), else at most `METRICS_BYTES` (a line cut
+    there is dropped)."""
     reader, writer = await _own_connection(worker)
     try:
         keyed = "Authorization: Bearer {}\r\n".format(key) if key else ""
@@ -476,26 +477,20 @@ async def _metrics_text(worker: Worker, key: Optional[str]) -> str:
         head = await reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.") or head[9:12] != b"200":
             raise ConnectionError("the worker's /metrics did not answer 200")
-        lowered = head.lower()
-        length = None
-        for line in lowered.split(b"\r\n"):
-            if line.startswith(b"content-length:"):
-                length = int(line.split(b":", 1)[1].strip() or b"0")
-        if length is not None and length <= METRICS_BYTES:
-            body = await reader.readexactly(length)
-        else:
-            body = b""
-            while len(body) < METRICS_BYTES:
-                more = await reader.read(METRICS_BYTES - len(body))
-                if not more:
-                    break
-                body += more
+        whole = await whole_answer(head, reader, "GET")  # one of known length, read whole
+        body = whole or b""
+        while whole is None and len(body) < METRICS_BYTES:  # chunked, or up to the close
+            more = await reader.read(METRICS_BYTES - len(body))
+            if not more:
+                break
+            body += more
     finally:
         writer.close()
-    if b"transfer-encoding: chunked" in lowered:
-        body = _unchunked(body)
-    if len(body) >= METRICS_BYTES:
-        body = body[: body.rfind(b"\n") + 1]
+    if whole is None:
+        if b"transfer-encoding: chunked" in head.lower():
+            body = _unchunked(body)
+        if len(body) >= METRICS_BYTES:
+            body = body[: body.rfind(b"\n") + 1]
     return body.decode("utf-8", "replace")
 
 

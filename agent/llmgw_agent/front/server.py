@@ -78,7 +78,7 @@ from llmgw_agent.front.counters import (
     over_limit,
     overloaded,
 )
-from llmgw_agent.front.fair import BYTES_PER_TOKEN, LOAD_INTERVAL_S, Shares
+from llmgw_agent.front.fair import BYTES_PER_TOKEN, LOAD_INTERVAL_S
 from llmgw_agent.front.http import (
     REASONS,
     Refusal,
@@ -126,9 +126,9 @@ class Front:
         self.counters = Counters()
         self.quotas = config.quotas
         self.access = AccessLog(None)  # `_serve` gives it the front's folder
-        self.shares = (
-            Shares(config.fair, config.shares_of, pool) if config.fair is not None else None
-        )
+        self.shares = config.shares
+        if self.shares is not None:
+            self.shares.pool = pool
 
     async def served_models(self) -> List[str]:
         """The models the workers serve."""
@@ -333,7 +333,7 @@ class Front:
                 headers,
                 body,
                 model,
-                self.config.upstream_key(self.pool.base_of(model)),
+                self.config.upstream_key(base),
                 close,
                 exchange,
                 usage,
