@@ -89,9 +89,11 @@ def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "OMP_NUM_THREADS": "1",
         "HF_HUB_OFFLINE": "1",
         "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+        # Its one worker in the engine core's own process: one start of torch fewer (21 s to
+        # healthy on an idle machine, 15 s with it), and the same HTTP answers. On the CPU,
+        # vLLM 0.32 takes `uni` only with this set (else it runs `mp`, `platforms/cpu.py`).
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     }
-    # Its one worker in the engine's own process: one start of torch fewer (about 6 s on an
-    # idle machine, 15 s under the suite), and the same HTTP answers.
     argv = [str(VLLM), *_command(str(folder / "tiny")), "--distributed-executor-backend", "uni"]
     LOGS["vllm"], LOGS["model"] = folder / "vllm.log", folder / "tiny"
     with serving(argv, env, ready="/health", wait_s=400, log=folder / "vllm.log") as base:
