@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncssh
 import pytest
+from ports import free_port
 
 from llmgw_agent.discover import collect_facts
 from llmgw_agent.fabric.run import HalfOptions, fabric_client, fabric_server, ib_write_bw_argv
@@ -615,12 +616,6 @@ def fake_perftest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     return log
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_the_server_half_says_listening_once_perftest_holds_its_port(fake_perftest: Path) -> None:

@@ -23,12 +23,6 @@ from llmgw_agent.front.control import call
 KEY = "sk-front-test-0123456789"
 
 
-def _port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]:
     config = {"keys": [{"id": "ops", "key": KEY, "models": None}], "upstream": {}}

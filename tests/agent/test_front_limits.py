@@ -25,6 +25,7 @@ import pytest
 from agent_process import agent_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ports import free_port
 
 from llmgw_agent.front import connections, http
 from llmgw_agent.front.control import call
@@ -37,12 +38,6 @@ QUICK = {
     "body_timeout_s": 1.0,
     "linger_s": 0.5,
 }
-
-
-def _port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Engine:
@@ -96,8 +91,8 @@ def running_front(
     """A front process with `limits` (an open-file limit, TLS), one stand-in engine behind it."""
     private = tmp_path / "shard"
     private.mkdir(mode=0o700, exist_ok=True)
-    control = str(private / f"front-{_port()}.sock")
-    port = _port()
+    control = str(private / f"front-{free_port()}.sock")
+    port = free_port()
     config = {
         "keys": [{"id": "ops", "key": KEY, "models": None}],
         "upstream": {"m": ENGINE_KEY},

@@ -20,17 +20,12 @@ from pathlib import Path
 
 import pytest
 from agent_process import front_process
+from ports import free_port
 
 from llmgw_agent.front.control import call
 
 CLIENT_KEY = "sk-front-routing-0123456789"
 ENGINE_KEY = "sk-engine-secret-9876543210"
-
-
-def _port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _identity(tmp_path: Path, name: str) -> tuple[str, Path, Path]:
@@ -185,7 +180,7 @@ def _chat(port: int, key: str = CLIENT_KEY) -> tuple[int, str]:
 
 def test_workers_come_and_go_on_the_control_socket_and_take_turns(front):
     port, control = front
-    a_port, b_port = _port(), _port()
+    a_port, b_port = free_port(), free_port()
     a, b = Engine("a", a_port), Engine("b", b_port)
     try:
         for url in (f"http://127.0.0.1:{a_port}", f"http://127.0.0.1:{b_port}"):
@@ -218,7 +213,7 @@ def test_a_stranger_on_a_dead_engines_port_is_sent_no_prompt_and_no_key(front, t
     """The engine's certificate is pinned: whoever binds its port after it died cannot finish
     a handshake, and the request goes to the engine that is still up."""
     port, control = front
-    pinned_port, other_port = _port(), _port()
+    pinned_port, other_port = free_port(), free_port()
     cert_pem, cert_path, key_path = _identity(tmp_path, "engine")
     pinned = Engine("pinned", pinned_port, tls=(cert_path, key_path))
     other = Engine("other", other_port)
@@ -254,7 +249,7 @@ def test_a_stranger_on_a_dead_engines_port_is_sent_no_prompt_and_no_key(front, t
 
 def test_an_impostor_with_a_certificate_of_its_own_is_refused_too(front, tmp_path: Path):
     port, control = front
-    engine_port = _port()
+    engine_port = free_port()
     cert_pem, _, _ = _identity(tmp_path, "real")
     _, fake_cert, fake_key = _identity(tmp_path, "fake")
     impostor = Engine("impostor", engine_port, tls=(fake_cert, fake_key))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from agent_process import AgentClient, agent_env
+from ports import free_port
 
 from llmgw_agent.sim.engine.args import engine_kind, parse_engine_argv
 from llmgw_agent.sim.engine.lines import nccl_lines
@@ -22,12 +23,6 @@ CAPTURE_XML = (
     + f"<gpu id='0'><fb_memory_usage><total>{CARD_MIB} MiB</total></fb_memory_usage></gpu>" * 2
     + "</nvidia_smi_log>"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def http_status(url: str) -> int | None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from agent_process import AgentClient, agent_env
+from ports import free_port
 
 PY = sys.executable
 
@@ -236,9 +236,7 @@ def test_a_follow_streams_new_lines_and_ends_with_the_shard(agent: AgentClient) 
 def test_a_sidecar_is_waited_for_on_its_port_before_the_main_command_starts(
     agent: AgentClient,
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     sidecar = {
         "name": "rpc",
         "role": "sidecar",

@@ -118,7 +118,6 @@ def test_keep_scales_out_on_requests_waiting_and_back_to_one_when_the_load_ends(
         )
         counts: list[int] = []
         try:
-
             await _until(_fronted(port), "gateway in front of the first replica", 90)
             load = start_json(inventory, bench)
 
@@ -277,7 +276,6 @@ def test_keep_scales_out_on_time_to_first_token_naming_it(
             keep_service(fleet, reach, doc, base, model, interval_s=1.0, progress=print)
         )
         try:
-
             await _until(_fronted(port), "gateway in front of the first replica", 90)
             load = start_json(inventory, bench)
 

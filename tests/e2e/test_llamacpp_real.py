@@ -27,7 +27,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -38,6 +37,7 @@ import asyncssh
 import httpx
 import pytest
 from engine_process import WEATHER_TOOL
+from ports import free_port as free_port
 from this_machine import NODE, node_sshd, run_script_on_this_machine
 from tiny_gguf import (
     BLOCK_COUNT,
@@ -81,13 +81,6 @@ SERVED_NAME = "tiny-llama"
 def llama_cpp_version() -> str:
     """The llama-cpp-python installed beside these tests."""
     return importlib.metadata.version("llama-cpp-python")
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_the_tiny_gguf_is_a_small_llama_our_own_reader_understands(tmp_path: Path):

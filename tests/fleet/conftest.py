@@ -12,7 +12,6 @@ import getpass
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import asyncssh
 import pytest
+from ports import free_port as free_port
 
 from llmgw_core.fleet.fleet import Fleet
 from llmgw_core.fleet.loopback import LoopbackSshd
@@ -88,12 +88,6 @@ def asyncssh_node(tmp_path: Path, name: str, client: ClientKey, **kwargs) -> Loo
         authorized_keys=client.public,
         **kwargs,
     )
-
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class OpenSshd:

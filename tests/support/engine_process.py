@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+from ports import free_port
 
 WEATHER_TOOL = {
     "type": "function",
@@ -52,10 +52,8 @@ def sim_env(state: Path, **more: str) -> dict[str, str]:
 
 
 def loopback_port() -> int:
-    """A port nothing listens on at 127.0.0.1 now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A port nothing listens on at 127.0.0.1 now (`ports.free_port`)."""
+    return free_port()
 
 
 def end_process(process: subprocess.Popen, grace_s: float) -> None:

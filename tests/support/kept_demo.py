@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,35 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ports import free_port as free_port
 
 CLI = [sys.executable, "-m", "llmgw_tui.cli"]
-
-
-PORTS_FROM = 21000
-"""Gateways' ports come from below the kernel's ephemeral range (32768 on): a port the
-kernel hands out for a port-0 bind (a demo engine's, a tunnel's) or an outgoing connection
-can never be one of them, where a port the kernel handed out once may be its again
-before the test's gateway starts (CI saw a gateway's port taken in between)."""
-PORTS_PER_WORKER = 750
-_given = [0]
-
-
-def free_port() -> int:
-    """A port for a test's gateway that nothing listens on: every demo fleet of a parallel
-    suite shares this machine, so each pytest-xdist worker takes ports from a block of its
-    own, one after the other (never the default 30000 another test may hold)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    block = PORTS_FROM + (int(worker) if worker.isdigit() else 0) % 8 * PORTS_PER_WORKER
-    while _given[0] < PORTS_PER_WORKER:
-        port = block + _given[0]
-        _given[0] += 1
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port left in {block}–{block + PORTS_PER_WORKER - 1}")
 
 
 def cli(

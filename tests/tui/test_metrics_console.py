@@ -22,12 +22,6 @@ from llmgw_tui.feed import StaticFeed
 from llmgw_tui.offline_demo import demo_replica
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 async def _families(url: str) -> dict[str, list]:
     async with httpx.AsyncClient(timeout=5) as client:
         text = (await client.get(url)).text

@@ -11,7 +11,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,14 +20,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ports import free_port as free_port
 
 NODE_NAMES = ("alpha-node", "bravo-node", "charlie-node")
-
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
