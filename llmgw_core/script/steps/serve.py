@@ -38,7 +38,7 @@ from pydantic import Field
 from llmgw_core.arguments import NAME_PATTERN
 from llmgw_core.engines import checked_env
 from llmgw_core.engines.flags import checked_engine_args
-from llmgw_core.errors import DoesNotFit
+from llmgw_core.errors import BadInput, DoesNotFit
 from llmgw_core.script.registry import (
     EXIT_DOES_NOT_FIT,
     EXIT_STEP_FAILED,
@@ -88,6 +88,14 @@ def serve_request(
     from llmgw_core.serve.choice import Overrides
     from llmgw_core.serve.start import ServeRequest
 
+    if args.disaggregation is not None:
+        # Started as one replica it would serve, but not split: never behind the operator's back.
+        raise BadInput(
+            "disaggregation: starting prefill and decode workers apart is not built yet"
+            " (the document, its connector and its placement are checked)",
+            "see where it would go and what the split pays with the `explain` step,"
+            " or leave disaggregation out (docs/disaggregation.md)",
+        )
     env = checked_env(args.env)
     api_key = operator_key(args.api_key_env, "the replica's key") if args.api_key_env else None
     model = step_model(args.model, ctx)
