@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from llmgw_core.engines.programs import at_least
-from llmgw_core.engines.spec import FabricAdapter
+from llmgw_core.engines.spec import FabricAdapter, LaunchNode, LaunchRequest
 from llmgw_core.errors import BadInput
 
 Role = Literal["prefill", "decode"]
@@ -282,3 +282,40 @@ def transfer_env(
     if rule.engine == "vllm" and rule.connector == "mooncake":
         env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] = str(bootstrap_port)
     return env
+
+
+def launch_flags(request: LaunchRequest, node: LaunchNode) -> list[str]:
+    """A worker's role flags as `request.pd` gives them (none for a replica doing both).
+
+    Raises:
+        BadInput: the connector is newer than the release installed on `node`.
+    """
+    pd = request.pd
+    if pd is None:
+        return []
+    rule = connector_rule(request.engine, pd.connector)
+    check_version(rule, node.engine_version, node.name)
+    rails = pd.rails.get(node.name, ())
+    ib_devices = [a.name for a in rails] if pd.transport in ("infiniband", "roce") else []
+    return role_flags(
+        rule, "prefill" if pd.role == "prefill" else "decode",
+        bootstrap_port=pd.bootstrap_port, ib_devices=ib_devices,
+    )  # fmt: skip
+
+
+def launch_env(request: LaunchRequest, node: LaunchNode) -> dict[str, str]:
+    """A worker's transfer variables as `request.pd` gives them (none for a replica doing both)."""
+    pd = request.pd
+    if pd is None:
+        return {}
+    rule = connector_rule(request.engine, pd.connector)
+    transport: Transport = pd.transport  # type: ignore[assignment]  # placement_pd's words
+    return transfer_env(
+        rule,
+        transport,
+        pd.rails.get(node.name, ()),
+        interface=node.interface,
+        address=node.address,
+        bootstrap_port=pd.bootstrap_port,
+        side_channel_port=pd.side_channel_port,
+    )

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from engine_nodes import flag, h100_cards, h100_node, ib_adapters, request
 
+from llmgw_core.engines import build_launch
 from llmgw_core.engines.disagg import (
     RULES,
     check_pairing,
@@ -17,7 +19,7 @@ from llmgw_core.engines.disagg import (
     role_flags,
     transfer_env,
 )
-from llmgw_core.engines.spec import FabricAdapter
+from llmgw_core.engines.spec import FabricAdapter, PdLaunch
 from llmgw_core.errors import BadInput
 
 IB = (FabricAdapter("mlx5_0", 1, "InfiniBand"), FabricAdapter("mlx5_1", 1, "InfiniBand"))
@@ -156,3 +158,51 @@ def test_mooncake_is_filtered_to_the_rails_and_tcp_only_when_allowed():
     assert transfer_env(rule, "tcp", (), interface="eno1")["MC_FORCE_TCP"] == "1"
     tcp_nixl = transfer_env(connector_rule("vllm", "nixl"), "tcp", (), interface="eno1")
     assert tcp_nixl["UCX_NET_DEVICES"] == "eno1" and "tcp" in tcp_nixl["UCX_TLS"]
+
+
+def _pd(role: str, connector: str, transport: str = "infiniband") -> PdLaunch:
+    return PdLaunch(
+        role=role,
+        connector=connector,
+        transport=transport,
+        rails={"h100-a-01": ib_adapters("mlx5_0", "mlx5_1")},
+    )
+
+
+def test_a_vllm_decode_worker_starts_with_its_connector_and_its_rails_beside_nccls():
+    node = h100_node(engine_version="0.15.1", gpus=h100_cards(4))
+    plan = build_launch(request(nodes=(node,), pd=_pd("decode", "mooncake")))
+    main = plan.shards[0].main
+    config = json.loads(flag(main.argv, "--kv-transfer-config") or "")
+    assert config == {"kv_connector": "MooncakeConnector", "kv_role": "kv_consumer"}
+    assert main.env["MC_MS_FILTERS"] == "mlx5_0,mlx5_1"
+    assert main.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"  # the cards are still placement's
+
+
+def test_the_operators_ucx_variable_wins_over_the_transfers():
+    node = h100_node(gpus=h100_cards(2))
+    req = request(nodes=(node,), pd=_pd("prefill", "nixl"), extra_env={"UCX_TLS": "rc_x"})
+    main = build_launch(req).shards[0].main
+    assert main.env["UCX_TLS"] == "rc_x" and main.env["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_1:1"
+
+
+def test_an_sglang_prefill_worker_names_its_mode_backend_and_ib_devices():
+    node = h100_node(engine_version="0.5.3", program=("python3", "-m", "sglang.launch_server"))
+    req = request(nodes=(node,), engine="sglang", pd=_pd("prefill", "nixl"))
+    main = build_launch(req).shards[0].main
+    assert flag(main.argv, "--disaggregation-mode") == "prefill"
+    assert flag(main.argv, "--disaggregation-transfer-backend") == "nixl"
+    assert flag(main.argv, "--disaggregation-ib-device") == "mlx5_0,mlx5_1"
+    assert main.env["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_1:1"
+
+
+def test_a_worker_on_a_release_without_its_connector_is_refused_before_it_starts():
+    node = h100_node(engine_version="0.12.0")
+    with pytest.raises(BadInput, match=r"vllm 0\.12\.0 on h100-a-01 has no MooncakeConnector"):
+        build_launch(request(nodes=(node,), pd=_pd("prefill", "mooncake")))
+
+
+def test_a_replica_doing_both_gets_no_transfer_flag_or_variable():
+    main = build_launch(request()).shards[0].main
+    assert "--kv-transfer-config" not in main.argv
+    assert not any(key.startswith(("UCX_", "MC_")) for key in main.env)
