@@ -26,6 +26,7 @@ from pydantic import Field, field_validator, model_validator
 from llmgw_core.arguments import StrictArgs
 from llmgw_core.engines.disagg import CONNECTORS, check_pairing, connector_rule
 from llmgw_core.errors import BadInput
+from llmgw_core.planner.pd_ratio import Workload
 
 MAX_SIDE_REPLICAS = 64
 
@@ -55,19 +56,6 @@ class SideArgs(StrictArgs):
             if value > MAX_SIDE_REPLICAS:
                 raise ValueError(f"is {value}: at most {MAX_SIDE_REPLICAS} a side")
         return value
-
-
-class Workload(StrictArgs):
-    """What the service expects: prompt and answer lengths, and the latencies it must keep."""
-
-    input_tokens: int = Field(ge=1, le=16_777_216)
-    output_tokens: int = Field(ge=1, le=16_777_216)
-    ttft_s: float | None = Field(default=None, gt=0, le=3600, allow_inf_nan=False)
-    """The time to first token to keep (p50 of a lone request), None: no target."""
-    itl_s: float | None = Field(default=None, gt=0, le=60, allow_inf_nan=False)
-    """The inter-token latency to keep, None: no target."""
-    requests_per_s: float | None = Field(default=None, gt=0, le=1_000_000, allow_inf_nan=False)
-    """The load to size the ratio for; None: as many as the cards serve."""
 
 
 class DisaggregationArgs(StrictArgs):
