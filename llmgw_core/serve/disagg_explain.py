@@ -1,0 +1,170 @@
+"""`explain` of a disaggregated service: where both sides would go, over what, and whether the
+split pays (no I/O: it reads the fleet's snapshot and inventory the step already holds).
+
+The sides are placed together (`placement_pd`), each node's release is held
+to the connector (`engines.disagg.check_version`), and the advisor
+(`planner.pd_ratio`) answers from the plan's way and the path placement
+found: the rails' measured speed where a fabric test measured them between
+the service's nodes, else their reported rate, NVLink's rated speed inside a
+node or a domain. `disaggregation: auto` takes the advisor's ratio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from llmgw_core.engines.disagg import check_version, connector_rule
+from llmgw_core.engines.from_fleet import fabric_adapters
+from llmgw_core.engines.programs import installed_version
+from llmgw_core.placement import Want
+from llmgw_core.placement_pd import PdPlacement, PdRefused, PdWant, place_disaggregated
+from llmgw_core.planner.card_rates import card_rate
+from llmgw_core.planner.pd_ratio import Advice, advise_way
+from llmgw_core.serve.disagg_args import DisaggregationArgs, SideArgs
+
+TCP_GBPS_ASSUMED = 10.0
+"""The management network's speed the advisor assumes for a transfer allowed over TCP."""
+
+
+@dataclass(frozen=True)
+class PdExplained:
+    """What `explain` says of a disaggregated service.
+
+    Attributes:
+        result: the `disaggregation` part of the step's JSON.
+        refusal: the sentence when the sides cannot be placed together, else None.
+    """
+
+    result: dict[str, Any]
+    refusal: str | None = None
+
+
+def _side_want(base: Want, side: SideArgs | None) -> Want:
+    layout = side.layout if side else None
+    if layout is None:
+        return base
+    return replace(
+        base,
+        cards_per_node=layout.gpus or base.cards_per_node,
+        nodes=layout.nodes or base.nodes,
+    )
+
+
+def _path_speed(fleet: Any, placed: PdPlacement, gpu_class: str) -> tuple[float, str]:
+    """The speed the advisor takes between the sides, Gb/s, and how it was found."""
+    if placed.transport in ("node", "nvlink"):
+        rate = card_rate(gpu_class)
+        gbps = rate.nvlink_gbps if rate and rate.nvlink_gbps else 0.0
+        if gbps:
+            return gbps, f"NVLink ({gpu_class} rated)"
+        return 64 * 8.0, "PCIe between the cards (64 GB/s assumed)"
+    if placed.transport == "tcp":
+        return (
+            TCP_GBPS_ASSUMED,
+            f"TCP on the management network ({TCP_GBPS_ASSUMED:.0f} Gb/s assumed)",
+        )
+    rails = max(len(r) for r in placed.rails.values())
+    if placed.measured_gbps:
+        return placed.measured_gbps, f"{rails} rails of {placed.interconnect}, measured"
+    snapshot = fleet.snapshot()
+    totals = []
+    for node, adapters in placed.rails.items():
+        facts = snapshot.nodes[node].facts
+        rated = {a.name: a.rate_gbps or 0.0 for a in (facts.adapters if facts else ())}
+        totals.append(sum(rated.get(a.name, 0.0) for a in adapters))
+    return min(totals), f"{rails} rails of {placed.interconnect}, as reported (never tested)"
+
+
+def explain_disaggregation(
+    fleet: Any,
+    views: Any,
+    args: Any,
+    way: Any,
+    choice: Any,
+    model: Any,
+) -> PdExplained:
+    """Both sides placed and the advice, for `explain` with `disaggregation:`.
+
+    Args:
+        fleet: the step's live fleet (its snapshot and inventory are read).
+        views: every node as placement sees it.
+        args: the step's arguments (`LayoutFields`, `disaggregation` set).
+        way: the plan's way of the choice (`planner.way_record.Way`), None when unknown.
+        choice: the way `serve` would take (`serve.choice.Choice`).
+        model: the model (`ModelInfo`).
+
+    Raises:
+        BadInput: the connector is newer than a chosen node's release.
+    """
+    split: DisaggregationArgs = args.disaggregation
+    rule = connector_rule(choice.engine, split.connector)
+    base = choice.want(tuple(x for x in (model.repo_id, model.ref) if x))
+    prefill_want = _side_want(base, split.prefill)
+    decode_want = _side_want(base, split.decode)
+    shape = model.any_shape
+    advice: Advice | None = None
+    counts = (
+        (split.prefill.replicas, split.decode.replicas) if split.prefill and split.decode else None
+    )
+    result: dict[str, Any] = {"connector": rule.connector, "engine_name": rule.engine_name}
+    specs = {s.name: s for s in fleet.inventory.node_specs()}
+    snapshot = fleet.snapshot()
+    adapters = {}
+    verdicts = {}
+    for name, state in snapshot.nodes.items():
+        facts = state.facts
+        spec = specs.get(name)
+        if facts is None or spec is None:
+            continue
+        verdicts[name] = facts.rail_verdicts
+        if spec.fabrics:
+            adapters[name] = fabric_adapters(spec.fabrics[0].hcas, facts)
+    want = PdWant(
+        prefill_want,
+        decode_want,
+        counts[0] if counts else 1,
+        counts[1] if counts else 1,
+        allow_tcp=split.allow_tcp,
+    )
+    placed = place_disaggregated(want, views, adapters, verdicts)
+    if isinstance(placed, PdRefused):
+        result["placed"] = False
+        return PdExplained(result, placed.sentence(want))
+    for node in placed.nodes:
+        facts = snapshot.nodes[node].facts
+        check_version(
+            rule, installed_version(choice.engine, facts.engines) if facts else None, node
+        )
+    if split.workload is not None and way is not None and shape is not None:
+        gbps, label = _path_speed(fleet, placed, way.gpu_class)
+        prefill_width = prefill_want.cards_per_node if split.prefill else None
+        advice = advise_way(
+            shape,
+            split.workload,
+            way,
+            transfer_gbps=gbps,
+            transfer_label=label,
+            prefill_width=prefill_width,
+        )
+    if counts is None and advice is not None:
+        # auto: the advisor's ratio, placed again with it.
+        want = replace(
+            want, prefill_replicas=advice.prefill_replicas, decode_replicas=advice.decode_replicas
+        )
+        again = place_disaggregated(want, views, adapters, verdicts)
+        if isinstance(again, PdRefused):
+            result.update(placed=False, advice=advice.as_dict())
+            return PdExplained(result, again.sentence(want))
+        placed = again
+    result.update(placed=True, **placed.as_dict())
+    result["replicas"] = {"prefill": want.prefill_replicas, "decode": want.decode_replicas}
+    if advice is not None:
+        result["advice"] = advice.as_dict()
+    elif split.workload is None:
+        result["advice"] = None
+        result["advice_needs"] = (
+            "give disaggregation.workload {input_tokens, output_tokens, ttft_s, itl_s}"
+            " for the advisor's answer"
+        )
+    return PdExplained(result)
