@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmgw_core.engines.spec import FabricAdapter
 from llmgw_core.fabric.rails import RailLeftOut, failed_rails
-from llmgw_core.placement import DOMAIN, FABRIC, Placement, Want, place
+from llmgw_core.placement import DOMAIN, Placement, Want, interconnect_groups, place
 from llmgw_core.planner.pools_live import LiveNode
 
 if TYPE_CHECKING:
@@ -162,22 +162,12 @@ def _claimed(views: Sequence[LiveNode], placement: Placement, holder: str) -> li
 
 
 def _groups(views: Sequence[LiveNode]) -> list[tuple[str, str, list[LiveNode]]]:
-    """NVLink domains first, then fabrics, then islands (a node on neither), most nodes first."""
-    grouped: dict[tuple[str, str], list[LiveNode]] = {}
-    for view in views:
-        node = view.node
-        if node is None:
-            continue
-        domain = node.nvlink_domain
-        if domain is not None and domain.usable:
-            grouped.setdefault((DOMAIN, domain.key), []).append(view)
-        if node.fabric:
-            grouped.setdefault((FABRIC, node.fabric), []).append(view)
-        if not node.fabric and not (domain is not None and domain.usable):
-            grouped.setdefault((NODE, view.name), []).append(view)
-    order = {DOMAIN: 0, FABRIC: 1, NODE: 2}
-    ordered = sorted(grouped.items(), key=lambda i: (order[i[0][0]], -len(i[1]), i[0][1]))
-    return [(kind, name, members) for (kind, name), members in ordered]
+    """NVLink domains, then fabrics (`placement.interconnect_groups`), then islands: each
+    ready node on neither, alone."""
+    groups = interconnect_groups(views)
+    grouped = {view.name for _kind, _name, members in groups for view in members}
+    islands = [v for v in views if v.node is not None and v.name not in grouped]
+    return groups + [(NODE, view.name, [view]) for view in islands]
 
 
 def _has_class(view: LiveNode, classes: set[str | None]) -> bool:

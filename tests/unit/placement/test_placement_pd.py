@@ -3,9 +3,10 @@ one fabric's passing rails, never two fabrics, TCP only when allowed, the reason
 
 from __future__ import annotations
 
+from demo_fleet_facts import on_two_fabrics
+
 from llmgw_core.engines.from_fleet import fabric_adapters
 from llmgw_core.facts import RailVerdict
-from llmgw_core.inventory import Fabric
 from llmgw_core.placement import Want
 from llmgw_core.placement_pd import PdPlacement, PdRefused, PdWant, place_disaggregated
 from llmgw_core.planner.pools_live import live_nodes
@@ -104,12 +105,7 @@ def test_a_node_whose_every_rail_failed_is_no_place_for_a_worker(demo_facts):
 
 def test_sides_that_fit_only_across_two_fabrics_are_refused_unless_tcp_is_allowed(demo_facts):
     _, specs = demo_facts
-    split = [
-        s.model_copy(update={"fabrics": (Fabric(name="ib-b", hcas=s.fabrics[0].hcas),)})
-        if s.name == "h100-a-02"
-        else s
-        for s in specs
-    ]
+    split = on_two_fabrics(specs)
     views, adapters = _fleet(demo_facts, split)
     want = _pd("h100-80g", 8, 1, 1)
     refused = place_disaggregated(want, views, adapters)
