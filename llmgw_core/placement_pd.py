@@ -274,7 +274,10 @@ def place_disaggregated(
         found = PdPlacement(prefill, decode, NODE, name)
         used = found.nodes
         if len(used) == 1:
-            return replace(found, interconnect=used[0])
+            # One node: nothing crosses a rail, but Mooncake moves even a node's KV by RDMA
+            # and is given the node's adapters (NIXL keeps it on the cards: `cuda_ipc`).
+            own = tuple(adapters.get(used[0], ()))
+            return replace(found, interconnect=used[0], rails={used[0]: own} if own else {})
         if kind == DOMAIN:
             return replace(found, transport="nvlink")
         rails, left_out, problem = _passing_rails(used, adapters, verdicts)

@@ -269,8 +269,9 @@ def transfer_env(
             # RoCE: the routable v2 GID, as for NCCL; UCX's own pick may be a v1 entry.
             env["UCX_IB_GID_INDEX"] = str(gid)
     if rule.connector == "mooncake":
-        # Mooncake's transfer engine discovers the node's adapters itself unless filtered.
-        if transport in ("infiniband", "roce") and adapters:
+        # Mooncake's transfer engine discovers the node's adapters itself unless filtered;
+        # it moves KV by RDMA inside one node too.
+        if transport != "tcp" and adapters:
             env["MC_MS_AUTO_DISC"] = "1"
             env["MC_MS_FILTERS"] = ",".join(a.name for a in adapters)
         if transport == "tcp":
@@ -296,7 +297,7 @@ def launch_flags(request: LaunchRequest, node: LaunchNode) -> list[str]:
     rule = connector_rule(request.engine, pd.connector)
     check_version(rule, node.engine_version, node.name)
     rails = pd.rails.get(node.name, ())
-    ib_devices = [a.name for a in rails] if pd.transport in ("infiniband", "roce") else []
+    ib_devices = [a.name for a in rails] if pd.transport != "tcp" else []
     return role_flags(
         rule, "prefill" if pd.role == "prefill" else "decode",
         bootstrap_port=pd.bootstrap_port, ib_devices=ib_devices,

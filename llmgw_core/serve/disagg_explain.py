@@ -17,10 +17,10 @@ from typing import Any
 from llmgw_core.engines.disagg import check_version, connector_rule
 from llmgw_core.engines.from_fleet import fabric_adapters
 from llmgw_core.engines.programs import installed_version
-from llmgw_core.placement import Want
 from llmgw_core.placement_pd import PdPlacement, PdRefused, PdWant, place_disaggregated
 from llmgw_core.planner.card_rates import card_rate
 from llmgw_core.planner.pd_ratio import Advice, advise_way
+from llmgw_core.serve.choice import Choice
 from llmgw_core.serve.disagg_args import DisaggregationArgs, SideArgs
 
 TCP_GBPS_ASSUMED = 10.0
@@ -40,14 +40,23 @@ class PdExplained:
     refusal: str | None = None
 
 
-def _side_want(base: Want, side: SideArgs | None) -> Want:
+def side_choice(choice: Choice, side: SideArgs | None) -> Choice:
+    """The way one side's workers run: the service's, at the side's own width where it gives one
+    (cards a node for tensor parallel, nodes for pipeline stages)."""
     layout = side.layout if side else None
     if layout is None:
-        return base
+        return choice
+    gpus = layout.gpus or choice.cards_per_node
+    nodes = layout.nodes or choice.nodes
     return replace(
-        base,
-        cards_per_node=layout.gpus or base.cards_per_node,
-        nodes=layout.nodes or base.nodes,
+        choice,
+        cards_per_node=gpus,
+        nodes=nodes,
+        tensor_parallel=gpus,
+        pipeline_parallel=nodes,
+        label=f"{nodes} × {gpus} × {choice.gpu_class}"
+        if nodes > 1
+        else f"{gpus} × {choice.gpu_class}",
     )
 
 
@@ -76,6 +85,23 @@ def _path_speed(fleet: Any, placed: PdPlacement, gpu_class: str) -> tuple[float,
     return min(totals), f"{rails} rails of {placed.interconnect}, as reported (never tested)"
 
 
+def transfer_facts(fleet: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each node's fabric adapters (the inventory's names, the node's link layers) and its
+    kept fabric verdicts: what `placement_pd` places the transfer on."""
+    specs = {s.name: s for s in fleet.inventory.node_specs()}
+    adapters: dict[str, Any] = {}
+    verdicts: dict[str, Any] = {}
+    for name, state in fleet.snapshot().nodes.items():
+        facts = state.facts
+        spec = specs.get(name)
+        if facts is None or spec is None:
+            continue
+        verdicts[name] = facts.rail_verdicts
+        if spec.fabrics:
+            adapters[name] = fabric_adapters(spec.fabrics[0].hcas, facts)
+    return adapters, verdicts
+
+
 def explain_disaggregation(
     fleet: Any,
     views: Any,
@@ -99,27 +125,17 @@ def explain_disaggregation(
     """
     split: DisaggregationArgs = args.disaggregation
     rule = connector_rule(choice.engine, split.connector)
-    base = choice.want(tuple(x for x in (model.repo_id, model.ref) if x))
-    prefill_want = _side_want(base, split.prefill)
-    decode_want = _side_want(base, split.decode)
+    models = tuple(x for x in (model.repo_id, model.ref) if x)
+    prefill_want = side_choice(choice, split.prefill).want(models)
+    decode_want = side_choice(choice, split.decode).want(models)
     shape = model.any_shape
     advice: Advice | None = None
     counts = (
         (split.prefill.replicas, split.decode.replicas) if split.prefill and split.decode else None
     )
     result: dict[str, Any] = {"connector": rule.connector, "engine_name": rule.engine_name}
-    specs = {s.name: s for s in fleet.inventory.node_specs()}
     snapshot = fleet.snapshot()
-    adapters = {}
-    verdicts = {}
-    for name, state in snapshot.nodes.items():
-        facts = state.facts
-        spec = specs.get(name)
-        if facts is None or spec is None:
-            continue
-        verdicts[name] = facts.rail_verdicts
-        if spec.fabrics:
-            adapters[name] = fabric_adapters(spec.fabrics[0].hcas, facts)
+    adapters, verdicts = transfer_facts(fleet)
     want = PdWant(
         prefill_want,
         decode_want,

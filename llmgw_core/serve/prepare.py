@@ -32,6 +32,7 @@ from llmgw_core.engines.flags import plan_options, release_refusal
 from llmgw_core.engines.identity import EngineIdentity
 from llmgw_core.engines.planned import lora_launch
 from llmgw_core.engines.programs import named_by_inventory
+from llmgw_core.engines.spec import PdLaunch
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fabric.rails import RailChoice, choose_rails
 from llmgw_core.facts import NodeFacts
@@ -266,12 +267,14 @@ async def launch_for(
     context: int,
     rails: RailChoice | None = None,
     notes: list[str] | None = None,
+    pd: PdLaunch | None = None,
 ) -> tuple[LaunchPlan, int | None]:
     """The engines' launch for one placed way, and its rendezvous port (None on one node).
 
     `rails` (default: `rail_choice` now) names the adapters left out of `NCCL_IB_HCA`;
     `notes` is given each sentence about the launch that the operator should see
-    (vLLM on a CPU node sharing its cores with another replica).
+    (vLLM on a CPU node sharing its cores with another replica); `pd` makes it a
+    prefill or decode worker of a disaggregated service (`engines.disagg`).
     Every launch gets a new certificate and key (`engines.identity`): a heal or a
     retry is never trusted with the certificate of the engine it replaces.
 
@@ -329,6 +332,7 @@ async def launch_for(
             tls=EngineIdentity.make(request.name or served_name),
             cpu_bind=cpu_bind,
             lora=lora_launch(request.lora),
+            pd=pd,
         )
     )
     return launch, rendezvous_port

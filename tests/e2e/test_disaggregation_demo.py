@@ -1,6 +1,7 @@
 """`explain` of disaggregated services on the demo fleet, headless: a 70B split two and two on
 the H100 pair over ib-a's rails (the rail the fabric test failed left out of the KV's devices),
-and `auto` inside the NVL72 rack over NVLink, each with the advisor's arithmetic."""
+and `auto` inside the NVL72 rack over NVLink, each with the advisor's arithmetic; a dry run
+builds every worker's command on the rails that passed."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ steps:
   - explain:
       {{{LAYOUT}, gpu_class: gb200-186g, gpus: 4, disaggregation: {{auto: true, connector: mooncake,
         workload: {{input_tokens: 1500, output_tokens: 300, ttft_s: 1, itl_s: 0.05}}}}}}
+  - serve:
+      {{{LAYOUT}, gpu_class: h100-80g, gpus: 4, dry_run: true, disaggregation: {{
+        prefill: {{replicas: 2}}, decode: {{replicas: 2}}, connector: mooncake}}}}
   - explain:
       {{{LAYOUT}, gpu_class: h100-80g, gpus: 8, disaggregation: {{prefill: {{replicas: 2}},
         decode: {{replicas: 1}}}}}}
@@ -71,9 +75,28 @@ def test_auto_inside_the_nvl72_rack_takes_the_advisors_ratio_over_nvlink(steps):
 
 
 def test_no_room_for_both_sides_on_one_interconnect_fails_the_step_with_the_reason(steps):
-    explain = steps[3]
+    explain = steps[4]
     assert explain["step"] == "explain" and not explain["ok"], explain
     assert explain["error"].startswith(
         "no interconnect has room for 2 prefill (8 h100-80g) and 1 decode (8 h100-80g) together"
     )
     assert "ib-a: room for 0 of 1 decode replicas" in explain["error"]
+
+
+def test_a_dry_run_builds_every_workers_command_on_the_rails_that_passed(steps):
+    serve = steps[3]
+    assert serve["step"] == "serve" and serve["ok"], serve
+    workers = serve["result"]["workers"]
+    assert [w["role"] for w in workers] == ["prefill", "prefill", "decode", "decode"]
+    prefill = workers[0]["shards"][0]["commands"][0]
+    config = prefill["argv"][prefill["argv"].index("--kv-transfer-config") + 1]
+    assert json.loads(config) == {"kv_connector": "MooncakeConnector", "kv_role": "kv_producer"}
+    assert prefill["env"]["MC_MS_FILTERS"] == ",".join(f"mlx5_{i}" for i in range(8) if i != 5)
+    ports = {
+        (
+            w["shards"][0]["node"],
+            w["shards"][0]["commands"][0]["env"]["VLLM_MOONCAKE_BOOTSTRAP_PORT"],
+        )
+        for w in workers
+    }
+    assert len(ports) == 4  # two workers on one node never share a handshake port

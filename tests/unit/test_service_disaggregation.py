@@ -164,7 +164,7 @@ def test_a_valid_split_in_serve_is_refused_as_not_built_yet_rather_than_started_
     tmp_path, capsys
 ):
     step = (
-        f"serve: {{model: {MODEL}, engine: vllm, dry_run: true,"
+        f"serve: {{model: {MODEL}, engine: vllm,"
         " disaggregation: {prefill: {replicas: 1}, decode: {replicas: 1}}}"
     )
     code, error = _run(tmp_path, capsys, step)
