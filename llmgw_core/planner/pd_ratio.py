@@ -239,6 +239,13 @@ def advise(
         return (weights_bytes_per_card + batch * kv_mean) / bandwidth
 
     fits = int(kv_room_bytes_per_card // kv_full) if kv_full else max_seqs
+    if fits < 1:
+        verdict = (
+            f"does not pay: one sequence of {length + answer} tokens needs"
+            f" {kv_full / GB:.2f} GB of KV a decode card and the plan leaves"
+            f" {kv_room_bytes_per_card / GB:.2f}: widen decode or plan a shorter context"
+        )
+        return Advice(False, 1, 1, verdict, tuple(lines), {"prefill_s": prefill_s})
     batch = min(fits, max_seqs)
     limit = "the KV room" if fits <= max_seqs else f"max_num_seqs {max_seqs}"
     if workload.itl_s is not None:

@@ -4,6 +4,8 @@ one fabric's passing rails, never two fabrics, TCP only when allowed, the reason
 from __future__ import annotations
 
 from demo_fleet_facts import on_two_fabrics
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from llmgw_core.engines.from_fleet import fabric_adapters
 from llmgw_core.facts import RailVerdict
@@ -126,3 +128,62 @@ def test_no_room_anywhere_says_so_without_offering_tcp(demo_facts):
     refused = place_disaggregated(_pd("h100-80g", 8, 2, 2), views, adapters)
     assert isinstance(refused, PdRefused) and not refused.tcp_would_fit
     assert refused.reasons == ("ib-a: room for 0 of 2 decode replicas (8 h100-80g)",)
+
+
+_CLASSES = st.sampled_from(["h100-80g", "gb200-186g", "l40s-48g"])
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    gpu_class=_CLASSES,
+    prefill_cards=st.sampled_from([1, 2, 4, 8]),
+    decode_cards=st.sampled_from([1, 2, 4, 8]),
+    prefill=st.integers(1, 4),
+    decode=st.integers(1, 4),
+    claimed=st.dictionaries(
+        st.sampled_from(["h100-a-01", "h100-a-02", "gb200-r1-t01", "gb200-r1-t02", "l40s-01"]),
+        st.sets(st.integers(0, 7), max_size=8),
+        max_size=3,
+    ),
+    failed=st.sets(st.integers(0, 7), max_size=8),
+    allow_tcp=st.booleans(),
+)
+def test_both_sides_never_share_a_card_nor_cross_two_interconnects(
+    demo_facts, gpu_class, prefill_cards, decode_cards, prefill, decode, claimed, failed, allow_tcp
+):
+    snapshot, specs = demo_facts
+    claims = {node: {str(i): "other" for i in ids} for node, ids in claimed.items()}
+    views = live_nodes(snapshot, specs, claims)
+    _, adapters = _fleet(demo_facts)
+    verdicts = {"h100-a-01": [_verdict("h100-a-02", f"mlx5_{i}", "fail", 100.0) for i in failed]}
+    want = PdWant(
+        Want(gpu_class, prefill_cards), Want(gpu_class, decode_cards), prefill, decode, allow_tcp
+    )
+    found = place_disaggregated(want, views, adapters, verdicts)
+    if isinstance(found, PdRefused):
+        assert not (found.tcp_would_fit and allow_tcp)
+        assert found.sentence(want).startswith("no interconnect has room for")
+        return
+    placements = (*found.prefill, *found.decode)
+    assert len(found.prefill) == prefill and len(found.decode) == decode
+    cards = [
+        (p.node, card) for placement in placements for p in placement.nodes for card in p.gpu_ids
+    ]
+    assert len(cards) == len(set(cards)), "a card given twice"
+    assert not any(card in claims.get(node, {}) for node, card in cards), "a claimed card given"
+    by_name = {view.name: view.node for view in views}
+    if found.transport == "tcp":
+        assert allow_tcp
+    elif found.transport == "node":
+        assert len(found.nodes) == 1
+    elif found.transport == "nvlink":
+        assert len({by_name[n].nvlink_domain.key for n in found.nodes}) == 1
+    else:
+        assert {by_name[n].fabric for n in found.nodes} == {found.interconnect}
+        for node, rails in found.rails.items():
+            names = {a.name for a in rails}
+            assert rails and names <= {a.name for a in adapters[node]}
+            if node == "h100-a-01" and "h100-a-02" in found.nodes:
+                assert not names & {f"mlx5_{i}" for i in failed}

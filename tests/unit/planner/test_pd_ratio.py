@@ -4,6 +4,8 @@ KV over ib-a's eight rails): three workloads, each answer with its arithmetic.""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmgw_core.catalog import catalog_model
 from llmgw_core.planner.pd_ratio import (
@@ -118,3 +120,42 @@ def test_a_mig_instance_or_an_unlisted_card_gets_no_advice_rather_than_a_guess(l
     }
     workload = Workload(input_tokens=100, output_tokens=100)
     assert advise(shape, workload, gpu_class="a100-80g-mig-3g.40gb", **figures) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    input_tokens=st.integers(1, 200_000),
+    output_tokens=st.integers(1, 20_000),
+    ttft_s=st.one_of(st.none(), st.floats(0.01, 60)),
+    itl_s=st.one_of(st.none(), st.floats(0.001, 1)),
+    transfer_gbps=st.floats(0.1, 20_000),
+    widths=st.sampled_from([(1, 1), (2, 4), (4, 4), (8, 2)]),
+    room_gib=st.floats(0, 60),
+)
+def test_any_workload_gets_an_answer_with_small_ratio_terms_and_its_sums(
+    input_tokens, output_tokens, ttft_s, itl_s, transfer_gbps, widths, room_gib
+):
+    shape = catalog_model(LLAMA_70B).any_shape
+    advice = advise(
+        shape,
+        Workload(
+            input_tokens=input_tokens, output_tokens=output_tokens, ttft_s=ttft_s, itl_s=itl_s
+        ),
+        gpu_class="h100-80g",
+        card_memory_gib=79.19,
+        prefill_width=widths[0],
+        decode_width=widths[1],
+        weights_bytes_per_card=141e9 / widths[1],
+        kv_room_bytes_per_card=room_gib * 2**30,
+        transfer_gbps=transfer_gbps,
+        transfer_label="a rail",
+    )
+    assert advice is not None
+    assert 1 <= advice.prefill_replicas <= 8 and 1 <= advice.decode_replicas <= 8
+    assert advice.verdict.startswith(("pays at", "does not pay"))
+    assert advice.arithmetic and all(line for line in advice.arithmetic)
+    if room_gib == 0:
+        assert "GB of KV a decode card and the plan leaves 0.00" in advice.verdict
+    if advice.pays:
+        assert advice.figures["transfer_s"] <= advice.figures["prefill_s"]
+        assert ttft_s is None or advice.figures["ttft_split_s"] <= ttft_s
