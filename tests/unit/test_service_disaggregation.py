@@ -242,3 +242,17 @@ def test_any_disaggregation_mapping_is_taken_or_refused_never_crashes(split, eng
             doc.disaggregation.prefill.replicas >= 1 and doc.disaggregation.decode.replicas >= 1
         )
         json.dumps(service_label(doc))
+
+
+def test_applying_a_split_service_is_refused_before_any_connection_rather_than_started_unsplit(
+    tmp_path, capsys
+):
+    service = (
+        f"{{name: chat-pd, model: {MODEL}, engine: sglang,"
+        " disaggregation: {prefill: {replicas: 1}, decode: {replicas: 1}}}"
+    )
+    code, error = _run(tmp_path, capsys, f"apply: {{service: {service}, dry_run: true}}")
+    assert code == 2
+    assert error.startswith(
+        "disaggregation: starting prefill and decode workers apart is not built yet"
+    )

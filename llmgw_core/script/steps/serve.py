@@ -95,8 +95,8 @@ def serve_request(
         raise BadInput(
             "disaggregation: starting prefill and decode workers apart is not built yet"
             " (the document, its connector and its placement are checked)",
-            "see its workers' commands with dry_run: true, where it would go and what the"
-            " split pays with the `explain` step, or leave disaggregation out"
+            "see its workers' commands with `serve` and dry_run: true, where it would go and"
+            " what the split pays with the `explain` step, or leave disaggregation out"
             " (docs/disaggregation.md)",
         )
     env = checked_env(args.env)
