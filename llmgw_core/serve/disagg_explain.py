@@ -17,6 +17,7 @@ from typing import Any
 from llmgw_core.engines.disagg import check_version, connector_rule
 from llmgw_core.engines.from_fleet import fabric_adapters
 from llmgw_core.engines.programs import installed_version
+from llmgw_core.errors import DoesNotFit
 from llmgw_core.placement_pd import PdPlacement, PdRefused, PdWant, place_disaggregated
 from llmgw_core.planner.card_rates import card_rate
 from llmgw_core.planner.pd_ratio import Advice, advise_way
@@ -57,6 +58,33 @@ def side_choice(choice: Choice, side: SideArgs | None) -> Choice:
         label=f"{nodes} × {gpus} × {choice.gpu_class}"
         if nodes > 1
         else f"{gpus} × {choice.gpu_class}",
+    )
+
+
+def side_way(plan: Any, choice: Choice, side: SideArgs | None, role: str) -> Any:
+    """The plan's way (`planner.way_record.Way`) one side runs: the choice's own, or the one of
+    the side's width, so each side's cards are sized by the memory rules at that width.
+
+    Raises:
+        DoesNotFit: the side's width holds no way of the plan (the model does not fit it at
+            this context), naming the widths that do.
+    """
+    wanted = side_choice(choice, side)
+    ways = [
+        w
+        for w in (plan.options if plan is not None else ())
+        if (w.engine, w.gpu_class, w.artifact) == (choice.engine, choice.gpu_class, choice.artifact)
+    ]
+    for way in ways:
+        if (way.tensor_parallel, way.nodes) == (wanted.tensor_parallel, wanted.nodes):
+            return way
+    if plan is None or wanted is choice:
+        return None
+    layouts = sorted({(w.nodes, w.cards_per_node) for w in ways})
+    fits = [f"{{gpus: {g}}}" if n == 1 else f"{{gpus: {g}, nodes: {n}}}" for n, g in layouts]
+    raise DoesNotFit(
+        f"disaggregation: {role}'s layout ({wanted.label}) does not hold the model at this context",
+        "give it a layout the plan fits: " + (", ".join(fits) or f"none on {choice.gpu_class}"),
     )
 
 
@@ -106,7 +134,7 @@ def explain_disaggregation(
     fleet: Any,
     views: Any,
     args: Any,
-    way: Any,
+    plan: Any,
     choice: Any,
     model: Any,
 ) -> PdExplained:
@@ -116,15 +144,18 @@ def explain_disaggregation(
         fleet: the step's live fleet (its snapshot and inventory are read).
         views: every node as placement sees it.
         args: the step's arguments (`LayoutFields`, `disaggregation` set).
-        way: the plan's way of the choice (`planner.way_record.Way`), None when unknown.
+        plan: the plan the choice came from (each side's way is looked up there).
         choice: the way `serve` would take (`serve.choice.Choice`).
         model: the model (`ModelInfo`).
 
     Raises:
         BadInput: the connector is newer than a chosen node's release.
+        DoesNotFit: a side's own width does not hold the model (`side_way`).
     """
     split: DisaggregationArgs = args.disaggregation
     rule = connector_rule(choice.engine, split.connector)
+    side_way(plan, choice, split.prefill, "prefill")  # its width must hold the model too
+    way = side_way(plan, choice, split.decode, "decode")
     models = tuple(x for x in (model.repo_id, model.ref) if x)
     prefill_want = side_choice(choice, split.prefill).want(models)
     decode_want = side_choice(choice, split.decode).want(models)

@@ -24,7 +24,7 @@ from llmgw_core.errors import DoesNotFit
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement_pd import PdRefused, PdWant, place_disaggregated
 from llmgw_core.serve.disagg_args import DisaggregationArgs
-from llmgw_core.serve.disagg_explain import side_choice, transfer_facts
+from llmgw_core.serve.disagg_explain import side_choice, side_way, transfer_facts
 from llmgw_core.serve.prepare import ServeRequest, launch_for, resolve, shard_preview
 from llmgw_core.serve.replicas import fleet_views
 
@@ -46,6 +46,8 @@ async def preview_disaggregated(
     passed_over: list[dict[str, str]] = []
     for choice in resolved.ways:
         rule = connector_rule(choice.engine, split.connector)
+        for role, side in (("prefill", split.prefill), ("decode", split.decode)):
+            side_way(resolved.plan, choice, side, role)  # each side's width holds the model
         sides = {
             "prefill": side_choice(choice, split.prefill),
             "decode": side_choice(choice, split.decode),

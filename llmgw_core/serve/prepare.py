@@ -40,7 +40,7 @@ from llmgw_core.fleet.client import AgentError
 from llmgw_core.memory.adapters import LoraSlots
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Placement, explain, place, want_summary
-from llmgw_core.planner.plan import plan
+from llmgw_core.planner.plan import Plan, plan
 from llmgw_core.planner.pools_live import planner_fleet
 from llmgw_core.serve.choice import Choice, Overrides, choices
 from llmgw_core.serve.launch import (
@@ -123,6 +123,8 @@ class Resolved:
     ways: tuple[Choice, ...]
     served_name: str
     models: tuple[str, ...]
+    plan: Plan | None = None
+    """The plan the ways came from (a disaggregated side's own width is looked up there)."""
 
 
 async def resolve(fleet: Any, request: ServeRequest, model: ModelInfo) -> Resolved:
@@ -162,7 +164,14 @@ async def resolve(fleet: Any, request: ServeRequest, model: ModelInfo) -> Resolv
     models = tuple(x for x in (model.repo_id, model.ref, request.source) if x)
     # Replicas of one local file serve one model name, so a gateway pools them together.
     served_name = model.repo_id or replica_name(model.ref)
-    return Resolved(name=name, context=context, ways=ways, served_name=served_name, models=models)
+    return Resolved(
+        name=name,
+        context=context,
+        ways=ways,
+        served_name=served_name,
+        models=models,
+        plan=the_plan,
+    )
 
 
 # --- ports ------------------------------------------------------------------------------

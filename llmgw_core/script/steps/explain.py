@@ -123,18 +123,16 @@ def _explain_split(
     result: dict[str, Any],
 ) -> StepOutcome:
     """A disaggregated service: both sides placed together, the KV's path, the advice."""
+    from llmgw_core.errors import DoesNotFit
     from llmgw_core.serve.disagg_explain import explain_disaggregation
 
-    planned = next(
-        (
-            w
-            for w in the_plan.options
-            if (w.engine, w.gpu_class, w.tensor_parallel, w.nodes)
-            == (way.engine, way.gpu_class, way.tensor_parallel, way.nodes)
-        ),
-        None,
-    )
-    split = explain_disaggregation(fleet, views, args, planned, way, model)
+    try:
+        split = explain_disaggregation(fleet, views, args, the_plan, way, model)
+    except DoesNotFit as exc:
+        result["disaggregation"] = {"placed": False}
+        return StepOutcome(
+            result=result, ok=False, exit_code=EXIT_DOES_NOT_FIT, error=exc.sentence()
+        )
     result["disaggregation"] = split.result
     if split.refusal is not None:
         return StepOutcome(
