@@ -25,7 +25,7 @@ from pydantic import Field, field_validator, model_validator
 
 from llmgw_core.arguments import StrictArgs
 from llmgw_core.engines.disagg import CONNECTORS, check_pairing, connector_rule
-from llmgw_core.errors import BadInput
+from llmgw_core.errors import BadInput, shown_value
 from llmgw_core.planner.pd_ratio import Workload
 
 MAX_SIDE_REPLICAS = 64
@@ -43,6 +43,13 @@ class SideArgs(StrictArgs):
 
     replicas: int
     layout: SideLayout | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_mapping(cls, value: Any) -> Any:
+        if not isinstance(value, dict | SideArgs):
+            raise ValueError(f"is {shown_value(value)}: give {{replicas: N, layout?: {{gpus}}}}")
+        return value
 
     @field_validator("replicas", mode="before")
     @classmethod
@@ -78,7 +85,14 @@ class DisaggregationArgs(StrictArgs):
     @model_validator(mode="before")
     @classmethod
     def _auto_word(cls, value: Any) -> Any:
-        return {"auto": True} if value == "auto" else value
+        if value == "auto":
+            return {"auto": True}
+        if not isinstance(value, dict | DisaggregationArgs):
+            raise ValueError(
+                f"is {shown_value(value)}: give auto, or {{prefill: {{replicas}},"
+                " decode: {replicas}, connector?}"
+            )
+        return value
 
     @model_validator(mode="after")
     def _sides(self) -> DisaggregationArgs:

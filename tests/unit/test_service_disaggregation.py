@@ -119,6 +119,14 @@ def test_the_label_records_the_split_as_json_and_a_service_without_one_keeps_its
             {"engine": "vllm", "disaggregation": {"auto": True, **SPLIT}},
             "auto chooses the sides: give either auto or prefill and decode",
         ),
+        (
+            {"engine": "vllm", "disaggregation": ["prefill"]},
+            "is a list: give auto, or {prefill: {replicas}, decode: {replicas}, connector?}",
+        ),
+        (
+            {"engine": "vllm", "disaggregation": {"prefill": 2, "decode": 1}},
+            "is 2: give {replicas: N, layout?: {gpus}}",
+        ),
     ],
 )
 def test_what_the_document_alone_refuses_is_one_sentence(given, said):
