@@ -260,6 +260,9 @@ def transfer_env(
         # NIXL (and LMCache's PD channel, which runs over NIXL) moves bytes with UCX:
         # the NCCL variables do not reach it.
         env["UCX_TLS"] = UCX_TLS[transport]
+        # UCX names each endpoint's transports and adapters at `info` (`ep_cfg[…]: …`): the
+        # proof the replica page reads (`fabric.kv_transfer`), as NCCL_DEBUG=INFO is NCCL's.
+        env["UCX_LOG_LEVEL"] = "info"
         if transport in ("infiniband", "roce") and adapters:
             env["UCX_NET_DEVICES"] = ucx_devices(adapters)
         elif transport == "tcp" and interface:

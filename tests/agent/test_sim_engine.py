@@ -620,6 +620,7 @@ def test_a_decode_worker_says_over_what_its_kv_goes_and_the_agent_keeps_it_with_
         "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1",
         "UCX_TLS": "rc,cuda_copy,cuda_ipc,sm,self",
         "UCX_NET_DEVICES": "mlx5_0:1,mlx5_1:1",
+        "UCX_LOG_LEVEL": "info",
         "LLMGW_SIM_LOAD_S": "0.5",
     }
     started = replay_agent.call(
@@ -638,3 +639,4 @@ def test_a_decode_worker_says_over_what_its_kv_goes_and_the_agent_keeps_it_with_
     found = read_kv_transport(early["lines"])
     assert found is not None and (found.connector, found.kind) == ("NixlConnector", "InfiniBand")
     assert label(found) == "KV over mlx5_0, mlx5_1 (IB)"
+    assert any("UCX  INFO  ep_cfg[1]: tag(" in line for line in early["lines"])

@@ -14,8 +14,9 @@ from typing import Optional, Tuple
 
 from llmgw_agent.logcap import LOG_NAME
 
-_MARKERS = (b"NCCL INFO", b"NCCL WARN", b"KV transfer:")
-"""NCCL's own lines, and a prefill/decode worker's line naming its KV's path (the sim's)."""
+_MARKERS = (b"NCCL INFO", b"NCCL WARN", b"KV transfer:", b"UCX  INFO  ep_cfg")
+"""NCCL's own lines, and what names a prefill/decode worker's KV path: UCX's endpoint lines
+(NIXL), the sim's transfer line."""
 
 
 def nccl_lines(shard_id: str, limit: int) -> dict:

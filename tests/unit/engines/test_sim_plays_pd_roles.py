@@ -35,12 +35,41 @@ def _worker(role: str, connector: str, transport: str, rails=RAILS, **more):
 def test_a_nixl_prefill_worker_on_four_ib_rails_is_shown_as_kv_over_mlx5_0_to_3():
     node, pd = _worker("prefill", "nixl", "infiniband")
     said = _said(request(nodes=(node,), pd=pd))
-    assert said == [
+    assert said[0] == (
         "KV transfer: NixlConnector either over InfiniBand on mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1"
-    ]
+    )
+    assert said[1].endswith(
+        "UCX  INFO  ep_cfg[1]: tag(self/memory cuda_copy/cuda rc_mlx5/mlx5_0:1 rc_mlx5/mlx5_1:1"
+        " rc_mlx5/mlx5_2:1 rc_mlx5/mlx5_3:1)"
+    )
     found = read_kv_transport(["NCCL INFO Using network IB", *said])
     assert found is not None and label(found) == "KV over mlx5_0..3 (IB)"
     assert kv_warning("chat-pd", "h100-a-01", found) is None
+    alone = read_kv_transport(said[1:])  # what a real NIXL worker prints: UCX's line only
+    assert alone is not None and label(alone) == "KV over mlx5_0..3 (RDMA)"
+
+
+UCX_113 = (
+    "[1796000000.000001] [h100-a-02:4242:0]      ucp_worker.c:1877 UCX  INFO  ep_cfg[2]:"
+    " tag(self/memory0 cuda_copy/cuda rc_mlx5/mlx5_0:1)"
+)
+"""An endpoint line in the form UCX 1.13 prints at `UCX_LOG_LEVEL=info` (written here)."""
+
+
+def test_ucxs_own_endpoint_line_is_read_as_the_transports_word():
+    found = read_kv_transport([UCX_113])
+    assert found is not None and (found.kind, found.devices) == ("RDMA", ("mlx5_0",))
+    assert label(found) == "KV over mlx5_0 (RDMA)"
+
+
+def test_one_endpoint_over_tcp_among_rdma_ones_is_the_red_line():
+    tcp = UCX_113.replace("ep_cfg[2]", "ep_cfg[3]").replace("rc_mlx5/mlx5_0:1", "tcp/eno1")
+    found = read_kv_transport([UCX_113, tcp])
+    assert found is not None and found.over_tcp and label(found) == "KV over TCP (eno1)"
+    assert kv_warning("chat-pd", "h100-a-02", found) is not None
+    nvlink = UCX_113.replace("rc_mlx5/mlx5_0:1", "cuda_ipc/cuda")
+    inside = read_kv_transport([nvlink])
+    assert inside is not None and label(inside) == "KV over NVLink"
 
 
 def test_a_mooncake_decode_worker_of_sglang_names_its_ib_devices():

@@ -19,6 +19,9 @@ libraries' start-up lines are not read yet (docs/disaggregation.md).
 
 from __future__ import annotations
 
+import os
+import socket
+import time
 from typing import Dict, List, Optional
 
 MARKER = "KV transfer:"
@@ -53,6 +56,22 @@ def transfer_lines(engine: dict, env: Dict[str, str]) -> List[str]:
     else:
         kind, devices = _ucx_path(env)
     where = " on " + ",".join(devices) if devices else ""
-    return [
-        "{} {} {} over {}{}".format(MARKER, pd["engine_name"], pd["role"], kind, where),
-    ]
+    said = ["{} {} {} over {}{}".format(MARKER, pd["engine_name"], pd["role"], kind, where)]
+    if pd["connector"] != "mooncake" and env.get("UCX_LOG_LEVEL", "").lower() in ("info", "debug"):
+        said.append(ucx_endpoint_line(kind, devices))
+    return said
+
+
+def ucx_endpoint_line(kind: str, devices: List[str]) -> str:
+    """UCX's own line for the endpoint NIXL opens to its peer, as UCX 1.13 prints it at
+    `UCX_LOG_LEVEL=info`: its lanes, each a transport on a device."""
+    lanes = ["self/memory", "cuda_copy/cuda"]
+    if kind in ("InfiniBand", "RoCE"):
+        lanes += ["rc_mlx5/{}".format(d if ":" in d else d + ":1") for d in devices]
+    elif kind == "NVLink":
+        lanes.append("cuda_ipc/cuda")
+    else:
+        lanes += ["tcp/{}".format(d) for d in devices if d != "any interface"] or ["tcp/lo"]
+    return "[{:.6f}] [{}:{}:0]      ucp_worker.c:1877 UCX  INFO  ep_cfg[1]: tag({})".format(
+        time.time(), socket.gethostname(), os.getpid(), " ".join(lanes)
+    )
