@@ -239,24 +239,21 @@ def advise(
         return (weights_bytes_per_card + batch * kv_mean) / bandwidth
 
     fits = int(kv_room_bytes_per_card // kv_full) if kv_full else max_seqs
-    if fits < 1:
-        verdict = (
-            f"does not pay: one sequence of {length + answer} tokens needs"
-            f" {kv_full / GB:.2f} GB of KV a decode card and the plan leaves"
-            f" {kv_room_bytes_per_card / GB:.2f}: widen decode or plan a shorter context"
-        )
-        return Advice(False, 1, 1, verdict, tuple(lines), {"prefill_s": prefill_s})
     batch = min(fits, max_seqs)
     limit = "the KV room" if fits <= max_seqs else f"max_num_seqs {max_seqs}"
-    if workload.itl_s is not None:
+    if workload.itl_s is not None and fits >= 1:
         by_itl = int((workload.itl_s * bandwidth - weights_bytes_per_card) // kv_mean)
         if by_itl < batch:
             batch, limit = by_itl, f"the {_ms(workload.itl_s)} inter-token target"
     if batch < 1:
         verdict = (
-            f"does not pay: even one sequence misses the inter-token target on {decode_width}"
-            f" {gpu_class} (a step reads {weights_bytes_per_card / GB:.1f} GB of weights a card"
-            f" at {rate.hbm_tbps} TB/s): widen decode"
+            f"does not pay: one sequence of {length + answer} tokens needs"
+            f" {kv_full / GB:.2f} GB of KV a decode card and the plan leaves"
+            f" {kv_room_bytes_per_card / GB:.2f}: widen decode or plan a shorter context"
+            if fits < 1
+            else f"does not pay: even one sequence misses the inter-token target on"
+            f" {decode_width} {gpu_class} (a step reads {weights_bytes_per_card / GB:.1f} GB of"
+            f" weights a card at {rate.hbm_tbps} TB/s): widen decode"
         )
         return Advice(False, 1, 1, verdict, tuple(lines), {"prefill_s": prefill_s})
     decode_step = step_s(batch)

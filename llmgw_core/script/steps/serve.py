@@ -160,21 +160,13 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
         args, ctx, name=args.name, wait_ready=args.wait == "ready", split_preview=args.dry_run
     )
     fleet, reach = await fleet_and_reach(ctx)
-    if args.dry_run and args.disaggregation is not None:
-        from llmgw_core.serve.disagg_preview import preview_disaggregated
-
-        try:
-            said = await preview_disaggregated(fleet, request, model, args.disaggregation)
-        except DoesNotFit as exc:
-            return StepOutcome(
-                result={"dry_run": True, "name": args.name, "reason": exc.sentence()},
-                ok=False,
-                exit_code=EXIT_DOES_NOT_FIT,
-                error=exc.sentence(),
-            )
-        return StepOutcome(result=said)
     if args.dry_run:
         try:
+            if args.disaggregation is not None:  # every worker of both sides
+                from llmgw_core.serve.disagg_preview import preview_disaggregated
+
+                split = args.disaggregation
+                return StepOutcome(result=await preview_disaggregated(fleet, request, model, split))
             preview = await preview_serve(fleet, request, model)
         except DoesNotFit as exc:
             return StepOutcome(
