@@ -107,6 +107,11 @@ async def preview_disaggregated(
             "disaggregation": placed.as_dict(),
             "workers": workers,
             "passed_over": passed_over,
-            "warnings": list(placed.warnings),
+            "warnings": list(placed.warnings)
+            + (
+                ["auto: one worker a side is shown; `explain` gives the advisor's ratio"]
+                if split.auto
+                else []
+            ),
         }
     raise DoesNotFit("; ".join(f"{p['way']}: {p['reason']}" for p in passed_over))

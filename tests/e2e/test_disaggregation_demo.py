@@ -30,6 +30,7 @@ steps:
   - serve:
       {{{LAYOUT}, gpu_class: h100-80g, gpus: 4, dry_run: true, disaggregation: {{
         prefill: {{replicas: 2}}, decode: {{replicas: 2}}, connector: mooncake}}}}
+  - serve: {{{LAYOUT}, gpu_class: gb200-186g, gpus: 4, dry_run: true, disaggregation: auto}}
   - explain:
       {{{LAYOUT}, gpu_class: h100-80g, gpus: 8, disaggregation: {{prefill: {{replicas: 2}},
         decode: {{replicas: 1}}}}}}
@@ -75,7 +76,7 @@ def test_auto_inside_the_nvl72_rack_takes_the_advisors_ratio_over_nvlink(steps):
 
 
 def test_no_room_for_both_sides_on_one_interconnect_fails_the_step_with_the_reason(steps):
-    explain = steps[4]
+    explain = steps[5]
     assert explain["step"] == "explain" and not explain["ok"], explain
     assert explain["error"].startswith(
         "no interconnect has room for 2 prefill (8 h100-80g) and 1 decode (8 h100-80g) together"
@@ -100,3 +101,11 @@ def test_a_dry_run_builds_every_workers_command_on_the_rails_that_passed(steps):
         for w in workers
     }
     assert len(ports) == 4  # two workers on one node never share a handshake port
+
+
+def test_a_dry_run_of_auto_shows_one_worker_a_side_and_says_where_the_ratio_comes_from(steps):
+    serve = steps[4]
+    assert serve["step"] == "serve" and serve["ok"], serve
+    assert [w["role"] for w in serve["result"]["workers"]] == ["prefill", "decode"]
+    assert serve["result"]["disaggregation"]["transport"] == "nvlink"
+    assert "`explain` gives the advisor's ratio" in serve["result"]["warnings"][-1]
