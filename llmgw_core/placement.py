@@ -224,10 +224,19 @@ def _interconnect_problem(view: LiveNode) -> str:
 
 
 def _groups(want: Want, views: Sequence[LiveNode]) -> list[tuple[str, str, list[LiveNode]]]:
-    """The interconnects a replica across nodes may use, best first.
+    """The interconnects a replica across nodes may use, best first (`interconnect_groups`,
+    the plan's own first)."""
+    return interconnect_groups(views, want.interconnect)
 
-    NVLink domains before fabrics; the interconnect the plan sized it for
-    first within each kind; then the one with the most nodes.
+
+def interconnect_groups(
+    views: Sequence[LiveNode], prefer: str | None = None
+) -> list[tuple[str, str, list[LiveNode]]]:
+    """The interconnects nodes share, as (kind, name, nodes), best first.
+
+    NVLink domains (every card joined, IMEX up) before fabrics; `prefer` (the
+    interconnect a plan sized a replica for) first within each kind; then the
+    one with the most nodes.
     """
     grouped: dict[tuple[str, str], list[LiveNode]] = {}
     for view in views:
@@ -243,7 +252,7 @@ def _groups(want: Want, views: Sequence[LiveNode]) -> list[tuple[str, str, list[
         grouped.items(),
         key=lambda item: (
             item[0][0] != DOMAIN,
-            item[0][1] != want.interconnect,
+            item[0][1] != prefer,
             -len(item[1]),
             item[0][1],
         ),

@@ -47,6 +47,12 @@ def _adapter(hca: str, reported: Sequence[Adapter]) -> FabricAdapter:
     return FabricAdapter(name=name, port=port or 1)
 
 
+def fabric_adapters(hcas: Sequence[str], facts: NodeFacts) -> tuple[FabricAdapter, ...]:
+    """A fabric's adapters on a node, as the inventory names them (`mlx5_0`, `mlx5_4:2`) and
+    the node reports them (port, link layer, GID index): NCCL's and the KV transfer's rails."""
+    return tuple(_adapter(hca, facts.adapters) for hca in hcas)
+
+
 def launch_node(
     spec: NodeSpec,
     facts: NodeFacts,
@@ -90,11 +96,7 @@ def launch_node(
         if wired is None:
             on = ", ".join(f.name for f in spec.fabrics) or "no fabric"
             raise BadInput(f"{spec.name} is not on fabric {fabric} (the inventory puts it on {on})")
-        adapters = tuple(
-            _adapter(hca, facts.adapters)
-            for hca in wired.hcas
-            if hca.partition(":")[0] not in left_out
-        )
+        adapters = tuple(a for a in fabric_adapters(wired.hcas, facts) if a.name not in left_out)
     replayed = spec.replay is not None
     # A replayed node runs the sim engine, except an engine its inventory entry names: that
     # one runs for real on this machine (the demo's CPU node with a real vLLM), whose network

@@ -11,6 +11,7 @@ matches three flags.
 
 from __future__ import annotations
 
+from llmgw_core.engines.disagg import launch_env, launch_flags
 from llmgw_core.engines.environment import shard_env
 from llmgw_core.engines.flags import argv_of
 from llmgw_core.engines.identity import tls_flags
@@ -51,9 +52,11 @@ def commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ..
         argv += ["--enable-lora", "--max-loras-per-batch", str(lora.max_loras)]
         argv += ["--max-lora-rank", str(lora.max_lora_rank), "--lora-paths"]
         argv += [f"{name}={path}" for name, path in lora.adapters]
+    argv += launch_flags(request, node)  # a prefill or decode worker's connector and rails
     argv += argv_of("sglang", request.engine_args)
     if request.multi_node:
         port = request.rendezvous_port or DEFAULT_DIST_INIT_PORT
         argv += ["--nnodes", str(len(request.nodes)), "--node-rank", str(node.rank)]
         argv += ["--dist-init-addr", host_port(request.head.address, port)]
-    return (ShardCommand("sglang", tuple(argv), shard_env(request, node)),)
+    env = {**launch_env(request, node), **shard_env(request, node)}
+    return (ShardCommand("sglang", tuple(argv), env),)

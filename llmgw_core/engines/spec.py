@@ -117,6 +117,28 @@ class LoraLaunch:
 
 
 @dataclass(frozen=True)
+class PdLaunch:
+    """A worker of a disaggregated service: which side, which connector, over what.
+
+    Attributes:
+        role: `prefill` or `decode`.
+        connector: the document's connector (`nixl`, `mooncake`, `lmcache`).
+        transport: what placement found between the sides: `node`, `nvlink`,
+            `infiniband`, `roce` or `tcp` (`placement_pd`).
+        rails: per node, the adapters the transfer may use (failed rails left out).
+        bootstrap_port: SGLang's and vLLM-Mooncake's handshake port on prefill workers.
+        side_channel_port: vLLM-NIXL's side channel.
+    """
+
+    role: str
+    connector: str
+    transport: str
+    rails: Mapping[str, tuple[FabricAdapter, ...]] = field(default_factory=dict)
+    bootstrap_port: int = 8998
+    side_channel_port: int = 5600
+
+
+@dataclass(frozen=True)
 class LaunchNode:
     """One node of a replica, as placement chose it.
 
@@ -209,6 +231,7 @@ class LaunchRequest:
         cpu_bind: vLLM on a CPU node beside other replicas: the cores of each rank
             (`VLLM_CPU_OMP_THREADS_BIND`, ranks apart by `|`); None: vLLM's own choice.
         lora: the LoRA adapters the engine loads at start, None for none.
+        pd: a prefill or decode worker of a disaggregated service; None: it does both.
     """
 
     engine: str
@@ -236,6 +259,7 @@ class LaunchRequest:
     cpu_kv_cache_gib: int | None = None
     cpu_bind: str | None = None
     lora: LoraLaunch | None = None
+    pd: PdLaunch | None = None
 
     @property
     def ranked_nodes(self) -> tuple[LaunchNode, ...]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 
+from llmgw_core.engines.disagg import launch_env, launch_flags
 from llmgw_core.engines.environment import shard_env
 from llmgw_core.engines.flags import argv_of
 from llmgw_core.engines.identity import tls_flags
@@ -119,12 +120,13 @@ def _http_flags(request: LaunchRequest, node: LaunchNode) -> list[str]:
 
 
 def _serve(request: LaunchRequest, node: LaunchNode) -> list[str]:
-    return [*_program(node), "serve", request.source, *model_flags(request)]
+    argv = [*_program(node), "serve", request.source, *model_flags(request)]
+    return argv + launch_flags(request, node)  # a prefill or decode worker's connector
 
 
 def commands(request: LaunchRequest, node: LaunchNode) -> tuple[ShardCommand, ...]:
     """The processes of `node`'s shard, in start order."""
-    env = shard_env(request, node)
+    env = {**launch_env(request, node), **shard_env(request, node)}
     head = request.head
     mode = executor(request)
     if mode == SINGLE:

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 from llmgw_core.arguments import NAME_PATTERN, ModelRef, StrictArgs
 from llmgw_core.engines.flags import checked_engine_args
 from llmgw_core.errors import BadInput
+from llmgw_core.serve.disagg_args import DisaggregationArgs, checked_in_model
 from llmgw_core.serve.keys import ENV_NAME
 
 
@@ -61,6 +62,8 @@ class LayoutFields(AdapterFields):
     engine_args: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """The engine's own flags (`engines.flags`: known, typed, never llmgw's own); they need
     `engine:`, as they are that engine's."""
+    disaggregation: DisaggregationArgs | None = None
+    """Prefill and decode workers apart (`serve.disagg_args`); None: every replica does both."""
 
     @model_validator(mode="after")
     def _engine_args_checked(self) -> LayoutFields:
@@ -71,6 +74,7 @@ class LayoutFields(AdapterFields):
                 checked_engine_args(self.engine, self.engine_args)
             except BadInput as exc:
                 raise ValueError(exc.sentence()) from None
+        checked_in_model(self.disaggregation, self.engine, self.gpus)
         return self
 
 
@@ -100,10 +104,11 @@ RESTART_FIELDS = (
     "engine_args",
     "max_loras",
     "max_lora_rank",
+    "disaggregation",
 )
 """The fields whose change needs the engines started again (the others steer the start only:
 fallbacks, timeout, the all-reduce check, the rails)."""
 
-ADDED_RESTART_FIELDS = frozenset({"max_loras", "max_lora_rank"})
+ADDED_RESTART_FIELDS = frozenset({"max_loras", "max_lora_rank", "disaggregation"})
 """Restart fields added after services were first recorded: hashed only where set, so a
 service that does not use them keeps its hash."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from llmgw_core.engines import LaunchPlan, LaunchRequest, launch_node, redact_env
 from llmgw_core.engines.identity import EngineIdentity
-from llmgw_core.engines.spec import LoraLaunch, ShardLaunch
+from llmgw_core.engines.spec import LoraLaunch, PdLaunch, ShardLaunch
 from llmgw_core.fabric.rails import RailChoice
 from llmgw_core.facts import NodeFacts
 from llmgw_core.inventory import NodeSpec
@@ -72,12 +72,14 @@ def launch_request(
     tls: EngineIdentity | None = None,
     cpu_bind: str | None = None,
     lora: LoraLaunch | None = None,
+    pd: PdLaunch | None = None,
 ) -> LaunchRequest:
     """The request the engine builders turn into each node's shard.
 
     `rails` names the adapters each node leaves out of `NCCL_IB_HCA`; `tls` is the
     replica's certificate and key (its engine serves HTTPS with them); `cpu_bind`
-    the cores of vLLM on a CPU node (`engines.cpu_bind`), None for vLLM's own choice.
+    the cores of vLLM on a CPU node (`engines.cpu_bind`), None for vLLM's own choice;
+    `pd` a prefill or decode worker's part (`engines.disagg`), None for a replica doing both.
 
     Raises:
         BadInput: a node lacks a card or the fabric (see `engines.launch_node`).
@@ -121,6 +123,7 @@ def launch_request(
         cpu_kv_cache_gib=choice.cpu_kv_cache_gib,
         cpu_bind=cpu_bind,
         lora=lora,
+        pd=pd,
     )
 
 

@@ -32,6 +32,7 @@ from llmgw_core.engines.flags import plan_options, release_refusal
 from llmgw_core.engines.identity import EngineIdentity
 from llmgw_core.engines.planned import lora_launch
 from llmgw_core.engines.programs import named_by_inventory
+from llmgw_core.engines.spec import PdLaunch
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fabric.rails import RailChoice, choose_rails
 from llmgw_core.facts import NodeFacts
@@ -39,7 +40,7 @@ from llmgw_core.fleet.client import AgentError
 from llmgw_core.memory.adapters import LoraSlots
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Placement, explain, place, want_summary
-from llmgw_core.planner.plan import plan
+from llmgw_core.planner.plan import Plan, plan
 from llmgw_core.planner.pools_live import planner_fleet
 from llmgw_core.serve.choice import Choice, Overrides, choices
 from llmgw_core.serve.launch import (
@@ -122,6 +123,8 @@ class Resolved:
     ways: tuple[Choice, ...]
     served_name: str
     models: tuple[str, ...]
+    plan: Plan | None = None
+    """The plan the ways came from (a disaggregated side's own width is looked up there)."""
 
 
 async def resolve(fleet: Any, request: ServeRequest, model: ModelInfo) -> Resolved:
@@ -161,7 +164,14 @@ async def resolve(fleet: Any, request: ServeRequest, model: ModelInfo) -> Resolv
     models = tuple(x for x in (model.repo_id, model.ref, request.source) if x)
     # Replicas of one local file serve one model name, so a gateway pools them together.
     served_name = model.repo_id or replica_name(model.ref)
-    return Resolved(name=name, context=context, ways=ways, served_name=served_name, models=models)
+    return Resolved(
+        name=name,
+        context=context,
+        ways=ways,
+        served_name=served_name,
+        models=models,
+        plan=the_plan,
+    )
 
 
 # --- ports ------------------------------------------------------------------------------
@@ -266,12 +276,14 @@ async def launch_for(
     context: int,
     rails: RailChoice | None = None,
     notes: list[str] | None = None,
+    pd: PdLaunch | None = None,
 ) -> tuple[LaunchPlan, int | None]:
     """The engines' launch for one placed way, and its rendezvous port (None on one node).
 
     `rails` (default: `rail_choice` now) names the adapters left out of `NCCL_IB_HCA`;
     `notes` is given each sentence about the launch that the operator should see
-    (vLLM on a CPU node sharing its cores with another replica).
+    (vLLM on a CPU node sharing its cores with another replica); `pd` makes it a
+    prefill or decode worker of a disaggregated service (`engines.disagg`).
     Every launch gets a new certificate and key (`engines.identity`): a heal or a
     retry is never trusted with the certificate of the engine it replaces.
 
@@ -329,6 +341,7 @@ async def launch_for(
             tls=EngineIdentity.make(request.name or served_name),
             cpu_bind=cpu_bind,
             lora=lora_launch(request.lora),
+            pd=pd,
         )
     )
     return launch, rendezvous_port

@@ -23,6 +23,8 @@ from typing import Any
 
 from llmgw_agent.ops import Op
 from llmgw_core.errors import LlmgwError
+from llmgw_core.fabric.kv_transfer import KvTransport, kv_warning, read_kv_transport
+from llmgw_core.fabric.kv_transfer import label as kv_label
 from llmgw_core.fabric.nccl import NcclTransport
 from llmgw_core.fabric.paths import NvlinkMatrix, inside_path, transport_label
 from llmgw_core.fabric.verdicts import replica_transport
@@ -148,8 +150,25 @@ async def with_transport(fleet: Any, view: ReplicaView) -> ReplicaView:
                 "label": None,
                 "unknown": unknown_transport(view.spec, view.phase),
             }
+        kv = read_kv_transport(lines) if lines is not None else None
+        if kv is not None:
+            # A prefill or decode worker: its KV's path, beside NCCL's.
+            said = {**said, "kv": kv_dict(kv)}
+            warned = kv_warning(view.name, shard.node, kv)
+            warnings = [*warnings, warned] if warned else warnings
         by_shard[shard.shard_id] = said
     return dataclasses.replace(view, transports=by_shard, transport_warnings=tuple(warnings))
+
+
+def kv_dict(transport: KvTransport) -> dict[str, Any]:
+    """A worker's KV path as the `replicas` step gives it."""
+    return {
+        "label": kv_label(transport),
+        "kind": transport.kind,
+        "devices": list(transport.devices),
+        "connector": transport.connector,
+        "role": transport.role,
+    }
 
 
 def node_topology(snapshot: FleetState, nodes: Iterable[str]) -> dict[str, NvlinkMatrix]:

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, field_validator, model_validator
 
 from llmgw_core.arguments import NAME_PATTERN, StrictArgs
 from llmgw_core.gateway.spec import GatewayArgs
@@ -125,6 +125,10 @@ class ServiceDoc(ServeFields):
             value = getattr(self, name)
             if name in ADDED_RESTART_FIELDS and not value:
                 continue
+            if isinstance(value, BaseModel):
+                # A setting given as a mapping (`disaggregation`) is recorded as one: the
+                # label is JSON on the nodes, and its hash must not depend on a repr.
+                value = value.model_dump(mode="json", exclude_defaults=True)
             found[name] = value
         return found
 

@@ -55,9 +55,10 @@ def shard_transport(view: ReplicaView, shard: ShardView) -> str | None:
     found = view.transports.get(shard.shard_id)
     if not found:
         return None
+    kv = f" · {found['kv']['label']}" if found.get("kv") else ""  # a prefill/decode worker's
     if found.get("label"):
-        return str(found["label"])
-    return f"({found['unknown']})" if found.get("unknown") else None
+        return str(found["label"]) + kv
+    return f"({found['unknown']}){kv}" if found.get("unknown") else kv.lstrip(" ·") or None
 
 
 def compact_gpus(gpus: tuple[str, ...]) -> str:

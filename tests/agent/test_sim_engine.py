@@ -598,3 +598,40 @@ def test_the_sims_start_up_lines_are_read_as_vllms_on_cards_and_on_a_cpu_node() 
     assert (read["kv_device"], read["kv_cache_gib"], read["kv_sized"]) == ("CPU", 3.0, "explicit")
     assert read["kv_tokens"] == on_cpu["kv_tokens"] and read["kv_tokens"] % 128 == 0
     assert "weights_gib" not in read  # vLLM's CPU worker does not print it
+
+
+def test_a_decode_worker_says_over_what_its_kv_goes_and_the_agent_keeps_it_with_nccls(
+    replay_agent: AgentClient,
+) -> None:
+    from llmgw_core.fabric.kv_transfer import label, read_kv_transport
+
+    port = free_port()
+    argv = ["vllm", "serve", "/models/tiny-llama", "--port", str(port)]
+    argv += ["--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.5"]
+    argv += ["--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}']
+    env = {
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "NCCL_DEBUG": "INFO",
+        "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1",
+        "UCX_TLS": "rc,cuda_copy,cuda_ipc,sm,self",
+        "UCX_NET_DEVICES": "mlx5_0:1,mlx5_1:1",
+        "UCX_LOG_LEVEL": "info",
+        "LLMGW_SIM_LOAD_S": "0.5",
+    }
+    started = replay_agent.call(
+        "shard.start",
+        {
+            "replica": "chat-pd-decode-1",
+            "rank": 0,
+            "gpus": ["0", "1"],
+            "commands": [{"name": "vllm", "argv": argv, "env": env, "role": "main"}],
+            "health_url": f"http://127.0.0.1:{port}/health",
+        },
+    )
+    wait_for_line(replay_agent, started["shard_id"], "KV transfer:")
+    early = replay_agent.call("shard.nccl", {"shard_id": started["shard_id"], "limit": 400})
+    assert any("NCCL INFO Using network IB" in line for line in early["lines"])
+    found = read_kv_transport(early["lines"])
+    assert found is not None and (found.connector, found.kind) == ("NixlConnector", "InfiniBand")
+    assert label(found) == "KV over mlx5_0, mlx5_1 (IB)"
+    assert any("UCX  INFO  ep_cfg[1]: tag(" in line for line in early["lines"])

@@ -49,3 +49,14 @@ def demo_fleet_facts(tmp_path_factory: pytest.TempPathFactory) -> DemoFacts:
         )
     _BUILT.append((FleetState(taken_at=AT, nodes=nodes), tuple(specs)))
     return _BUILT[0]
+
+
+def on_two_fabrics(specs: tuple[NodeSpec, ...]) -> list[NodeSpec]:
+    """The demo's inventory with `h100-a-02` moved to a fabric of its own (`ib-b`, same
+    adapters): the H100 pair then shares no interconnect."""
+    return [
+        s.model_copy(update={"fabrics": (Fabric(name="ib-b", hcas=s.fabrics[0].hcas),)})
+        if s.name == "h100-a-02"
+        else s
+        for s in specs
+    ]

@@ -4,7 +4,7 @@
 channels when a communicator is made, and an engine its weights, KV cache and
 concurrency while it starts, minutes before. These read the whole kept log
 (the older file first) from its start: `shard.nccl` only NCCL's own `INFO`
-and `WARN` lines, `shard.head` every line — the first `limit` of them — so the
+and `WARN` lines (and a KV transfer's path), `shard.head` every line — the first `limit` of them — so the
 console can read them without moving the log.
 """
 
@@ -14,7 +14,9 @@ from typing import Optional, Tuple
 
 from llmgw_agent.logcap import LOG_NAME
 
-_MARKERS = (b"NCCL INFO", b"NCCL WARN")
+_MARKERS = (b"NCCL INFO", b"NCCL WARN", b"KV transfer:", b"UCX  INFO  ep_cfg")
+"""NCCL's own lines, and what names a prefill/decode worker's KV path: UCX's endpoint lines
+(NIXL), the sim's transfer line."""
 
 
 def nccl_lines(shard_id: str, limit: int) -> dict:

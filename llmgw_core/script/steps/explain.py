@@ -101,6 +101,8 @@ async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
     rails = rail_choice(fleet, placement) if placement else None
     result["rails_left_out"] = [rail.as_dict() for rail in rails.left_out] if rails else []
     result["warnings"] = list(rails.warnings) if rails else []
+    if args.disaggregation is not None:
+        return _explain_split(args, fleet, views, the_plan, way, model, result)
     if placement is None:
         return StepOutcome(
             result=result,
@@ -109,6 +111,57 @@ async def run_explain(args: ExplainArgs, ctx: StepContext) -> StepOutcome:
             error=f"no room for {way.label} now; every node says why in `nodes`",
         )
     return StepOutcome(result=result)
+
+
+def _explain_split(
+    args: ExplainArgs,
+    fleet: Any,
+    views: Any,
+    the_plan: Any,
+    way: Any,
+    model: Any,
+    result: dict[str, Any],
+) -> StepOutcome:
+    """A disaggregated service: both sides placed together, the KV's path, the advice."""
+    from llmgw_core.errors import DoesNotFit
+    from llmgw_core.serve.disagg_explain import explain_disaggregation
+
+    try:
+        split = explain_disaggregation(fleet, views, args, the_plan, way, model)
+    except DoesNotFit as exc:
+        result["disaggregation"] = {"placed": False}
+        return StepOutcome(
+            result=result, ok=False, exit_code=EXIT_DOES_NOT_FIT, error=exc.sentence()
+        )
+    result["disaggregation"] = split.result
+    if split.refusal is not None:
+        return StepOutcome(
+            result=result, ok=False, exit_code=EXIT_DOES_NOT_FIT, error=split.refusal
+        )
+    return StepOutcome(result=result)
+
+
+def _split_lines(split: dict[str, Any]) -> list[Any]:
+    """A disaggregated service's lines: its sides, the KV's path, the advice and its sums."""
+    from rich.text import Text
+
+    if not split.get("placed"):
+        return []
+    replicas = split.get("replicas") or {}
+    lines = [
+        Text(
+            f"prefill × {replicas.get('prefill')}, decode × {replicas.get('decode')}"
+            f" ({split['engine_name']}): {split['path']}"
+        )
+    ]
+    lines += [Text(line, style="yellow") for line in split.get("warnings") or []]
+    advice = split.get("advice")
+    if advice:
+        lines.append(Text(advice["verdict"], style="green" if advice["pays"] else "yellow"))
+        lines += [Text(f"  {line}") for line in advice["arithmetic"]]
+    elif split.get("advice_needs"):
+        lines.append(Text(split["advice_needs"]))
+    return lines
 
 
 def inside_expected(fleet: Any, placement: Any) -> dict[str, str]:
@@ -148,7 +201,8 @@ def render_explain(result: dict[str, Any]) -> Any:
         table.add_row(node["node"], "✓" if node["chosen"] else "✗", reason)
     advice = [Text(f"• {line}") for line in result.get("advice", [])]
     warnings = [Text(line, style="yellow") for line in result.get("warnings") or []]
-    return Group(head, table, *warnings, *advice)
+    split = _split_lines(result["disaggregation"]) if result.get("disaggregation") else []
+    return Group(head, table, *warnings, *split, *advice)
 
 
 step("explain", args=ExplainArgs, render=render_explain)(run_explain)

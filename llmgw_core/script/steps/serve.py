@@ -38,7 +38,7 @@ from pydantic import Field
 from llmgw_core.arguments import NAME_PATTERN
 from llmgw_core.engines import checked_env
 from llmgw_core.engines.flags import checked_engine_args
-from llmgw_core.errors import DoesNotFit
+from llmgw_core.errors import BadInput, DoesNotFit
 from llmgw_core.script.registry import (
     EXIT_DOES_NOT_FIT,
     EXIT_STEP_FAILED,
@@ -76,11 +76,13 @@ def serve_request(
     name: str | None,
     wait_ready: bool = True,
     service: dict[str, Any] | None = None,
+    split_preview: bool = False,
 ) -> tuple[Any, Any]:
     """The `ServeRequest` and the model a `serve` (or a service's replica) starts from.
 
     The keys are read from the operator's environment here, once: a missing
-    variable is refused before anything starts.
+    variable is refused before anything starts. A disaggregated one is refused unless
+    only previewed (`split_preview`: `serve`'s dry run).
     """
     from llmgw_core.catalog import is_catalog_ref
     from llmgw_core.script.steps.plan import step_model
@@ -88,6 +90,15 @@ def serve_request(
     from llmgw_core.serve.choice import Overrides
     from llmgw_core.serve.start import ServeRequest
 
+    if args.disaggregation is not None and not split_preview:
+        # Started as one replica it would serve, but not split: never behind the operator's back.
+        raise BadInput(
+            "disaggregation: starting prefill and decode workers apart is not built yet"
+            " (the document, its connector and its placement are checked)",
+            "see its workers' commands with `serve` and dry_run: true, where it would go and"
+            " what the split pays with the `explain` step, or leave disaggregation out"
+            " (docs/disaggregation.md)",
+        )
     env = checked_env(args.env)
     api_key = operator_key(args.api_key_env, "the replica's key") if args.api_key_env else None
     model = step_model(args.model, ctx)
@@ -145,10 +156,17 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     from llmgw_core.serve.transport import with_transport
     from llmgw_core.serve.tunnels import fleet_and_reach
 
-    request, model = serve_request(args, ctx, name=args.name, wait_ready=args.wait == "ready")
+    request, model = serve_request(
+        args, ctx, name=args.name, wait_ready=args.wait == "ready", split_preview=args.dry_run
+    )
     fleet, reach = await fleet_and_reach(ctx)
     if args.dry_run:
         try:
+            if args.disaggregation is not None:  # every worker of both sides
+                from llmgw_core.serve.disagg_preview import preview_disaggregated
+
+                split = args.disaggregation
+                return StepOutcome(result=await preview_disaggregated(fleet, request, model, split))
             preview = await preview_serve(fleet, request, model)
         except DoesNotFit as exc:
             return StepOutcome(
@@ -196,12 +214,34 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     )
 
 
+def _render_split(result: dict[str, Any]) -> Any:
+    """A disaggregated dry run: the KV's path, then each worker's commands."""
+    from rich.console import Group
+    from rich.text import Text
+
+    split = result["disaggregation"]
+    parts: list[Any] = [
+        Text(f"{result['name']} (dry run, {result['connector']}): {split['path']}"),
+        *(Text(warning, style="yellow") for warning in result.get("warnings") or []),
+    ]
+    for worker in result["workers"]:
+        parts.append(Text(f"{worker['name']} ({worker['role']}, {worker['way']})", style="bold"))
+        for shard in worker["shards"]:
+            for command in shard["commands"]:
+                env = " ".join(f"{k}={v}" for k, v in sorted(command["env"].items()))
+                parts.append(Text(f"  r{shard['rank']} {shard['node']}: {command['shell']}"))
+                parts.append(Text(f"    {env}", style="dim"))
+    return Group(*parts)
+
+
 def render_preview(result: dict[str, Any]) -> Any:
     """A dry run for people: the way, then each node's commands with their environment."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
+    if "workers" in result:
+        return _render_split(result)
     way = result.get("way")
     if not way:
         return Text(f"{result.get('name')}: would not start — {result.get('reason')}", style="red")

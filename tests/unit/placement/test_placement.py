@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from demo_fleet_facts import on_two_fabrics
+
 from llmgw_core.fleet.state import FleetState, NodeState
-from llmgw_core.inventory import Fabric, NodeSpec
+from llmgw_core.inventory import NodeSpec
 from llmgw_core.placement import Want, explain, place
 from llmgw_core.planner.pools_live import link_matrix, live_nodes
 
@@ -52,12 +54,7 @@ def test_two_nodes_of_eight_go_on_fabric_ib_a(demo_facts):
 
 def test_a_replica_never_spans_two_fabrics(demo_facts):
     _, specs = demo_facts
-    split = [
-        s.model_copy(update={"fabrics": (Fabric(name="ib-b", hcas=s.fabrics[0].hcas),)})
-        if s.name == "h100-a-02"
-        else s
-        for s in specs
-    ]
+    split = on_two_fabrics(specs)
     views = _views(demo_facts, specs=split)
     want = Want("h100-80g", 8, nodes=2)
     assert place(want, views) is None

@@ -118,6 +118,7 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--lora-modules", nargs="+", default=[])
         add("--max-loras", type=int, default=1)
         add("--max-lora-rank", type=int, default=16)
+        add("--kv-transfer-config", default=None)
     elif kind == "sglang":
         add("--model-path", "--model", default=None)
         add("--tp-size", "--tensor-parallel-size", "--tp", type=int, default=1)
@@ -134,6 +135,9 @@ def _parser(kind: str) -> argparse.ArgumentParser:
         add("--lora-paths", nargs="*", default=[])
         add("--max-loras-per-batch", dest="max_loras", type=int, default=8)
         add("--max-lora-rank", type=int, default=None)
+        add("--disaggregation-mode", default="null")
+        add("--disaggregation-transfer-backend", default="mooncake")
+        add("--disaggregation-ib-device", default=None)
     elif kind == "llama.cpp":
         add("--model", "-m", default=None)
         add("--n-gpu-layers", "-ngl", "--gpu-layers", "--n_gpu_layers", default="auto")
@@ -228,7 +232,42 @@ def parse_engine_argv(kind: str, argv: List[str]) -> dict:
         "adapters": _adapters(kind, options),
         "max_loras": getattr(options, "max_loras", None),
         "max_lora_rank": getattr(options, "max_lora_rank", None),
+        "pd": _pd_role(kind, options),
     }
+
+
+_VLLM_CONNECTORS = {"NixlConnector": "nixl", "MooncakeConnector": "mooncake",
+                    "LMCacheConnectorV1": "lmcache"}  # fmt: skip
+_VLLM_ROLES = {"kv_producer": "prefill", "kv_consumer": "decode", "kv_both": "either"}
+
+
+def _pd_role(kind: str, options: argparse.Namespace) -> Optional[dict]:
+    """A prefill or decode worker's part: `{role, connector, engine_name, ib_devices}`, None
+    for an engine doing both (vLLM's `--kv-transfer-config`, SGLang's `--disaggregation-*`)."""
+    if kind == "vllm" and options.kv_transfer_config:
+        try:
+            given = json.loads(options.kv_transfer_config)
+        except ValueError:
+            return None
+        if not isinstance(given, dict):
+            return None
+        name = str(given.get("kv_connector") or "")
+        return {
+            "role": _VLLM_ROLES.get(str(given.get("kv_role")), "either"),
+            "connector": _VLLM_CONNECTORS.get(name, name.lower()),
+            "engine_name": name,
+            "ib_devices": [],
+        }
+    if kind == "sglang" and options.disaggregation_mode in ("prefill", "decode"):
+        backend = options.disaggregation_transfer_backend
+        devices = options.disaggregation_ib_device
+        return {
+            "role": options.disaggregation_mode,
+            "connector": backend,
+            "engine_name": backend,
+            "ib_devices": [d for d in (devices or "").split(",") if d],
+        }
+    return None
 
 
 def _adapters(kind: str, options: argparse.Namespace) -> List[dict]:

@@ -45,6 +45,7 @@ from llmgw_agent.sim.engine.lines import (
 )
 from llmgw_agent.sim.engine.serving import EngineHttpServer, SimHandler, SimState, tls_context
 from llmgw_agent.sim.engine.stdout import say
+from llmgw_agent.sim.engine.transfer import transfer_lines
 
 DEFAULT_LOAD_S = 1.5
 DEFAULT_CARD_MIB = 81559
@@ -266,7 +267,7 @@ def _load_and_serve(
     said = nccl_lines(
         dict(os.environ), socket.gethostname(), os.getpid(), engine, gpus, _topology()
     )
-    for line in said:
+    for line in said + transfer_lines(engine, dict(os.environ)):
         say(line)
     lines = loading_lines(engine, plan, shard_count)
     failure = os.environ.get("LLMGW_SIM_FAIL")
