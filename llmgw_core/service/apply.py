@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -29,6 +29,7 @@ from llmgw_core.errors import BadInput, DoesNotFit, LlmgwError
 from llmgw_core.fleet.client import AgentLost
 from llmgw_core.gateway.run import follow_all, start_gateway
 from llmgw_core.gateway.spec import gateway_views
+from llmgw_core.serve.disagg_start import serve_disaggregated
 from llmgw_core.serve.http import EngineReach
 from llmgw_core.serve.loads import engine_key as _engine_key
 from llmgw_core.serve.loads import engine_metrics
@@ -39,6 +40,7 @@ from llmgw_core.service.adapters import change_adapters, runtime_refusal, wanted
 from llmgw_core.service.lease import LEASE_TTL_S, Held, service_lease
 from llmgw_core.service.spec import (
     Action,
+    Running,
     ServiceDoc,
     actions,
     gateway_action,
@@ -74,19 +76,52 @@ async def planned_actions(
     listings = await shard_listings(fleet)  # read once: the replicas and the gateways
     replicas = assemble(listings, fleet.snapshot())
     found = running_of(replicas, doc.name)
-    want = doc.wanted(sum(1 for r in found if not r.over))
-    changes = actions(
-        doc.name,
-        want,
-        label["settings"],
-        label["hash"],
-        found,
-        [v.name for v in replicas],
-        adapters,
-    )
+    if doc.disaggregation is not None:
+        changes = split_actions(doc, found, label, [v.name for v in replicas])
+        want = 1
+    else:
+        want = doc.wanted(sum(1 for r in found if not r.over))
+        changes = actions(
+            doc.name,
+            want,
+            label["settings"],
+            label["hash"],
+            found,
+            [v.name for v in replicas],
+            adapters,
+        )
     running = [g.name for g in gateway_views(listings) if g.live]
     start = gateway_action(doc, running) if want > 0 else None
     return (*changes, *((start,) if start else ()))
+
+
+def split_actions(
+    doc: ServiceDoc, found: Sequence[Running], label: Mapping[str, Any], taken: Sequence[str]
+) -> tuple[Action, ...]:
+    """What makes a disaggregated service's workers the document's: each side's own changes
+    (its workers named `NAME-prefill-1` …), or, while no worker of it runs, one start of
+    both sides together (placed on one interconnect, `serve.disagg_start`)."""
+    split = doc.disaggregation
+    assert split is not None
+    over = [Action("stop", r.name, f"it {r.phase}") for r in found if r.over]
+    if not any(not r.over for r in found):
+        sides = (
+            f"{split.prefill.replicas if split.prefill else 1} prefill and "
+            f"{split.decode.replicas if split.decode else 1} decode workers"
+        )
+        return (*over, Action("start", doc.name, f"the split wants {sides}; none run"))
+    done: list[Action] = []
+    for role, side in (("prefill", split.prefill), ("decode", split.decode)):
+        of_side = [r for r in found if r.role == role]
+        done += actions(
+            f"{doc.name}-{role}",
+            side.replicas if side else 1,
+            label["settings"],
+            label["hash"],
+            of_side,
+            taken,
+        )
+    return tuple(done)
 
 
 async def apply_service(
@@ -200,6 +235,11 @@ async def carry_out(
         await follow_all(fleet, reach)
         return stopped
     label = service_label(doc)
+    if doc.disaggregation is not None and action.replica == doc.name:
+        request = replace(base, name=doc.name, service=label, wait_ready=True)
+        await _start_split(fleet, reach, request, model, doc)
+        await follow_all(fleet, reach)
+        return {}
     new_name = action.by if action.action == "replace" else action.replica
     assert new_name is not None
     request = replace(base, name=new_name, service=label, wait_ready=True)
@@ -246,6 +286,23 @@ async def _start(
     if outcome.exit_code == DoesNotFit.exit_code:
         raise DoesNotFit(f"{room}: {outcome.reason}{kept}")
     raise ApplyFailed(f"{request.name} did not come up: {outcome.reason}{kept}")
+
+
+async def _start_split(
+    fleet: Any, reach: EngineReach, request: ServeRequest, model: Any, doc: ServiceDoc
+) -> None:
+    """Start both sides of a disaggregated service and wait until every worker answers.
+
+    Raises:
+        DoesNotFit: no interconnect has room for both sides (nothing was started).
+        ApplyFailed: a worker did not come up (every worker of the start is stopped).
+    """
+    assert doc.disaggregation is not None
+    started = await serve_disaggregated(fleet, reach, request, model, doc.disaggregation)
+    if started["phase"] == "failed":
+        if started.get("exit_code") == DoesNotFit.exit_code:
+            raise DoesNotFit(str(started["reason"]))
+        raise ApplyFailed(str(started["reason"]))
 
 
 async def drain(

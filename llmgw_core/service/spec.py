@@ -196,6 +196,8 @@ class Running:
     created_at: float = 0.0
     adapters: tuple[tuple[str, str], ...] = ()
     """The LoRA adapters its engine holds now: (name, source as given)."""
+    role: str | None = None
+    """`prefill` or `decode` for a worker of a disaggregated service; None: it does both."""
 
     @property
     def over(self) -> bool:
@@ -221,6 +223,7 @@ def running_of(replicas: Sequence[Any], service: str) -> tuple[Running, ...]:
                 adapters=tuple(
                     sorted((a["name"], a.get("origin") or a["source"]) for a in view.adapters)
                 ),
+                role=view.role,
             )
         )
     return tuple(sorted(found, key=lambda r: (r.created_at, r.name)))

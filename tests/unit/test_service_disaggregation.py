@@ -168,18 +168,6 @@ def test_llama_cpp_split_in_serve_is_exit_2_in_one_sentence(tmp_path, capsys):
     assert "llama.cpp has no prefill/decode split" in error and "\n" not in error
 
 
-def test_a_valid_split_in_serve_is_refused_as_not_built_yet_rather_than_started_unsplit(
-    tmp_path, capsys
-):
-    step = (
-        f"serve: {{model: {MODEL}, engine: vllm,"
-        " disaggregation: {prefill: {replicas: 1}, decode: {replicas: 1}}}"
-    )
-    code, error = _run(tmp_path, capsys, step)
-    assert code == 2
-    assert "starting prefill and decode workers apart is not built yet" in error
-
-
 _SIDE = st.one_of(
     st.none(),
     st.integers(-3, 70),
@@ -252,15 +240,17 @@ def test_any_disaggregation_mapping_is_taken_or_refused_never_crashes(split, eng
         json.dumps(service_label(doc))
 
 
-def test_applying_a_split_service_is_refused_before_any_connection_rather_than_started_unsplit(
+def test_keeping_a_split_service_is_refused_before_any_connection_rather_than_scaled_as_one_side(
     tmp_path, capsys
 ):
+    """`keep` does not scale each side on its own signal yet: it refuses a split rather than
+    healing or scaling its workers as ordinary replicas."""
     service = (
         f"{{name: chat-pd, model: {MODEL}, engine: sglang,"
         " disaggregation: {prefill: {replicas: 1}, decode: {replicas: 1}}}"
     )
-    code, error = _run(tmp_path, capsys, f"apply: {{service: {service}, dry_run: true}}")
+    code, error = _run(tmp_path, capsys, f"keep: {{service: {service}, duration_s: 1}}")
     assert code == 2
     assert error.startswith(
-        "disaggregation: starting prefill and decode workers apart is not built yet"
+        "disaggregation: this step cannot scale or start prefill and decode workers apart yet"
     )
