@@ -56,7 +56,22 @@ class SplitPlaced:
     passed_over: tuple[dict[str, str], ...]
 
 
-def _handshake_ports_taken(listings: Mapping[str, list[dict[str, Any]]]) -> dict[str, set[int]]:
+def next_handshake_ports(taken: dict[str, set[int]], nodes: list[str]) -> tuple[int, int]:
+    """The first (bootstrap, side channel) pair free on every one of `nodes`, marked taken."""
+    offset = 0
+    while any(
+        {DEFAULT_BOOTSTRAP_PORT + offset, DEFAULT_NIXL_SIDE_CHANNEL_PORT + offset}
+        & taken.get(node, set())
+        for node in nodes
+    ):
+        offset += 1
+    ports = (DEFAULT_BOOTSTRAP_PORT + offset, DEFAULT_NIXL_SIDE_CHANNEL_PORT + offset)
+    for node in nodes:
+        taken.setdefault(node, set()).update(ports)
+    return ports
+
+
+def handshake_ports_taken(listings: Mapping[str, list[dict[str, Any]]]) -> dict[str, set[int]]:
     """Per node, the handshake ports the workers already there hold (any console's)."""
     taken: dict[str, set[int]] = {}
     for node, records in listings.items():
@@ -107,21 +122,11 @@ async def place_split(
         if isinstance(placed, PdRefused):
             passed_over.append({"way": choice.label, "reason": placed.sentence(want)})
             continue
-        taken = _handshake_ports_taken(await shard_listings(fleet))
+        taken = handshake_ports_taken(await shard_listings(fleet))
         workers = []
         for role, placements in (("prefill", placed.prefill), ("decode", placed.decode)):
             for index, placement in enumerate(placements, start=1):
-                nodes = [p.node for p in placement.nodes]
-                offset = 0
-                while any(
-                    {DEFAULT_BOOTSTRAP_PORT + offset, DEFAULT_NIXL_SIDE_CHANNEL_PORT + offset}
-                    & taken.get(node, set())
-                    for node in nodes
-                ):
-                    offset += 1
-                ports = (DEFAULT_BOOTSTRAP_PORT + offset, DEFAULT_NIXL_SIDE_CHANNEL_PORT + offset)
-                for node in nodes:
-                    taken.setdefault(node, set()).update(ports)
+                ports = next_handshake_ports(taken, [p.node for p in placement.nodes])
                 pd = PdLaunch(
                     role,
                     rule.connector,

@@ -20,18 +20,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from llmgw_core.engines.spec import PdLaunch
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.client import AgentLost
 from llmgw_core.model.source import ModelInfo
+from llmgw_core.placement import DOMAIN, explain, interconnect_groups, place, want_summary
+from llmgw_core.placement_pd import TCP
+from llmgw_core.planner.pools_live import LiveNode
+from llmgw_core.serve.choice import Choice
 from llmgw_core.serve.disagg_args import DisaggregationArgs
-from llmgw_core.serve.disagg_preview import SplitPlaced, place_split
+from llmgw_core.serve.disagg_preview import (
+    SplitPlaced,
+    handshake_ports_taken,
+    next_handshake_ports,
+    place_split,
+)
 from llmgw_core.serve.http import EngineReach
-from llmgw_core.serve.prepare import ServeRequest
-from llmgw_core.serve.replicas import shard_listings, stop_replica
+from llmgw_core.serve.prepare import Resolved, ServeRequest
+from llmgw_core.serve.replicas import fleet_views, shard_listings, stop_replica
 from llmgw_core.serve.start import RACE_RETRIES, ServeOutcome, serve_way
+from llmgw_core.serve.view import ReplicaView
 
 
 async def _stop_all(fleet: Any, names: list[str]) -> None:
@@ -46,8 +58,12 @@ async def serve_disaggregated(
     request: ServeRequest,
     model: ModelInfo,
     split: DisaggregationArgs,
+    labels: Callable[[str], Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Start every worker of both sides and wait until each answers (`request.wait_ready`).
+
+    `labels` gives the service label a worker of each side records (a service's own per
+    side, `service.spec.side_label`); by default both record one named after the split.
 
     Returns:
         `{name, phase: ready | starting | failed, reason, connector, disaggregation,
@@ -61,7 +77,6 @@ async def serve_disaggregated(
     for _race in range(RACE_RETRIES):
         found = await place_split(fleet, request, model, split)
         resolved = found.resolved
-        label = dict(request.service) if request.service is not None else {"name": resolved.name}
         names = [w.name for w in found.workers]
         listings = await shard_listings(fleet)
         ended = {r.get("replica") for records in listings.values() for r in records}
@@ -74,7 +89,11 @@ async def serve_disaggregated(
                 serve_way(
                     fleet,
                     reach,
-                    replace(request, name=worker.name, service=label),
+                    replace(
+                        request,
+                        name=worker.name,
+                        service=labels(worker.role) if labels else {"name": resolved.name},
+                    ),
                     worker.choice,
                     worker.name,
                     resolved.served_name,
@@ -131,3 +150,76 @@ async def serve_disaggregated(
         "workers": [],
         "exit_code": 1,
     }
+
+
+def worker_nodes(views: Sequence[LiveNode], pd: PdLaunch, near: Sequence[str]) -> list[LiveNode]:
+    """The nodes a worker started after its split (a roll, a heal) may go to: where its KV
+    still reaches the other side by the path recorded at the split's start.
+
+    Inside an NVLink domain, any node of the domain `near` (the nodes the split
+    used) is in; on a fabric, the nodes the split's rails were chosen for (a
+    node new to the service has no rail tested against the others); on one
+    node, that node; over TCP, any.
+    """
+    if pd.transport == TCP:
+        return list(views)
+    if pd.transport == "nvlink":
+        for kind, _name, members in interconnect_groups(views):
+            if kind == DOMAIN and any(v.name in near for v in members):
+                return members
+        return []
+    allowed = set(pd.rails) if pd.transport in ("infiniband", "roce") else set(near)
+    return [v for v in views if v.name in allowed]
+
+
+async def start_worker(
+    fleet: Any,
+    reach: EngineReach,
+    request: ServeRequest,
+    choice: Choice,
+    resolved: Resolved,
+    name: str,
+    template: ReplicaView,
+    heals: int = 0,
+) -> dict[str, Any]:
+    """One more worker of a running split, on the side and path of `template` (the worker it
+    replaces, heals or joins), placed on `worker_nodes` with handshake ports of its own.
+
+    Returns:
+        `serve_way`'s record (`outcome`: ready, started, failed, no room).
+    """
+    pd = PdLaunch.of_record(template.spec["pd"])
+    near = [str(n.get("node")) for n in template.spec.get("placement", {}).get("nodes") or []]
+    outcome = ServeOutcome(name=name, phase="failed")
+    record: dict[str, Any] = {"outcome": "failed", "reason": "no try"}
+    for _race in range(RACE_RETRIES):
+        views = worker_nodes(await fleet_views(fleet), pd, near)
+        want = choice.want(resolved.models)
+        placement = place(want, views)
+        if placement is None:
+            reasons = want_summary(explain(want, views))
+            return {
+                "outcome": "no room",
+                "reason": f"no room for {name}: {reasons}",
+                "exit_code": 3,
+            }
+        taken = handshake_ports_taken(await shard_listings(fleet))
+        ports = next_handshake_ports(taken, [p.node for p in placement.nodes])
+        record = await serve_way(
+            fleet,
+            reach,
+            replace(request, name=name),
+            choice,
+            name,
+            resolved.served_name,
+            resolved.models,
+            resolved.context,
+            int(template.spec.get("attempt") or 1) + 1 if heals else 1,
+            outcome,
+            heals,
+            placed=placement,
+            pd=replace(pd, bootstrap_port=ports[0], side_channel_port=ports[1]),
+        )
+        if record["outcome"] != "busy":
+            return {**record, "placement": outcome.placement, "trace": outcome.trace.steps}
+    return record

@@ -29,10 +29,12 @@ from llmgw_core.errors import BadInput, DoesNotFit, LlmgwError
 from llmgw_core.fleet.client import AgentLost
 from llmgw_core.gateway.run import follow_all, start_gateway
 from llmgw_core.gateway.spec import gateway_views
-from llmgw_core.serve.disagg_start import serve_disaggregated
+from llmgw_core.serve.disagg_explain import side_choice
+from llmgw_core.serve.disagg_start import serve_disaggregated, start_worker
 from llmgw_core.serve.http import EngineReach
 from llmgw_core.serve.loads import engine_key as _engine_key
 from llmgw_core.serve.loads import engine_metrics
+from llmgw_core.serve.prepare import resolve
 from llmgw_core.serve.replicas import replicas_now, shard_listings, stop_replica
 from llmgw_core.serve.start import ServeRequest, serve
 from llmgw_core.serve.view import ReplicaView, assemble
@@ -47,6 +49,7 @@ from llmgw_core.service.spec import (
     replica_names,
     running_of,
     service_label,
+    side_label,
 )
 
 DRAIN_POLL_S = 0.25
@@ -112,13 +115,13 @@ def split_actions(
         return (*over, Action("start", doc.name, f"the split wants {sides}; none run"))
     done: list[Action] = []
     for role, side in (("prefill", split.prefill), ("decode", split.decode)):
-        of_side = [r for r in found if r.role == role]
+        own = side_label(label, role)
         done += actions(
             f"{doc.name}-{role}",
             side.replicas if side else 1,
-            label["settings"],
-            label["hash"],
-            of_side,
+            own["settings"],
+            own["hash"],
+            [r for r in found if r.role == role],
             taken,
         )
     return tuple(done)
@@ -243,13 +246,13 @@ async def carry_out(
     new_name = action.by if action.action == "replace" else action.replica
     assert new_name is not None
     request = replace(base, name=new_name, service=label, wait_ready=True)
-    await _start(
-        fleet,
-        reach,
-        request,
-        model,
-        replacing=action.replica if action.action == "replace" else None,
-    )
+    replacing = action.replica if action.action == "replace" else None
+    if doc.disaggregation is not None:
+        role = new_name.removeprefix(f"{doc.name}-").split("-")[0]
+        request = replace(request, service=side_label(label, role))
+        await _start_worker(fleet, reach, request, model, doc, role, replacing=replacing)
+    else:
+        await _start(fleet, reach, request, model, replacing=replacing)
     await follow_all(fleet, reach)
     if action.action == "start":
         return {}
@@ -298,11 +301,59 @@ async def _start_split(
         ApplyFailed: a worker did not come up (every worker of the start is stopped).
     """
     assert doc.disaggregation is not None
-    started = await serve_disaggregated(fleet, reach, request, model, doc.disaggregation)
+    label = service_label(doc)
+    started = await serve_disaggregated(
+        fleet, reach, request, model, doc.disaggregation, lambda role: side_label(label, role)
+    )
     if started["phase"] == "failed":
         if started.get("exit_code") == DoesNotFit.exit_code:
             raise DoesNotFit(str(started["reason"]))
         raise ApplyFailed(str(started["reason"]))
+
+
+async def _start_worker(
+    fleet: Any,
+    reach: EngineReach,
+    request: ServeRequest,
+    model: Any,
+    doc: ServiceDoc,
+    role: str,
+    *,
+    replacing: str | None,
+) -> None:
+    """One worker of a running split (`NAME-decode-3`), on the side and the KV's path of the
+    worker it replaces (or, added to a side, of a worker running there), and wait until it
+    answers.
+
+    Raises:
+        DoesNotFit: no free cards on that path hold it (the old worker serves on).
+        ApplyFailed: it did not come up (what started of it is stopped).
+    """
+    split = doc.disaggregation
+    assert split is not None and request.name is not None
+    views = [v for v in await replicas_now(fleet) if v.service == doc.name and v.role]
+    template = next((v for v in views if v.name == replacing), None) or next(
+        (v for v in sorted(views, key=lambda v: -v.created_at) if v.role == role), None
+    )
+    kept = f"; {replacing} still serves" if replacing else ""
+    if template is None:
+        raise ApplyFailed(f"no {role} worker of {doc.name} runs to start {request.name} beside")
+    resolved = await resolve(fleet, request, model)
+    side = split.prefill if role == "prefill" else split.decode
+    record: dict[str, Any] = {"outcome": "no room", "reason": "no way of the plan fits"}
+    for choice in resolved.ways:
+        record = await start_worker(
+            fleet, reach, request, side_choice(choice, side), resolved, request.name, template
+        )
+        if record["outcome"] != "no room":
+            break
+    if record["outcome"] == "ready":
+        return
+    if record["outcome"] == "no room":
+        raise DoesNotFit(f"{record['reason']}{kept}")
+    with contextlib.suppress(BadInput, LlmgwError, AgentLost):
+        await stop_replica(fleet, request.name)
+    raise ApplyFailed(f"{request.name} did not come up: {record['reason']}{kept}")
 
 
 async def drain(

@@ -156,6 +156,24 @@ def service_label(doc: ServiceDoc) -> dict[str, Any]:
     }
 
 
+SIDES = ("prefill", "decode")
+_ADVICE_ONLY = ("workload", "auto")
+"""Parts of `disaggregation` that size a split and restart nothing by themselves."""
+
+
+def side_label(label: Mapping[str, Any], role: str) -> dict[str, Any]:
+    """The service's label as a worker of side `role` records it: its settings hold its own
+    side (less its count) and not the other's, so a change to one side rolls that side only,
+    and a side scaled up or down rolls nothing."""
+    settings = dict(label["settings"])
+    split = settings.get("disaggregation")
+    if isinstance(split, Mapping):
+        own = {k: v for k, v in (split.get(role) or {}).items() if k != "replicas"}
+        kept = {k: v for k, v in split.items() if k not in (*SIDES, *_ADVICE_ONLY)}
+        settings["disaggregation"] = {**kept, "side": role, role: own}
+    return {**label, "settings": settings, "hash": settings_hash(settings)}
+
+
 def _shown(value: Any) -> str:
     if value is None:
         return "(any)"
