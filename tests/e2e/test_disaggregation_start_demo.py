@@ -10,13 +10,18 @@ SSH; the engines are the sim); the tests run in order and share what they starte
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from ports import free_port
 from serve_demo_harness import Demo, step
+
+from llmgw_core.serve.replicas import find_replica
 
 pytestmark = pytest.mark.slow
 
@@ -242,5 +247,38 @@ def test_a_roll_of_the_decode_side_under_a_bench_fails_no_request(demo: Demo):
     ]
     assert {r["role"] for n, r in live.items() if "decode" in n} == {"decode"}
     assert demo.step("apply", service=changed).result["actions"] == []
+
+
+def test_a_decode_worker_that_died_is_healed_as_a_decode_worker(demo: Demo):
+    """A heal places the worker again on its side and its KV's path, with its connector's
+    flags: never as an ordinary replica that would take prompts it has no KV for."""
+    from llmgw_core.serve.heal import heal
+    from llmgw_core.serve.http import EngineReach
+
+    (worker,) = [r for r in _replicas(demo) if r["name"] == "small-pd-decode-3"]
+    node = worker["shards"][0]["node"]
+    listed = demo.loop.run(demo.fleet.request(node, "shard.list"))["shards"]
+    (shard,) = [
+        s for s in listed if s["replica"] == "small-pd-decode-3" and s["phase"] == "running"
+    ]
+    os.kill(shard["main_pid"], signal.SIGKILL)
+    reach = EngineReach(demo.fleet)
+    try:
+        healed: list[dict] = []
+        for _ in range(40):  # until the agent has seen it end
+            healed = demo.loop.run(heal(demo.fleet, reach, grace_s=0))
+            if healed:
+                break
+            time.sleep(0.25)
+    finally:
+        demo.loop.run(reach.close())
+    assert [(h["name"], h["role"], h["outcome"]) for h in healed] == [
+        ("small-pd-decode-3", "decode", "ready")
+    ], healed
+    (again,) = [r for r in _replicas(demo) if r["name"] == "small-pd-decode-3"]
+    assert again["role"] == "decode" and again["phase"] == "ready"
+    view = demo.loop.run(find_replica(demo.fleet, "small-pd-decode-3"))
+    assert view.spec["pd"]["role"] == "decode" and view.spec["pd"]["connector"] == "nixl"
+    assert int(view.spec["heals"]) == 1
     demo.step("stop", service="small-pd")
     demo.step("stop", gateway="small")
