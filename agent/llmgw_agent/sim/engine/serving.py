@@ -66,6 +66,11 @@ class SimState:
         """When the engine started: its model card's `created`."""
         self.token_s = _token_s(os.environ.get("LLMGW_SIM_TOKEN_S"))
         """Seconds per generated token (`LLMGW_SIM_TOKEN_S`, else `TOKEN_S`)."""
+        self.prefill_s = _token_s(os.environ.get("LLMGW_SIM_PREFILL_S") or "0")
+        """Seconds of compute per prompt token (`LLMGW_SIM_PREFILL_S`, default 0: none)."""
+        self.compute = threading.Lock()
+        """Held while a prompt is read: the engine's one compute, on which every sequence's
+        next token waits meanwhile (what a long prompt does to everyone else's answers)."""
         self.latencies = Latencies(engine["kind"])
         """Its latency histograms, as the engine it stands in for publishes them."""
         self.kv_received_bytes = 0
@@ -270,10 +275,13 @@ class SimHandler(BaseHTTPRequestHandler):
         request_id = api.request_id(found.chat, number)
         created = api.now()
         handoff = self._kv_handoff(body, found.prompt_tokens)
+        if not _received(body) and self.sim.prefill_s > 0:
+            with self.sim.compute:
+                time.sleep(self.sim.prefill_s * found.prompt_tokens)
         if isinstance(body, dict) and body.get("stream"):
             self._stream(api.chunks(found, request_id, created), found)
         else:
-            time.sleep(self.sim.token_s * found.completion_tokens)
+            self._pace(self.sim.token_s * found.completion_tokens)
             answer = api.completion(found, request_id, created)
             if handoff is not None:
                 answer["kv_transfer_params"] = handoff
@@ -303,11 +311,24 @@ class SimHandler(BaseHTTPRequestHandler):
             say(received_line(moved, wait_s, speed))
         return None
 
+    def _pace(self, seconds: float) -> None:
+        """Sleep `seconds` of decoding, a token's time at a time, each token waiting while a
+        prompt is being read (`compute`): a sleep without prefill is one plain sleep."""
+        if self.sim.prefill_s <= 0:
+            time.sleep(seconds)
+            return
+        step = max(self.sim.token_s, 0.001)
+        while seconds > 0:
+            with self.sim.compute:
+                pass
+            time.sleep(min(step, seconds))
+            seconds -= step
+
     def _stream(self, chunks, found) -> None:
         """The chunks as an engine streams them: the first token after one token's time, the
         words after it paced over the rest, so a client's time to first token is the engine's."""
         token_s, tokens = self.sim.token_s, max(1, found.completion_tokens)
-        time.sleep(token_s)
+        self._pace(token_s)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
@@ -322,15 +343,21 @@ class SimHandler(BaseHTTPRequestHandler):
                 for c in chunk.get("choices") or ()
             )
             if words and said and left > 0:  # each word after the first, a share of the rest
-                time.sleep(min(gap, left))
+                self._pace(min(gap, left))
                 left -= gap
             said = said or words
             self.wfile.write("data: {}\n\n".format(json.dumps(chunk)).encode())
             self.wfile.flush()
         if left > 0:
-            time.sleep(left)
+            self._pace(left)
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+
+
+def _received(body: object) -> bool:
+    """True for a decode worker's request whose prompt was read elsewhere (its KV handed)."""
+    params = body.get("kv_transfer_params") if isinstance(body, dict) else None
+    return isinstance(params, dict) and bool(params.get("do_remote_prefill"))
 
 
 class EngineHttpServer(ThreadingHTTPServer):
