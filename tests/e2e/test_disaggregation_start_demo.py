@@ -112,6 +112,10 @@ def test_apply_starts_both_sides_as_replicas_that_keep_their_side(demo: Demo):
     }
     assert {r["service"] for r in live.values()} == {"chat-pd"}
     assert all(r["phase"] == "ready" for r in live.values())
+    # The replica page's proof, read from the running workers' own lines: no fabric test has
+    # run yet, so all eight rails are named.
+    kv = live["chat-pd-decode-1"]["shards"][0]["transport"]["kv"]
+    assert kv["label"] == "KV over mlx5_0..7 (IB)", kv
     # Both sides' cards are claimed, each worker on four of its own.
     claimed = demo.claims()
     assert sum(len(cards) for cards in claimed.values()) == 16, claimed

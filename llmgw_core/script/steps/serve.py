@@ -191,12 +191,7 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     try:
         outcome = await serve(fleet, reach, request, model)
     except DoesNotFit as exc:
-        return StepOutcome(
-            result={"name": args.name, "phase": "failed", "reason": exc.sentence()},
-            ok=False,
-            exit_code=EXIT_DOES_NOT_FIT,
-            error=exc.sentence(),
-        )
+        return _no_room(args.name, exc)
     result: dict[str, Any] = outcome.as_dict()
     if outcome.phase in ("ready", "starting"):
         from llmgw_core.serve.figures import with_figures
@@ -219,6 +214,16 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     )
 
 
+def _no_room(name: str | None, exc: DoesNotFit) -> StepOutcome:
+    """A start that nothing on the fleet holds now: failed, exit code 3, the reason said."""
+    return StepOutcome(
+        result={"name": name, "phase": "failed", "reason": exc.sentence()},
+        ok=False,
+        exit_code=EXIT_DOES_NOT_FIT,
+        error=exc.sentence(),
+    )
+
+
 async def _serve_split(fleet: Any, reach: Any, request: Any, model: Any, split: Any) -> StepOutcome:
     """Every worker of both sides started (`serve.disagg_start`); the running gateways take
     them."""
@@ -228,12 +233,7 @@ async def _serve_split(fleet: Any, reach: Any, request: Any, model: Any, split: 
     try:
         result = await serve_disaggregated(fleet, reach, request, model, split)
     except DoesNotFit as exc:
-        return StepOutcome(
-            result={"name": request.name, "phase": "failed", "reason": exc.sentence()},
-            ok=False,
-            exit_code=EXIT_DOES_NOT_FIT,
-            error=exc.sentence(),
-        )
+        return _no_room(request.name, exc)
     if result["phase"] == "failed":
         code = (
             EXIT_DOES_NOT_FIT if result.get("exit_code") == EXIT_DOES_NOT_FIT else EXIT_STEP_FAILED
