@@ -99,11 +99,17 @@ async def planned_actions(
 
 
 def split_actions(
-    doc: ServiceDoc, found: Sequence[Running], label: Mapping[str, Any], taken: Sequence[str]
+    doc: ServiceDoc,
+    found: Sequence[Running],
+    label: Mapping[str, Any],
+    taken: Sequence[str],
+    wants: Mapping[str, int] | None = None,
 ) -> tuple[Action, ...]:
     """What makes a disaggregated service's workers the document's: each side's own changes
     (its workers named `NAME-prefill-1` …), or, while no worker of it runs, one start of
-    both sides together (placed on one interconnect, `serve.disagg_start`)."""
+    both sides together (placed on one interconnect, `serve.disagg_start`).
+
+    `wants`: each side's count where `keep` holds one other than the document's."""
     split = doc.disaggregation
     assert split is not None
     over = [Action("stop", r.name, f"it {r.phase}") for r in found if r.over]
@@ -118,7 +124,7 @@ def split_actions(
         own = side_label(label, role)
         done += actions(
             f"{doc.name}-{role}",
-            side.replicas if side else 1,
+            (wants or {}).get(role, side.replicas if side else 1),
             own["settings"],
             own["hash"],
             [r for r in found if r.role == role],

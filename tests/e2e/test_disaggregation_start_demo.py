@@ -33,13 +33,28 @@ H100_PAIR["gpus"] = 4
 GATEWAY_PORT = free_port()
 
 
+PREFILL_S = "0.0005"
+"""The sim's seconds a prompt word (its engines inherit it): a prompt of 800 words is read in
+0.4 s, long enough for prompts to wait at a prefill worker under load."""
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    running = Demo(tmp_path_factory.mktemp("split-demo"))
+    # Read by the loopback nodes at each agent's start (a reconnect starts one again): set for
+    # as long as the module's demo runs.
+    before = os.environ.get("LLMGW_SIM_PREFILL_S")
+    os.environ["LLMGW_SIM_PREFILL_S"] = PREFILL_S
     try:
-        yield running
+        running = Demo(tmp_path_factory.mktemp("split-demo"))
+        try:
+            yield running
+        finally:
+            running.close()
     finally:
-        running.close()
+        if before is None:
+            os.environ.pop("LLMGW_SIM_PREFILL_S")
+        else:
+            os.environ["LLMGW_SIM_PREFILL_S"] = before
 
 
 def _replicas(demo: Demo) -> list[dict]:
@@ -286,3 +301,69 @@ def test_a_decode_worker_that_died_is_healed_as_a_decode_worker(demo: Demo):
     assert int(view.spec["heals"]) == 1
     demo.step("stop", service="small-pd")
     demo.step("stop", gateway="small")
+
+
+def test_keep_scales_the_prefill_side_on_its_waiting_prompts_and_leaves_decode_be(demo: Demo):
+    """Long prompts queue at the one prefill worker (one sequence at a time): `keep` adds a
+    prefill worker on that side's signal, while the decode side, whose KV stays low, keeps its
+    one worker."""
+    import httpx
+
+    from llmgw_core.gateway.run import find_gateway
+    from llmgw_core.serve.http import EngineReach
+
+    port = free_port()
+    service = {
+        "name": "keep-pd",
+        "model": "catalog:meta-llama/Llama-3.1-8B-Instruct",
+        "context": 8192,
+        "engine": "vllm",
+        "gpu_class": "h100-80g",
+        "gpus": 1,
+        "disaggregation": {
+            "prefill": {
+                "replicas": 1,
+                "scale": {"max": 2, "target_waiting": 0.5, "scale_up_after_s": 0},
+            },
+            "decode": {
+                "replicas": 1,
+                "scale": {"max": 2, "target_kv": 0.99, "scale_up_after_s": 0},
+            },
+        },
+        "gateway": {"name": "keep", "port": port},
+    }
+    assert demo.step("apply", service=service).ok
+    reach = EngineReach(demo.fleet)
+    try:
+        gateway = demo.loop.run(find_gateway(demo.fleet, "keep"))
+        tunnel = demo.loop.run(reach.tunnel(gateway.node, port))
+
+        async def load_while_kept() -> tuple:
+            body = {"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": "w " * 800}
+            ends = time.monotonic() + 6
+            answered: list[int] = []
+
+            async def client(http: httpx.AsyncClient) -> None:
+                while time.monotonic() < ends:
+                    answered.append((await http.post("/v1/completions", json=body)).status_code)
+
+            async with httpx.AsyncClient(base_url=tunnel.url, timeout=60) as http:
+                kept = asyncio.ensure_future(
+                    step(demo.ctx, "keep", service=service, duration_s=7, interval_s=0.5)
+                )
+                await asyncio.gather(*(client(http) for _ in range(6)))
+                return await kept, answered
+
+        kept, answered = demo.loop.run(load_while_kept(), 120)
+    finally:
+        demo.loop.run(reach.close())
+    assert kept.ok, kept.error
+    events = [(e["action"], e["replica"]) for e in kept.result["events"]]
+    assert ("scale-out", "keep-pd-prefill-2") in events, kept.result["events"]
+    assert not any("decode" in replica for _, replica in events), events
+    assert set(answered) == {200}
+    live = sorted(r["name"] for r in _replicas(demo) if r["service"] == "keep-pd")
+    assert live == ["keep-pd-decode-1", "keep-pd-prefill-1", "keep-pd-prefill-2"]
+    print(f"keep: {kept.result['events']}")
+    demo.step("stop", service="keep-pd")
+    demo.step("stop", gateway="keep")

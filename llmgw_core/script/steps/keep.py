@@ -63,18 +63,16 @@ async def _document(args: KeepArgs, ctx: StepContext, fleet: Any) -> ServiceDoc:
 async def run_keep(args: KeepArgs, ctx: StepContext) -> StepOutcome:
     """Heal and scale the service until `duration_s` is spent (or the script is interrupted)."""
     from llmgw_core.script.steps.apply import outcome_of
-    from llmgw_core.script.steps.serve import serve_request, split_refused
+    from llmgw_core.script.steps.serve import serve_request
     from llmgw_core.serve.tunnels import fleet_and_reach
     from llmgw_core.service.keep import keep_service
 
     # A document given (or its file's mistakes) is read once, before any connection.
     doc = None if isinstance(args.service, str) else await _document(args, ctx, None)
-    if doc is not None and doc.disaggregation is not None:
-        raise split_refused()  # scaled as one side, it would lose the other
     fleet, reach = await fleet_and_reach(ctx)
     if doc is None:
         doc = await _document(args, ctx, fleet)
-    base, model = serve_request(doc, ctx, name=None)
+    base, model = serve_request(doc, ctx, name=None, starts_split=True)
     result = await keep_service(
         fleet,
         reach,

@@ -70,11 +70,13 @@ def local_source(ref: str, script_dir: Path) -> str | None:
 
 
 def split_refused() -> BadInput:
-    """The refusal of a disaggregated service by a step that cannot run its sides apart."""
+    """The refusal of a disaggregated service where its sides cannot be run apart (the
+    console's Serve wizard and apply)."""
     return BadInput(
-        "disaggregation: this step cannot scale or start prefill and decode workers apart"
-        " yet (`serve` and `apply` can)",
-        "start it with `apply` or `serve`, or leave disaggregation out (docs/disaggregation.md)",
+        "disaggregation: the console cannot start prefill and decode workers apart yet"
+        " (the `serve`, `apply` and `keep` steps can)",
+        "start it with a script's `apply` or `serve`, or leave disaggregation out"
+        " (docs/disaggregation.md)",
     )
 
 

@@ -276,8 +276,7 @@ class SimHandler(BaseHTTPRequestHandler):
         created = api.now()
         handoff = self._kv_handoff(body, found.prompt_tokens)
         if not _received(body) and self.sim.prefill_s > 0:
-            with self.sim.compute:
-                time.sleep(self.sim.prefill_s * found.prompt_tokens)
+            self._prefill(found.prompt_tokens)
         if isinstance(body, dict) and body.get("stream"):
             self._stream(api.chunks(found, request_id, created), found)
         else:
@@ -310,6 +309,19 @@ class SimHandler(BaseHTTPRequestHandler):
                 self.sim.kv_received_s += wait_s
             say(received_line(moved, wait_s, speed))
         return None
+
+    def _prefill(self, prompt_tokens: int) -> None:
+        """Read the prompt on the engine's one compute; a prompt queued for it counts as
+        waiting, as vLLM counts a request not yet prefilled."""
+        with self.sim.lock:
+            self.sim.waiting += 1
+        self.sim.compute.acquire()
+        with self.sim.lock:
+            self.sim.waiting -= 1
+        try:
+            time.sleep(self.sim.prefill_s * prompt_tokens)
+        finally:
+            self.sim.compute.release()
 
     def _pace(self, seconds: float) -> None:
         """Sleep `seconds` of decoding, a token's time at a time, each token waiting while a
