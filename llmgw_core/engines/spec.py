@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from llmgw_core.engines.identity import EngineIdentity
@@ -136,6 +136,33 @@ class PdLaunch:
     rails: Mapping[str, tuple[FabricAdapter, ...]] = field(default_factory=dict)
     bootstrap_port: int = 8998
     side_channel_port: int = 5600
+
+    def recorded(self) -> dict[str, Any]:
+        """The worker's part as its replica's spec records it, so `replicas`, a heal and the
+        gateway know its side (and a heal builds the same flags again)."""
+        return {
+            "role": self.role,
+            "connector": self.connector,
+            "transport": self.transport,
+            "rails": {node: [asdict(a) for a in adapters] for node, adapters in self.rails.items()},
+            "bootstrap_port": self.bootstrap_port,
+            "side_channel_port": self.side_channel_port,
+        }
+
+    @classmethod
+    def of_record(cls, found: Mapping[str, Any]) -> PdLaunch:
+        """The worker's part again from `recorded()` (what its shards carry)."""
+        return cls(
+            role=str(found["role"]),
+            connector=str(found["connector"]),
+            transport=str(found["transport"]),
+            rails={
+                str(node): tuple(FabricAdapter(**a) for a in adapters)
+                for node, adapters in (found.get("rails") or {}).items()
+            },
+            bootstrap_port=int(found.get("bootstrap_port") or 8998),
+            side_channel_port=int(found.get("side_channel_port") or 5600),
+        )
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,7 @@ async def router_workers(reach: EngineReach, gateway: GatewayView) -> dict[str, 
             "healthy": w.get("is_healthy"),
             "adapters": w.get("adapters") if isinstance(w.get("adapters"), dict) else {},
             "base": w.get("base") is not False,
+            "role": w.get("role") if w.get("role") in ("prefill", "decode") else None,
         }
         for w in listed
         if isinstance(w, dict)
@@ -143,6 +144,8 @@ async def change_workers(
             body["base"] = worker.base
         if worker.cert is not None:
             body["cert"] = worker.cert
+        if worker.role is not None:
+            body["role"] = worker.role
         status, text = await front_call(reach.fleet, gateway, "POST", "/workers", body)
         if status != 200:
             raise LlmgwError(
@@ -162,12 +165,23 @@ async def follow(fleet: Any, reach: EngineReach, gateway: GatewayView) -> dict[s
     present = await router_workers(reach, gateway)
     add, remove = worker_changes(
         wanted,
-        {u: served_text(w["model"], w["adapters"], w["base"]) for u, w in present.items()},
+        {
+            u: served_text(w["model"], w["adapters"], w["base"], w["role"])
+            for u, w in present.items()
+        },
     )
     await change_workers(reach, gateway, add, remove)
     return {
         **gateway.as_dict(),
-        "workers": [{"url": w.url, "model": w.model, "replica": w.replica} for w in wanted],
+        "workers": [
+            {
+                "url": w.url,
+                "model": w.model,
+                "replica": w.replica,
+                **({"role": w.role} if w.role else {}),
+            }
+            for w in wanted
+        ],
         "added": [w.url for w in add],
         "removed": list(remove),
         "warnings": [*unchecked_workers(replicas, gateway.health_path), *unkeyed],

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from llmgw_core.engines.spec import host_port
 from llmgw_core.errors import BadInput
 from llmgw_core.serve.keys import ENV_NAME
+from llmgw_core.serve.view import worker_role
 
 GATEWAY_KIND = "llmgw-gateway"
 """The `kind` of a gateway shard's spec (a replica's is `llmgw-replica`)."""
@@ -277,16 +278,23 @@ class Worker:
     """The LoRA adapters its engine holds: (name, llama-server's id or None)."""
     base: bool = True
     """False where the engine applies its one adapter to every request (llama-cpp-python)."""
+    role: str | None = None
+    """`prefill` or `decode` for a worker of a disaggregated service (the front then sends a
+    request to a prefill worker first, its answer to a decode worker); None: it does both."""
 
     @property
     def serves(self) -> str:
-        """What it serves as one comparable text: the model, the adapters, bare or not."""
-        return served_text(self.model, dict(self.adapters), self.base)
+        """What it serves as one comparable text: the model, the adapters, bare or not, its side."""
+        return served_text(self.model, dict(self.adapters), self.base, self.role)
 
 
-def served_text(model: str, adapters: Mapping[str, int | None], base: bool) -> str:
-    """A worker's model, adapters and bareness as one text (the front's listing gives the same)."""
-    return json.dumps([model, sorted([n, i] for n, i in adapters.items()), base or not adapters])
+def served_text(
+    model: str, adapters: Mapping[str, int | None], base: bool, role: str | None = None
+) -> str:
+    """A worker's model, adapters, bareness and side as one text (the front's listing gives the
+    same); a worker doing both keeps the text it had before sides existed."""
+    served = [model, sorted([n, i] for n, i in adapters.items()), base or not adapters]
+    return json.dumps([*served, role] if role else served)
 
 
 def wanted_workers(
@@ -325,6 +333,7 @@ def wanted_workers(
                 cert=cert,
                 adapters=tuple((a["name"], a["lora_id"]) for a in replica.adapters),
                 base=replica.spec.get("adapter_only") is not True,
+                role=worker_role(replica.spec),
             )
         )
     return tuple(sorted(workers, key=lambda w: (w.model, w.url)))

@@ -4,6 +4,7 @@
 disaggregation:
   prefill: {replicas: 2, layout: {gpus: 4}}   # layout optional: the service's own when absent
   decode: {replicas: 2, layout: {gpus: 8}}
+  # scale (for `keep`): prefill: {replicas: 1, scale: {min: 1, max: 4, target_ttft_p99_s: 1}}
   connector: nixl                             # vLLM: nixl | mooncake | lmcache; SGLang: mooncake | nixl
   allow_tcp: false                            # true: a transfer over TCP is placed (slowly) where no rail joins the sides
   workload: {input_tokens: 8000, output_tokens: 200, ttft_s: 2, itl_s: 0.05}   # for the advisor
@@ -27,6 +28,7 @@ from llmgw_core.arguments import StrictArgs
 from llmgw_core.engines.disagg import CONNECTORS, check_pairing, connector_rule
 from llmgw_core.errors import BadInput, shown_value
 from llmgw_core.planner.pd_ratio import Workload
+from llmgw_core.serve.bounds import ReplicaBounds
 
 MAX_SIDE_REPLICAS = 64
 
@@ -38,11 +40,21 @@ class SideLayout(StrictArgs):
     nodes: int | None = Field(default=None, ge=1, le=4096)
 
 
+SIDE_SIGNALS = {
+    "prefill": ("target_waiting", "target_ttft_p99_s"),
+    "decode": ("target_kv", "target_itl_p99_s"),
+}
+"""What each side is scaled on: prefill on the prompts waiting and the time to first token
+(prompts are its work), decode on the KV cache in use and the time between tokens."""
+
+
 class SideArgs(StrictArgs):
-    """`prefill:` or `decode:`: how many workers of that side, and how each is laid out."""
+    """`prefill:` or `decode:`: how many workers of that side, how each is laid out, and how far
+    `keep` may scale the side (`scale:`, on that side's own signals: `SIDE_SIGNALS`)."""
 
     replicas: int
     layout: SideLayout | None = None
+    scale: ReplicaBounds | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -101,7 +113,11 @@ class DisaggregationArgs(StrictArgs):
         if not self.auto and (self.prefill is None or self.decode is None):
             missing = "prefill" if self.prefill is None else "decode"
             raise ValueError(f"{missing} is missing: give both prefill and decode, or auto")
-        return self
+        sides = {}
+        for role, side in (("prefill", self.prefill), ("decode", self.decode)):
+            if side is not None and side.scale is not None:
+                sides[role] = side.model_copy(update={"scale": side_bounds(role, side.scale)})
+        return self.model_copy(update=sides) if sides else self
 
     def widths(self, service_gpus: int | None) -> tuple[int | None, int | None]:
         """Each side's tensor width (cards a node), its own layout's else the service's."""
@@ -111,6 +127,28 @@ class DisaggregationArgs(StrictArgs):
             return own or service_gpus
 
         return width(self.prefill), width(self.decode)
+
+
+def side_bounds(role: str, bounds: ReplicaBounds) -> ReplicaBounds:
+    """A side's `scale:` on its own signals: another side's signal given is refused, and the
+    waiting prompts a bound counts by default are no decode signal.
+
+    Raises:
+        ValueError: a signal of the other side, or none of this side's.
+    """
+    own = SIDE_SIGNALS[role]
+    given = {name for name in bounds.model_fields_set if name.startswith("target_")}
+    other = sorted(name for name in given - set(own) if getattr(bounds, name) is not None)
+    if other:
+        raise ValueError(
+            f"{role}.scale: the {role} side scales on {' or '.join(own)}, not {', '.join(other)}"
+        )
+    cleared = {name: None for name in SIDE_SIGNALS["prefill"] + SIDE_SIGNALS["decode"]}
+    kept = {name: getattr(bounds, name) for name in own}
+    found = bounds.model_copy(update={**cleared, **kept})
+    if all(getattr(found, name) is None for name in own):
+        raise ValueError(f"{role}.scale: give {' or '.join(own)}: what to scale the side on")
+    return found
 
 
 def check_disaggregation(

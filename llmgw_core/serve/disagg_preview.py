@@ -5,36 +5,95 @@ Both sides are placed together (`placement_pd`), and each worker is a replica
 of its side's way: its width (a side's `layout:` over the way's), the
 connector's flags and the transfer's environment on the rails placement
 found (`LaunchRequest.pd`). The ports shown are those free now. Workers that
-share a node are shown each with a port free now, and a start would choose
-them one after the other. Starting the workers is not built yet
-(docs/disaggregation.md).
+share a node take their own handshake ports, past those of the workers
+already there, whichever console started them (`place_split`, which a start
+shares: `serve.disagg_start`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from llmgw_core.engines.disagg import (
     DEFAULT_BOOTSTRAP_PORT,
     DEFAULT_NIXL_SIDE_CHANNEL_PORT,
+    ConnectorRule,
     connector_rule,
 )
 from llmgw_core.engines.spec import PdLaunch
 from llmgw_core.errors import DoesNotFit
 from llmgw_core.model.source import ModelInfo
-from llmgw_core.placement_pd import PdRefused, PdWant, place_disaggregated
+from llmgw_core.placement import Placement
+from llmgw_core.placement_pd import PdPlacement, PdRefused, PdWant, place_disaggregated
+from llmgw_core.serve.choice import Choice
 from llmgw_core.serve.disagg_args import DisaggregationArgs
 from llmgw_core.serve.disagg_explain import side_choice, side_way, transfer_facts
-from llmgw_core.serve.prepare import ServeRequest, launch_for, resolve, shard_preview
-from llmgw_core.serve.replicas import fleet_views
+from llmgw_core.serve.prepare import Resolved, ServeRequest, launch_for, resolve, shard_preview
+from llmgw_core.serve.replicas import fleet_views, shard_listings
 
 
-async def preview_disaggregated(
+@dataclass(frozen=True)
+class SplitWorker:
+    """One worker of a disaggregated service, placed: its name, side, way and part."""
+
+    name: str
+    role: str
+    choice: Choice
+    placement: Placement
+    pd: PdLaunch
+
+
+@dataclass(frozen=True)
+class SplitPlaced:
+    """Both sides placed on one way: what a dry run shows and a start starts."""
+
+    resolved: Resolved
+    rule: ConnectorRule
+    placed: PdPlacement
+    workers: tuple[SplitWorker, ...]
+    passed_over: tuple[dict[str, str], ...]
+
+
+def next_handshake_ports(taken: dict[str, set[int]], nodes: list[str]) -> tuple[int, int]:
+    """The first (bootstrap, side channel) pair free on every one of `nodes`, marked taken."""
+    offset = 0
+    while any(
+        {DEFAULT_BOOTSTRAP_PORT + offset, DEFAULT_NIXL_SIDE_CHANNEL_PORT + offset}
+        & taken.get(node, set())
+        for node in nodes
+    ):
+        offset += 1
+    ports = (DEFAULT_BOOTSTRAP_PORT + offset, DEFAULT_NIXL_SIDE_CHANNEL_PORT + offset)
+    for node in nodes:
+        taken.setdefault(node, set()).update(ports)
+    return ports
+
+
+def handshake_ports_taken(listings: Mapping[str, list[dict[str, Any]]]) -> dict[str, set[int]]:
+    """Per node, the handshake ports the workers already there hold (any console's)."""
+    taken: dict[str, set[int]] = {}
+    for node, records in listings.items():
+        for record in records:
+            pd = ((record.get("spec") or {}).get("replica") or {}).get("pd")
+            if isinstance(pd, Mapping) and record.get("phase") not in (
+                "exited",
+                "failed",
+                "stopped",
+            ):
+                taken.setdefault(node, set()).update(
+                    {int(pd.get("bootstrap_port") or 0), int(pd.get("side_channel_port") or 0)}
+                )
+    return taken
+
+
+async def place_split(
     fleet: Any, request: ServeRequest, model: ModelInfo, split: DisaggregationArgs
-) -> dict[str, Any]:
-    """Every worker of both sides as `serve` would start it, or why no way has room.
-
-    `auto` without its ratio decided elsewhere previews one worker a side.
+) -> SplitPlaced:
+    """Both sides placed on the first way that has room for them, each worker named and given
+    its handshake ports: past those of every worker already on its nodes, whichever console
+    started them, and one after the other where workers of this start share a node.
 
     Raises:
         BadInput: the engine, its connector or its release cannot split.
@@ -63,55 +122,72 @@ async def preview_disaggregated(
         if isinstance(placed, PdRefused):
             passed_over.append({"way": choice.label, "reason": placed.sentence(want)})
             continue
+        taken = handshake_ports_taken(await shard_listings(fleet))
         workers = []
-        on_node: dict[str, int] = {}
         for role, placements in (("prefill", placed.prefill), ("decode", placed.decode)):
             for index, placement in enumerate(placements, start=1):
-                # Workers sharing a node each take their own handshake ports.
-                nodes = [p.node for p in placement.nodes]
-                offset = max(on_node.get(node, 0) for node in nodes)
-                for node in nodes:
-                    on_node[node] = offset + 1
+                ports = next_handshake_ports(taken, [p.node for p in placement.nodes])
                 pd = PdLaunch(
                     role,
                     rule.connector,
                     placed.transport,
                     rails=dict(placed.rails),
-                    bootstrap_port=DEFAULT_BOOTSTRAP_PORT + offset,
-                    side_channel_port=DEFAULT_NIXL_SIDE_CHANNEL_PORT + offset,
-                )
-                launch, _ = await launch_for(
-                    fleet,
-                    request,
-                    sides[role],
-                    placement,
-                    resolved.served_name,
-                    resolved.context,
-                    pd=pd,
+                    bootstrap_port=ports[0],
+                    side_channel_port=ports[1],
                 )
                 workers.append(
-                    {
-                        "name": f"{resolved.name}-{role}-{index}",
-                        "role": role,
-                        "way": sides[role].label,
-                        "placement": placement.as_dict(),
-                        "shards": list(shard_preview(launch)),
-                    }
+                    SplitWorker(f"{resolved.name}-{role}-{index}", role, sides[role], placement, pd)
                 )
-        return {
-            "dry_run": True,
-            "name": resolved.name,
-            "model": request.model,
-            "context": resolved.context,
-            "connector": rule.engine_name,
-            "disaggregation": placed.as_dict(),
-            "workers": workers,
-            "passed_over": passed_over,
-            "warnings": list(placed.warnings)
-            + (
-                ["auto: one worker a side is shown; `explain` gives the advisor's ratio"]
-                if split.auto
-                else []
-            ),
-        }
+        return SplitPlaced(resolved, rule, placed, tuple(workers), tuple(passed_over))
     raise DoesNotFit("; ".join(f"{p['way']}: {p['reason']}" for p in passed_over))
+
+
+async def preview_disaggregated(
+    fleet: Any, request: ServeRequest, model: ModelInfo, split: DisaggregationArgs
+) -> dict[str, Any]:
+    """Every worker of both sides as `serve` would start it, or why no way has room.
+
+    `auto` without its ratio decided elsewhere previews one worker a side.
+
+    Raises:
+        BadInput: the engine, its connector or its release cannot split.
+        DoesNotFit: no way fits, or none has room for both sides on one interconnect.
+    """
+    found = await place_split(fleet, request, model, split)
+    resolved = found.resolved
+    workers = []
+    for worker in found.workers:
+        launch, _ = await launch_for(
+            fleet,
+            request,
+            worker.choice,
+            worker.placement,
+            resolved.served_name,
+            resolved.context,
+            pd=worker.pd,
+        )
+        workers.append(
+            {
+                "name": worker.name,
+                "role": worker.role,
+                "way": worker.choice.label,
+                "placement": worker.placement.as_dict(),
+                "shards": list(shard_preview(launch)),
+            }
+        )
+    return {
+        "dry_run": True,
+        "name": resolved.name,
+        "model": request.model,
+        "context": resolved.context,
+        "connector": found.rule.engine_name,
+        "disaggregation": found.placed.as_dict(),
+        "workers": workers,
+        "passed_over": list(found.passed_over),
+        "warnings": list(found.placed.warnings)
+        + (
+            ["auto: one worker a side is shown; `explain` gives the advisor's ratio"]
+            if split.auto
+            else []
+        ),
+    }

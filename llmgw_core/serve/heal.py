@@ -10,6 +10,10 @@ any console can do it, not only the one that served it first:
 * only when every shard is over (nothing of it still holds a card);
 * at most `MAX_HEALS` times, so a replica that keeps dying is left failed
   for a person to read its logs.
+
+A worker of a disaggregated service is healed as that worker: on its side,
+with its connector's flags, on a node its KV still reaches the other side
+from (`disagg_start.start_worker`), never as an ordinary replica.
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from llmgw_core.engines.spec import PdLaunch
 from llmgw_core.errors import BadInput
 from llmgw_core.memory.adapters import LoraSlots
 from llmgw_core.placement import explain, place, want_summary
 from llmgw_core.serve.choice import Choice
+from llmgw_core.serve.disagg_start import start_worker, worker_nodes
 from llmgw_core.serve.http import EngineReach
 from llmgw_core.serve.keys import hub_token_env, operator_key
+from llmgw_core.serve.prepare import Resolved
 from llmgw_core.serve.replicas import fleet_views, replicas_now, stop_replica
 from llmgw_core.serve.start import ServeOutcome, ServeRequest, serve_way
 from llmgw_core.serve.view import ReplicaView
@@ -54,6 +61,9 @@ async def heal(fleet: Any, reach: EngineReach, *, grace_s: float) -> list[dict[s
         choice = Choice(**asked["choice"])
         models = tuple(asked.get("models") or ())
         views = await fleet_views(fleet)
+        if view.role is not None:  # a worker of a split goes where its KV reaches the other side
+            near = [str(n.get("node")) for n in spec.get("placement", {}).get("nodes") or []]
+            views = worker_nodes(views, PdLaunch.of_record(spec["pd"]), near)
         want = choice.want(models)
         if place(want, views) is None:
             done.append(
@@ -89,6 +99,21 @@ async def heal(fleet: Any, reach: EngineReach, *, grace_s: float) -> list[dict[s
             engine_args=_recorded_args(asked.get("engine_args")),
             lora=LoraSlots.from_record(asked.get("lora")),
         )
+        if view.role is not None:
+            served_name = str(spec.get("served_name") or view.name)
+            resolved = Resolved(view.name, int(spec["context"]), (choice,), served_name, models)
+            heals = int(spec.get("heals") or 0) + 1
+            record = await start_worker(
+                fleet, reach, request, choice, resolved, view.name, view, heals
+            )
+            done.append(
+                {
+                    "name": view.name,
+                    "role": view.role,
+                    **{k: record.get(k) for k in ("outcome", "reason", "placement", "trace")},
+                }
+            )
+            continue
         outcome = ServeOutcome(name=view.name, phase="failed")
         record = await serve_way(
             fleet,

@@ -34,6 +34,7 @@ from typing import Any
 
 from llmgw_agent.ops import Op
 from llmgw_core.cancelling import cancel_and_wait
+from llmgw_core.engines.spec import PdLaunch
 from llmgw_core.errors import LlmgwError
 from llmgw_core.fleet.client import AgentError, AgentLost
 from llmgw_core.model.source import ModelInfo, split_ref
@@ -460,18 +461,26 @@ async def serve_way(
     attempt: int,
     outcome: ServeOutcome,
     heals: int = 0,
+    *,
+    placed: Placement | None = None,
+    pd: PdLaunch | None = None,
 ) -> dict[str, Any]:
     """One way: placed, started, watched; a lost race for cards is placed again.
 
+    `placed` fixes the placement (a worker of a disaggregated service, placed with the
+    other side): a lost race for its cards is then `busy`, for the caller to place every
+    worker again. `pd` makes it that worker (its side recorded in its spec).
+
     Returns:
-        `{way, outcome: ready | started | failed | no room, reason, last_lines?, exit_code?}`.
+        `{way, outcome: ready | started | failed | no room | busy, reason, last_lines?,
+        exit_code?}`.
     """
     trace = outcome.trace
     fetched: set[str] = set()  # nodes given the weights already, should a race move the replica
     for race in range(RACE_RETRIES):
         views = await fleet_views(fleet)
         want = choice.want(models)
-        placement = place(want, views)
+        placement = placed or place(want, views)
         if placement is None:
             reasons = want_summary(explain(want, views))
             trace.add("no room", None, f"{choice.label}: {reasons}")
@@ -517,7 +526,7 @@ async def serve_way(
                 outcome.warnings.append(warning)
         notes: list[str] = []
         launch, rendezvous = await launch_for(
-            fleet, request, choice, placement, served_name, context, rails, notes
+            fleet, request, choice, placement, served_name, context, rails, notes, pd=pd
         )
         for note in notes:
             trace.add("cores", None, note)
@@ -556,9 +565,14 @@ async def serve_way(
             "lora": request.lora.as_dict() if request.lora else None,
         }
         replica["engine_args"] = dict(request.engine_args)
+        if pd is not None:
+            replica["pd"] = pd.recorded()
         try:
             started = await _start(fleet, name, launch, replica, trace)
         except AgentError as exc:
+            if exc.code == "busy" and placed is not None:
+                trace.add("lost a race for cards", None, exc.message)
+                return {"way": choice.label, "outcome": "busy", "reason": exc.message}
             if exc.code == "busy":
                 trace.add("lost a race for cards", None, exc.message)
                 continue

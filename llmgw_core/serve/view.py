@@ -150,6 +150,11 @@ class ReplicaView:
         return name if isinstance(name, str) and name else None
 
     @property
+    def role(self) -> str | None:
+        """`prefill` or `decode` for a worker of a disaggregated service; None: it does both."""
+        return worker_role(self.spec)
+
+    @property
     def draining(self) -> bool:
         """True once a roll marked it draining: gateways send it nothing new."""
         return any(shard.draining_since is not None for shard in self.shards)
@@ -239,6 +244,7 @@ class ReplicaView:
             "api_key_env": self.api_key_env,
             "tls_cert": self.tls_cert,
             "service": self.service,
+            "role": self.role,
             "draining": self.draining,
             "adapters": [{"name": a["name"], "source": a["source"]} for a in self.adapters],
             "engine_args": dict(self.spec.get("engine_args") or {}),
@@ -252,6 +258,12 @@ class ReplicaView:
             "figures": dict(self.figures),
             "figure_warnings": list(self.figure_warnings),
         }
+
+
+def worker_role(spec: Mapping[str, Any]) -> str | None:
+    """The side a replica's spec records (`PdLaunch.recorded`), None for one doing both."""
+    pd = spec.get("pd")
+    return str(pd.get("role")) if isinstance(pd, Mapping) and pd.get("role") else None
 
 
 def _number(value: Any) -> float | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -29,9 +29,12 @@ from llmgw_core.errors import BadInput, DoesNotFit, LlmgwError
 from llmgw_core.fleet.client import AgentLost
 from llmgw_core.gateway.run import follow_all, start_gateway
 from llmgw_core.gateway.spec import gateway_views
+from llmgw_core.serve.disagg_explain import side_choice
+from llmgw_core.serve.disagg_start import serve_disaggregated, start_worker
 from llmgw_core.serve.http import EngineReach
 from llmgw_core.serve.loads import engine_key as _engine_key
 from llmgw_core.serve.loads import engine_metrics
+from llmgw_core.serve.prepare import resolve
 from llmgw_core.serve.replicas import replicas_now, shard_listings, stop_replica
 from llmgw_core.serve.start import ServeRequest, serve
 from llmgw_core.serve.view import ReplicaView, assemble
@@ -39,12 +42,14 @@ from llmgw_core.service.adapters import change_adapters, runtime_refusal, wanted
 from llmgw_core.service.lease import LEASE_TTL_S, Held, service_lease
 from llmgw_core.service.spec import (
     Action,
+    Running,
     ServiceDoc,
     actions,
     gateway_action,
     replica_names,
     running_of,
     service_label,
+    side_label,
 )
 
 DRAIN_POLL_S = 0.25
@@ -74,19 +79,58 @@ async def planned_actions(
     listings = await shard_listings(fleet)  # read once: the replicas and the gateways
     replicas = assemble(listings, fleet.snapshot())
     found = running_of(replicas, doc.name)
-    want = doc.wanted(sum(1 for r in found if not r.over))
-    changes = actions(
-        doc.name,
-        want,
-        label["settings"],
-        label["hash"],
-        found,
-        [v.name for v in replicas],
-        adapters,
-    )
+    if doc.disaggregation is not None:
+        changes = split_actions(doc, found, label, [v.name for v in replicas])
+        want = 1
+    else:
+        want = doc.wanted(sum(1 for r in found if not r.over))
+        changes = actions(
+            doc.name,
+            want,
+            label["settings"],
+            label["hash"],
+            found,
+            [v.name for v in replicas],
+            adapters,
+        )
     running = [g.name for g in gateway_views(listings) if g.live]
     start = gateway_action(doc, running) if want > 0 else None
     return (*changes, *((start,) if start else ()))
+
+
+def split_actions(
+    doc: ServiceDoc,
+    found: Sequence[Running],
+    label: Mapping[str, Any],
+    taken: Sequence[str],
+    wants: Mapping[str, int] | None = None,
+) -> tuple[Action, ...]:
+    """What makes a disaggregated service's workers the document's: each side's own changes
+    (its workers named `NAME-prefill-1` …), or, while no worker of it runs, one start of
+    both sides together (placed on one interconnect, `serve.disagg_start`).
+
+    `wants`: each side's count where `keep` holds one other than the document's."""
+    split = doc.disaggregation
+    assert split is not None
+    over = [Action("stop", r.name, f"it {r.phase}") for r in found if r.over]
+    if not any(not r.over for r in found):
+        sides = (
+            f"{split.prefill.replicas if split.prefill else 1} prefill and "
+            f"{split.decode.replicas if split.decode else 1} decode workers"
+        )
+        return (*over, Action("start", doc.name, f"the split wants {sides}; none run"))
+    done: list[Action] = []
+    for role, side in (("prefill", split.prefill), ("decode", split.decode)):
+        own = side_label(label, role)
+        done += actions(
+            f"{doc.name}-{role}",
+            (wants or {}).get(role, side.replicas if side else 1),
+            own["settings"],
+            own["hash"],
+            [r for r in found if r.role == role],
+            taken,
+        )
+    return tuple(done)
 
 
 async def apply_service(
@@ -200,16 +244,21 @@ async def carry_out(
         await follow_all(fleet, reach)
         return stopped
     label = service_label(doc)
+    if doc.disaggregation is not None and action.replica == doc.name:
+        request = replace(base, name=doc.name, service=label, wait_ready=True)
+        await _start_split(fleet, reach, request, model, doc)
+        await follow_all(fleet, reach)
+        return {}
     new_name = action.by if action.action == "replace" else action.replica
     assert new_name is not None
     request = replace(base, name=new_name, service=label, wait_ready=True)
-    await _start(
-        fleet,
-        reach,
-        request,
-        model,
-        replacing=action.replica if action.action == "replace" else None,
-    )
+    replacing = action.replica if action.action == "replace" else None
+    if doc.disaggregation is not None:
+        role = new_name.removeprefix(f"{doc.name}-").split("-")[0]
+        request = replace(request, service=side_label(label, role))
+        await _start_worker(fleet, reach, request, model, doc, role, replacing=replacing)
+    else:
+        await _start(fleet, reach, request, model, replacing=replacing)
     await follow_all(fleet, reach)
     if action.action == "start":
         return {}
@@ -246,6 +295,71 @@ async def _start(
     if outcome.exit_code == DoesNotFit.exit_code:
         raise DoesNotFit(f"{room}: {outcome.reason}{kept}")
     raise ApplyFailed(f"{request.name} did not come up: {outcome.reason}{kept}")
+
+
+async def _start_split(
+    fleet: Any, reach: EngineReach, request: ServeRequest, model: Any, doc: ServiceDoc
+) -> None:
+    """Start both sides of a disaggregated service and wait until every worker answers.
+
+    Raises:
+        DoesNotFit: no interconnect has room for both sides (nothing was started).
+        ApplyFailed: a worker did not come up (every worker of the start is stopped).
+    """
+    assert doc.disaggregation is not None
+    label = service_label(doc)
+    started = await serve_disaggregated(
+        fleet, reach, request, model, doc.disaggregation, lambda role: side_label(label, role)
+    )
+    if started["phase"] == "failed":
+        if started.get("exit_code") == DoesNotFit.exit_code:
+            raise DoesNotFit(str(started["reason"]))
+        raise ApplyFailed(str(started["reason"]))
+
+
+async def _start_worker(
+    fleet: Any,
+    reach: EngineReach,
+    request: ServeRequest,
+    model: Any,
+    doc: ServiceDoc,
+    role: str,
+    *,
+    replacing: str | None,
+) -> None:
+    """One worker of a running split (`NAME-decode-3`), on the side and the KV's path of the
+    worker it replaces (or, added to a side, of a worker running there), and wait until it
+    answers.
+
+    Raises:
+        DoesNotFit: no free cards on that path hold it (the old worker serves on).
+        ApplyFailed: it did not come up (what started of it is stopped).
+    """
+    split = doc.disaggregation
+    assert split is not None and request.name is not None
+    views = [v for v in await replicas_now(fleet) if v.service == doc.name and v.role]
+    template = next((v for v in views if v.name == replacing), None) or next(
+        (v for v in sorted(views, key=lambda v: -v.created_at) if v.role == role), None
+    )
+    kept = f"; {replacing} still serves" if replacing else ""
+    if template is None:
+        raise ApplyFailed(f"no {role} worker of {doc.name} runs to start {request.name} beside")
+    resolved = await resolve(fleet, request, model)
+    side = split.prefill if role == "prefill" else split.decode
+    record: dict[str, Any] = {"outcome": "no room", "reason": "no way of the plan fits"}
+    for choice in resolved.ways:
+        record = await start_worker(
+            fleet, reach, request, side_choice(choice, side), resolved, request.name, template
+        )
+        if record["outcome"] != "no room":
+            break
+    if record["outcome"] == "ready":
+        return
+    if record["outcome"] == "no room":
+        raise DoesNotFit(f"{record['reason']}{kept}")
+    with contextlib.suppress(BadInput, LlmgwError, AgentLost):
+        await stop_replica(fleet, request.name)
+    raise ApplyFailed(f"{request.name} did not come up: {record['reason']}{kept}")
 
 
 async def drain(

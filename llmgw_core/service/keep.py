@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,10 +41,18 @@ from llmgw_core.serve.loads import LoadWatch, engine_metrics
 from llmgw_core.serve.replicas import node_claims, replicas_now, shard_listings
 from llmgw_core.serve.start import ServeRequest
 from llmgw_core.serve.view import ReplicaView, assemble
-from llmgw_core.service.apply import ApplyFailed, carry_out
+from llmgw_core.service.apply import ApplyFailed, carry_out, split_actions
 from llmgw_core.service.lease import LEASE_TTL_S, Held, lease_node, service_lease
 from llmgw_core.service.scale import Decision, Reading, Scaler
-from llmgw_core.service.spec import Action, ServiceDoc, actions, running_of, service_label
+from llmgw_core.service.spec import (
+    Action,
+    Running,
+    ServiceDoc,
+    actions,
+    running_of,
+    service_label,
+    side_label,
+)
 
 KEEP_INTERVAL_S = 2.0
 
@@ -66,6 +74,20 @@ class Event:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class _Side:
+    """One side of a split kept: its scaler, the count it keeps, its engines' reads."""
+
+    scaler: Scaler | None
+    want: int | None = None
+    watch: LoadWatch = field(default_factory=LoadWatch)
+
+
+def _side_of(service: str, action: Action) -> str:
+    """`prefill` or `decode` from a worker's name (`chat-pd-decode-3`); "" for the whole split."""
+    return (action.by or action.replica).removeprefix(f"{service}-").split("-")[0]
 
 
 class Keeper:
@@ -95,6 +117,8 @@ class Keeper:
         """Cycles in which no ready replica's engine could be read (its signals unknown)."""
         self.watch = LoadWatch()
         """Each replica's engine's reads of the last minute (its latency), by replica."""
+        self.sides: dict[str, _Side] = {}
+        """A split's sides, each kept on its own (`_split_todo`)."""
 
     def say(self, action: str, replica: str, why: str) -> None:
         event = Event(_now(), action, replica, why)
@@ -112,34 +136,16 @@ class Keeper:
         listings = await shard_listings(self.fleet)
         views = assemble(listings, self.fleet.snapshot())
         found = running_of(views, self.doc.name)
-        live = [r for r in found if not r.over]
-        if self.want is None:
-            self.want = self.doc.wanted(len(live))
-        decision = None
         mine = [v for v in views if v.service == self.doc.name]
-        if self.scaler is not None:
-            current = [r for r in live if r.hash == self.label["hash"]]
-            reading = await self.reading(mine, gateway_views(listings))
-            if reading.ready == 0 and any(v.phase == "ready" for v in mine):
-                self.unread += 1
-            decision = self.scaler.step(time.monotonic(), reading, len(current))
-            if decision is not None:
-                self.want += 1 if decision.direction == "out" else -1
-                # The latencies start anew: the next step rests on requests that ended
-                # with the new count, not on the minute that called for this one.
-                self.watch = LoadWatch()
-        todo = actions(
-            self.doc.name,
-            self.want,
-            self.label["settings"],
-            self.label["hash"],
-            found,
-            [v.name for v in views],
-        )
+        todo: list[tuple[Action, Decision | None]]
+        if self.doc.disaggregation is not None:
+            todo = await self._split_todo(found, views, mine, gateway_views(listings))
+        else:
+            todo = await self._todo(found, views, mine, gateway_views(listings))
         failed = {r.name: r for r in found if r.over}
-        for action in todo:
+        for action, decided in todo:
             held.check()
-            await self._carry(action, decision, failed, held)
+            await self._carry(action, decided, failed, held)
         gateway = self.doc.gateway_args
         running = {g.name for g in gateway_views(listings) if g.live}
         if (
@@ -161,6 +167,86 @@ class Keeper:
         self.cycles += 1
         self.cycle_s.append(time.monotonic() - started)
 
+    async def _todo(
+        self,
+        found: Sequence[Running],
+        views: Sequence[ReplicaView],
+        mine: list[ReplicaView],
+        gateways: Sequence[GatewayView],
+    ) -> list[tuple[Action, Decision | None]]:
+        """The replicas' changes this cycle, each with the scaling decision behind it."""
+        live = [r for r in found if not r.over]
+        if self.want is None:
+            self.want = self.doc.wanted(len(live))
+        decision = None
+        if self.scaler is not None:
+            current = [r for r in live if r.hash == self.label["hash"]]
+            reading = await self.reading(mine, gateways)
+            if reading.ready == 0 and any(v.phase == "ready" for v in mine):
+                self.unread += 1
+            decision = self.scaler.step(time.monotonic(), reading, len(current))
+            if decision is not None:
+                self.want += 1 if decision.direction == "out" else -1
+                # The latencies start anew: the next step rests on requests that ended
+                # with the new count, not on the minute that called for this one.
+                self.watch = LoadWatch()
+        changes = actions(
+            self.doc.name,
+            self.want,
+            self.label["settings"],
+            self.label["hash"],
+            found,
+            [v.name for v in views],
+        )
+        return [(action, decision) for action in changes]
+
+    async def _split_todo(
+        self,
+        found: Sequence[Running],
+        views: Sequence[ReplicaView],
+        mine: list[ReplicaView],
+        gateways: Sequence[GatewayView],
+    ) -> list[tuple[Action, Decision | None]]:
+        """A split's changes this cycle: each side kept at its own count, scaled on its own
+        signals (prefill: prompts waiting, time to first token; decode: KV cache in use, time
+        between tokens), each change with the decision behind it."""
+        split = self.doc.disaggregation
+        assert split is not None
+        decisions: dict[str, Decision | None] = {}
+        for role, side in (("prefill", split.prefill), ("decode", split.decode)):
+            kept = self.sides.setdefault(
+                role, _Side(Scaler(side.scale) if side and side.scale else None)
+            )
+            live = [r for r in found if r.role == role and not r.over]
+            if kept.want is None:
+                count = len(live) or (side.replicas if side else 1)
+                bounds = side.scale if side else None
+                kept.want = max(bounds.min, min(bounds.max, count)) if bounds else count
+            decisions[role] = None
+            if kept.scaler is None or not live:
+                continue
+            own = side_label(self.label, role)
+            current = [r for r in live if r.hash == own["hash"]]
+            workers = [v for v in mine if v.role == role]
+            # Requests held at a gateway wait for a prefill worker first.
+            reading = await self.reading(workers, gateways if role == "prefill" else (), kept.watch)
+            decision = kept.scaler.step(time.monotonic(), reading, len(current))
+            if decision is not None:
+                kept.want += 1 if decision.direction == "out" else -1
+                kept.watch = LoadWatch()
+                decisions[role] = decision
+        wants = {role: kept.want for role, kept in self.sides.items() if kept.want is not None}
+        changes = split_actions(self.doc, found, self.label, [v.name for v in views], wants)
+        return [(a, decisions.get(_side_of(self.doc.name, a))) for a in changes]
+
+    def _give_up_one(self, action: Action) -> None:
+        """A scale-out that found no room is given up: the count (the side's) goes back."""
+        side = self.sides.get(_side_of(self.doc.name, action))
+        if self.doc.disaggregation is not None and side is not None:
+            side.want = max(0, (side.want or 0) - 1)
+        else:
+            self.want = max(0, (self.want or 0) - 1)
+
     async def _carry(
         self, action: Action, decision: Decision | None, failed: dict[str, Any], held: Held
     ) -> None:
@@ -169,7 +255,7 @@ class Keeper:
         if action.action == "start" and self.blocked_on is not None:
             if await self._claims() == self.blocked_on:
                 if scaling_out:
-                    self.want = max(0, (self.want or 0) - 1)
+                    self._give_up_one(action)
                 return  # said once already; the cards have not changed
             self.blocked_on = None
         if action.replica in failed:
@@ -182,7 +268,7 @@ class Keeper:
             await self._carry_out(action, held)
         except DoesNotFit as exc:
             if scaling_out:
-                self.want = max(0, (self.want or 0) - 1)
+                self._give_up_one(action)
             self.blocked_on = await self._claims()
             would = await self.what_would_fit()
             self.say("blocked", name, exc.sentence() + (f"; {would}" if would else ""))
@@ -228,7 +314,10 @@ class Keeper:
         )
 
     async def reading(
-        self, mine: list[ReplicaView], gateways: Sequence[GatewayView] = ()
+        self,
+        mine: list[ReplicaView],
+        gateways: Sequence[GatewayView] = (),
+        watch: LoadWatch | None = None,
     ) -> Reading:
         """The service's load now: its ready replicas' engines read side by side, and the
         requests for them waiting at a gateway's front that keeps fair shares (held there,
@@ -240,18 +329,19 @@ class Keeper:
             queued_at_fronts(self.fleet, gateways, models),
         )
         at = time.monotonic()
-        self.watch.keep_only(v.name for v in ready)
+        watch = watch if watch is not None else self.watch
+        watch.keep_only(v.name for v in ready)
         loads = []
         for view, text in zip(ready, texts, strict=True):
             if text is None:
                 continue
-            load = self.watch.add(view.name, str(view.spec.get("engine") or ""), text, at)
+            load = watch.add(view.name, str(view.spec.get("engine") or ""), text, at)
             if load.waiting is not None:  # an engine that says its load (llama-cpp-python does not)
                 loads.append(load)
         if not loads:
             return Reading(ready=0, waiting=0.0)
         kv = [load.kv_use for load in loads if load.kv_use is not None]
-        latency = combined(list(self.watch.windows.values()))
+        latency = combined(list(watch.windows.values()))
         return Reading(
             ready=len(loads),
             waiting=(sum(load.waiting or 0 for load in loads) + queued) / len(loads),

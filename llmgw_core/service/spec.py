@@ -27,48 +27,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, field_validator
 
-from llmgw_core.arguments import NAME_PATTERN, StrictArgs
+from llmgw_core.arguments import NAME_PATTERN
 from llmgw_core.gateway.spec import GatewayArgs
 from llmgw_core.serve.args import ADDED_RESTART_FIELDS, RESTART_FIELDS, ServeFields
+from llmgw_core.serve.bounds import MAX_REPLICAS, ReplicaBounds
 
-DEFAULT_DRAIN_S = 30.0
-MAX_REPLICAS = 64
 _REPLICA_INDEX = re.compile(r"^(?P<service>.+)-(?P<index>[0-9]+)$")
 
-
-class ReplicaBounds(StrictArgs):
-    """`replicas: {min, max, …}`: how far `keep` may scale the service, and on what signals.
-
-    Out when the requests waiting per ready replica exceed `target_waiting`,
-    the KV cache in use (the replicas' mean share) exceeds `target_kv`, or the
-    replicas' p99 time to first token or inter-token latency over the last
-    minute exceeds `target_ttft_p99_s` or `target_itl_p99_s`, for
-    `scale_up_after_s`; in when every one given stays below half its target for
-    `scale_down_after_s`.
-    """
-
-    min: int = Field(default=1, ge=0, le=MAX_REPLICAS)
-    max: int = Field(ge=1, le=MAX_REPLICAS)
-    target_waiting: float | None = Field(default=4.0, gt=0, le=1_000_000)
-    target_kv: float | None = Field(default=None, gt=0, le=1)
-    target_ttft_p99_s: float | None = Field(default=None, gt=0, le=3600, allow_inf_nan=False)
-    target_itl_p99_s: float | None = Field(default=None, gt=0, le=60, allow_inf_nan=False)
-    scale_up_after_s: float = Field(default=10.0, ge=0, le=86_400)
-    scale_down_after_s: float = Field(default=120.0, ge=0, le=86_400)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ReplicaBounds:
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) is more than max ({self.max})")
-        targets = (self.target_waiting, self.target_kv, self.target_ttft_p99_s)
-        if all(t is None for t in (*targets, self.target_itl_p99_s)):
-            raise ValueError(
-                "give target_waiting, target_kv, target_ttft_p99_s or target_itl_p99_s: "
-                "what to scale on"
-            )
-        return self
+DEFAULT_DRAIN_S = 30.0
 
 
 class ServiceDoc(ServeFields):
@@ -156,6 +124,24 @@ def service_label(doc: ServiceDoc) -> dict[str, Any]:
     }
 
 
+SIDES = ("prefill", "decode")
+_ADVICE_ONLY = ("workload", "auto")
+"""Parts of `disaggregation` that size a split and restart nothing by themselves."""
+
+
+def side_label(label: Mapping[str, Any], role: str) -> dict[str, Any]:
+    """The service's label as a worker of side `role` records it: its settings hold its own
+    side (less its count and `keep`'s bounds) and not the other's, so a change to one side
+    rolls that side only, and a side scaled up or down rolls nothing."""
+    settings = dict(label["settings"])
+    split = settings.get("disaggregation")
+    if isinstance(split, Mapping):
+        own = {k: v for k, v in (split.get(role) or {}).items() if k not in ("replicas", "scale")}
+        kept = {k: v for k, v in split.items() if k not in (*SIDES, *_ADVICE_ONLY)}
+        settings["disaggregation"] = {**kept, "side": role, role: own}
+    return {**label, "settings": settings, "hash": settings_hash(settings)}
+
+
 def _shown(value: Any) -> str:
     if value is None:
         return "(any)"
@@ -196,6 +182,8 @@ class Running:
     created_at: float = 0.0
     adapters: tuple[tuple[str, str], ...] = ()
     """The LoRA adapters its engine holds now: (name, source as given)."""
+    role: str | None = None
+    """`prefill` or `decode` for a worker of a disaggregated service; None: it does both."""
 
     @property
     def over(self) -> bool:
@@ -221,6 +209,7 @@ def running_of(replicas: Sequence[Any], service: str) -> tuple[Running, ...]:
                 adapters=tuple(
                     sorted((a["name"], a.get("origin") or a["source"]) for a in view.adapters)
                 ),
+                role=view.role,
             )
         )
     return tuple(sorted(found, key=lambda r: (r.created_at, r.name)))

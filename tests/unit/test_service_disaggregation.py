@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from llmgw_core.script.runner import run_script
-from llmgw_core.service.spec import ServiceDoc, changes, service_label
+from llmgw_core.service.spec import ServiceDoc, changes, service_label, side_label
 
 MODEL = "catalog:meta-llama/Llama-3.1-8B-Instruct"
 SPLIT = {"prefill": {"replicas": 2}, "decode": {"replicas": 2}}
@@ -168,18 +168,6 @@ def test_llama_cpp_split_in_serve_is_exit_2_in_one_sentence(tmp_path, capsys):
     assert "llama.cpp has no prefill/decode split" in error and "\n" not in error
 
 
-def test_a_valid_split_in_serve_is_refused_as_not_built_yet_rather_than_started_unsplit(
-    tmp_path, capsys
-):
-    step = (
-        f"serve: {{model: {MODEL}, engine: vllm,"
-        " disaggregation: {prefill: {replicas: 1}, decode: {replicas: 1}}}"
-    )
-    code, error = _run(tmp_path, capsys, step)
-    assert code == 2
-    assert "starting prefill and decode workers apart is not built yet" in error
-
-
 _SIDE = st.one_of(
     st.none(),
     st.integers(-3, 70),
@@ -252,15 +240,56 @@ def test_any_disaggregation_mapping_is_taken_or_refused_never_crashes(split, eng
         json.dumps(service_label(doc))
 
 
-def test_applying_a_split_service_is_refused_before_any_connection_rather_than_started_unsplit(
-    tmp_path, capsys
-):
+def test_a_side_scaled_on_the_other_sides_signal_is_refused_before_any_connection(tmp_path, capsys):
+    """`keep` scales prefill on waiting prompts and time to first token, decode on KV in use
+    and time between tokens: a side given the other's signal is told which are its own."""
     service = (
-        f"{{name: chat-pd, model: {MODEL}, engine: sglang,"
-        " disaggregation: {prefill: {replicas: 1}, decode: {replicas: 1}}}"
+        f"{{name: chat-pd, model: {MODEL}, engine: vllm, disaggregation: {{"
+        " prefill: {replicas: 1, scale: {max: 3, target_kv: 0.8}}, decode: {replicas: 1}}}"
     )
-    code, error = _run(tmp_path, capsys, f"apply: {{service: {service}, dry_run: true}}")
+    code, error = _run(tmp_path, capsys, f"keep: {{service: {service}, duration_s: 1}}")
     assert code == 2
-    assert error.startswith(
-        "disaggregation: starting prefill and decode workers apart is not built yet"
+    assert (
+        "prefill.scale: the prefill side scales on target_waiting or target_ttft_p99_s,"
+        " not target_kv" in error
     )
+
+
+def test_each_side_keeps_only_its_own_signals_and_decode_counts_no_waiting_by_default():
+    doc = _doc(
+        engine="vllm",
+        disaggregation={
+            "prefill": {"replicas": 1, "scale": {"max": 4, "target_ttft_p99_s": 1}},
+            "decode": {"replicas": 2, "scale": {"min": 2, "max": 4, "target_kv": 0.8}},
+        },
+    )
+    prefill, decode = doc.disaggregation.prefill.scale, doc.disaggregation.decode.scale
+    assert (prefill.target_waiting, prefill.target_ttft_p99_s, prefill.target_kv) == (4.0, 1, None)
+    assert (decode.target_waiting, decode.target_kv, decode.target_itl_p99_s) == (None, 0.8, None)
+
+
+def test_a_decode_side_scaled_on_nothing_of_its_own_is_refused():
+    with pytest.raises(ValidationError, match=r"decode\.scale: give target_kv or target_itl_p99_s"):
+        _doc(
+            engine="vllm",
+            disaggregation={
+                "prefill": {"replicas": 1},
+                "decode": {"replicas": 1, "scale": {"max": 2}},
+            },
+        )
+
+
+def test_changing_a_sides_scale_or_count_rolls_no_worker():
+    base = {"prefill": {"replicas": 1}, "decode": {"replicas": 1}}
+    scaled = {
+        "prefill": {"replicas": 2, "scale": {"max": 4}},
+        "decode": {"replicas": 1, "scale": {"max": 3, "target_kv": 0.8}},
+    }
+    before = service_label(_doc(engine="vllm", disaggregation=base))
+    after = service_label(_doc(engine="vllm", disaggregation=scaled))
+    for role in ("prefill", "decode"):
+        assert side_label(before, role)["hash"] == side_label(after, role)["hash"]
+    layout = {**base, "decode": {"replicas": 1, "layout": {"gpus": 2}}}
+    changed = service_label(_doc(engine="vllm", disaggregation=layout))
+    assert side_label(before, "prefill")["hash"] == side_label(changed, "prefill")["hash"]
+    assert side_label(before, "decode")["hash"] != side_label(changed, "decode")["hash"]

@@ -61,6 +61,26 @@ METRICS_TIMEOUT_S = 2.0
 """How long one read of an engine's `/metrics` may take (every worker is read at once)."""
 
 
+_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "authorization",
+    "host",
+    "expect",
+}
+"""Headers the front never passes on: its own hop's, and the client's key."""
+
+ROLES = ("prefill", "decode")
+"""A worker's side in a disaggregated service (`pd.py`); None: it does both."""
+
+
 class Worker:
     """One engine behind the gateway: where it listens, what it serves, how it is doing.
 
@@ -78,8 +98,12 @@ class Worker:
         cert: Optional[str] = None,
         adapters: Optional[Dict[str, Optional[int]]] = None,
         base: bool = True,
+        role: Optional[str] = None,
     ) -> None:
         parts = urlsplit(url)
+        if role is not None and role not in ROLES:
+            raise ValueError("a worker's role is prefill or decode, not {!r}".format(role))
+        self.role = role
         if parts.scheme not in ("http", "https") or not parts.hostname or not parts.port:
             raise ValueError("a worker's URL is http(s)://HOST:PORT, not {!r}".format(url))
         if parts.scheme == "https" and not cert:
@@ -156,6 +180,29 @@ class Worker:
         parsed["lora"] = [{"id": lora_id, "scale": 1.0}]
         return json.dumps(parsed).encode()
 
+    def request_head(
+        self,
+        method: str,
+        target: str,
+        headers: List[Tuple[str, str]],
+        request_id: str,
+        upstream_key: Optional[str],
+        length: int,
+    ) -> bytes:
+        """The head of a request to this worker: the client's headers less those the front
+        sets itself (the client's key never reaches an engine; the engines' key does)."""
+        out = ["{} {} HTTP/1.1".format(method, target), "Host: {}:{}".format(self.host, self.port)]
+        out += [
+            "{}: {}".format(n, v)
+            for n, v in headers
+            if n.lower() not in _HOP and n.lower() != "x-request-id"
+        ]
+        out.append("X-Request-Id: {}".format(request_id))
+        if upstream_key:
+            out.append("Authorization: Bearer {}".format(upstream_key))
+        out.append("Content-Length: {}".format(length))
+        return ("\r\n".join(out) + "\r\n\r\n").encode("latin-1")
+
     def keep(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Keep a connection that can carry another request (or close it when enough are kept)."""
         if len(self.idle) < MAX_IDLE_PER_WORKER:
@@ -179,6 +226,7 @@ class Worker:
             "failures": self.failures,
             "pinned": self.cert is not None,
             "capacity": self.capacity,
+            "role": self.role,
         }
 
 
@@ -267,6 +315,10 @@ class Pool:
         self._log("Removed worker with URL {} (model {})".format(url, worker.model))
         return True
 
+    def split(self, model: Optional[str]) -> bool:
+        """True when some worker of `model` is a prefill worker: its requests go there first."""
+        return any(w.role == "prefill" and w.serves(model) for w in self.workers.values())
+
     def models(self) -> List[str]:
         """The models and adapters some worker serves, sorted."""
         return sorted({name for worker in self.workers.values() for name in worker.served()})
@@ -292,12 +344,22 @@ class Pool:
     # --- choosing ------------------------------------------------------------
 
     def choose(
-        self, model: Optional[str], body: bytes, tried: Tuple[str, ...] = ()
+        self,
+        model: Optional[str],
+        body: bytes,
+        tried: Tuple[str, ...] = (),
+        role: Optional[str] = None,
     ) -> Optional[Worker]:
         """The worker for a request for `model` (any model when None), not one of `tried`;
-        None when no healthy worker is left."""
+        None when no healthy worker is left. A prefill worker is chosen only when asked for
+        (`role`): it answers no client itself."""
         candidates = [
-            w for w in self.workers.values() if w.healthy and w.url not in tried and w.serves(model)
+            w
+            for w in self.workers.values()
+            if w.healthy
+            and w.url not in tried
+            and w.serves(model)
+            and (w.role == role if role == "prefill" else w.role != "prefill")
         ]
         if not candidates:
             return None

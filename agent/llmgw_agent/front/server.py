@@ -88,6 +88,7 @@ from llmgw_agent.front.http import (
     read_body,
     read_request,
 )
+from llmgw_agent.front.pd import PD_ROUTES, prefill
 from llmgw_agent.front.quota import SAVE_EVERY_S
 from llmgw_agent.front.relay import relay, whole_answer
 from llmgw_agent.front.routing import POLICIES, Pool, Worker
@@ -99,20 +100,6 @@ if TYPE_CHECKING:
 
 CONFIG_ENV = "LLMGW_FRONT_CONFIG"
 MAX_BODY_BYTES = 64 * 1024 * 1024
-_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "content-length",
-    "authorization",
-    "host",
-    "expect",
-}
 _OPEN = ("/health", "/liveness")
 _INVALID = "invalid_request_error"
 
@@ -167,6 +154,7 @@ class Front:
                     given.get("cert"),
                     adapters=adapters,
                     base=given.get("base", True) is not False,
+                    role=given.get("role"),
                 )
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 message = {"error": "not a worker: {}".format(exc)}
@@ -393,6 +381,15 @@ class Front:
         engine's answer has been read whole. A worker that will not connect is out of
         rotation and the next one is tried; nothing was sent to it."""
         key_id = exchange.key
+        if method == "POST" and clean_path(target) in PD_ROUTES and self.pool.split(model):
+            body, refused = await prefill(
+                self.pool, model, target, headers, body, upstream_key, exchange.id
+            )
+            if refused is not None:
+                self.counters.add(key_id, "no_worker" if b" 503 " in refused[0] else "answered")
+                status = int(refused[0].split(b" ")[1])
+                await _say(writer, exchange, status, refused[1], close)
+                return not close
         tried = ()  # type: Tuple[str, ...]
         while True:
             worker = self.pool.choose(model, body, tried)
@@ -407,19 +404,11 @@ class Front:
             except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
                 self.pool.failed(worker, "it would not connect ({})".format(_why(exc)))
                 continue
-            out = ["{} {} HTTP/1.1".format(method, target)]
-            out.append("Host: {}:{}".format(worker.host, worker.port))
-            out += [
-                "{}: {}".format(n, v)
-                for n, v in headers
-                if n.lower() not in _HOP and n.lower() != "x-request-id"
-            ]
-            out.append("X-Request-Id: {}".format(exchange.id))
-            if upstream_key:
-                out.append("Authorization: Bearer {}".format(upstream_key))
             sent = worker.body_for(model, body)
-            out.append("Content-Length: {}".format(len(sent)))
-            request = ("\r\n".join(out) + "\r\n\r\n").encode("latin-1") + sent
+            head = worker.request_head(
+                method, target, headers, exchange.id, upstream_key, len(sent)
+            )
+            request = head + sent
             worker.in_flight += 1
             worker.processed += 1
             try:

@@ -80,7 +80,7 @@ async def run_apply(args: ApplyArgs, ctx: StepContext) -> StepOutcome:
         if args.service is not None
         else read_service_file(ctx.local_path(args.file or ""))
     )
-    base, model = serve_request(doc, ctx, name=None)
+    base, model = serve_request(doc, ctx, name=None, starts_split=True)
     fleet, reach = await fleet_and_reach(ctx)
     result = await apply_service(
         fleet, reach, doc, base, model, dry_run=args.dry_run, progress=ctx.progress

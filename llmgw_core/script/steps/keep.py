@@ -72,7 +72,7 @@ async def run_keep(args: KeepArgs, ctx: StepContext) -> StepOutcome:
     fleet, reach = await fleet_and_reach(ctx)
     if doc is None:
         doc = await _document(args, ctx, fleet)
-    base, model = serve_request(doc, ctx, name=None)
+    base, model = serve_request(doc, ctx, name=None, starts_split=True)
     result = await keep_service(
         fleet,
         reach,

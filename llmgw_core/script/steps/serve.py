@@ -69,6 +69,17 @@ def local_source(ref: str, script_dir: Path) -> str | None:
     return None
 
 
+def split_refused() -> BadInput:
+    """The refusal of a disaggregated service where its sides cannot be run apart (the
+    console's Serve wizard and apply)."""
+    return BadInput(
+        "disaggregation: the console cannot start prefill and decode workers apart yet"
+        " (the `serve`, `apply` and `keep` steps can)",
+        "start it with a script's `apply` or `serve`, or leave disaggregation out"
+        " (docs/disaggregation.md)",
+    )
+
+
 def serve_request(
     args: ServeFields,
     ctx: StepContext,
@@ -76,13 +87,13 @@ def serve_request(
     name: str | None,
     wait_ready: bool = True,
     service: dict[str, Any] | None = None,
-    split_preview: bool = False,
+    starts_split: bool = False,
 ) -> tuple[Any, Any]:
     """The `ServeRequest` and the model a `serve` (or a service's replica) starts from.
 
     The keys are read from the operator's environment here, once: a missing
-    variable is refused before anything starts. A disaggregated one is refused unless
-    only previewed (`split_preview`: `serve`'s dry run).
+    variable is refused before anything starts. A disaggregated one is refused where the
+    caller cannot start its workers apart (`starts_split`: `serve` and `apply` can).
     """
     from llmgw_core.catalog import is_catalog_ref
     from llmgw_core.script.steps.plan import step_model
@@ -90,15 +101,9 @@ def serve_request(
     from llmgw_core.serve.choice import Overrides
     from llmgw_core.serve.start import ServeRequest
 
-    if args.disaggregation is not None and not split_preview:
+    if args.disaggregation is not None and not starts_split:
         # Started as one replica it would serve, but not split: never behind the operator's back.
-        raise BadInput(
-            "disaggregation: starting prefill and decode workers apart is not built yet"
-            " (the document, its connector and its placement are checked)",
-            "see its workers' commands with `serve` and dry_run: true, where it would go and"
-            " what the split pays with the `explain` step, or leave disaggregation out"
-            " (docs/disaggregation.md)",
-        )
+        raise split_refused()
     env = checked_env(args.env)
     api_key = operator_key(args.api_key_env, "the replica's key") if args.api_key_env else None
     model = step_model(args.model, ctx)
@@ -157,7 +162,7 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     from llmgw_core.serve.tunnels import fleet_and_reach
 
     request, model = serve_request(
-        args, ctx, name=args.name, wait_ready=args.wait == "ready", split_preview=args.dry_run
+        args, ctx, name=args.name, wait_ready=args.wait == "ready", starts_split=True
     )
     fleet, reach = await fleet_and_reach(ctx)
     if args.dry_run:
@@ -183,15 +188,12 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
                 error=f"{preview.name} would not start: {preview.reason}",
             )
         return StepOutcome(result=preview.as_dict())
+    if args.disaggregation is not None:
+        return await _serve_split(fleet, reach, request, model, args.disaggregation)
     try:
         outcome = await serve(fleet, reach, request, model)
     except DoesNotFit as exc:
-        return StepOutcome(
-            result={"name": args.name, "phase": "failed", "reason": exc.sentence()},
-            ok=False,
-            exit_code=EXIT_DOES_NOT_FIT,
-            error=exc.sentence(),
-        )
+        return _no_room(args.name, exc)
     result: dict[str, Any] = outcome.as_dict()
     if outcome.phase in ("ready", "starting"):
         from llmgw_core.serve.figures import with_figures
@@ -212,6 +214,37 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
         exit_code=code,
         error=f"{outcome.name} did not come up: {outcome.reason}",
     )
+
+
+def _no_room(name: str | None, exc: DoesNotFit) -> StepOutcome:
+    """A start that nothing on the fleet holds now: failed, exit code 3, the reason said."""
+    return StepOutcome(
+        result={"name": name, "phase": "failed", "reason": exc.sentence()},
+        ok=False,
+        exit_code=EXIT_DOES_NOT_FIT,
+        error=exc.sentence(),
+    )
+
+
+async def _serve_split(fleet: Any, reach: Any, request: Any, model: Any, split: Any) -> StepOutcome:
+    """Every worker of both sides started (`serve.disagg_start`); the running gateways take
+    them."""
+    from llmgw_core.gateway.run import follow_all
+    from llmgw_core.serve.disagg_start import serve_disaggregated
+
+    try:
+        result = await serve_disaggregated(fleet, reach, request, model, split)
+    except DoesNotFit as exc:
+        return _no_room(request.name, exc)
+    if result["phase"] == "failed":
+        code = (
+            EXIT_DOES_NOT_FIT if result.get("exit_code") == EXIT_DOES_NOT_FIT else EXIT_STEP_FAILED
+        )
+        return StepOutcome(result=result, ok=False, exit_code=code, error=result["reason"])
+    gateways = await follow_all(fleet, reach)
+    if gateways:
+        result["gateways"] = gateways
+    return StepOutcome(result=result)
 
 
 def _render_split(result: dict[str, Any]) -> Any:
@@ -280,6 +313,14 @@ def render_serve(result: dict[str, Any]) -> Any:
     if result.get("reason"):
         head.append(f" — {result['reason']}", style="red")
     parts: list[Any] = [head]
+    if "workers" in result:  # a split: the KV's path, then each worker
+        if result.get("disaggregation"):
+            parts.append(Text(f"{result['connector']}: {result['disaggregation']['path']}"))
+        parts += [Text(warning, style="yellow") for warning in result.get("warnings") or []]
+        for worker in result["workers"]:
+            nodes = ", ".join(n["node"] for n in worker["placement"].get("nodes") or [])
+            parts.append(Text(f"{worker['name']} ({worker['role']}) {worker['phase']} on {nodes}"))
+        return Group(*parts)
     way = result.get("way")
     if way:
         parts.append(Text(f"way: {way['label']} ({way['engine']})"))

@@ -285,6 +285,10 @@ def plan(
         if cut != -1:
             text = text[:cut]
             words = text.split()
+    if body.get("ignore_eos") is True and limit is not None and not stops:
+        # vLLM's sampling parameter: no end of text, `max_tokens` tokens (a benchmark's shape).
+        words = (words * (limit // max(1, len(words)) + 1))[:limit]
+        finish = "length"
     if limit is not None and len(words) > limit:
         words, finish = words[:limit], "length"
     found = Plan(chat, model or served[0], words, finish, n or 1)

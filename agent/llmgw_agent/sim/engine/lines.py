@@ -22,6 +22,12 @@ _OVERHEAD_GIB = 1.5
 _KV_BYTES_PER_TOKEN = 128 * 1024
 """A mid-sized model's KV bytes per token, when the sim knows nothing better."""
 
+
+def kv_bytes_per_token(engine: dict) -> float:
+    """The KV one token takes in this engine, its cache's dtype counted."""
+    return _KV_BYTES_PER_TOKEN * float(engine.get("kv_bytes_ratio") or 1.0)
+
+
 Line = Tuple[str, str]
 """(text, terminator): `\n` for a line, `\r` for a progress bar redrawn in place."""
 
@@ -40,7 +46,7 @@ def memory_plan(engine: dict, card_mib: int, weights_bytes: int) -> dict:
     cards = max(1, engine["tp"] * engine["pp"])
     weights_gib = weights_bytes / cards / GIB
     fraction = engine.get("memory_fraction")
-    per_token = _KV_BYTES_PER_TOKEN * float(engine.get("kv_bytes_ratio") or 1.0)
+    per_token = kv_bytes_per_token(engine)
     if fraction is None:  # llama.cpp takes what it needs, not a fraction
         context = engine.get("context_tokens") or 4096
         kv_gib = context * per_token / GIB / cards
@@ -67,7 +73,7 @@ def cpu_kv_plan(engine: dict, kv_space_gib: int, weights_bytes: int, node_gib: f
     The sim has no model, so its tokens come from its one bytes-a-token figure, in
     whole pages of 128 tokens as the real engine counts them.
     """
-    per_token = _KV_BYTES_PER_TOKEN * float(engine.get("kv_bytes_ratio") or 1.0)
+    per_token = kv_bytes_per_token(engine)
     tokens = int(kv_space_gib * GIB / per_token) // CPU_BLOCK_TOKENS * CPU_BLOCK_TOKENS
     weights_gib = weights_bytes / max(1, engine["tp"]) / GIB
     return {

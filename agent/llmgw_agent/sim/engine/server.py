@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from llmgw_agent import paths
 from llmgw_agent.sim.engine.args import KINDS, client_key, engine_kind, parse_engine_argv
@@ -45,12 +45,26 @@ from llmgw_agent.sim.engine.lines import (
 )
 from llmgw_agent.sim.engine.serving import EngineHttpServer, SimHandler, SimState, tls_context
 from llmgw_agent.sim.engine.stdout import say
-from llmgw_agent.sim.engine.transfer import transfer_lines
+from llmgw_agent.sim.engine.transfer import path_gbps, transfer_lines
 
 DEFAULT_LOAD_S = 1.5
 DEFAULT_CARD_MIB = 81559
 """An H100 80 GB's memory, when nothing better is known."""
 _DEFAULT_WEIGHTS_BYTES = 16 * 1024**3
+
+
+def _rail_gbps() -> Dict[str, float]:
+    """Each adapter of the replayed node and the Gb/s it carries (a degraded rail's share of
+    its rate, as its fabric test measures it); {} off a replayed node."""
+    replay = paths.replay_dir()
+    if replay is None:
+        return {}
+    from llmgw_agent.discover.replayed_rails import replay_adapters
+
+    try:
+        return {name: float(a["sim_gbps"]) for name, a in replay_adapters(str(replay)).items()}
+    except (OSError, ValueError):
+        return {}
 
 
 def _card_gpus() -> List[str]:
@@ -213,6 +227,7 @@ def run_engine(kind: str, real_argv: List[str]) -> int:
     if kind == "vllm" and not gpus and cpu_kv.isdigit():  # vLLM's CPU backend
         plan = cpu_kv_plan(engine, int(cpu_kv), weights_bytes, _numa_node_gib())
     state = SimState(engine, plan, client_key(kind, real_argv, os.environ))
+    state.kv_gbps = path_gbps(engine, dict(os.environ), _rail_gbps())
     say(
         "INFO {} sim {} engine, model={} served as {!r}, tp={} pp={} nnodes={} node_rank={}".format(
             time.strftime("%m-%d %H:%M:%S"),

@@ -13,6 +13,7 @@ import contextlib
 import hmac
 import json
 import os
+import socket
 import ssl
 import threading
 import time
@@ -21,8 +22,9 @@ from typing import Optional
 
 from llmgw_agent.sim.engine import api
 from llmgw_agent.sim.engine.latency import Latencies
-from llmgw_agent.sim.engine.lines import lora_loaded_line, lora_removed_line
+from llmgw_agent.sim.engine.lines import kv_bytes_per_token, lora_loaded_line, lora_removed_line
 from llmgw_agent.sim.engine.stdout import say
+from llmgw_agent.sim.engine.transfer import handoff_params, receive_s, received_line
 
 TOKEN_S = 0.005
 """How long the sim takes per generated token: a request is in flight for a while, as on an
@@ -64,8 +66,18 @@ class SimState:
         """When the engine started: its model card's `created`."""
         self.token_s = _token_s(os.environ.get("LLMGW_SIM_TOKEN_S"))
         """Seconds per generated token (`LLMGW_SIM_TOKEN_S`, else `TOKEN_S`)."""
+        self.prefill_s = _token_s(os.environ.get("LLMGW_SIM_PREFILL_S") or "0")
+        """Seconds of compute per prompt token (`LLMGW_SIM_PREFILL_S`, default 0: none)."""
+        self.compute = threading.Lock()
+        """Held while a prompt is read: the engine's one compute, on which every sequence's
+        next token waits meanwhile (what a long prompt does to everyone else's answers)."""
         self.latencies = Latencies(engine["kind"])
         """Its latency histograms, as the engine it stands in for publishes them."""
+        self.kv_received_bytes = 0
+        self.kv_received_s = 0.0
+        self.kv_gbps = None  # type: Optional[float]
+        """How fast a prefill or decode worker moves KV (`transfer.path_gbps`); None: it does
+        both."""
 
 
 def _token_s(given: Optional[str]) -> float:
@@ -262,18 +274,73 @@ class SimHandler(BaseHTTPRequestHandler):
             number = self.sim.requests_total
         request_id = api.request_id(found.chat, number)
         created = api.now()
+        handoff = self._kv_handoff(body, found.prompt_tokens)
+        if not _received(body) and self.sim.prefill_s > 0:
+            self._prefill(found.prompt_tokens)
         if isinstance(body, dict) and body.get("stream"):
             self._stream(api.chunks(found, request_id, created), found)
         else:
-            time.sleep(self.sim.token_s * found.completion_tokens)
-            self._send(200, api.completion(found, request_id, created))
+            self._pace(self.sim.token_s * found.completion_tokens)
+            answer = api.completion(found, request_id, created)
+            if handoff is not None:
+                answer["kv_transfer_params"] = handoff
+            self._send(200, answer)
         self.sim.latencies.request(queued_s, self.sim.token_s, found.completion_tokens)
+
+    def _kv_handoff(self, body: object, prompt_tokens: int) -> Optional[dict]:
+        """A worker's part of a split request, as vLLM's NixlConnector plays it: asked to
+        `do_remote_decode`, the prefill worker keeps the prompt's KV and says where it is (what
+        it returns); given `do_remote_prefill`, the decode worker first takes that KV over its
+        path, as long as the bytes take at the slower side's speed, and says so."""
+        gbps = self.sim.kv_gbps
+        params = body.get("kv_transfer_params") if isinstance(body, dict) else None
+        if gbps is None or not isinstance(params, dict):
+            return None
+        if params.get("do_remote_decode"):
+            per_token = int(kv_bytes_per_token(self.sim.engine))
+            return handoff_params(
+                self.sim.engine, socket.gethostname(), prompt_tokens, per_token, gbps
+            )
+        if params.get("do_remote_prefill"):
+            wait_s, moved, speed = receive_s(params, gbps)
+            time.sleep(wait_s)
+            with self.sim.lock:
+                self.sim.kv_received_bytes += moved
+                self.sim.kv_received_s += wait_s
+            say(received_line(moved, wait_s, speed))
+        return None
+
+    def _prefill(self, prompt_tokens: int) -> None:
+        """Read the prompt on the engine's one compute; a prompt queued for it counts as
+        waiting, as vLLM counts a request not yet prefilled."""
+        with self.sim.lock:
+            self.sim.waiting += 1
+        self.sim.compute.acquire()
+        with self.sim.lock:
+            self.sim.waiting -= 1
+        try:
+            time.sleep(self.sim.prefill_s * prompt_tokens)
+        finally:
+            self.sim.compute.release()
+
+    def _pace(self, seconds: float) -> None:
+        """Sleep `seconds` of decoding, a token's time at a time, each token waiting while a
+        prompt is being read (`compute`): a sleep without prefill is one plain sleep."""
+        if self.sim.prefill_s <= 0:
+            time.sleep(seconds)
+            return
+        step = max(self.sim.token_s, 0.001)
+        while seconds > 0:
+            with self.sim.compute:
+                pass
+            time.sleep(min(step, seconds))
+            seconds -= step
 
     def _stream(self, chunks, found) -> None:
         """The chunks as an engine streams them: the first token after one token's time, the
         words after it paced over the rest, so a client's time to first token is the engine's."""
         token_s, tokens = self.sim.token_s, max(1, found.completion_tokens)
-        time.sleep(token_s)
+        self._pace(token_s)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
@@ -288,15 +355,21 @@ class SimHandler(BaseHTTPRequestHandler):
                 for c in chunk.get("choices") or ()
             )
             if words and said and left > 0:  # each word after the first, a share of the rest
-                time.sleep(min(gap, left))
+                self._pace(min(gap, left))
                 left -= gap
             said = said or words
             self.wfile.write("data: {}\n\n".format(json.dumps(chunk)).encode())
             self.wfile.flush()
         if left > 0:
-            time.sleep(left)
+            self._pace(left)
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
+
+
+def _received(body: object) -> bool:
+    """True for a decode worker's request whose prompt was read elsewhere (its KV handed)."""
+    params = body.get("kv_transfer_params") if isinstance(body, dict) else None
+    return isinstance(params, dict) and bool(params.get("do_remote_prefill"))
 
 
 class EngineHttpServer(ThreadingHTTPServer):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 MARKER = "KV transfer:"
 """What every transfer line starts with (the agent's `shard.nccl` keeps these lines too)."""
@@ -74,4 +74,72 @@ def ucx_endpoint_line(kind: str, devices: List[str]) -> str:
         lanes += ["tcp/{}".format(d) for d in devices if d != "any interface"] or ["tcp/lo"]
     return "[{:.6f}] [{}:{}:0]      ucp_worker.c:1877 UCX  INFO  ep_cfg[1]: tag({})".format(
         time.time(), socket.gethostname(), os.getpid(), " ".join(lanes)
+    )
+
+
+# ---- the hand-off, request by request ---------------------------------------------------
+
+NVLINK_GBPS = 3600.0
+"""One direction of an H100's NVLink (450 GB/s), in Gb/s: the KV's speed card to card."""
+TCP_GBPS = 10.0
+"""The management network's speed when nothing better is known (the advisor assumes it too)."""
+
+
+def path_gbps(engine: dict, env: Dict[str, str], rails: Dict[str, float]) -> Optional[float]:
+    """How fast this worker moves KV, in Gb/s, None for an engine doing both.
+
+    Over rails UCX and Mooncake stripe a transfer evenly, so it goes as fast as
+    the slowest rail named times their number: a degraded rail left in the
+    device list slows every transfer (`rails`: each adapter's Gb/s as the
+    replayed node carries it, the fabric test's own figure).
+    """
+    pd: Optional[dict] = engine.get("pd")
+    if not pd:
+        return None
+    if pd["connector"] == "mooncake":
+        kind, devices = _mooncake_path(env, list(pd.get("ib_devices") or []))
+    else:
+        kind, devices = _ucx_path(env)
+    if kind == "NVLink":
+        return NVLINK_GBPS
+    speeds = [rails.get(d.split(":")[0]) for d in devices]
+    known = [s for s in speeds if s]
+    if kind == "TCP" or not known:
+        return TCP_GBPS
+    return min(known) * len(known)
+
+
+def handoff_params(
+    engine: dict, host: str, prompt_tokens: int, kv_bytes_per_token: int, gbps: float
+) -> Dict[str, Any]:
+    """What a prefill worker's answer carries for the decode worker (vLLM's NixlConnector's
+    `kv_transfer_params`, with the sim's own `kv_bytes` and its side's speed added)."""
+    pd = engine.get("pd") or {}
+    return {
+        "do_remote_prefill": True,
+        "do_remote_decode": False,
+        "remote_engine_id": "sim-{}-{}".format(host, os.getpid()),
+        "remote_block_ids": list(range(max(1, -(-prompt_tokens // 16)))),
+        "remote_host": host,
+        "remote_port": int(os.environ.get("VLLM_NIXL_SIDE_CHANNEL_PORT") or 5600),
+        "tp_size": int(pd.get("tp") or 1),
+        "kv_bytes": prompt_tokens * kv_bytes_per_token,
+        "sender_gbps": gbps,
+    }
+
+
+def receive_s(params: Dict[str, Any], own_gbps: float) -> Tuple[float, int, float]:
+    """How long the decode worker waits for the prompt's KV: (seconds, bytes, Gb/s), at the
+    slower of the two sides' paths."""
+    moved = int(params.get("kv_bytes") or 0)
+    sender = float(params.get("sender_gbps") or own_gbps)
+    gbps = min(own_gbps, sender) if sender > 0 else own_gbps
+    return (moved * 8 / (gbps * 1e9) if gbps > 0 else 0.0), moved, gbps
+
+
+def received_line(moved: int, seconds: float, gbps: float) -> str:
+    """The line a decode worker prints per request it received the KV of (the sim's own form,
+    as NIXL's per-transfer figures would read)."""
+    return "{} received {} bytes in {:.2f} ms ({:.1f} GB/s)".format(
+        MARKER, moved, seconds * 1000, gbps / 8
     )
