@@ -101,6 +101,7 @@ class Fleet:
         self._publish_window_s = min(PUBLISH_WINDOW_S, PUBLISH_WINDOW_S_PER_NODE * len(self._nodes))
         self._published_at = -PUBLISH_WINDOW_S
         self._closing = False
+        self._started = False
         self._wait_for_agents_on_close = True
 
     # --- the picture ----------------------------------------------------
@@ -176,6 +177,7 @@ class Fleet:
 
     async def start(self) -> None:
         """Start every node's task; returns at once (watch `snapshot()` / listeners)."""
+        self._started = True
         for node in self._nodes.values():
             if node.task is None:
                 node.task = asyncio.ensure_future(self._keep_up(node))
@@ -196,6 +198,34 @@ class Fleet:
         await cancel_and_wait(*tasks)
         await asyncio.gather(*(self._disconnect(node) for node in self._nodes.values()))
         await self.connector.close()
+
+    def add_job_nodes(self, specs: list[NodeSpec]) -> None:
+        """Join the nodes of a running Slurm job (`NodeSpec.relay`): each is connected and
+        watched like an inventory node from now on, and `inventory.node_specs()` lists it."""
+        fresh = [spec for spec in specs if spec.name not in self._nodes]
+        for spec in fresh:
+            self._nodes[spec.name] = _Node(spec)
+        kept = tuple(s for s in self.inventory.node_specs() if s.relay is not None)
+        self.inventory = self.inventory.with_job_nodes(kept + tuple(fresh))
+        self._stale = True
+        if self._started:
+            for spec in fresh:
+                node = self._nodes[spec.name]
+                node.task = asyncio.ensure_future(self._keep_up(node))
+
+    async def remove_job_nodes(self, names: list[str]) -> None:
+        """Leave the nodes of a Slurm job that ended: their agents went with the job."""
+        gone = [self._nodes.pop(name) for name in names if name in self._nodes]
+        await cancel_and_wait(*(node.task for node in gone if node.task is not None))
+        await asyncio.gather(*(self._disconnect(node) for node in gone))
+        kept = tuple(
+            s for s in self.inventory.node_specs() if s.relay is not None and s.name in self._nodes
+        )
+        self.inventory = self.inventory.with_job_nodes(kept)
+        self._stale = True
+        self._pending = True
+        if self._publishing is None or self._publishing.done():
+            self._publishing = asyncio.ensure_future(self._publish())
 
     def reconnect_now(self, name: str | None = None) -> None:
         """Cut the backoff short: retry one node (or every one) at once."""
@@ -300,6 +330,16 @@ class Fleet:
         node.connection = await self.connector.connect(target)
         options = {"replay": spec.replay, "state_dir": spec.work_dir}
         facts = (Op.FACTS, self._facts_args(node))
+        if spec.relay is not None:
+            # A Slurm job's node: its agent already runs in the job, reached through the login
+            # node (`llmgw_core.slurm.hold`); nothing is deployed or started there.
+            node.client = await AgentClient.start(
+                spec.name, node.connection, spec.relay, first=facts
+            )
+            python = str(node.client.hello.get("python") or "")
+            await self._set(node, agent_version=node.client.agent_version, python_version=python)
+            await self._refresh(node)
+            return
         try:
             # Most connections find the agent in place: start it straight away,
             # its facts asked for with the command.

@@ -88,6 +88,8 @@ class ServeRequest:
             `{name, hash, settings}` (`service.spec.ServiceLabel`).
         lora: the LoRA adapters served beside the model, read and checked
             (`serve.adapters.checked_slots`), None for none.
+        slurm: the Slurm job the replica runs in, recorded in every shard's spec:
+            `{cluster, job_id, nodes}` (`serve.slurm`); None on SSH nodes.
     """
 
     model: str
@@ -111,6 +113,7 @@ class ServeRequest:
     service: Mapping[str, Any] | None = None
     engine_args: Mapping[str, str | bool] = field(default_factory=dict)
     lora: LoraSlots | None = None
+    slurm: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

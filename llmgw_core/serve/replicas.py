@@ -124,16 +124,27 @@ async def stop_replica(fleet: Any, name: str) -> dict[str, Any]:
     await asyncio.gather(*(stop_shard(fleet, node, sid, forget=True) for node, sid, _ in targets))
     # A node that does not answer keeps its shard until it is back: `replicas` stops it then.
     placed: set[str] = set()
+    jobs: set[tuple[str, str]] = set()
     for records in listings.values():
         for record in records:
             if record.get("replica") == name:
                 spec = (record.get("spec") or {}).get("replica") or {}
                 placed.update(n["node"] for n in spec.get("placement", {}).get("nodes", []))
-    return {
+                slurm = spec.get("slurm") or {}
+                if slurm.get("cluster") and slurm.get("job_id"):
+                    jobs.add((str(slurm["cluster"]), str(slurm["job_id"])))
+    stopped: dict[str, Any] = {
         "name": name,
         "stopped": [{"node": node, "shard_id": sid, "gpus": gpus} for node, sid, gpus in targets],
         "unreached": sorted(placed - set(listings)),
     }
+    if jobs:
+        # On Slurm the job is the claim: stopping the replica gives its allocation back.
+        from llmgw_core.fleet.slurm_jobs import cancel_replica_jobs
+
+        stopped["slurm_jobs_cancelled"] = await cancel_replica_jobs(fleet, sorted(jobs))
+        stopped["unreached"] = []  # the job's nodes went with it
+    return stopped
 
 
 async def reconcile(fleet: Any, *, grace_s: float = NODE_GRACE_S) -> tuple[ReplicaView, ...]:

@@ -322,6 +322,31 @@ def collect_facts(replay: Optional[str] = None, model_dirs: Iterable[str] = ()) 
     else:
         facts = _live_facts(model_dirs)
     facts["rail_verdicts"] = _rail_verdicts()
+    return job_cards_only(facts, os.environ)
+
+
+def job_cards_only(facts: Dict[str, Any], env: Dict[str, str]) -> Dict[str, Any]:
+    """Inside a Slurm job, the cards the scheduler gave it and no others.
+
+    The allocation is the claim: a job's agent that offered every card of the
+    node would let placement take cards another user's job holds. Slurm names
+    the job's cards on this node in `SLURM_STEP_GPUS` (a step's) or
+    `SLURM_JOB_GPUS` (the batch script's), as indices of the node's cards.
+    Outside a job, or where Slurm names none, the facts are left as read.
+    """
+    if not env.get("SLURM_JOB_ID"):
+        return facts
+    listed = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
+    if listed is None:
+        return facts
+    try:
+        given = {int(part) for part in listed.split(",") if part.strip()}
+    except ValueError:
+        unread = "the job's cards cannot be read from {!r}: no card is offered".format(listed)
+        facts["errors"] = [*(facts.get("errors") or []), unread]
+        given = set()
+    facts["cards"] = [c for c in facts.get("cards") or [] if c.get("index") in given]
+    facts["gpus"] = [g for g in facts.get("gpus") or [] if g.get("card_index") in given]
     return facts
 
 

@@ -16,6 +16,8 @@ steps:
       rails: tested              # `all`: use a rail even when its last fabric test failed
       api_key_env: LLAMA_KEY     # the engines refuse requests without this variable's key
       engine_args: {kv_cache_dtype: fp8, enable_prefix_caching: true}   # with `engine:`
+      cluster: hpc-a             # a Slurm cluster of the inventory: the replica is one job there
+      wait_s: 600                # how long its job may wait in Slurm's queue (default 600)
 ```
 
 The result is the replica's name and phase, the way and placement, every
@@ -38,7 +40,7 @@ from pydantic import Field
 from llmgw_core.arguments import NAME_PATTERN
 from llmgw_core.engines import checked_env
 from llmgw_core.engines.flags import checked_engine_args
-from llmgw_core.errors import DoesNotFit
+from llmgw_core.errors import BadInput, DoesNotFit
 from llmgw_core.script.registry import (
     EXIT_DOES_NOT_FIT,
     EXIT_STEP_FAILED,
@@ -57,6 +59,8 @@ class ServeArgs(StepArgs, ServeFields):
     name: str | None = Field(default=None, pattern=NAME_PATTERN)
     wait: Literal["ready", "started"] = "ready"
     dry_run: bool = False
+    cluster: str | None = Field(default=None, pattern=NAME_PATTERN)
+    wait_s: float = Field(default=600.0, ge=0, le=7 * 86400)
 
 
 def local_source(ref: str, script_dir: Path) -> str | None:
@@ -147,6 +151,11 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
 
     request, model = serve_request(args, ctx, name=args.name, wait_ready=args.wait == "ready")
     fleet, reach = await fleet_and_reach(ctx)
+    if args.cluster is not None and args.dry_run:
+        raise BadInput(
+            "a dry run on a Slurm cluster is not supported yet",
+            "leave `dry_run:` out, or serve on SSH nodes",
+        )
     if args.dry_run:
         try:
             preview = await preview_serve(fleet, request, model)
@@ -166,7 +175,14 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
             )
         return StepOutcome(result=preview.as_dict())
     try:
-        outcome = await serve(fleet, reach, request, model)
+        if args.cluster is not None:
+            from llmgw_core.serve.slurm import serve_on_cluster
+
+            outcome = await serve_on_cluster(
+                fleet, reach, request, model, args.cluster, wait_s=args.wait_s
+            )
+        else:
+            outcome = await serve(fleet, reach, request, model)
     except DoesNotFit as exc:
         return StepOutcome(
             result={"name": args.name, "phase": "failed", "reason": exc.sentence()},
