@@ -250,6 +250,9 @@ class InventoryCluster(_Strict):
 
     name: str
     slurm: SlurmSettings
+    fabrics: tuple[Fabric, ...] = ()
+    """The InfiniBand/RoCE fabrics every node of the cluster is wired into, named as a node's
+    are (never guessed): a job's nodes join them, so a replica may span nodes."""
     labels: dict[LabelText, LabelText] = Field(default_factory=dict)
 
     @field_validator("name")

@@ -244,6 +244,7 @@ def job_node_specs(
             name=fleet_node_name(node, job.job_id),
             host=cluster.slurm.login,
             engine_bind=address.get(node) or None,
+            fabrics=cluster.fabrics,
             labels={"slurm-cluster": cluster.name, "slurm-job": job.job_id, "slurm-node": node},
             relay=relay_command(job.job_id, node, root),
             cluster=cluster.name,

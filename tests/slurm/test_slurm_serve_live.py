@@ -22,11 +22,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 LLAMA_8B = "catalog:meta-llama/Llama-3.1-8B-Instruct"
 
 
+RAILS = "[" + ", ".join(f"mlx5_{rail}" for rail in range(8)) + "]"
+
+
 def _cluster_yaml(captures: Path, **more: str) -> str:
     extra = "".join(f", {key}: {value}" for key, value in more.items())
     return (
         "  - name: big\n"
         f"    slurm: {{login: slurm-login, partition: gpu, replay: {captures}{extra}}}\n"
+        f"    fabrics: [{{name: ib-a, hcas: {RAILS}}}]\n"
     )
 
 
@@ -77,3 +81,94 @@ def test_a_replica_is_one_job_asked_through_a_gateway_and_stopped_with_its_job(
     assert "simulated" in asked["text"]
     assert stopped["slurm_jobs_cancelled"] == [job_id]
     assert slurm.queue() == []
+
+
+def _hold_cards(slurm: SlurmCluster, tmp_path: Path, node: str, cards: int) -> str:
+    """Another job (another user's, as far as llmgw knows) holding `cards` h100 of `node`."""
+    job = slurm.run(
+        "sbatch", "--parsable", "--job-name=someone-else", f"--nodelist={node}",
+        f"--gres=gpu:h100:{cards}", f"--output={tmp_path}/other-%j.out", "--wrap=sleep 300",
+    ).strip()  # fmt: skip
+    slurm.wait_for(
+        f"job {job} running",
+        lambda: slurm.run("squeue", "-h", "-o", "%T", "-j", job).strip() == "RUNNING",
+    )
+    return job
+
+
+def test_a_two_node_replica_is_one_job_and_a_later_console_lists_and_stops_it(
+    tmp_path: Path, slurm: SlurmCluster
+):
+    serve = (
+        "steps:\n"
+        "  - serve: {model: 'catalog:meta-llama/Llama-3.3-70B-Instruct', context: 8192,"
+        " name: big70, cluster: big, gpu_class: h100-80g, gpus: 8, nodes: 2}\n"
+    )
+    with login_node(
+        tmp_path, {"SLURM_CONF": str(slurm.conf)}, _cluster_yaml(_captures(tmp_path))
+    ) as (inventory, env):
+        code, lines, said = run_json(inventory, serve, env=env, timeout=200)
+        assert code == 0, (said, lines)
+        served = lines[0]["result"]
+        (job_id,) = slurm.queue()  # one job for the whole replica
+        assert [(p["node"], len(p["gpus"])) for p in served["placement"]["nodes"]] == [
+            (f"h100-1.j{job_id}", 8),
+            (f"h100-2.j{job_id}", 8),
+        ]
+        assert (served["way"]["tensor_parallel"], served["way"]["pipeline_parallel"]) == (8, 2)
+        # The NCCL environment of the fabric the inventory names for the cluster.
+        for shard in served["replica"]["shards"]:
+            assert shard["env"]["NCCL_IB_HCA"].startswith("=mlx5_0"), shard["env"]
+        # The engines outlive the console that started them: another finds them in the job.
+        code, lines, said = run_json(
+            inventory, "steps: [{replicas: {}}, {stop: {replica: big70}}]", env=env
+        )
+    assert code == 0, (said, lines)
+    listed, stopped = (line["result"] for line in lines)
+    (replica,) = listed["replicas"]
+    assert replica["phase"] == "ready"
+    assert replica["slurm"]["job_id"] == job_id
+    assert replica["slurm"]["state"] == "RUNNING"
+    assert sorted(s["node"] for s in replica["shards"]) == [
+        f"h100-1.j{job_id}",
+        f"h100-2.j{job_id}",
+    ]
+    assert stopped["slurm_jobs_cancelled"] == [job_id]
+    assert slurm.queue() == []
+
+
+def test_cards_another_job_holds_are_never_taken_and_a_job_that_cannot_start_says_why(
+    tmp_path: Path, slurm: SlurmCluster
+):
+    others = [_hold_cards(slurm, tmp_path, "h100-1", 6), _hold_cards(slurm, tmp_path, "h100-2", 8)]
+    script = (
+        "steps:\n"
+        f"  - serve: {{model: '{LLAMA_8B}', context: 8192, name: two, cluster: big,"
+        " gpu_class: h100-80g, gpus: 2}\n"
+        "  - replicas: {}\n"
+        f"  - serve: {{model: '{LLAMA_8B}', context: 8192, name: three, cluster: big,"
+        " gpu_class: h100-80g, gpus: 2, wait_s: 3}\n"
+    )
+    with login_node(
+        tmp_path, {"SLURM_CONF": str(slurm.conf)}, _cluster_yaml(_captures(tmp_path))
+    ) as (inventory, env):
+        code, lines, said = run_json(inventory, script, env=env, timeout=200)
+    assert code == 1, (said, lines)
+    served, listed, refused = lines
+    assert served["ok"], served
+    (replica,) = listed["result"]["replicas"]
+    # The two cards the other job left free on h100-1, and none of its six.
+    (shard,) = replica["shards"]
+    assert shard["node"].startswith("h100-1.j")
+    assert sorted(shard["gpus"]) == ["6", "7"]
+    assert shard["env"]["CUDA_VISIBLE_DEVICES"] == "6,7"
+    # No node has two cards free now: Slurm says so within one poll, and the serve gives up.
+    assert not refused["ok"]
+    pending = [s for s in refused["result"]["trace"] if s["step"] == "job pending"]
+    assert "Reason=Resources" in pending[-1]["detail"]
+    assert refused["error"].startswith("three did not come up: job ")
+    assert "is still PENDING (Reason=Resources) after 3 s" in refused["error"]
+    # The other jobs run on, and the refused one is gone (the served one stays running).
+    running = slurm.run("squeue", "-h", "-o", "%i %T").split("\n")
+    assert {f"{job} RUNNING" for job in others} <= {line.strip() for line in running}
+    assert len([line for line in running if line.strip()]) == 3
