@@ -215,6 +215,10 @@ class NodeSpec(_Strict):
     """The cluster whose job this node is part of (with `relay`)."""
     job_id: str | None = None
     """The Slurm job this node is part of (with `relay`)."""
+    login_of: str | None = None
+    """The cluster whose login node this is: its agent keeps the services' leases and may run
+    gateways, and placement never puts a replica on it. Never written in an inventory: each
+    cluster's login node joins the fleet so."""
 
 
 SlurmName = Annotated[str, AfterValidator(check_slurm_name)]
@@ -295,9 +299,14 @@ class Inventory(_Strict):
     _job_nodes: tuple[NodeSpec, ...] = PrivateAttr(default=())
 
     def node_specs(self) -> list[NodeSpec]:
-        """Every node with the defaults applied, in inventory order, then the nodes of the
-        Slurm jobs the fleet has joined (`with_job_nodes`)."""
-        return [apply_defaults(node, self.defaults) for node in self.nodes] + list(self._job_nodes)
+        """Every node with the defaults applied, in inventory order, then each Slurm
+        cluster's login node (`login_spec`), then the nodes of the Slurm jobs the fleet has
+        joined (`with_job_nodes`)."""
+        return (
+            [apply_defaults(node, self.defaults) for node in self.nodes]
+            + [login_spec(cluster) for cluster in self.clusters]
+            + list(self._job_nodes)
+        )
 
     def with_job_nodes(self, specs: tuple[NodeSpec, ...]) -> Inventory:
         """This inventory with `specs` as the nodes of running Slurm jobs (replacing any)."""
@@ -334,6 +343,16 @@ class Inventory(_Strict):
     def known_hosts_path(self) -> Path:
         """The known_hosts file host keys are checked against."""
         return Path(self.known_hosts).expanduser()
+
+
+def login_spec(cluster: InventoryCluster) -> NodeSpec:
+    """A cluster's login node as a node of the fleet (`NodeSpec.login_of`): `<cluster>-login`."""
+    return NodeSpec(
+        name=f"{cluster.name}-login",
+        host=cluster.slurm.login,
+        labels={"slurm-cluster": cluster.name, "slurm-login": "true"},
+        login_of=cluster.name,
+    )
 
 
 def apply_defaults(node: InventoryNode, defaults: Defaults) -> NodeSpec:

@@ -102,6 +102,10 @@ class Fleet:
         self._published_at = -PUBLISH_WINDOW_S
         self._closing = False
         self._started = False
+        self.job_listings: dict[str, list[dict[str, Any]]] = {}
+        """Each Slurm job node's last shard listing: what its replica was, once its job ends."""
+        self.jobs_ended: dict[str, str] = {}
+        """Each Slurm job node whose job has ended: the scheduler's words for it."""
         self._wait_for_agents_on_close = True
 
     # --- the picture ----------------------------------------------------
@@ -216,6 +220,9 @@ class Fleet:
     async def remove_job_nodes(self, names: list[str]) -> None:
         """Leave the nodes of a Slurm job that ended: their agents went with the job."""
         gone = [self._nodes.pop(name) for name in names if name in self._nodes]
+        for name in names:
+            self.job_listings.pop(name, None)
+            self.jobs_ended.pop(name, None)
         await cancel_and_wait(*(node.task for node in gone if node.task is not None))
         await asyncio.gather(*(self._disconnect(node) for node in gone))
         kept = tuple(
@@ -307,6 +314,10 @@ class Fleet:
                 await self._set(node, state="refused", reason=exc.sentence())
             except (LlmgwError, asyncssh.Error, OSError) as exc:
                 reason = exc.sentence() if isinstance(exc, LlmgwError) else str(exc)
+                if node.spec.relay is not None:
+                    ended = await self._job_ended(node.spec)
+                    if ended is not None:
+                        self.jobs_ended[node.spec.name] = reason = ended
                 await self._set(node, state="unreachable", reason=reason)
             finally:
                 await self._disconnect(node)
@@ -317,6 +328,16 @@ class Fleet:
             node.wake.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(node.wake.wait(), delay_s)
+
+    async def _job_ended(self, spec: NodeSpec) -> str | None:
+        """Why a Slurm job's node went, in the scheduler's words, when its job has ended (a
+        cancel, a time limit, a preemption, a node failure); None while the job runs."""
+        from llmgw_core.fleet.slurm_jobs import job_end_reason
+
+        try:
+            return await job_end_reason(self, spec)
+        except (LlmgwError, asyncssh.Error, OSError):
+            return None  # the login node does not answer either: the channel's reason stands
 
     async def _connect(self, node: _Node) -> None:
         spec = node.spec

@@ -214,8 +214,14 @@ class LoginNode:
             await asyncio.sleep(POLL_S)
 
     async def cancel(self, job_id: str) -> None:
-        """`scancel` the job (its step stops its shards, the allocation is given back)."""
-        await self.run(cancel_argv(job_id))
+        """`scancel` the job (its step stops its shards, the allocation is given back); a job
+        that has ended already is left as it is."""
+        try:
+            await self.run(cancel_argv(job_id))
+        except SlurmCommandFailed as exc:
+            said = exc.message.lower()
+            if "already completing or completed" not in said and "invalid job id" not in said:
+                raise
 
     async def wait_ended(self, job_id: str, timeout_s: float = CANCEL_WAIT_S) -> SlurmJob | None:
         """Until the job has ended and finished completing (its cards given back, gone from
@@ -340,3 +346,20 @@ async def with_job_states(fleet: Any, rows: list[dict[str, Any]]) -> None:
                 record.update(state=job.state, reason=job.reason or None)
         finally:
             login.close()
+
+
+async def job_end_reason(fleet: Any, spec: NodeSpec) -> str | None:
+    """The sentence a job's node is lost with once its job has ended, in the scheduler's
+    words (`job 12 on big ended: CANCELLED (Reason=None)`); None while the job still runs."""
+    if spec.cluster is None or spec.job_id is None:
+        return None
+    login = await LoginNode.open(fleet.connector, fleet.inventory.cluster(spec.cluster))
+    try:
+        job = await login.job(spec.job_id)
+    except JobNotRunning as exc:
+        return exc.sentence()
+    finally:
+        login.close()
+    if job.state in ENDED:
+        return f"job {job.job_id} on {spec.cluster} ended: {job_words(job)}"
+    return None

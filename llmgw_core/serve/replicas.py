@@ -43,7 +43,38 @@ async def shard_listings(fleet: Any) -> dict[str, list[dict[str, Any]]]:
         return name, [s for s in shards or [] if isinstance(s, dict)]
 
     found = await asyncio.gather(*(one(name) for name in _ready_names(fleet)))
-    return {name: shards for name, shards in found if shards is not None}
+    listings = {name: shards for name, shards in found if shards is not None}
+    return _with_ended_jobs(fleet, listings)
+
+
+def _with_ended_jobs(
+    fleet: Any, listings: dict[str, list[dict[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
+    """A Slurm job's node whose job has ended answers no more, and its replica would vanish
+    unexplained: its last listing stands in, every shard that ran failed with the
+    scheduler's words (`job 12 on big ended: CANCELLED`), so the replica is failed with them
+    and `keep` heals it. Nodes of running jobs have their listing kept for that."""
+    kept = getattr(fleet, "job_listings", None)
+    ended = getattr(fleet, "jobs_ended", None)
+    if kept is None or ended is None:
+        return listings
+    for spec in fleet.inventory.node_specs():
+        if spec.relay is None:
+            continue
+        if spec.name in listings:
+            kept[spec.name] = listings[spec.name]
+        elif spec.name in ended and spec.name in kept:
+            listings[spec.name] = [
+                {**record, "phase": "failed", "reason": ended[spec.name], "healthy": False}
+                if record.get("phase") in ("starting", "running")
+                else record
+                for record in kept[spec.name]
+            ]
+        elif spec.name in kept:
+            # Not answering, and not yet known why: as on an SSH node, the replica stands
+            # (judged by the node's state and grace) until the scheduler says.
+            listings[spec.name] = kept[spec.name]
+    return listings
 
 
 async def node_claims(fleet: Any) -> dict[str, dict[str, str]]:
@@ -67,7 +98,9 @@ async def node_claims(fleet: Any) -> dict[str, dict[str, str]]:
 async def fleet_views(fleet: Any) -> tuple[LiveNode, ...]:
     """Every node as placement sees it now (claims read fresh from the agents)."""
     claims = await node_claims(fleet)
-    return live_nodes(fleet.snapshot(), fleet.inventory.node_specs(), claims)
+    # A Slurm cluster's login node runs an agent for leases and gateways, never a replica.
+    specs = [spec for spec in fleet.inventory.node_specs() if spec.login_of is None]
+    return live_nodes(fleet.snapshot(), specs, claims)
 
 
 async def replicas_now(fleet: Any, *, grace_s: float = NODE_GRACE_S) -> tuple[ReplicaView, ...]:

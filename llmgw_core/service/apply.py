@@ -236,7 +236,14 @@ async def _start(
     kept = f"; {replacing} still serves" if replacing else ""
     room = f"no free cards for {request.name}{' to replace ' + replacing if replacing else ''}"
     try:
-        outcome = await serve(fleet, reach, request, model)
+        if request.cluster is not None:
+            from llmgw_core.serve.slurm import serve_on_cluster
+
+            outcome = await serve_on_cluster(
+                fleet, reach, request, model, request.cluster, wait_s=request.wait_s
+            )
+        else:
+            outcome = await serve(fleet, reach, request, model)
     except DoesNotFit as exc:
         raise DoesNotFit(f"{room}: {exc.message}{kept}", exc.fix) from None
     if outcome.phase == "ready":

@@ -77,7 +77,7 @@ def test_a_replica_is_one_job_asked_through_a_gateway_and_stopped_with_its_job(
     }
     (shard,) = replica["shards"]
     assert shard["node"] == f"{replica['slurm']['nodes'][0]}.j{job_id}"
-    assert gateway["node"] == shard["node"]
+    assert gateway["node"] == "big-login"  # the gateway runs on the login node
     assert "simulated" in asked["text"]
     assert stopped["slurm_jobs_cancelled"] == [job_id]
     assert slurm.queue() == []

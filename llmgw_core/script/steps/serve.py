@@ -59,8 +59,6 @@ class ServeArgs(StepArgs, ServeFields):
     name: str | None = Field(default=None, pattern=NAME_PATTERN)
     wait: Literal["ready", "started"] = "ready"
     dry_run: bool = False
-    cluster: str | None = Field(default=None, pattern=NAME_PATTERN)
-    wait_s: float = Field(default=600.0, ge=0, le=7 * 86400)
 
 
 def local_source(ref: str, script_dir: Path) -> str | None:
@@ -126,6 +124,8 @@ def serve_request(
         rails=args.rails,
         service=service,
         engine_args=checked_engine_args(args.engine, args.engine_args) if args.engine else {},
+        cluster=args.cluster,
+        wait_s=args.wait_s,
         lora=checked_slots(
             args.adapters,
             model,
