@@ -147,6 +147,12 @@ async def serve_on_cluster(
     """
     cluster = fleet.inventory.cluster(cluster_name)
     reading = await read_cluster(fleet.connector, cluster)
+    if not reading.nodes:
+        raise BadInput(
+            f"{cluster.name}'s partition {cluster.slurm.partition} has no nodes: "
+            "Slurm has no partition of that name there, or it is empty",
+            f"set {cluster.name}'s `partition` to one `sinfo` lists on its login node",
+        )
     shape = _shape(request, model, reading.nodes, cluster.name)
     name = request.name or default_replica_name(model)
     trace = Trace()
