@@ -40,6 +40,9 @@ _RELAY = (
     'd=$1; n=0; while [ ! -f "$d/ready" ]; do n=$((n+1)); '
     f"if [ $n -gt {RELAY_WAIT_S * 10} ]; then "
     'echo "llmgw: the job\'s agent did not start in $d" >&2; exit 3; fi; sleep 0.1; done; '
+    # One console at a time: the FIFOs carry one channel, and two writers would mix lines.
+    'exec 9>>"$d/joined"; if ! flock -n 9; then '
+    'echo "llmgw: another console is joined to this node of the job" >&2; exit 3; fi; '
     # The copy of the agent's output must not hold the input open too, or the agent
     # would never see its input end when the console goes.
     'exec 3>"$d/in"; cat "$d/out" 3>&- & exec cat >&3'
