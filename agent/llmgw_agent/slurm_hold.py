@@ -1,22 +1,25 @@
 """`llmgw hold DIR`: the agent's place inside a Slurm job, one per allocated node.
 
 A replica on a Slurm cluster is one job whose step runs `hold` on each of its
-nodes. `hold` keeps the node's side of the allocation and lets a console in:
+nodes. `hold` keeps the node's side of the allocation and lets consoles in:
 
-* it makes `DIR/<job id>/<node>/` (0700) with two FIFOs, `in` and `out`, and
+* it makes `DIR/<job id>/<node>/` (0700) with a Unix socket, `agent.sock`, and
   its own state folder, so two jobs on one node never share shards;
-* it runs `llmgw serve` with stdin and stdout on the FIFOs, over and over: a
-  console reaches it with `srun --jobid=J --overlap -w NODE` and a relay that
-  copies its stdio to the FIFOs (`llmgw_core.slurm.hold.relay_argv`), and
-  when that console goes, the agent sees the end of its input and exits,
-  and the next `serve` waits for the next console. The shards it started
-  stay, as they do when an SSH link drops, because they live in this step,
-  not in the console's: on a site that tracks a step's processes by cgroup
-  they would die with the relay's step otherwise;
+* for each connection to the socket it starts `llmgw serve` with its stdio on
+  that connection: a console reaches it with `srun --jobid=J --overlap -w NODE`
+  and a relay that copies its stdio to the socket
+  (`llmgw_core.slurm.hold.relay_argv`), as an SSH channel runs one agent per
+  console. When that console goes, its agent sees the end of its input and
+  exits. The shards it started stay, as they do when an SSH link drops, because
+  they live in this step, not in the relay's: on a site that tracks a step's
+  processes by cgroup they would die with the relay's step otherwise;
 * when Slurm ends the job (`scancel`, a time limit, preemption) it stops
   every shard of its state folder before it exits: a site that tracks
   processes by process group only (`proctrack/pgid`) would otherwise leave
   the engines running on cards the scheduler has given to someone else.
+
+Nothing listens on the network: the socket is a file in a folder only its user
+may enter.
 
 `LLMGW_AGENT_REPLAY_ROOT` (the suite's cluster, whose nodes are all this
 machine) names a folder of captures, one per node name: each node's agent
@@ -27,13 +30,16 @@ Stdlib only, Python 3.8+.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
-import time
 
 REPLAY_ROOT_ENV = "LLMGW_AGENT_REPLAY_ROOT"
+SOCKET_NAME = "agent.sock"
+"""The socket each console's relay connects to, in the job's folder on the node."""
 STOP_TIMEOUT_S = 10.0
 """How long each shard is given to stop when the job ends (Slurm's KillWait is 30 s)."""
 
@@ -70,7 +76,7 @@ class _Ending(Exception):
 
 
 def hold_main(argv):
-    """Hold the node for the job, letting one console at a time in; see the module docstring."""
+    """Hold the node for the job, one agent per console; see the module docstring."""
     if len(argv) != 1 or not argv[0].startswith("/"):
         sys.stderr.write("usage: llmgw hold DIR (an absolute folder)\n")
         return 2
@@ -81,36 +87,45 @@ def hold_main(argv):
         return 2
     folder = node_folder(argv[0], job_id, node)
     os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
     os.environ["LLMGW_AGENT_STATE"] = os.path.join(folder, "state")
     replay_root = os.environ.get(REPLAY_ROOT_ENV)
     if replay_root:
         os.environ["LLMGW_AGENT_REPLAY"] = os.path.join(replay_root, node)
-    for name in ("in", "out"):
-        path = os.path.join(folder, name)
-        if not os.path.exists(path):
-            os.mkfifo(path, 0o600)
+    path = os.path.join(folder, SOCKET_NAME)
+    if os.path.exists(path):
+        os.unlink(path)  # a socket left by a `hold` of this job that was killed
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # Bound by its name in the folder: a whole path may be longer than a socket's 108 bytes.
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        listener.bind(SOCKET_NAME)
+    finally:
+        os.chdir(here)
+    listener.listen(16)
 
     def ending(signum, _frame):
         raise _Ending(signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, ending)
-    serving = None
+    agents = []
     try:
-        with open(os.path.join(folder, "ready"), "w") as ready:
-            ready.write("{}\n".format(os.getpid()))
         while True:
-            # Each open waits for a console's relay to open the other end.
-            with (
-                open(os.path.join(folder, "in"), "rb") as stdin,
-                open(os.path.join(folder, "out"), "wb") as stdout,
-            ):
-                serving = subprocess.Popen(_serve_argv(), stdin=stdin, stdout=stdout)
-                serving.wait()
-                serving = None
-            time.sleep(0.05)
+            connection, _ = listener.accept()
+            try:
+                agents.append(subprocess.Popen(_serve_argv(), stdin=connection, stdout=connection))
+            finally:
+                connection.close()  # the agent holds its own copy
+            agents = [agent for agent in agents if agent.poll() is None]
     except _Ending:
-        if serving is not None and serving.poll() is None:
-            serving.terminate()
+        for agent in agents:
+            if agent.poll() is None:
+                agent.terminate()
         _stop_every_shard()
         return 0
+    finally:
+        listener.close()
+        with contextlib.suppress(OSError):
+            os.unlink(path)

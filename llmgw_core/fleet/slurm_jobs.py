@@ -56,7 +56,7 @@ class JobNotRunning(LlmgwError):
 
 
 def hold_root(deployment: Deployment) -> str:
-    """The folder, in the login node's (shared) home, of every job's FIFOs and shard state."""
+    """The folder, in the login node's (shared) home, of every job's sockets and shard state."""
     return f"{deployment.home}/{REMOTE_CACHE}/slurm"
 
 

@@ -3,11 +3,12 @@ that lets the console's agent channel into them (pure: text and argv only).
 
 The job's one step runs `llmgw hold DIR` on every allocated node (one task per
 node, `--kill-on-bad-exit`, so a node lost ends the whole job and the replica
-fails as on SSH nodes). `hold` runs the agent with its stdio on two FIFOs in
-`DIR/<job>/<node>/`. The console never logs into a compute node: over its SSH
-connection to the login node it runs `relay_argv`, an `srun --jobid=J --overlap
--w NODE` step whose stdio is copied to those FIFOs, so the agent protocol
-travels through Slurm itself, and `pam_slurm_adopt` has nothing to refuse.
+fails as on SSH nodes). `hold` listens on a Unix socket,
+`DIR/<job>/<node>/agent.sock`, and starts one agent per connection. The console never logs into a compute node:
+over its SSH connection to the login node it runs `relay_argv`, an `srun
+--jobid=J --overlap -w NODE` step whose stdio is copied to that socket, where
+`hold` starts an agent for it, so the agent protocol travels through Slurm
+itself, and `pam_slurm_adopt` has nothing to refuse.
 
 The home folder (where the agent's zipapp and `DIR` live) is assumed shared by
 the login and compute nodes, as it is on nearly every Slurm site.
@@ -23,7 +24,7 @@ from llmgw_core.errors import BadInput, shown_value
 HOLD_SCRIPT = """#!/bin/sh
 # llmgw: one replica's allocation. Its step holds every node for the console's agent
 # (llmgw hold), one task per node; a node lost ends the job, and so the replica.
-# $1: the agent's zipapp, $2: the folder of the jobs' FIFOs, $3: captures to replay (tests).
+# $1: the agent's zipapp, $2: the folder of the jobs' sockets, $3: captures to replay (tests).
 if [ -n "${3:-}" ]; then
     LLMGW_AGENT_REPLAY_ROOT=$3
     export LLMGW_AGENT_REPLAY_ROOT
@@ -33,19 +34,37 @@ exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 python3 "$1" hold "$2"
 """The batch script of every replica's job (its arguments, not its text, change)."""
 
 RELAY_WAIT_S = 60
-"""How long a relay waits for the job's `hold` to make its FIFOs (a node's first Python start
+"""How long a relay waits for the job's `hold` to open its socket (a node's first Python start
 unpacks the agent)."""
 
+_RELAY_COPY = """
+import os, socket, threading
+link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+link.connect("agent.sock")
+def to_agent():
+    while True:
+        data = os.read(0, 65536)
+        if not data:
+            break
+        link.sendall(data)
+    link.shutdown(socket.SHUT_WR)
+threading.Thread(target=to_agent, daemon=True).start()
+while True:
+    data = link.recv(65536)
+    if not data:
+        break
+    while data:
+        data = data[os.write(1, data):]
+"""
+"""Copies the relay's stdio to and from the job's agent socket (Python 3.8, stdlib); the
+agent sees its input end when the console's does."""
+
 _RELAY = (
-    'd=$1; n=0; while [ ! -f "$d/ready" ]; do n=$((n+1)); '
+    'd=$1; n=0; while [ ! -S "$d/agent.sock" ]; do n=$((n+1)); '
     f"if [ $n -gt {RELAY_WAIT_S * 10} ]; then "
     'echo "llmgw: the job\'s agent did not start in $d" >&2; exit 3; fi; sleep 0.1; done; '
-    # One console at a time: the FIFOs carry one channel, and two writers would mix lines.
-    'exec 9>>"$d/joined"; if ! flock -n 9; then '
-    'echo "llmgw: another console is joined to this node of the job" >&2; exit 3; fi; '
-    # The copy of the agent's output must not hold the input open too, or the agent
-    # would never see its input end when the console goes.
-    'exec 3>"$d/in"; cat "$d/out" 3>&- & exec cat >&3'
+    # Connected by its name in the folder: a whole path may be longer than a socket's 108 bytes.
+    'cd "$d" && exec python3 -c "$2"'
 )
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _JOB_ID = re.compile(r"^\d{1,18}$")
@@ -79,6 +98,7 @@ def relay_argv(job_id: str, node: str, hold_root: str) -> list[str]:
         _RELAY,
         "llmgw-relay",
         node_folder(hold_root, job_id, node),
+        _RELAY_COPY,
     ]
 
 

@@ -59,6 +59,12 @@ def test_keep_resubmits_a_job_cancelled_from_outside_with_the_schedulers_reason(
             assert keeping.poll() is None, keeping.communicate()
             (first,) = _running_jobs(slurm)
             time.sleep(8)  # ready behind its job, as keep sees it
+            # A second console beside the keeper joins the same job's node, an agent of its own.
+            code, lines, said = run_json(inventory, "steps: [{replicas: {}}]", env=env)
+            assert code == 0, (said, lines)
+            (listed,) = lines[0]["result"]["replicas"]
+            assert (listed["name"], listed["phase"]) == ("chat-1", "ready")
+            assert listed["slurm"]["job_id"] == first
             slurm.run("scancel", first)
             slurm.wait_for(
                 "a new job for the replica",

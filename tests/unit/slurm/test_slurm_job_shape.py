@@ -80,7 +80,7 @@ def test_the_relay_is_one_srun_overlap_step_into_the_node_quoted_word_by_word():
         "--nodelist=h100-1",
         "--quiet",
     ]
-    assert argv[-1] == "/home/ops/.cache/llmgw/slurm/42/h100-1"
+    assert argv[-2] == "/home/ops/.cache/llmgw/slurm/42/h100-1"
     assert shlex.split(relay_command("42", "h100-1", "/home/a b/slurm")) == relay_argv(
         "42", "h100-1", "/home/a b/slurm"
     )
