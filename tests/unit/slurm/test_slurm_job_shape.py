@@ -118,3 +118,15 @@ def test_outside_a_job_or_where_slurm_names_no_cards_the_facts_are_left_as_read(
 def test_cards_slurm_names_unreadably_are_none_offered_and_said():
     facts = job_cards_only(_facts(), {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0,x"})
     assert facts["gpus"] == [] and "cannot be read" in facts["errors"][0]
+
+
+def test_the_consoles_replica_row_names_the_slurm_job_beside_the_way():
+    from llmgw_core.serve.view import ReplicaView
+    from llmgw_core.views.replicas import replica_row
+
+    spec = {
+        "way": {"label": "1 × h100-80g"},
+        "slurm": {"cluster": "big", "job_id": "12", "nodes": ["h100-1"]},
+    }
+    view = ReplicaView(name="llama", spec=spec, shards=(), phase="ready", reason=None)
+    assert replica_row(view).way == "1 × h100-80g · job 12 on big"
