@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,7 @@ from llmgw_core.slurm.jobs import SlurmJob, read_jobs_json, read_jobs_oneline, r
 from llmgw_core.slurm.nodes import SlurmNode
 from llmgw_core.slurm.shape import JobShape
 
+_ADDRESS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}$")
 JOB_PREFIX = "llmgw-"
 """Every replica's job is named `llmgw-<replica>`: how a console finds the jobs it may adopt."""
 POLL_S = 1.0
@@ -244,7 +246,11 @@ def job_node_specs(
 ) -> list[NodeSpec]:
     """The fleet's nodes for a running job: one per allocated node, reached through the login
     node by the relay, its engines bound to the address Slurm gives the node."""
-    address = {node.name: node.address or node.hostname for node in nodes}
+    address = {
+        node.name: found
+        for node in nodes
+        if (found := node.address or node.hostname) and _ADDRESS.match(found)
+    }  # what Slurm printed, taken only where it reads as a host name or an address
     return [
         NodeSpec(
             name=fleet_node_name(node, job.job_id),
@@ -360,6 +366,8 @@ async def job_end_reason(fleet: Any, spec: NodeSpec) -> str | None:
         return exc.sentence()
     finally:
         login.close()
-    if job.state in ENDED:
+    # A job the scheduler is ending reads COMPLETING, with its reason (TimeLimit…), for a few
+    # seconds before its final state: its steps, the relay among them, are already gone.
+    if job.state in ENDED or job.state == "COMPLETING":
         return f"job {job.job_id} on {spec.cluster} ended: {job_words(job)}"
     return None

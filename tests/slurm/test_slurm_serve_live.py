@@ -17,7 +17,7 @@ from kept_demo import run_json
 from slurm_cluster import SlurmCluster
 from slurm_login import login_node, write_captures
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 LLAMA_8B = "catalog:meta-llama/Llama-3.1-8B-Instruct"
 
@@ -172,3 +172,32 @@ def test_cards_another_job_holds_are_never_taken_and_a_job_that_cannot_start_say
     running = slurm.run("squeue", "-h", "-o", "%i %T").split("\n")
     assert {f"{job} RUNNING" for job in others} <= {line.strip() for line in running}
     assert len([line for line in running if line.strip()]) == 3
+
+
+def test_a_job_the_scheduler_ends_at_its_time_limit_is_a_failed_replica_with_its_reason(
+    tmp_path: Path, slurm: SlurmCluster
+):
+    # `time_limit: 1` is one minute: the bench keeps the console (and its tunnel) busy past it.
+    script = (
+        "steps:\n"
+        f"  - serve: {{model: '{LLAMA_8B}', context: 8192, name: short, cluster: big,"
+        " gpu_class: h100-80g, gpus: 1}\n"
+        "  - bench: {replica: short, duration_s: 110, concurrency: 1, max_tokens: 4,"
+        " on_fail: continue}\n"
+        "  - replicas: {grace: 0}\n"
+    )
+    with login_node(
+        tmp_path,
+        {"SLURM_CONF": str(slurm.conf)},
+        _cluster_yaml(_captures(tmp_path), time_limit="1"),
+    ) as (inventory, env):
+        _, lines, said = run_json(inventory, script, env=env, timeout=200)
+    assert lines[0]["ok"], (said, lines)
+    (replica,) = lines[2]["result"]["replicas"]
+    assert replica["phase"] == "failed", (lines[1], replica["slurm"], replica["reason"])
+    job_id = replica["slurm"]["job_id"]
+    # Read as the scheduler ends it (COMPLETING, for a few seconds) or once it has (TIMEOUT).
+    assert f"job {job_id} on big ended: " in replica["reason"], replica["reason"]
+    assert "(Reason=TimeLimit)" in replica["reason"], replica["reason"]
+    assert replica["slurm"]["state"] == "TIMEOUT"
+    assert slurm.queue() == []
