@@ -231,3 +231,16 @@ async def _cancel_quietly(login: LoginNode, job_id: str) -> None:
 async def _end_job(fleet: Any, login: LoginNode, job_id: str, names: list[str]) -> None:
     await _cancel_quietly(login, job_id)
     await fleet.remove_job_nodes(names)
+
+
+async def serve_where_asked(
+    fleet: Any, reach: EngineReach, request: ServeRequest, model: ModelInfo
+) -> ServeOutcome:
+    """Serve as `request` asks: as one job on its Slurm cluster (`request.cluster`), else on the
+    fleet's nodes. The `serve` step, a service's `apply` and the console all start replicas
+    here, so the faces never disagree on where one goes."""
+    if request.cluster is not None:
+        return await serve_on_cluster(
+            fleet, reach, request, model, request.cluster, wait_s=request.wait_s
+        )
+    return await serve(fleet, reach, request, model)

@@ -145,7 +145,8 @@ def _hub_adapters(args: ServeFields) -> bool:
 async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     """Plan, place, claim, start and (by default) wait until rank 0's health answers."""
     from llmgw_core.serve.replicas import find_replica
-    from llmgw_core.serve.start import preview_serve, serve
+    from llmgw_core.serve.slurm import serve_where_asked
+    from llmgw_core.serve.start import preview_serve
     from llmgw_core.serve.transport import with_transport
     from llmgw_core.serve.tunnels import fleet_and_reach
 
@@ -175,14 +176,7 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
             )
         return StepOutcome(result=preview.as_dict())
     try:
-        if args.cluster is not None:
-            from llmgw_core.serve.slurm import serve_on_cluster
-
-            outcome = await serve_on_cluster(
-                fleet, reach, request, model, args.cluster, wait_s=args.wait_s
-            )
-        else:
-            outcome = await serve(fleet, reach, request, model)
+        outcome = await serve_where_asked(fleet, reach, request, model)
     except DoesNotFit as exc:
         return StepOutcome(
             result={"name": args.name, "phase": "failed", "reason": exc.sentence()},
