@@ -31,6 +31,8 @@ _ADDRESS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}$")
 JOB_PREFIX = "llmgw-"
 """Every replica's job is named `llmgw-<replica>`: how a console finds the jobs it may adopt."""
 POLL_S = 1.0
+COMPLETING_WAIT_S = 10.0
+"""How long a lost node's job is watched for its final state while Slurm winds it down."""
 CANCEL_WAIT_S = 30.0
 """How long a stop waits for a cancelled job to finish completing (Slurm's KillWait)."""
 ENDED = frozenset(
@@ -362,12 +364,14 @@ async def job_end_reason(fleet: Any, spec: NodeSpec) -> str | None:
     login = await LoginNode.open(fleet.connector, fleet.inventory.cluster(spec.cluster))
     try:
         job = await login.job(spec.job_id)
+        if job.state == "COMPLETING":
+            # The scheduler is ending it (its steps, the relay among them, are already gone):
+            # its final state (CANCELLED, TIMEOUT…) comes once its steps have wound down.
+            job = await login.wait_ended(spec.job_id, COMPLETING_WAIT_S) or job
     except JobNotRunning as exc:
         return exc.sentence()
     finally:
         login.close()
-    # A job the scheduler is ending reads COMPLETING, with its reason (TimeLimit…), for a few
-    # seconds before its final state: its steps, the relay among them, are already gone.
     if job.state in ENDED or job.state == "COMPLETING":
         return f"job {job.job_id} on {spec.cluster} ended: {job_words(job)}"
     return None

@@ -44,10 +44,10 @@ async def shard_listings(fleet: Any) -> dict[str, list[dict[str, Any]]]:
 
     found = await asyncio.gather(*(one(name) for name in _ready_names(fleet)))
     listings = {name: shards for name, shards in found if shards is not None}
-    return _with_ended_jobs(fleet, listings)
+    return await _with_ended_jobs(fleet, listings)
 
 
-def _with_ended_jobs(
+async def _with_ended_jobs(
     fleet: Any, listings: dict[str, list[dict[str, Any]]]
 ) -> dict[str, list[dict[str, Any]]]:
     """A Slurm job's node whose job has ended answers no more, and its replica would vanish
@@ -63,15 +63,26 @@ def _with_ended_jobs(
             continue
         if spec.name in listings:
             kept[spec.name] = listings[spec.name]
-        elif spec.name in ended and spec.name in kept:
+            continue
+        if spec.name not in kept:
+            continue
+        if spec.name not in ended:
+            # Not answering: ask the scheduler now rather than wait for the node's own retry.
+            from llmgw_core.fleet.slurm_jobs import job_end_reason
+
+            with contextlib.suppress(LlmgwError, OSError):
+                said = await job_end_reason(fleet, spec)
+                if said is not None:
+                    ended[spec.name] = said
+        if spec.name in ended:
             listings[spec.name] = [
                 {**record, "phase": "failed", "reason": ended[spec.name], "healthy": False}
                 if record.get("phase") in ("starting", "running")
                 else record
                 for record in kept[spec.name]
             ]
-        elif spec.name in kept:
-            # Not answering, and not yet known why: as on an SSH node, the replica stands
+        else:
+            # Not answering, and the job still runs: as on an SSH node, the replica stands
             # (judged by the node's state and grace) until the scheduler says.
             listings[spec.name] = kept[spec.name]
     return listings
