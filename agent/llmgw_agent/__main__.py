@@ -6,7 +6,7 @@ Subcommands:
   supervise   (internal) the small process that owns one detached shard
   sim-engine  (internal) the simulated inference engine used by the demo and tests
   front       (internal) a gateway's network port: client keys, routing to its workers
-  hold        (internal) a Slurm job's step on one node: lets a console's agent in, by FIFOs
+  hold        (internal) a Slurm job's step on one node: one agent per console's relay
 """
 
 from __future__ import annotations
