@@ -89,6 +89,11 @@ def hold_main(argv):
     os.makedirs(folder, mode=0o700, exist_ok=True)
     os.chmod(folder, 0o700)
     os.environ["LLMGW_AGENT_STATE"] = os.path.join(folder, "state")
+    cards = os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS")
+    if cards is not None:
+        # The job's cards on this node, as Slurm gave them to this step: its agents offer
+        # these and no others (`discover.job_cards_only`).
+        os.environ["LLMGW_JOB_GPUS"] = cards
     replay_root = os.environ.get(REPLAY_ROOT_ENV)
     if replay_root:
         os.environ["LLMGW_AGENT_REPLAY"] = os.path.join(replay_root, node)

@@ -322,21 +322,24 @@ def collect_facts(replay: Optional[str] = None, model_dirs: Iterable[str] = ()) 
     else:
         facts = _live_facts(model_dirs)
     facts["rail_verdicts"] = _rail_verdicts()
-    return job_cards_only(facts, os.environ)
+    return job_cards_only(facts, dict(os.environ))
+
+
+JOB_GPUS_ENV = "LLMGW_JOB_GPUS"
+"""The cards of the Slurm job an agent serves in (set by `hold` only)."""
 
 
 def job_cards_only(facts: Dict[str, Any], env: Dict[str, str]) -> Dict[str, Any]:
-    """Inside a Slurm job, the cards the scheduler gave it and no others.
+    """Inside a Slurm job's `hold`, the cards the scheduler gave the job and no others.
 
     The allocation is the claim: a job's agent that offered every card of the
-    node would let placement take cards another user's job holds. Slurm names
-    the job's cards on this node in `SLURM_STEP_GPUS` (a step's) or
-    `SLURM_JOB_GPUS` (the batch script's), as indices of the node's cards.
-    Outside a job, or where Slurm names none, the facts are left as read.
+    node would let placement take cards another user's job holds. `hold`
+    (`llmgw_agent.slurm_hold`) names the job's cards on this node in
+    `LLMGW_JOB_GPUS`, as Slurm gave them to its step (indices of the node's
+    cards). Anywhere else (an agent over SSH, the demo run from inside some
+    job) the facts are left as read.
     """
-    if not env.get("SLURM_JOB_ID"):
-        return facts
-    listed = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
+    listed = env.get(JOB_GPUS_ENV)
     if listed is None:
         return facts
     try:

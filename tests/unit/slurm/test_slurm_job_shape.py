@@ -103,20 +103,21 @@ def _facts() -> dict:
     }
 
 
-def test_inside_a_job_the_agent_offers_only_the_cards_slurm_gave_the_step():
-    env = {"SLURM_JOB_ID": "7", "SLURM_STEP_GPUS": "6,7", "SLURM_JOB_GPUS": "0,1"}
-    facts = job_cards_only(_facts(), env)
+def test_inside_a_jobs_hold_the_agent_offers_only_the_cards_slurm_gave_the_step():
+    facts = job_cards_only(_facts(), {"LLMGW_JOB_GPUS": "6,7"})
     assert [c["index"] for c in facts["cards"]] == [6, 7]
     assert [g["card_index"] for g in facts["gpus"]] == [6, 7]
 
 
-def test_outside_a_job_or_where_slurm_names_no_cards_the_facts_are_left_as_read():
+def test_outside_hold_the_facts_are_left_as_read_even_inside_someones_job():
     assert len(job_cards_only(_facts(), {})["gpus"]) == 8
-    assert len(job_cards_only(_facts(), {"SLURM_JOB_ID": "7"})["gpus"]) == 8
+    # The demo run from a shell inside a job: Slurm's own variables are not ours to obey.
+    inside = {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0,1"}
+    assert len(job_cards_only(_facts(), inside)["gpus"]) == 8
 
 
 def test_cards_slurm_names_unreadably_are_none_offered_and_said():
-    facts = job_cards_only(_facts(), {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0,x"})
+    facts = job_cards_only(_facts(), {"LLMGW_JOB_GPUS": "0,x"})
     assert facts["gpus"] == [] and "cannot be read" in facts["errors"][0]
 
 
