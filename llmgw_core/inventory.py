@@ -31,6 +31,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -205,6 +206,19 @@ class NodeSpec(_Strict):
     replay: str | None = None
     engines: EngineLocations = Field(default_factory=EngineLocations)
     work_dir: str | None = None
+    relay: str | None = None
+    """A node of a Slurm job: the command, run on `host` (the cluster's login node), that
+    carries the channel to the agent the job already runs there (`llmgw_core.slurm.hold`),
+    instead of starting an agent. Never written in an inventory: the fleet adds such nodes
+    when a job runs."""
+    cluster: str | None = None
+    """The cluster whose job this node is part of (with `relay`)."""
+    job_id: str | None = None
+    """The Slurm job this node is part of (with `relay`)."""
+    login_of: str | None = None
+    """The cluster whose login node this is: its agent keeps the services' leases and may run
+    gateways, and placement never puts a replica on it. Never written in an inventory: each
+    cluster's login node joins the fleet so."""
 
 
 SlurmName = Annotated[str, AfterValidator(check_slurm_name)]
@@ -230,6 +244,9 @@ class SlurmSettings(_Strict):
     """As Slurm writes it: `MINUTES`, `HH:MM:SS`, `D-HH:MM:SS` or `UNLIMITED`."""
     gres_name: Annotated[str, AfterValidator(check_gres_name)] = "gpu"
     """What the site calls its cards in GRES (`--gres=gpu:h100:8`)."""
+    replay: PathText | None = None
+    """A folder of hardware captures, one per Slurm node name, that each node's agent reads
+    instead of its hardware (the suite's cluster, whose nodes are all one machine)."""
 
 
 class InventoryCluster(_Strict):
@@ -237,6 +254,9 @@ class InventoryCluster(_Strict):
 
     name: str
     slurm: SlurmSettings
+    fabrics: tuple[Fabric, ...] = ()
+    """The InfiniBand/RoCE fabrics every node of the cluster is wired into, named as a node's
+    are (never guessed): a job's nodes join them, so a replica may span nodes."""
     labels: dict[LabelText, LabelText] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -276,10 +296,23 @@ class Inventory(_Strict):
     clusters: tuple[InventoryCluster, ...] = ()
     known_hosts: PathText = DEFAULT_KNOWN_HOSTS
     ssh: SshLimits = Field(default_factory=SshLimits)
+    _job_nodes: tuple[NodeSpec, ...] = PrivateAttr(default=())
 
     def node_specs(self) -> list[NodeSpec]:
-        """Every node with the defaults applied, in inventory order."""
-        return [apply_defaults(node, self.defaults) for node in self.nodes]
+        """Every node with the defaults applied, in inventory order, then each Slurm
+        cluster's login node (`login_spec`), then the nodes of the Slurm jobs the fleet has
+        joined (`with_job_nodes`)."""
+        return (
+            [apply_defaults(node, self.defaults) for node in self.nodes]
+            + [login_spec(cluster) for cluster in self.clusters]
+            + list(self._job_nodes)
+        )
+
+    def with_job_nodes(self, specs: tuple[NodeSpec, ...]) -> Inventory:
+        """This inventory with `specs` as the nodes of running Slurm jobs (replacing any)."""
+        copied = self.model_copy()
+        copied._job_nodes = tuple(specs)
+        return copied
 
     def node_spec(self, name: str) -> NodeSpec:
         """One node by name.
@@ -290,7 +323,7 @@ class Inventory(_Strict):
         for spec in self.node_specs():
             if spec.name == name:
                 return spec
-        names = ", ".join(node.name for node in self.nodes)
+        names = ", ".join(spec.name for spec in self.node_specs())
         raise BadInput(f"no node is named {name!r} in the inventory", f"its nodes are {names}")
 
     def cluster(self, name: str) -> InventoryCluster:
@@ -310,6 +343,16 @@ class Inventory(_Strict):
     def known_hosts_path(self) -> Path:
         """The known_hosts file host keys are checked against."""
         return Path(self.known_hosts).expanduser()
+
+
+def login_spec(cluster: InventoryCluster) -> NodeSpec:
+    """A cluster's login node as a node of the fleet (`NodeSpec.login_of`): `<cluster>-login`."""
+    return NodeSpec(
+        name=f"{cluster.name}-login",
+        host=cluster.slurm.login,
+        labels={"slurm-cluster": cluster.name, "slurm-login": "true"},
+        login_of=cluster.name,
+    )
 
 
 def apply_defaults(node: InventoryNode, defaults: Defaults) -> NodeSpec:

@@ -6,13 +6,14 @@ Subcommands:
   supervise   (internal) the small process that owns one detached shard
   sim-engine  (internal) the simulated inference engine used by the demo and tests
   front       (internal) a gateway's network port: client keys, routing to its workers
+  hold        (internal) a Slurm job's step on one node: one agent per console's relay
 """
 
 from __future__ import annotations
 
 import sys
 
-USAGE = "usage: llmgw {serve,doctor,supervise,sim-engine,front} [options]"
+USAGE = "usage: llmgw {serve,doctor,supervise,sim-engine,front,hold} [options]"
 
 
 def main(argv=None):
@@ -50,6 +51,10 @@ def main(argv=None):
         from llmgw_agent.front.server import main as front_main
 
         return front_main(rest)
+    if command == "hold":
+        from llmgw_agent.slurm_hold import hold_main
+
+        return hold_main(rest)
     sys.stderr.write("llmgw: unknown command {!r}; {}\n".format(command, USAGE))
     return 2
 

@@ -101,6 +101,11 @@ class Fleet:
         self._publish_window_s = min(PUBLISH_WINDOW_S, PUBLISH_WINDOW_S_PER_NODE * len(self._nodes))
         self._published_at = -PUBLISH_WINDOW_S
         self._closing = False
+        self._started = False
+        self.job_listings: dict[str, list[dict[str, Any]]] = {}
+        """Each Slurm job node's last shard listing: what its replica was, once its job ends."""
+        self.jobs_ended: dict[str, str] = {}
+        """Each Slurm job node whose job has ended: the scheduler's words for it."""
         self._wait_for_agents_on_close = True
 
     # --- the picture ----------------------------------------------------
@@ -176,6 +181,7 @@ class Fleet:
 
     async def start(self) -> None:
         """Start every node's task; returns at once (watch `snapshot()` / listeners)."""
+        self._started = True
         for node in self._nodes.values():
             if node.task is None:
                 node.task = asyncio.ensure_future(self._keep_up(node))
@@ -196,6 +202,37 @@ class Fleet:
         await cancel_and_wait(*tasks)
         await asyncio.gather(*(self._disconnect(node) for node in self._nodes.values()))
         await self.connector.close()
+
+    def add_job_nodes(self, specs: list[NodeSpec]) -> None:
+        """Join the nodes of a running Slurm job (`NodeSpec.relay`): each is connected and
+        watched like an inventory node from now on, and `inventory.node_specs()` lists it."""
+        fresh = [spec for spec in specs if spec.name not in self._nodes]
+        for spec in fresh:
+            self._nodes[spec.name] = _Node(spec)
+        kept = tuple(s for s in self.inventory.node_specs() if s.relay is not None)
+        self.inventory = self.inventory.with_job_nodes(kept + tuple(fresh))
+        self._stale = True
+        if self._started:
+            for spec in fresh:
+                node = self._nodes[spec.name]
+                node.task = asyncio.ensure_future(self._keep_up(node))
+
+    async def remove_job_nodes(self, names: list[str]) -> None:
+        """Leave the nodes of a Slurm job that ended: their agents went with the job."""
+        gone = [self._nodes.pop(name) for name in names if name in self._nodes]
+        for name in names:
+            self.job_listings.pop(name, None)
+            self.jobs_ended.pop(name, None)
+        await cancel_and_wait(*(node.task for node in gone if node.task is not None))
+        await asyncio.gather(*(self._disconnect(node) for node in gone))
+        kept = tuple(
+            s for s in self.inventory.node_specs() if s.relay is not None and s.name in self._nodes
+        )
+        self.inventory = self.inventory.with_job_nodes(kept)
+        self._stale = True
+        self._pending = True
+        if self._publishing is None or self._publishing.done():
+            self._publishing = asyncio.ensure_future(self._publish())
 
     def reconnect_now(self, name: str | None = None) -> None:
         """Cut the backoff short: retry one node (or every one) at once."""
@@ -277,6 +314,10 @@ class Fleet:
                 await self._set(node, state="refused", reason=exc.sentence())
             except (LlmgwError, asyncssh.Error, OSError) as exc:
                 reason = exc.sentence() if isinstance(exc, LlmgwError) else str(exc)
+                if node.spec.relay is not None:
+                    ended = await self._job_ended(node.spec)
+                    if ended is not None:
+                        self.jobs_ended[node.spec.name] = reason = ended
                 await self._set(node, state="unreachable", reason=reason)
             finally:
                 await self._disconnect(node)
@@ -287,6 +328,16 @@ class Fleet:
             node.wake.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(node.wake.wait(), delay_s)
+
+    async def _job_ended(self, spec: NodeSpec) -> str | None:
+        """Why a Slurm job's node went, in the scheduler's words, when its job has ended (a
+        cancel, a time limit, a preemption, a node failure); None while the job runs."""
+        from llmgw_core.fleet.slurm_jobs import job_end_reason
+
+        try:
+            return await job_end_reason(self, spec)
+        except (LlmgwError, asyncssh.Error, OSError):
+            return None  # the login node does not answer either: the channel's reason stands
 
     async def _connect(self, node: _Node) -> None:
         spec = node.spec
@@ -300,6 +351,16 @@ class Fleet:
         node.connection = await self.connector.connect(target)
         options = {"replay": spec.replay, "state_dir": spec.work_dir}
         facts = (Op.FACTS, self._facts_args(node))
+        if spec.relay is not None:
+            # A Slurm job's node: its agent already runs in the job, reached through the login
+            # node (`llmgw_core.slurm.hold`); nothing is deployed or started there.
+            node.client = await AgentClient.start(
+                spec.name, node.connection, spec.relay, first=facts
+            )
+            python = str(node.client.hello.get("python") or "")
+            await self._set(node, agent_version=node.client.agent_version, python_version=python)
+            await self._refresh(node)
+            return
         try:
             # Most connections find the agent in place: start it straight away,
             # its facts asked for with the command.

@@ -70,6 +70,10 @@ async def open_fleet(
 
     try:
         await fleet.start()
+        if described.clusters:
+            from llmgw_core.fleet.slurm_jobs import join_running_jobs
+
+            await join_running_jobs(fleet)  # the replicas already running as Slurm jobs
         with contextlib.suppress(TimeoutError):
             await fleet.wait_settled(settle_timeout_s)
     except BaseException:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llmgw_core.errors import LlmgwError
+from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.ssh import SshConnector, SshTarget
 from llmgw_core.inventory import InventoryCluster
 from llmgw_core.slurm.commands import node_listing_argv, remote_command, version_argv
@@ -27,6 +27,10 @@ COMMAND_TIMEOUT_S = 30.0
 
 class SlurmCommandFailed(LlmgwError):
     """A Slurm command on the login node exited with an error."""
+
+
+class NotASlurmLogin(BadInput):
+    """The inventory's `login` does not run Slurm's commands: bad input, exit code 2."""
 
 
 @dataclass(frozen=True)
@@ -82,9 +86,15 @@ async def read_cluster(connector: SshConnector, cluster: InventoryCluster) -> Cl
     where = f"{cluster.name}'s login node {slurm.login}"
     connection = await connector.connect(SshTarget(node=cluster.name, host=slurm.login))
     try:
-        version = read_version(
-            await _run(connection, version_argv(), where), f"scontrol --version on {where}"
-        )
+        try:
+            version_text = await _run(connection, version_argv(), where)
+        except SlurmCommandFailed as exc:
+            raise NotASlurmLogin(
+                exc.message,
+                f"point {cluster.name}'s `login` at the cluster's login node, where sinfo, "
+                "squeue, scontrol, sbatch and scancel are on the PATH",
+            ) from None
+        version = read_version(version_text, f"scontrol --version on {where}")
         listing = version.node_listing
         source = f"the node list of {cluster.name}"
         try:

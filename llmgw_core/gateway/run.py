@@ -65,7 +65,12 @@ async def find_gateway(fleet: Any, name: str) -> GatewayView:
 
 
 def _hosts(fleet: Any) -> dict[str, str]:
-    return {spec.name: spec.host for spec in fleet.inventory.node_specs()}
+    # A Slurm job's node is reached at the address Slurm gives it (its `host` is the login
+    # node, through which the console reaches its agent).
+    return {
+        spec.name: (spec.engine_bind or spec.host) if spec.relay else spec.host
+        for spec in fleet.inventory.node_specs()
+    }
 
 
 CALL_TIMEOUT_S = 15.0

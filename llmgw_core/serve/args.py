@@ -87,6 +87,10 @@ class ServeFields(LayoutFields):
     all_reduce: bool = False
     rails: Literal["tested", "all"] = "tested"
     api_key_env: str | None = Field(default=None, pattern=ENV_NAME)
+    cluster: str | None = Field(default=None, pattern=NAME_PATTERN)
+    """A Slurm cluster of the inventory: each replica is one job there (docs/slurm.md)."""
+    wait_s: float = Field(default=600.0, ge=0, le=7 * 86400)
+    """How long a replica's job may wait in Slurm's queue before the start gives up."""
 
 
 RESTART_FIELDS = (
@@ -105,10 +109,11 @@ RESTART_FIELDS = (
     "max_loras",
     "max_lora_rank",
     "disaggregation",
+    "cluster",
 )
 """The fields whose change needs the engines started again (the others steer the start only:
 fallbacks, timeout, the all-reduce check, the rails)."""
 
-ADDED_RESTART_FIELDS = frozenset({"max_loras", "max_lora_rank", "disaggregation"})
+ADDED_RESTART_FIELDS = frozenset({"max_loras", "max_lora_rank", "disaggregation", "cluster"})
 """Restart fields added after services were first recorded: hashed only where set, so a
 service that does not use them keeps its hash."""

@@ -89,6 +89,10 @@ class ServeRequest:
             `{name, hash, settings}` (`service.spec.ServiceLabel`).
         lora: the LoRA adapters served beside the model, read and checked
             (`serve.adapters.checked_slots`), None for none.
+        cluster: the inventory's Slurm cluster the replica is one job on (None: SSH nodes).
+        wait_s: how long that job may wait in Slurm's queue.
+        slurm: the Slurm job the replica runs in, recorded in every shard's spec:
+            `{cluster, job_id, nodes}` (`serve.slurm`); None on SSH nodes.
     """
 
     model: str
@@ -112,6 +116,9 @@ class ServeRequest:
     service: Mapping[str, Any] | None = None
     engine_args: Mapping[str, str | bool] = field(default_factory=dict)
     lora: LoraSlots | None = None
+    cluster: str | None = None
+    wait_s: float = 600.0
+    slurm: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

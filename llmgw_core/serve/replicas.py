@@ -43,7 +43,49 @@ async def shard_listings(fleet: Any) -> dict[str, list[dict[str, Any]]]:
         return name, [s for s in shards or [] if isinstance(s, dict)]
 
     found = await asyncio.gather(*(one(name) for name in _ready_names(fleet)))
-    return {name: shards for name, shards in found if shards is not None}
+    listings = {name: shards for name, shards in found if shards is not None}
+    return await _with_ended_jobs(fleet, listings)
+
+
+async def _with_ended_jobs(
+    fleet: Any, listings: dict[str, list[dict[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
+    """A Slurm job's node whose job has ended answers no more, and its replica would vanish
+    unexplained: its last listing stands in, every shard that ran failed with the
+    scheduler's words (`job 12 on big ended: CANCELLED`), so the replica is failed with them
+    and `keep` heals it. Nodes of running jobs have their listing kept for that."""
+    kept = getattr(fleet, "job_listings", None)
+    ended = getattr(fleet, "jobs_ended", None)
+    if kept is None or ended is None:
+        return listings
+    for spec in fleet.inventory.node_specs():
+        if spec.relay is None:
+            continue
+        if spec.name in listings:
+            kept[spec.name] = listings[spec.name]
+            continue
+        if spec.name not in kept:
+            continue
+        if spec.name not in ended:
+            # Not answering: ask the scheduler now rather than wait for the node's own retry.
+            from llmgw_core.fleet.slurm_jobs import job_end_reason
+
+            with contextlib.suppress(LlmgwError, OSError):
+                said = await job_end_reason(fleet, spec)
+                if said is not None:
+                    ended[spec.name] = said
+        if spec.name in ended:
+            listings[spec.name] = [
+                {**record, "phase": "failed", "reason": ended[spec.name], "healthy": False}
+                if record.get("phase") in ("starting", "running")
+                else record
+                for record in kept[spec.name]
+            ]
+        else:
+            # Not answering, and the job still runs: as on an SSH node, the replica stands
+            # (judged by the node's state and grace) until the scheduler says.
+            listings[spec.name] = kept[spec.name]
+    return listings
 
 
 async def node_claims(fleet: Any) -> dict[str, dict[str, str]]:
@@ -67,7 +109,9 @@ async def node_claims(fleet: Any) -> dict[str, dict[str, str]]:
 async def fleet_views(fleet: Any) -> tuple[LiveNode, ...]:
     """Every node as placement sees it now (claims read fresh from the agents)."""
     claims = await node_claims(fleet)
-    return live_nodes(fleet.snapshot(), fleet.inventory.node_specs(), claims)
+    # A Slurm cluster's login node runs an agent for leases and gateways, never a replica.
+    specs = [spec for spec in fleet.inventory.node_specs() if spec.login_of is None]
+    return live_nodes(fleet.snapshot(), specs, claims)
 
 
 async def replicas_now(fleet: Any, *, grace_s: float = NODE_GRACE_S) -> tuple[ReplicaView, ...]:
@@ -124,16 +168,27 @@ async def stop_replica(fleet: Any, name: str) -> dict[str, Any]:
     await asyncio.gather(*(stop_shard(fleet, node, sid, forget=True) for node, sid, _ in targets))
     # A node that does not answer keeps its shard until it is back: `replicas` stops it then.
     placed: set[str] = set()
+    jobs: set[tuple[str, str]] = set()
     for records in listings.values():
         for record in records:
             if record.get("replica") == name:
                 spec = (record.get("spec") or {}).get("replica") or {}
                 placed.update(n["node"] for n in spec.get("placement", {}).get("nodes", []))
-    return {
+                slurm = spec.get("slurm") or {}
+                if slurm.get("cluster") and slurm.get("job_id"):
+                    jobs.add((str(slurm["cluster"]), str(slurm["job_id"])))
+    stopped: dict[str, Any] = {
         "name": name,
         "stopped": [{"node": node, "shard_id": sid, "gpus": gpus} for node, sid, gpus in targets],
         "unreached": sorted(placed - set(listings)),
     }
+    if jobs:
+        # On Slurm the job is the claim: stopping the replica gives its allocation back.
+        from llmgw_core.fleet.slurm_jobs import cancel_replica_jobs
+
+        stopped["slurm_jobs_cancelled"] = await cancel_replica_jobs(fleet, sorted(jobs))
+        stopped["unreached"] = []  # the job's nodes went with it
+    return stopped
 
 
 async def reconcile(fleet: Any, *, grace_s: float = NODE_GRACE_S) -> tuple[ReplicaView, ...]:

@@ -549,6 +549,8 @@ async def serve_way(
         replica["api_key_env"] = request.api_key_env  # the variable's name, never its value
         if request.service is not None:
             replica["service"] = dict(request.service)
+        if request.slurm is not None:
+            replica["slurm"] = dict(request.slurm)
         # What placing it again needs, for a console that never saw this serve.
         replica["request"] = {
             "choice": asdict(choice),

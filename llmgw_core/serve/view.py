@@ -251,6 +251,7 @@ class ReplicaView:
             "way": self.spec.get("way", {}).get("label"),
             "fabric": self.spec.get("fabric"),
             "nvlink_domain": self.spec.get("nvlink_domain"),
+            "slurm": dict(self.spec["slurm"]) if self.spec.get("slurm") else None,
             "shards": [
                 {**s.as_dict(), "transport": self.transports.get(s.shard_id)} for s in self.shards
             ],

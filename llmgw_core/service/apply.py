@@ -36,7 +36,8 @@ from llmgw_core.serve.loads import engine_key as _engine_key
 from llmgw_core.serve.loads import engine_metrics
 from llmgw_core.serve.prepare import resolve
 from llmgw_core.serve.replicas import replicas_now, shard_listings, stop_replica
-from llmgw_core.serve.start import ServeRequest, serve
+from llmgw_core.serve.slurm import serve_where_asked
+from llmgw_core.serve.start import ServeRequest
 from llmgw_core.serve.view import ReplicaView, assemble
 from llmgw_core.service.adapters import change_adapters, runtime_refusal, wanted_adapters
 from llmgw_core.service.lease import LEASE_TTL_S, Held, service_lease
@@ -285,7 +286,7 @@ async def _start(
     kept = f"; {replacing} still serves" if replacing else ""
     room = f"no free cards for {request.name}{' to replace ' + replacing if replacing else ''}"
     try:
-        outcome = await serve(fleet, reach, request, model)
+        outcome = await serve_where_asked(fleet, reach, request, model)
     except DoesNotFit as exc:
         raise DoesNotFit(f"{room}: {exc.message}{kept}", exc.fix) from None
     if outcome.phase == "ready":

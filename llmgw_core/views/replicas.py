@@ -71,15 +71,20 @@ def compact_gpus(gpus: tuple[str, ...]) -> str:
 
 
 def replica_row(view: ReplicaView) -> ReplicaRow:
-    """`llama-70b · ready · vllm · 4 × h100-80g · h100-a-01:8000 · 1/1 running · IB + GDR`."""
+    """`llama-70b · ready · vllm · 4 × h100-80g · h100-a-01:8000 · 1/1 running · IB + GDR`;
+    on Slurm the way names the job: `1 × h100-80g · job 12 on big`."""
     running = sum(s.phase == "running" for s in view.shards)
     expected = len(view.spec.get("placement", {}).get("nodes", [])) or len(view.shards)
     transports = sorted({t for t in (shard_transport(view, s) for s in view.shards) if t})
+    way = str((view.spec.get("way") or {}).get("label") or "-")
+    slurm = view.spec.get("slurm") or {}
+    if slurm.get("job_id"):
+        way += f" · job {slurm['job_id']} on {slurm.get('cluster')}"  # a replica is a Slurm job
     return ReplicaRow(
         name=view.name,
         phase=view.phase,
         engine=str(view.spec.get("engine") or "-"),
-        way=str((view.spec.get("way") or {}).get("label") or "-"),
+        way=way,
         endpoint=view.endpoint or "-",
         shards=f"{running}/{expected}",
         transport=", ".join(transports) or "-",

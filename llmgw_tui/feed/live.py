@@ -231,10 +231,10 @@ class LiveFeed:
     async def serve(self, args: ServeArgs) -> ServeOutcome:
         """The `serve` step's start of `args`: its request (`serve_request`: the weights fetched
         where a node lacks them, the key put in front), then plan, place, start and watch."""
-        from llmgw_core.serve.start import serve
+        from llmgw_core.serve.slurm import serve_where_asked
 
         request, model = await self._request(args, name=args.name)
-        outcome = await serve(self._live(), self._engines(), request, model)
+        outcome = await serve_where_asked(self._live(), self._engines(), request, model)
         self._shards_at = -math.inf  # the next poll lists shards again
         if outcome.phase == "ready":
             from llmgw_core.gateway.run import follow_all

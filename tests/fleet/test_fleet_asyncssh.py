@@ -231,7 +231,7 @@ def test_the_agent_is_uploaded_once_and_reused_while_its_hash_is_unchanged(
     # the zipapp (and the folder a start unpacks beside it); no temporary left behind
     assert cached in ([name], [name.removesuffix(".pyz"), name])
     assert Path(first.agent_path).name.startswith("agent-")
-    assert "usage: llmgw {serve,doctor,supervise,sim-engine,front}" in launcher.stdout
+    assert "usage: llmgw {serve,doctor,supervise,sim-engine,front,hold}" in launcher.stdout
 
 
 def fake_python(folder: Path, version: tuple[int, int, int] | None) -> dict[str, str]:

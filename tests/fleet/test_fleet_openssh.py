@@ -200,7 +200,7 @@ def test_the_agent_is_uploaded_once_over_openssh_and_reused(
     launcher = sshd.home / ".local" / "bin" / "llmgw"
     assert launcher.stat().st_mode & 0o111
     assert Path(first.agent_path).name in launcher.read_text()
-    assert "usage: llmgw {serve,doctor,supervise,sim-engine,front}" in doctor.stdout
+    assert "usage: llmgw {serve,doctor,supervise,sim-engine,front,hold}" in doctor.stdout
 
 
 def test_accept_host_prints_the_fingerprint_and_trusts_the_key_once(

@@ -287,7 +287,9 @@ def _write_conf(
         "SlurmdTimeout=60",
         "InactiveLimit=0",
         "KillWait=1",
-        "MinJobAge=2",
+        # A finished job's state and reason stay readable for a minute (a site's default is
+        # 300 s): a console that sees a job's node go asks the controller why it ended.
+        "MinJobAge=60",
         "MessageTimeout=5",
     ]
     gres = ["AutoDetect=off"]

@@ -322,6 +322,34 @@ def collect_facts(replay: Optional[str] = None, model_dirs: Iterable[str] = ()) 
     else:
         facts = _live_facts(model_dirs)
     facts["rail_verdicts"] = _rail_verdicts()
+    return job_cards_only(facts, dict(os.environ))
+
+
+JOB_GPUS_ENV = "LLMGW_JOB_GPUS"
+"""The cards of the Slurm job an agent serves in (set by `hold` only)."""
+
+
+def job_cards_only(facts: Dict[str, Any], env: Dict[str, str]) -> Dict[str, Any]:
+    """Inside a Slurm job's `hold`, the cards the scheduler gave the job and no others.
+
+    The allocation is the claim: a job's agent that offered every card of the
+    node would let placement take cards another user's job holds. `hold`
+    (`llmgw_agent.slurm_hold`) names the job's cards on this node in
+    `LLMGW_JOB_GPUS`, as Slurm gave them to its step (indices of the node's
+    cards). Anywhere else (an agent over SSH, the demo run from inside some
+    job) the facts are left as read.
+    """
+    listed = env.get(JOB_GPUS_ENV)
+    if listed is None:
+        return facts
+    try:
+        given = {int(part) for part in listed.split(",") if part.strip()}
+    except ValueError:
+        unread = "the job's cards cannot be read from {!r}: no card is offered".format(listed)
+        facts["errors"] = [*(facts.get("errors") or []), unread]
+        given = set()
+    facts["cards"] = [c for c in facts.get("cards") or [] if c.get("index") in given]
+    facts["gpus"] = [g for g in facts.get("gpus") or [] if g.get("card_index") in given]
     return facts
 
 

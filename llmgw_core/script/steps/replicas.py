@@ -62,6 +62,10 @@ async def run_replicas(args: ReplicasArgs, ctx: StepContext) -> StepOutcome:
         row = view.as_dict()
         row["trace"] = trace_of(view)
         rows.append(row)
+    if any(row.get("slurm") for row in rows):
+        from llmgw_core.fleet.slurm_jobs import with_job_states
+
+        await with_job_states(fleet, rows)
     result: dict[str, Any] = {"replicas": rows}
     if args.heal:
         result["healed"] = healed

@@ -16,6 +16,8 @@ steps:
       rails: tested              # `all`: use a rail even when its last fabric test failed
       api_key_env: LLAMA_KEY     # the engines refuse requests without this variable's key
       engine_args: {kv_cache_dtype: fp8, enable_prefix_caching: true}   # with `engine:`
+      cluster: hpc-a             # a Slurm cluster of the inventory: the replica is one job there
+      wait_s: 600                # how long its job may wait in Slurm's queue (default 600)
 ```
 
 The result is the replica's name and phase, the way and placement, every
@@ -138,6 +140,8 @@ def serve_request(
         rails=args.rails,
         service=service,
         engine_args=checked_engine_args(args.engine, args.engine_args) if args.engine else {},
+        cluster=args.cluster,
+        wait_s=args.wait_s,
         lora=checked_slots(
             args.adapters,
             model,
@@ -157,7 +161,8 @@ def _hub_adapters(args: ServeFields) -> bool:
 async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     """Plan, place, claim, start and (by default) wait until rank 0's health answers."""
     from llmgw_core.serve.replicas import find_replica
-    from llmgw_core.serve.start import preview_serve, serve
+    from llmgw_core.serve.slurm import serve_where_asked
+    from llmgw_core.serve.start import preview_serve
     from llmgw_core.serve.transport import with_transport
     from llmgw_core.serve.tunnels import fleet_and_reach
 
@@ -165,6 +170,11 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
         args, ctx, name=args.name, wait_ready=args.wait == "ready", starts_split=True
     )
     fleet, reach = await fleet_and_reach(ctx)
+    if args.cluster is not None and args.dry_run:
+        raise BadInput(
+            "a dry run on a Slurm cluster is not supported yet",
+            "leave `dry_run:` out, or serve on SSH nodes",
+        )
     if args.dry_run:
         try:
             if args.disaggregation is not None:  # every worker of both sides
@@ -191,7 +201,7 @@ async def run_serve(args: ServeArgs, ctx: StepContext) -> StepOutcome:
     if args.disaggregation is not None:
         return await _serve_split(fleet, reach, request, model, args.disaggregation)
     try:
-        outcome = await serve(fleet, reach, request, model)
+        outcome = await serve_where_asked(fleet, reach, request, model)
     except DoesNotFit as exc:
         return _no_room(args.name, exc)
     result: dict[str, Any] = outcome.as_dict()

@@ -37,7 +37,12 @@ def refusal(text: str) -> str:
 
 def test_a_cluster_is_read_with_every_option_beside_the_nodes():
     inventory = parse_inventory(GOOD)
-    assert [node.name for node in inventory.node_specs()] == ["gpu-a-01"]
+    # Each cluster's login node joins the fleet (leases, gateways), never as a place to serve.
+    assert [(node.name, node.login_of) for node in inventory.node_specs()] == [
+        ("gpu-a-01", None),
+        ("hpc-a-login", "hpc-a"),
+        ("hpc-b-login", "hpc-b"),
+    ]
     slurm = inventory.cluster("hpc-a").slurm
     assert (slurm.login, slurm.partition, slurm.account, slurm.qos) == (
         "hpc-login",
@@ -66,7 +71,9 @@ def test_a_time_limit_in_minutes_may_be_a_bare_number():
 
 def test_an_inventory_of_clusters_alone_needs_no_nodes():
     inventory = parse_inventory("clusters:\n  - {name: c, slurm: {login: l, partition: p}}\n")
-    assert inventory.node_specs() == [] and inventory.cluster("c").slurm.login == "l"
+    (login,) = inventory.node_specs()  # the cluster's login node only
+    assert (login.name, login.host, login.login_of) == ("c-login", "l", "c")
+    assert inventory.cluster("c").slurm.login == "l"
 
 
 def test_an_unknown_cluster_is_named_with_the_ones_there_are():

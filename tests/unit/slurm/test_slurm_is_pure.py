@@ -18,7 +18,8 @@ ALLOWED = {
     "shlex",
     "pydantic",
 }
-OWN = {"llmgw_core.errors"}
+OWN = {"llmgw_core.errors", "llmgw_core.planner.gpu_classes"}
+"""Sentences, and the table of GPU classes (a GRES type is read as its class)."""
 
 
 def test_the_slurm_package_imports_only_pure_modules():
