@@ -92,6 +92,17 @@ class ServeFields(LayoutFields):
     wait_s: float = Field(default=600.0, ge=0, le=7 * 86400)
     """How long a replica's job may wait in Slurm's queue before the start gives up."""
 
+    @model_validator(mode="after")
+    def _split_on_ssh_nodes(self) -> ServeFields:
+        # A split's workers are placed on the fleet's SSH nodes; given a cluster too, they would
+        # start there silently, not as the cluster's jobs.
+        if self.cluster is not None and self.disaggregation is not None:
+            raise ValueError(
+                "disaggregation on a Slurm cluster is not supported yet: leave out `cluster`"
+                " to split over SSH nodes, or `disaggregation` to serve one job on the cluster"
+            )
+        return self
+
 
 RESTART_FIELDS = (
     "model",

@@ -168,6 +168,21 @@ def test_llama_cpp_split_in_serve_is_exit_2_in_one_sentence(tmp_path, capsys):
     assert "llama.cpp has no prefill/decode split" in error and "\n" not in error
 
 
+@pytest.mark.parametrize("step", ["serve", "apply"])
+def test_a_split_on_a_slurm_cluster_is_exit_2_in_one_sentence(tmp_path, capsys, step):
+    """A split's workers are placed on SSH nodes: given a cluster too, they would start there
+    rather than as the cluster's jobs, so the pair is refused before anything connects."""
+    fields = f"model: {MODEL}, engine: vllm, cluster: hpc-a, disaggregation: {{prefill: {{replicas: 1}}, decode: {{replicas: 1}}}}"
+    given = (
+        f"serve: {{{fields}}}"
+        if step == "serve"
+        else f"apply: {{service: {{name: chat, {fields}}}}}"
+    )
+    code, error = _run(tmp_path, capsys, given)
+    assert code == 2
+    assert "disaggregation on a Slurm cluster is not supported yet" in error and "\n" not in error
+
+
 _SIDE = st.one_of(
     st.none(),
     st.integers(-3, 70),
