@@ -158,6 +158,17 @@ def test_the_gateway_sends_each_request_to_a_prefill_then_a_decode_worker(demo: 
     # goes at its pace (8 rails × 240 Gb/s), not the healthy rails' 388.8 Gb/s.
     assert speeds == [240.0, 240.0], speeds
     print(f"KV handed to the decode side over all 8 rails, mlx5_5 degraded: {speeds} GB/s")
+    # The replica page's per-request proof: each decode worker that received a hand-off shows
+    # its rate beside the KV's path, read from its own hand-off lines.
+    shown = [
+        r["shards"][0]["transport"]["kv"]
+        for r in _replicas(demo)
+        if r["role"] == "decode" and _kv_lines(demo, r["name"])
+    ]
+    assert shown and all(
+        kv["label"] == "KV over mlx5_0..7 (IB), 240.0 GB/s per request" for kv in shown
+    ), shown
+    assert sum(kv["per_request"]["requests"] for kv in shown) == 2, shown
 
 
 def test_stop_of_the_service_stops_both_sides_and_frees_every_card(demo: Demo):
