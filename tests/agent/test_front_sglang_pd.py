@@ -11,6 +11,7 @@ machine).
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -28,7 +29,7 @@ from llmgw_agent.front.pd import ROOMS, bootstrap_body
 from llmgw_agent.front.routing import Worker
 from llmgw_agent.sim.engine.args import parse_engine_argv
 from llmgw_agent.sim.engine.serving import SimHandler, SimState
-from llmgw_agent.sim.engine.transfer import bootstrap_of
+from llmgw_agent.sim.engine.transfer import ROOM_STALE_S, bootstrap_of, fill_room, wait_room
 
 CLIENT_KEY = "sk-client-sglang-pd"
 SGLANG = ["python3", "-m", "sglang.launch_server", "--model-path", "/models/llama"]
@@ -207,3 +208,17 @@ def test_the_bootstrap_fields_are_added_as_sglangs_router_adds_them():
     }
     assert bootstrap_of(sent) == ("[fe80::1]", 8998, 7)
     assert bootstrap_body(b"[1]", "h", 8998, 7) is None
+
+
+def test_a_room_no_decode_worker_took_is_cleared_when_a_later_one_is_filled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The prefill leg runs even when the decode leg then finds no worker: its room would stay
+    in the folder for good."""
+    monkeypatch.setenv("LLMGW_SIM_ROOMS", str(tmp_path))
+    fill_room(8998, 1, {"kv_bytes": 1})
+    old = time.time() - ROOM_STALE_S - 1
+    os.utime(tmp_path / "8998-1.json", (old, old))
+    fill_room(8998, 2, {"kv_bytes": 2})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["8998-2.json"]
+    assert wait_room(8998, 2, 0.1) == {"kv_bytes": 2} and list(tmp_path.iterdir()) == []

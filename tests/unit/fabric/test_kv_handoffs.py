@@ -118,7 +118,7 @@ def test_hostile_hand_off_lines_are_skipped_not_read():
     assert found is not None and (found.count, found.gbytes_per_s) == (1, 10.0)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(
         st.one_of(

@@ -195,10 +195,21 @@ def _room_path(port: int, room: int) -> str:
     return os.path.join(rooms_dir(), "{}-{}.json".format(port, room))
 
 
+ROOM_STALE_S = 600.0
+"""A room older than this was never taken (its decode leg found no worker): cleared."""
+
+
 def fill_room(port: int, room: int, params: Dict[str, Any]) -> None:
-    """The prefill worker's side: the room's KV is ready (`handoff_params`), written whole."""
+    """The prefill worker's side: the room's KV is ready (`handoff_params`), written whole;
+    rooms left untaken for `ROOM_STALE_S` are cleared on the way."""
     import json
 
+    stale = time.time() - ROOM_STALE_S
+    with os.scandir(rooms_dir()) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.stat().st_mtime < stale:
+                    os.unlink(entry.path)
     path = _room_path(port, room)
     partial = path + ".part"
     with open(partial, "w") as handle:
