@@ -17,13 +17,22 @@ were told. Two kinds of line are read:
   over InfiniBand on mlx5_0:1,mlx5_1:1`). Mooncake's own lines are not read
   yet.
 
-`label` gives the replica page's words (`KV over mlx5_0..3 (IB)`); a worker
-whose KV crosses TCP gets a warning, shown red, as a NCCL Socket fallback is.
+A decode worker also logs each hand-off it received, one line a request
+(the sim's `KV transfer: received 2097152 bytes in 0.49 ms (4.3 GB/s)`;
+the agent's `shard.nccl` gives the last of them apart). `read_kv_handoffs`
+reads them into the rate requests get now: the path a worker was given says
+where the KV may go, the hand-offs say how fast it went.
+
+`label` gives the replica page's words (`KV over mlx5_0..3 (IB), 4.1 GB/s per
+request`); a worker whose KV crosses TCP gets a warning, shown red, as a NCCL
+Socket fallback is.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -112,6 +121,56 @@ def read_kv_transport(lines: Iterable[str]) -> KvTransport | None:
     return KvTransport(said.connector if said else "UCX", said.role if said else "", kind, devices)
 
 
+_HANDOFF = re.compile(
+    r"KV transfer: received (?P<bytes>\d{1,19}) bytes in (?P<ms>\d{1,12}(?:\.\d{1,9})?) ms"
+    r" \((?P<rate>\d{1,12}(?:\.\d{1,9})?) GB/s\)",
+    re.ASCII,  # `float` would take other scripts' digits too
+)
+
+
+@dataclass(frozen=True)
+class KvHandoffs:
+    """The last KV hand-offs one decode worker received, one a request.
+
+    Attributes:
+        count: how many hand-off lines were read.
+        bytes_moved: their bytes together.
+        gbytes_per_s: the median request's rate, in GB/s (one slow outlier does not move it).
+        last_gbytes_per_s: the newest request's rate, in GB/s.
+    """
+
+    count: int
+    bytes_moved: int
+    gbytes_per_s: float
+    last_gbytes_per_s: float
+
+
+def read_kv_handoffs(lines: Iterable[str]) -> KvHandoffs | None:
+    """A decode worker's recent hand-offs from its hand-off lines, oldest first; None when it
+    logged none (a prefill worker, a worker not asked yet). A line that does not read as a
+    hand-off, or whose rate is not a finite number, is skipped."""
+    rates: list[float] = []
+    moved = 0
+    for line in lines:
+        match = _HANDOFF.search(line) if isinstance(line, str) else None
+        if match is None:
+            continue
+        rate = float(match["rate"])
+        if not math.isfinite(rate):
+            continue
+        rates.append(rate)
+        moved += int(match["bytes"])
+    if not rates:
+        return None
+    return KvHandoffs(len(rates), moved, statistics.median(rates), rates[-1])
+
+
+def rate_words(handoffs: KvHandoffs) -> str:
+    """`4.1 GB/s per request` (`0.35 GB/s` below one, so a crawl never reads as zero)."""
+    rate = handoffs.gbytes_per_s
+    return f"{rate:.1f} GB/s per request" if rate >= 1 else f"{rate:.2g} GB/s per request"
+
+
 def device_span(devices: Sequence[str]) -> str:
     """`mlx5_0..3` for a run of one stem's numbers, else the names joined: `mlx5_0, mlx5_4`."""
     parts = [_NUMBERED.match(d) for d in devices]
@@ -123,22 +182,31 @@ def device_span(devices: Sequence[str]) -> str:
     return ", ".join(devices)
 
 
-def label(transport: KvTransport) -> str:
-    """`KV over mlx5_0..3 (IB)`, `KV over NVLink`, `KV over TCP (eno1)`."""
+def label(transport: KvTransport, handoffs: KvHandoffs | None = None) -> str:
+    """`KV over mlx5_0..3 (IB)`, `KV over NVLink`, `KV over TCP (eno1)`; with a decode
+    worker's hand-offs, their rate after it: `KV over mlx5_0..3 (IB), 4.1 GB/s per request`."""
     short = _SHORT[transport.kind]
     if transport.kind == "NVLink" or not transport.devices:
-        return f"KV over {short}"
-    if transport.over_tcp:
-        return f"KV over TCP ({device_span(transport.devices)})"
-    return f"KV over {device_span(transport.devices)} ({short})"
+        path = f"KV over {short}"
+    elif transport.over_tcp:
+        path = f"KV over TCP ({device_span(transport.devices)})"
+    else:
+        path = f"KV over {device_span(transport.devices)} ({short})"
+    return f"{path}, {rate_words(handoffs)}" if handoffs is not None else path
 
 
-def kv_warning(replica: str, node: str, transport: KvTransport) -> str | None:
-    """The red line for a worker whose KV crosses TCP; None otherwise."""
+def kv_warning(
+    replica: str, node: str, transport: KvTransport, handoffs: KvHandoffs | None = None
+) -> str | None:
+    """The red line for a worker whose KV crosses TCP (with the rate its requests got, when it
+    received some); None otherwise."""
     if not transport.over_tcp:
         return None
+    got = (
+        f" ({rate_words(handoffs)} over its last {handoffs.count})" if handoffs is not None else ""
+    )
     return (
         f"{replica} on {node}: the KV cache crosses TCP ({device_span(transport.devices)}),"
-        f" not the fabric's rails: every prompt waits for it (check UCX_NET_DEVICES, the"
+        f" not the fabric's rails: every prompt waits for it{got} (check UCX_NET_DEVICES, the"
         f" rails' fabric test, or allow_tcp)"
     )

@@ -119,6 +119,12 @@ async def router_workers(reach: EngineReach, gateway: GatewayView) -> dict[str, 
             "adapters": w.get("adapters") if isinstance(w.get("adapters"), dict) else {},
             "base": w.get("base") is not False,
             "role": w.get("role") if w.get("role") in ("prefill", "decode") else None,
+            "bootstrap_port": (
+                w.get("bootstrap_port")
+                if isinstance(w.get("bootstrap_port"), int)
+                and not isinstance(w.get("bootstrap_port"), bool)
+                else None
+            ),
         }
         for w in listed
         if isinstance(w, dict)
@@ -151,6 +157,8 @@ async def change_workers(
             body["cert"] = worker.cert
         if worker.role is not None:
             body["role"] = worker.role
+        if worker.bootstrap_port is not None:
+            body["bootstrap_port"] = worker.bootstrap_port
         status, text = await front_call(reach.fleet, gateway, "POST", "/workers", body)
         if status != 200:
             raise LlmgwError(
@@ -171,7 +179,7 @@ async def follow(fleet: Any, reach: EngineReach, gateway: GatewayView) -> dict[s
     add, remove = worker_changes(
         wanted,
         {
-            u: served_text(w["model"], w["adapters"], w["base"], w["role"])
+            u: served_text(w["model"], w["adapters"], w["base"], w["role"], w["bootstrap_port"])
             for u, w in present.items()
         },
     )

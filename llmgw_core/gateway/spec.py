@@ -282,19 +282,44 @@ class Worker:
     """`prefill` or `decode` for a worker of a disaggregated service (the front then sends a
     request to a prefill worker first, its answer to a decode worker); None: it does both."""
 
+    bootstrap_port: int | None = None
+    """SGLang's handshake port of a prefill worker: the front then sends its split's requests
+    the way sglang-router does (to both sides at once, with a bootstrap room); None for vLLM's
+    workers and every decode worker."""
+
     @property
     def serves(self) -> str:
-        """What it serves as one comparable text: the model, the adapters, bare or not, its side."""
-        return served_text(self.model, dict(self.adapters), self.base, self.role)
+        """What it serves as one comparable text: the model, the adapters, bare or not, its side
+        (and a prefill worker's bootstrap port)."""
+        return served_text(
+            self.model, dict(self.adapters), self.base, self.role, self.bootstrap_port
+        )
 
 
 def served_text(
-    model: str, adapters: Mapping[str, int | None], base: bool, role: str | None = None
+    model: str,
+    adapters: Mapping[str, int | None],
+    base: bool,
+    role: str | None = None,
+    bootstrap_port: int | None = None,
 ) -> str:
     """A worker's model, adapters, bareness and side as one text (the front's listing gives the
-    same); a worker doing both keeps the text it had before sides existed."""
+    same); a worker doing both keeps the text it had before sides existed, and a vLLM worker
+    the text it had before bootstrap ports."""
     served = [model, sorted([n, i] for n, i in adapters.items()), base or not adapters]
+    if bootstrap_port is not None:
+        return json.dumps([*served, role, bootstrap_port])
     return json.dumps([*served, role] if role else served)
+
+
+def sglang_bootstrap_port(spec: Mapping[str, Any]) -> int | None:
+    """The bootstrap port the front gives an SGLang prefill worker's split (`PdLaunch.recorded`);
+    None for any other worker."""
+    pd = spec.get("pd")
+    if spec.get("engine") != "sglang" or not isinstance(pd, Mapping) or pd.get("role") != "prefill":
+        return None
+    port = pd.get("bootstrap_port")
+    return port if isinstance(port, int) and not isinstance(port, bool) else None
 
 
 def wanted_workers(
@@ -334,6 +359,7 @@ def wanted_workers(
                 adapters=tuple((a["name"], a["lora_id"]) for a in replica.adapters),
                 base=replica.spec.get("adapter_only") is not True,
                 role=worker_role(replica.spec),
+                bootstrap_port=sglang_bootstrap_port(replica.spec),
             )
         )
     return tuple(sorted(workers, key=lambda w: (w.model, w.url)))

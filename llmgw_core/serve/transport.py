@@ -23,7 +23,13 @@ from typing import Any
 
 from llmgw_agent.ops import Op
 from llmgw_core.errors import LlmgwError
-from llmgw_core.fabric.kv_transfer import KvTransport, kv_warning, read_kv_transport
+from llmgw_core.fabric.kv_transfer import (
+    KvHandoffs,
+    KvTransport,
+    kv_warning,
+    read_kv_handoffs,
+    read_kv_transport,
+)
 from llmgw_core.fabric.kv_transfer import label as kv_label
 from llmgw_core.fabric.nccl import NcclTransport
 from llmgw_core.fabric.paths import NvlinkMatrix, inside_path, transport_label
@@ -34,6 +40,9 @@ from llmgw_core.serve.view import ReplicaView, ShardView
 
 NCCL_LINES = 400
 """How many of a shard's first NCCL lines are read: enough for every channel of 8 cards."""
+
+KV_HANDOFF_LINES = 20
+"""How many of a decode worker's last KV hand-off lines are read: the rate requests get now."""
 
 TAIL_FALLBACK_LINES = 2000
 """From an agent without `shard.nccl`, the last lines read instead."""
@@ -101,12 +110,16 @@ def fabric_adapters(fleet: Any, view: ReplicaView) -> list[str] | None:
 
 
 async def shard_nccl_lines(fleet: Any, shard: ShardView) -> list[str]:
-    """One shard's NCCL lines (an older agent: its last lines, which may have lost them)."""
+    """One shard's NCCL lines, then its last KV hand-off lines (an older agent: its last
+    lines, which may have lost them)."""
     try:
         answer = await fleet.request(
-            shard.node, Op.SHARD_NCCL, {"shard_id": shard.shard_id, "limit": NCCL_LINES}
+            shard.node,
+            Op.SHARD_NCCL,
+            {"shard_id": shard.shard_id, "limit": NCCL_LINES, "recent": KV_HANDOFF_LINES},
         )
-        return [str(line) for line in answer.get("lines") or []]
+        said = [*(answer.get("lines") or []), *(answer.get("recent") or [])]
+        return [str(line) for line in said]
     except AgentError as exc:
         if exc.code != "unknown_op":
             raise
@@ -152,22 +165,35 @@ async def with_transport(fleet: Any, view: ReplicaView) -> ReplicaView:
             }
         kv = read_kv_transport(lines) if lines is not None else None
         if kv is not None:
-            # A prefill or decode worker: its KV's path, beside NCCL's.
-            said = {**said, "kv": kv_dict(kv)}
-            warned = kv_warning(view.name, shard.node, kv)
+            # A prefill or decode worker: its KV's path, beside NCCL's, and how fast the
+            # requests a decode worker received lately got their KV.
+            handoffs = read_kv_handoffs(lines or [])
+            said = {**said, "kv": kv_dict(kv, handoffs)}
+            warned = kv_warning(view.name, shard.node, kv, handoffs)
             warnings = [*warnings, warned] if warned else warnings
         by_shard[shard.shard_id] = said
     return dataclasses.replace(view, transports=by_shard, transport_warnings=tuple(warnings))
 
 
-def kv_dict(transport: KvTransport) -> dict[str, Any]:
-    """A worker's KV path as the `replicas` step gives it."""
+def kv_dict(transport: KvTransport, handoffs: KvHandoffs | None = None) -> dict[str, Any]:
+    """A worker's KV path as the `replicas` step gives it; `per_request` the rate of a decode
+    worker's last hand-offs (None for a prefill worker, or before any request)."""
     return {
-        "label": kv_label(transport),
+        "label": kv_label(transport, handoffs),
         "kind": transport.kind,
         "devices": list(transport.devices),
         "connector": transport.connector,
         "role": transport.role,
+        "per_request": (
+            {
+                "gbytes_per_s": handoffs.gbytes_per_s,
+                "last_gbytes_per_s": handoffs.last_gbytes_per_s,
+                "requests": handoffs.count,
+                "bytes": handoffs.bytes_moved,
+            }
+            if handoffs is not None
+            else None
+        ),
     }
 
 

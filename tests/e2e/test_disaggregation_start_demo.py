@@ -76,7 +76,9 @@ def _kv_speeds(demo: Demo, *replicas: str) -> list[float]:
     return [float(re.search(r"\(([0-9.]+) GB/s\)", line).group(1)) for line in lines]
 
 
-def _ask_through(demo: Demo, gateway_name: str, port: int, *, stream: bool = False) -> str:
+def _ask_through(
+    demo: Demo, gateway_name: str, port: int, *, stream: bool = False, model: str = SERVED
+) -> str:
     """One chat through the gateway with the OpenAI SDK; the answer's text."""
     import openai
 
@@ -91,12 +93,12 @@ def _ask_through(demo: Demo, gateway_name: str, port: int, *, stream: bool = Fal
         client = openai.OpenAI(base_url=tunnel.url + "/v1", api_key="unused", http_client=http)
         hello = [{"role": "user", "content": "Say hello. " * 400}]
         if not stream:
-            answer = client.chat.completions.create(model=SERVED, messages=hello)
+            answer = client.chat.completions.create(model=model, messages=hello)
             assert answer.usage.completion_tokens > 1  # the decode side's, not the prefill's
             return answer.choices[0].message.content
         chunks = list(
             client.chat.completions.create(
-                model=SERVED, messages=hello, stream=True, stream_options={"include_usage": True}
+                model=model, messages=hello, stream=True, stream_options={"include_usage": True}
             )
         )
         assert chunks[-1].usage.completion_tokens > 1
@@ -158,6 +160,17 @@ def test_the_gateway_sends_each_request_to_a_prefill_then_a_decode_worker(demo: 
     # goes at its pace (8 rails × 240 Gb/s), not the healthy rails' 388.8 Gb/s.
     assert speeds == [240.0, 240.0], speeds
     print(f"KV handed to the decode side over all 8 rails, mlx5_5 degraded: {speeds} GB/s")
+    # The replica page's per-request proof: each decode worker that received a hand-off shows
+    # its rate beside the KV's path, read from its own hand-off lines.
+    shown = [
+        r["shards"][0]["transport"]["kv"]
+        for r in _replicas(demo)
+        if r["role"] == "decode" and _kv_lines(demo, r["name"])
+    ]
+    assert shown and all(
+        kv["label"] == "KV over mlx5_0..7 (IB), 240.0 GB/s per request" for kv in shown
+    ), shown
+    assert sum(kv["per_request"]["requests"] for kv in shown) == 2, shown
 
 
 def test_stop_of_the_service_stops_both_sides_and_frees_every_card(demo: Demo):
@@ -368,3 +381,48 @@ def test_keep_scales_the_prefill_side_on_its_waiting_prompts_and_leaves_decode_b
     print(f"keep: {kept.result['events']}")
     demo.step("stop", service="keep-pd")
     demo.step("stop", gateway="keep")
+
+
+def test_an_sglang_split_is_routed_the_sglang_router_way_with_a_bootstrap_room(demo: Demo):
+    """SGLang's workers get each request at once, the prefill worker's bootstrap port and a room
+    added: the gateway joins the prefill workers with their port, and the decode worker waits
+    for its room's KV over the rails (the sim's log line per hand-off says so)."""
+    from llmgw_core.gateway.run import find_gateway, router_workers
+    from llmgw_core.serve.http import EngineReach
+
+    port = free_port()
+    service = {
+        "name": "sgl-pd",
+        "model": "catalog:meta-llama/Llama-3.1-8B-Instruct",
+        "context": 8192,
+        "engine": "sglang",
+        "gpu_class": "h100-80g",
+        "gpus": 1,
+        "disaggregation": {"prefill": {"replicas": 1}, "decode": {"replicas": 1}},
+        "gateway": {"name": "sgl", "port": port},
+    }
+    applied = demo.step("apply", service=service)
+    assert applied.ok, applied.error
+    try:
+        reach = EngineReach(demo.fleet)
+        try:
+            gateway = demo.loop.run(find_gateway(demo.fleet, "sgl"))
+            workers = demo.loop.run(router_workers(reach, gateway))
+        finally:
+            demo.loop.run(reach.close())
+        assert sorted(((w["role"], w["bootstrap_port"]) for w in workers.values()), key=str) == [
+            ("decode", None),
+            ("prefill", 8998),
+        ]
+        small = "meta-llama/Llama-3.1-8B-Instruct"
+        assert small in _ask_through(demo, "sgl", port, model=small)
+        assert small in _ask_through(demo, "sgl", port, stream=True, model=small)
+        handed = _kv_lines(demo, "sgl-pd-decode-1")
+        assert len(handed) == 2, handed  # each request's room filled and taken once
+        kv = next(r for r in _replicas(demo) if r["name"] == "sgl-pd-decode-1")
+        kv = kv["shards"][0]["transport"]["kv"]
+        assert kv["per_request"]["requests"] == 2 and "GB/s per request" in kv["label"], kv
+        print(f"SGLang split through the gateway, bootstrap rooms: {kv['label']}")
+    finally:
+        demo.step("stop", service="sgl-pd")
+        demo.step("stop", gateway="sgl")

@@ -10,9 +10,11 @@ which needs nothing of the node's sshd but the channel it already has.
 Routes (HTTP/1.1, one request a connection):
 
 * `GET /workers` → `{"workers": [{url, model_id, is_healthy, load, processed,
-  failures, pinned}]}`;
-* `POST /workers` `{"url", "model_id", "cert"?}` → `{"added": url}`: `cert` is
-  the engine's certificate (PEM), pinned for every connection to it;
+  failures, pinned, role, bootstrap_port, …}]}`;
+* `POST /workers` `{"url", "model_id", "cert"?, "role"?, "bootstrap_port"?}` →
+  `{"added": url}`: `cert` is the engine's certificate (PEM), pinned for every
+  connection to it; `role` a split's side; `bootstrap_port` an SGLang prefill
+  worker's handshake port (its split is then routed SGLang's way, `pd.py`);
 * `DELETE /workers/<url, percent-encoded>` → `{"removed": url}` (404: none);
 * `GET /metrics` → the front's Prometheus text (per key, per worker);
 * `GET /liveness` → 200 while the front runs.

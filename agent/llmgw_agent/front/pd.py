@@ -18,19 +18,29 @@ the client, its tokens are not counted (the decode worker's answer counts
 the prompt too), and a prefill worker that will not connect is out of
 rotation like any worker. An answer of the prefill worker other than 200 is
 the client's answer (a request the engine refused is refused there first).
+
+An SGLang split (its prefill workers joined with their bootstrap port) is
+sent as sglang-router's PD mode and SGLang's `mini_lb` send it (`bootstrap`):
+the client's request goes to a prefill and a decode worker at once, each with
+`bootstrap_host` and `bootstrap_port` (the prefill worker's address and
+handshake port) and a random 63-bit `bootstrap_room` added. The decode worker
+finds the prefill worker by them and waits for that room's KV. The decode
+worker's answer is the client's; the prefill leg runs beside it, unstreamed
+(its answer is read whole and dropped, never shown).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 import ssl
 
 from llmgw_agent.front.relay import whole_answer
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import List, Optional, Tuple
+    from typing import List, Optional, Set, Tuple
 
     from llmgw_agent.front.routing import Pool, Worker
 
@@ -39,6 +49,12 @@ PD_ROUTES = ("/v1/chat/completions", "/v1/completions")
 
 PREFILL_TIMEOUT_S = 600.0
 """How long a prefill may take (a long prompt on a busy worker)."""
+
+ROOMS = 1 << 63
+"""SGLang's bootstrap rooms are drawn from 0 to 2**63 - 1, as its router draws them."""
+
+_legs: Set[asyncio.Task] = set()
+"""The SGLang prefill legs running beside their decode legs (held so none is collected)."""
 
 
 def prefill_body(body: bytes) -> Optional[bytes]:
@@ -141,3 +157,92 @@ async def prefill(
             first = status_head.split(b"\r\n", 1)[0] + b"\r\n"
             return None, (first, whole or b"{}")
         return decode_body(body, whole) or body, None
+
+
+def bootstrap_body(body: bytes, host: str, port: int, room: int) -> Optional[bytes]:
+    """The client's request with SGLang's bootstrap fields added; None when the body is no
+    JSON object (the decode worker then refuses it as the engine does)."""
+    try:
+        parsed = json.loads(body.decode())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    parsed["bootstrap_host"] = "[{}]".format(host) if ":" in host else host
+    parsed["bootstrap_port"] = port
+    parsed["bootstrap_room"] = room
+    return json.dumps(parsed).encode()
+
+
+def unstreamed(body: bytes) -> bytes:
+    """A JSON request with its stream turned off: what the prefill leg is sent, read whole."""
+    parsed = json.loads(body.decode())
+    parsed["stream"] = False
+    parsed.pop("stream_options", None)
+    return json.dumps(parsed).encode()
+
+
+async def bootstrap(
+    pool: Pool,
+    model: Optional[str],
+    target: str,
+    headers: List[Tuple[str, str]],
+    body: bytes,
+    upstream_key: Optional[str],
+    request_id: str,
+) -> Tuple[Optional[bytes], Optional[Tuple[bytes, bytes]]]:
+    """SGLang's two legs: the prefill leg sent and left running, and (the decode worker's body,
+    None); or (None, a 503 when no prefill worker is healthy).
+
+    Raises:
+        Nothing of the network: a prefill worker that will not connect is out of rotation and
+        the next one is tried; one that fails after the request was sent is out of rotation
+        too (its decode worker then waits for a room that never fills, and says so).
+    """
+    tried = ()  # type: Tuple[str, ...]
+    while True:
+        worker = pool.choose(model, body, tried, role="prefill")
+        if worker is None:
+            message = b'{"error": "no prefill worker of the gateway is healthy"}'
+            return None, (b"HTTP/1.1 503 Service Unavailable\r\n", message)
+        tried += (worker.url,)
+        sent = bootstrap_body(
+            body, worker.host, int(worker.bootstrap_port or 0), random.randrange(ROOMS)
+        )
+        if sent is None:
+            return body, None
+        try:
+            reader, writer = await worker.open()
+        except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
+            pool.failed(worker, "it would not connect ({})".format(type(exc).__name__))
+            continue
+        leg = unstreamed(sent)
+        head = worker.request_head(
+            "POST", target, headers, request_id + "-prefill", upstream_key, len(leg)
+        )
+        worker.in_flight += 1
+        worker.processed += 1
+        writer.write(head + leg)
+        task = asyncio.ensure_future(_prefill_leg(pool, worker, reader, writer))
+        _legs.add(task)
+        task.add_done_callback(_legs.discard)
+        return sent, None
+
+
+async def _prefill_leg(
+    pool: Pool, worker: Worker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """Read the prefill worker's answer whole and drop it; its connection kept when it can be."""
+    try:
+        status_head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), PREFILL_TIMEOUT_S)
+        whole = await asyncio.wait_for(whole_answer(status_head, reader, "POST"), PREFILL_TIMEOUT_S)
+    except (OSError, ssl.SSLError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+        writer.close()
+        pool.failed(worker, "it failed a prefill ({})".format(type(exc).__name__))
+        return
+    finally:
+        worker.in_flight -= 1
+    if whole is None or b"connection: close" in status_head.lower():
+        writer.close()
+    else:
+        worker.keep(reader, writer)

@@ -99,11 +99,22 @@ class Worker:
         adapters: Optional[Dict[str, Optional[int]]] = None,
         base: bool = True,
         role: Optional[str] = None,
+        bootstrap_port: Optional[int] = None,
     ) -> None:
         parts = urlsplit(url)
         if role is not None and role not in ROLES:
             raise ValueError("a worker's role is prefill or decode, not {!r}".format(role))
+        if bootstrap_port is not None and (
+            role != "prefill"
+            or isinstance(bootstrap_port, bool)
+            or not isinstance(bootstrap_port, int)
+            or not 0 < bootstrap_port < 65536
+        ):
+            raise ValueError("a bootstrap port is a prefill worker's port number, 1 to 65535")
         self.role = role
+        self.bootstrap_port = bootstrap_port
+        """SGLang's handshake port of a prefill worker: the front then speaks SGLang's router
+        protocol to its split (`pd.bootstrap`); None: vLLM's (`pd.prefill`)."""
         if parts.scheme not in ("http", "https") or not parts.hostname or not parts.port:
             raise ValueError("a worker's URL is http(s)://HOST:PORT, not {!r}".format(url))
         if parts.scheme == "https" and not cert:
@@ -227,6 +238,7 @@ class Worker:
             "pinned": self.cert is not None,
             "capacity": self.capacity,
             "role": self.role,
+            "bootstrap_port": self.bootstrap_port,
         }
 
 
@@ -318,6 +330,14 @@ class Pool:
     def split(self, model: Optional[str]) -> bool:
         """True when some worker of `model` is a prefill worker: its requests go there first."""
         return any(w.role == "prefill" and w.serves(model) for w in self.workers.values())
+
+    def bootstrapped(self, model: Optional[str]) -> bool:
+        """True when a prefill worker of `model` has a bootstrap port: an SGLang split, whose
+        requests go to a prefill and a decode worker at once (`pd.bootstrap`)."""
+        return any(
+            w.role == "prefill" and w.bootstrap_port is not None and w.serves(model)
+            for w in self.workers.values()
+        )
 
     def models(self) -> List[str]:
         """The models and adapters some worker serves, sorted."""

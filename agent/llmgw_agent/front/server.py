@@ -88,7 +88,7 @@ from llmgw_agent.front.http import (
     read_body,
     read_request,
 )
-from llmgw_agent.front.pd import PD_ROUTES, prefill
+from llmgw_agent.front.pd import PD_ROUTES, bootstrap, prefill
 from llmgw_agent.front.quota import SAVE_EVERY_S
 from llmgw_agent.front.relay import relay, whole_answer
 from llmgw_agent.front.routing import POLICIES, Pool, Worker
@@ -155,6 +155,7 @@ class Front:
                     adapters=adapters,
                     base=given.get("base", True) is not False,
                     role=given.get("role"),
+                    bootstrap_port=given.get("bootstrap_port"),
                 )
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 message = {"error": "not a worker: {}".format(exc)}
@@ -382,7 +383,8 @@ class Front:
         rotation and the next one is tried; nothing was sent to it."""
         key_id = exchange.key
         if method == "POST" and clean_path(target) in PD_ROUTES and self.pool.split(model):
-            body, refused = await prefill(
+            legged = bootstrap if self.pool.bootstrapped(model) else prefill
+            body, refused = await legged(
                 self.pool, model, target, headers, body, upstream_key, exchange.id
             )
             if refused is not None:

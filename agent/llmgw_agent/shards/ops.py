@@ -81,13 +81,21 @@ def shard_logs(given: dict, call: Any) -> dict:
     )
 
 
-@operation(Op.SHARD_NCCL, args={"shard_id": Arg((str,)), "limit": Arg((int,), 400, 1, 100_000)})
+@operation(
+    Op.SHARD_NCCL,
+    args={
+        "shard_id": Arg((str,)),
+        "limit": Arg((int,), 400, 1, 100_000),
+        "recent": Arg((int,), 0, 0, 1000),
+    },
+)
 def shard_nccl(given: dict, _call: Any) -> dict:
-    """`shard.nccl` `{shard_id, limit?=400}` → `{lines, truncated}`: the first NCCL INFO/WARN
-    lines of the shard's kept log (what transport NCCL chose)."""
+    """`shard.nccl` `{shard_id, limit?=400, recent?=0}` → `{lines, truncated, recent?}`: the
+    first NCCL INFO/WARN lines of the shard's kept log (what transport NCCL chose), and with
+    `recent` the last KV hand-off lines of a decode worker (the rate its requests get now)."""
     from llmgw_agent.shards.nccl import nccl_lines
 
-    return nccl_lines(given["shard_id"], given["limit"])
+    return nccl_lines(given["shard_id"], given["limit"], given["recent"])
 
 
 @operation(Op.SHARD_HEAD, args={"shard_id": Arg((str,)), "limit": Arg((int,), 600, 1, 20_000)})

@@ -24,7 +24,15 @@ from llmgw_agent.sim.engine import api
 from llmgw_agent.sim.engine.latency import Latencies
 from llmgw_agent.sim.engine.lines import kv_bytes_per_token, lora_loaded_line, lora_removed_line
 from llmgw_agent.sim.engine.stdout import say
-from llmgw_agent.sim.engine.transfer import handoff_params, receive_s, received_line
+from llmgw_agent.sim.engine.transfer import (
+    ROOM_WAIT_S_ENV,
+    bootstrap_of,
+    fill_room,
+    handoff_params,
+    receive_s,
+    received_line,
+    wait_room,
+)
 
 TOKEN_S = 0.005
 """How long the sim takes per generated token: a request is in flight for a while, as on an
@@ -275,8 +283,28 @@ class SimHandler(BaseHTTPRequestHandler):
         request_id = api.request_id(found.chat, number)
         created = api.now()
         handoff = self._kv_handoff(body, found.prompt_tokens)
-        if not _received(body) and self.sim.prefill_s > 0:
+        room = bootstrap_of(body) if self.sim.kv_gbps is not None else None
+        role = (self.sim.engine.get("pd") or {}).get("role")
+        if room is not None and role == "decode":
+            if not self._receive_room(room):
+                message = "the KV of bootstrap room {} never came from {}:{}".format(
+                    room[2], room[0], room[1]
+                )
+                self._send(*api.error(500, message, "InternalServerError"))
+                return
+        elif not _received(body) and self.sim.prefill_s > 0:
             self._prefill(found.prompt_tokens)
+        if room is not None and role == "prefill":
+            # SGLang's prefill worker: the prompt's KV into its room, for the decode worker
+            # that waits there; its own answer (dropped by the router) is not paced.
+            per_token = int(kv_bytes_per_token(self.sim.engine))
+            params = handoff_params(
+                self.sim.engine, room[0], found.prompt_tokens, per_token, self.sim.kv_gbps or 0
+            )
+            fill_room(room[1], room[2], params)
+            if not (isinstance(body, dict) and body.get("stream")):
+                self._send(200, api.completion(found, request_id, created))
+                return
         if isinstance(body, dict) and body.get("stream"):
             self._stream(api.chunks(found, request_id, created), found)
         else:
@@ -309,6 +337,20 @@ class SimHandler(BaseHTTPRequestHandler):
                 self.sim.kv_received_s += wait_s
             say(received_line(moved, wait_s, speed))
         return None
+
+    def _receive_room(self, room: tuple) -> bool:
+        """An SGLang decode worker's wait: for its room's KV from the prefill worker, then as
+        long as the bytes take at the slower side's speed; False when the room stayed empty."""
+        params = wait_room(room[1], room[2], float(os.environ.get(ROOM_WAIT_S_ENV) or 30))
+        if params is None:
+            return False
+        wait_s, moved, speed = receive_s(params, self.sim.kv_gbps or 0)
+        time.sleep(wait_s)
+        with self.sim.lock:
+            self.sim.kv_received_bytes += moved
+            self.sim.kv_received_s += wait_s
+        say(received_line(moved, wait_s, speed))
+        return True
 
     def _prefill(self, prompt_tokens: int) -> None:
         """Read the prompt on the engine's one compute; a prompt queued for it counts as

@@ -19,6 +19,7 @@ libraries' start-up lines are not read yet (docs/disaggregation.md).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -143,3 +144,95 @@ def received_line(moved: int, seconds: float, gbps: float) -> str:
     return "{} received {} bytes in {:.2f} ms ({:.1f} GB/s)".format(
         MARKER, moved, seconds * 1000, gbps / 8
     )
+
+
+# ---- SGLang's bootstrap rooms --------------------------------------------------------------
+#
+# sglang-router sends a request to a prefill and a decode worker at once, with the prefill
+# worker's `bootstrap_host`, `bootstrap_port` and a `bootstrap_room`: the decode worker finds
+# the prefill worker by them and waits for that room's KV. The sim's workers meet in a
+# directory every simulated node of this machine sees (they all run here), not over SGLang's
+# bootstrap server: the demo's nodes share one loopback, where two prefill workers on two
+# "nodes" may hold the same bootstrap port.
+
+ROOMS_ENV = "LLMGW_SIM_ROOMS"
+"""Where the sim's rooms are (else a private folder under the temporary directory)."""
+ROOM_WAIT_S_ENV = "LLMGW_SIM_ROOM_WAIT_S"
+"""How long a decode worker waits for its room's KV before it answers 500 (30 s by default)."""
+_ROOM_LIMIT = 1 << 63
+
+
+def bootstrap_of(body: object) -> Optional[Tuple[str, int, int]]:
+    """A request's `(bootstrap_host, bootstrap_port, bootstrap_room)`; None when it carries
+    none, or one that is not a host, a port and a room of 0 to 2**63 - 1."""
+    if not isinstance(body, dict):
+        return None
+    host, port, room = (
+        body.get("bootstrap_host"),
+        body.get("bootstrap_port"),
+        body.get("bootstrap_room"),
+    )
+    numbers = [v for v in (port, room) if isinstance(v, int) and not isinstance(v, bool)]
+    if not isinstance(host, str) or not host or len(numbers) != 2:
+        return None
+    if not 0 < port < 65536 or not 0 <= room < _ROOM_LIMIT:
+        return None
+    return host, port, room
+
+
+def rooms_dir() -> str:
+    """The folder the sim's prefill and decode workers meet in (created private)."""
+    import tempfile
+
+    path = os.environ.get(ROOMS_ENV) or os.path.join(
+        tempfile.gettempdir(), "llmgw-sim-rooms-{}".format(os.getuid())
+    )
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def _room_path(port: int, room: int) -> str:
+    return os.path.join(rooms_dir(), "{}-{}.json".format(port, room))
+
+
+ROOM_STALE_S = 600.0
+"""A room older than this was never taken (its decode leg found no worker): cleared."""
+
+
+def fill_room(port: int, room: int, params: Dict[str, Any]) -> None:
+    """The prefill worker's side: the room's KV is ready (`handoff_params`), written whole;
+    rooms left untaken for `ROOM_STALE_S` are cleared on the way."""
+    import json
+
+    stale = time.time() - ROOM_STALE_S
+    with os.scandir(rooms_dir()) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.stat().st_mtime < stale:
+                    os.unlink(entry.path)
+    path = _room_path(port, room)
+    partial = path + ".part"
+    with open(partial, "w") as handle:
+        json.dump(params, handle)
+    os.replace(partial, path)
+
+
+def wait_room(port: int, room: int, timeout_s: float) -> Optional[Dict[str, Any]]:
+    """The decode worker's side: the room's hand-off once its prefill worker filled it (the
+    room then emptied); None when it did not within `timeout_s`."""
+    import json
+
+    path = _room_path(port, room)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with open(path) as handle:
+                params = json.load(handle)
+        except (OSError, ValueError):
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.005)
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return params if isinstance(params, dict) else {}
