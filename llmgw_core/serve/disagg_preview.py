@@ -13,7 +13,7 @@ shares: `serve.disagg_start`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llmgw_core.engines.disagg import (
@@ -27,6 +27,7 @@ from llmgw_core.errors import DoesNotFit
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Placement
 from llmgw_core.placement_pd import PdPlacement, PdRefused, PdWant, place_disaggregated
+from llmgw_core.planner.pd_shape import SideShape, split_shapes
 from llmgw_core.serve.choice import Choice
 from llmgw_core.serve.disagg_args import DisaggregationArgs
 from llmgw_core.serve.disagg_explain import side_choice, side_way, transfer_facts
@@ -36,13 +37,26 @@ from llmgw_core.serve.replicas import fleet_views, shard_listings
 
 @dataclass(frozen=True)
 class SplitWorker:
-    """One worker of a disaggregated service, placed: its name, side, way and part."""
+    """One worker of a disaggregated service, placed: its name, side, way, part and batch
+    shape (None where the plan gives its side no way: the service's own shape then)."""
 
     name: str
     role: str
     choice: Choice
     placement: Placement
     pd: PdLaunch
+    shape: SideShape | None = None
+
+    def request(self, request: ServeRequest) -> ServeRequest:
+        """The service's request as this worker starts: its side's sequences and step budget,
+        the operator's own `engine_args` winning where given."""
+        if self.shape is None:
+            return request
+        return replace(
+            request,
+            concurrency=self.shape.max_seqs,
+            engine_args={**self.shape.engine_args(self.choice.engine), **request.engine_args},
+        )
 
 
 @dataclass(frozen=True)
@@ -105,8 +119,17 @@ async def place_split(
     passed_over: list[dict[str, str]] = []
     for choice in resolved.ways:
         rule = connector_rule(choice.engine, split.connector)
-        for role, side in (("prefill", split.prefill), ("decode", split.decode)):
-            side_way(resolved.plan, choice, side, role)  # each side's width holds the model
+        side_ways = {  # each side's width holds the model, and its way sizes its shape
+            role: side_way(resolved.plan, choice, side, role)
+            for role, side in (("prefill", split.prefill), ("decode", split.decode))
+        }
+        shapes = split_shapes(
+            choice.engine,
+            side_ways,
+            context=resolved.context,
+            workload=split.workload,
+            engine_args=dict(request.engine_args),
+        )
         sides = {
             "prefill": side_choice(choice, split.prefill),
             "decode": side_choice(choice, split.decode),
@@ -136,7 +159,14 @@ async def place_split(
                     side_channel_port=ports[1],
                 )
                 workers.append(
-                    SplitWorker(f"{resolved.name}-{role}-{index}", role, sides[role], placement, pd)
+                    SplitWorker(
+                        f"{resolved.name}-{role}-{index}",
+                        role,
+                        sides[role],
+                        placement,
+                        pd,
+                        shapes.get(role),
+                    )
                 )
         return SplitPlaced(resolved, rule, placed, tuple(workers), tuple(passed_over))
     raise DoesNotFit("; ".join(f"{p['way']}: {p['reason']}" for p in passed_over))
@@ -159,7 +189,7 @@ async def preview_disaggregated(
     for worker in found.workers:
         launch, _ = await launch_for(
             fleet,
-            request,
+            worker.request(request),
             worker.choice,
             worker.placement,
             resolved.served_name,
@@ -172,6 +202,7 @@ async def preview_disaggregated(
                 "role": worker.role,
                 "way": worker.choice.label,
                 "placement": worker.placement.as_dict(),
+                "shape": worker.shape.as_dict() if worker.shape else None,
                 "shards": list(shard_preview(launch)),
             }
         )
