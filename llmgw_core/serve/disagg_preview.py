@@ -48,15 +48,41 @@ class SplitWorker:
     shape: SideShape | None = None
 
     def request(self, request: ServeRequest) -> ServeRequest:
-        """The service's request as this worker starts: its side's sequences and step budget,
-        the operator's own `engine_args` winning where given."""
-        if self.shape is None:
-            return request
-        return replace(
-            request,
-            concurrency=self.shape.max_seqs,
-            engine_args={**self.shape.engine_args(self.choice.engine), **request.engine_args},
-        )
+        """The service's request as this worker starts (`with_shape`)."""
+        return with_shape(request, self.shape, self.choice.engine)
+
+
+def with_shape(request: ServeRequest, shape: SideShape | None, engine: str) -> ServeRequest:
+    """The service's request as a worker of one side starts: its side's sequences and step
+    budget, the operator's own `engine_args` winning where given (None: unchanged)."""
+    if shape is None:
+        return request
+    return replace(
+        request,
+        concurrency=shape.max_seqs,
+        engine_args={**shape.engine_args(engine), **request.engine_args},
+    )
+
+
+def side_request(
+    request: ServeRequest, resolved: Resolved, choice: Choice, split: DisaggregationArgs, role: str
+) -> ServeRequest:
+    """The request one more worker of `role` starts with after the split's start (a roll, a
+    worker added by `keep`), shaped as the start shaped its side. A way whose side width the
+    plan does not hold gives no shape: the start then refuses it as before, with its reason."""
+    side = split.prefill if role == "prefill" else split.decode
+    try:
+        way = side_way(resolved.plan, choice, side, role)
+    except DoesNotFit:
+        return request
+    shapes = split_shapes(
+        choice.engine,
+        {role: way},
+        context=resolved.context,
+        workload=split.workload,
+        engine_args=dict(request.engine_args),
+    )
+    return with_shape(request, shapes.get(role), choice.engine)
 
 
 @dataclass(frozen=True)
