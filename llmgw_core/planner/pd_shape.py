@@ -109,6 +109,7 @@ def side_shape(
     input_tokens: int | None = None,
     output_tokens: int | None = None,
     step_tokens: int | None = None,
+    whole_prompt_steps: bool = False,
 ) -> SideShape:
     """The batch shape of one side of a split.
 
@@ -120,6 +121,9 @@ def side_shape(
         input_tokens, output_tokens: the workload's prompt and answer lengths, None for the
             whole context (a prompt that fills it; the whole context for a sequence).
         step_tokens: the operator's own step budget (`engine_args`), which wins.
+        whole_prompt_steps: vLLM with chunked prefill turned off (`enable_chunked_prefill:
+            false`), which refuses a step shorter than the context: both sides' own budgets
+            are then the context.
     """
     prompt = min(input_tokens or context, context)
     if role == "prefill":
@@ -147,6 +151,8 @@ def side_shape(
             if step_tokens
             else f"one token a sequence, at least {DECODE_STEP_FLOOR}"
         )
+    if whole_prompt_steps and not step_tokens and budget is not None and budget < context:
+        budget, why = context, "the context: chunked prefill is off"
     if engine == "vllm" and budget is not None and seqs > budget:
         seqs = budget  # vLLM refuses max_num_seqs above max_num_batched_tokens
         held += f", at most the step's {budget:,}"
@@ -180,6 +186,7 @@ def split_shapes(
     """
     given = (engine_args or {}).get(STEP_FLAG.get(engine, ""))
     step = int(given) if given is not None and int(given) > 0 else None
+    unchunked = engine == "vllm" and (engine_args or {}).get("enable_chunked_prefill") is False
     shapes: dict[str, SideShape] = {}
     for role, way in ways.items():
         if way is None:
@@ -192,5 +199,6 @@ def split_shapes(
             input_tokens=workload.input_tokens if workload is not None else None,
             output_tokens=workload.output_tokens if workload is not None else None,
             step_tokens=step,
+            whole_prompt_steps=unchunked,
         )
     return shapes

@@ -139,9 +139,10 @@ def test_a_side_without_a_planned_way_keeps_the_services_shape():
     input_tokens=st.none() | st.integers(min_value=1, max_value=16_777_216),
     output_tokens=st.integers(min_value=1, max_value=16_777_216),
     step_tokens=st.none() | st.integers(min_value=1, max_value=1_048_576),
+    unchunked=st.booleans(),
 )
 def test_any_room_and_workload_give_a_shape_the_engine_takes_and_the_kv_holds(
-    engine, role, kv_tokens, context, input_tokens, output_tokens, step_tokens
+    engine, role, kv_tokens, context, input_tokens, output_tokens, step_tokens, unchunked
 ):
     shape = side_shape(
         role,
@@ -151,6 +152,7 @@ def test_any_room_and_workload_give_a_shape_the_engine_takes_and_the_kv_holds(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         step_tokens=step_tokens,
+        whole_prompt_steps=unchunked and engine == "vllm",
     )
     assert shape.max_seqs >= 1
     assert shape.sequence_tokens <= context
@@ -158,8 +160,27 @@ def test_any_room_and_workload_give_a_shape_the_engine_takes_and_the_kv_holds(
         assert shape.step_tokens is not None and shape.step_tokens >= shape.max_seqs
     if step_tokens is not None and shape.step_tokens is not None:
         assert shape.step_tokens == step_tokens
+    elif unchunked and engine == "vllm":
+        assert shape.step_tokens is not None and shape.step_tokens >= context
     if role == "decode":
         assert shape.max_seqs == 1 or shape.max_seqs * shape.sequence_tokens <= kv_tokens
     else:
         assert shape.max_seqs <= PREFILL_MAX_SEQS
     assert shape.arithmetic.startswith(f"{role}: ") and "\n" not in shape.arithmetic
+
+
+def test_vllm_without_chunked_prefill_gets_steps_of_the_whole_context_on_both_sides(llama):
+    """vLLM refuses a `max_num_batched_tokens` below `max_model_len` when chunked prefill is
+    off: the decode side's short step would stop it at start-up."""
+    _model, way = llama
+    shapes = split_shapes(
+        "vllm",
+        {"prefill": way, "decode": way},
+        context=CONTEXT,
+        workload=Workload(input_tokens=2000, output_tokens=200),
+        engine_args={"enable_chunked_prefill": False},
+    )
+    assert shapes["prefill"].step_tokens == shapes["decode"].step_tokens == CONTEXT
+    assert shapes["decode"].arithmetic.endswith(
+        "max_num_batched_tokens 16,384 (the context: chunked prefill is off)"
+    )
