@@ -28,16 +28,26 @@ vLLM's engine share is profiled at its default `max_num_seqs`, not at ours.
 So a plan at a side's sequences fits exactly when those sequences' tokens
 fit the way's KV room, which is what this rule holds them to.
 
-What a longer prefill budget costs is not re-planned here: vLLM profiles its
-activation peak at `max_num_batched_tokens` and takes it from the KV cache,
-which the prefill side's few sequences leave mostly empty.
+What a longer prefill step costs is counted by the memory rule itself: vLLM
+profiles its activation peak at `max_num_batched_tokens` before it sizes the
+KV cache, and the plan profiled it at the engine's default step, so a longer
+step takes the difference (`memory.vllm_overheads.activation_bytes` at both)
+out of the prefill side's KV tokens (`vllm_step_kv_cost`). Where the prompts
+then no longer fit, the step stays the default. SGLang keeps its activations
+outside `mem_fraction_static`, and its plan does not model the chunk.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from llmgw_core.memory.vllm import default_batching
+from llmgw_core.memory.vllm_overheads import activation_bytes
+from llmgw_core.memory.weights import serve_dtype_for
+from llmgw_core.model.artifacts import GIB
 
 PREFILL_MAX_SEQS = 16
 """The most prompts a prefill worker holds at once: more would only wait behind its compute."""
@@ -100,6 +110,32 @@ def way_kv_tokens(way: Any, context: int) -> int:
     return max(0, math.floor(concurrency * context))
 
 
+def vllm_step_kv_cost(shape: Any, way: Any) -> Callable[[int], int]:
+    """The KV tokens a vLLM way gives up for a step longer than its plan's: the activation
+    peak at that step less the one the plan profiled (the default step on the way's card),
+    over the KV one token takes on a card."""
+    default_step, default_seqs = default_batching(way.card_memory_gib)
+    serve_dtype = serve_dtype_for(shape, None)
+    per_token = way.context_gib_per_1k_tokens * GIB / 1000
+
+    def peak(tokens: int) -> int:
+        return activation_bytes(
+            shape,
+            tensor_parallel=way.tensor_parallel,
+            max_num_batched_tokens=tokens,
+            max_num_seqs=default_seqs,
+            serve_dtype=serve_dtype,
+            last_stage=True,
+        )
+
+    def cost(step: int) -> int:
+        if step <= default_step or per_token <= 0:
+            return 0
+        return math.ceil((peak(step) - peak(default_step)) / per_token)
+
+    return cost
+
+
 def side_shape(
     role: str,
     engine: str,
@@ -110,6 +146,7 @@ def side_shape(
     output_tokens: int | None = None,
     step_tokens: int | None = None,
     whole_prompt_steps: bool = False,
+    step_kv_cost: Callable[[int], int] | None = None,
 ) -> SideShape:
     """The batch shape of one side of a split.
 
@@ -124,15 +161,26 @@ def side_shape(
         whole_prompt_steps: vLLM with chunked prefill turned off (`enable_chunked_prefill:
             false`), which refuses a step shorter than the context: both sides' own budgets
             are then the context.
+        step_kv_cost: the KV tokens a prefill step of so many tokens takes from the side
+            beyond what its plan counted (`vllm_step_kv_cost`), None: nothing.
     """
     prompt = min(input_tokens or context, context)
     if role == "prefill":
-        fits = kv_tokens // prompt
-        seqs = max(1, min(fits, PREFILL_MAX_SEQS))
-        held = f"{kv_tokens:,} KV tokens ÷ {prompt:,} a prompt = {fits:,}"
-        held += f", at most {PREFILL_MAX_SEQS}" if fits > PREFILL_MAX_SEQS else ""
         whole = min(prompt, max(kv_tokens, 1))
         budget = step_tokens or max(DEFAULT_STEP_TOKENS, whole)
+        given_up = step_kv_cost(budget) if step_kv_cost and not step_tokens else 0
+        if given_up and kv_tokens - given_up < prompt:
+            budget, given_up = DEFAULT_STEP_TOKENS, 0  # the longer step would crowd the prompt out
+        room = max(0, kv_tokens - given_up)
+        fits = room // prompt
+        seqs = max(1, min(fits, PREFILL_MAX_SEQS))
+        kv_text = (
+            f"({kv_tokens:,} − {given_up:,} for the step's activation)"
+            if given_up
+            else f"{kv_tokens:,}"
+        )
+        held = f"{kv_text} KV tokens ÷ {prompt:,} a prompt = {fits:,}"
+        held += f", at most {PREFILL_MAX_SEQS}" if fits > PREFILL_MAX_SEQS else ""
         why = (
             "the operator's"
             if step_tokens
@@ -172,6 +220,7 @@ def split_shapes(
     context: int,
     workload: Any | None = None,
     engine_args: dict[str, Any] | None = None,
+    model_shape: Any | None = None,
 ) -> dict[str, SideShape]:
     """Both sides' shapes, each from its own way (`serve.disagg_explain.side_way`); a side
     whose way the plan does not give (no plan) is left out, and keeps the service's shape.
@@ -183,6 +232,8 @@ def split_shapes(
         workload: `disaggregation.workload` (`planner.pd_ratio.Workload`), None for whole
             contexts.
         engine_args: the operator's checked flags; their step budget wins on both sides.
+        model_shape: the model's shape (`ModelShape`), for what a vLLM prefill step longer
+            than the plan's takes from its KV; None: not counted.
     """
     given = (engine_args or {}).get(STEP_FLAG.get(engine, ""))
     step = int(given) if given is not None and int(given) > 0 else None
@@ -200,5 +251,8 @@ def split_shapes(
             output_tokens=workload.output_tokens if workload is not None else None,
             step_tokens=step,
             whole_prompt_steps=unchunked,
+            step_kv_cost=vllm_step_kv_cost(model_shape, way)
+            if engine == "vllm" and role == "prefill" and model_shape is not None
+            else None,
         )
     return shapes

@@ -164,6 +164,7 @@ def explain_disaggregation(
         context=plan.context if plan is not None else 0,
         workload=split.workload,
         engine_args=checked_engine_args(choice.engine, args.engine_args or {}),
+        model_shape=model.any_shape,
     )
     models = tuple(x for x in (model.repo_id, model.ref) if x)
     prefill_want = side_choice(choice, split.prefill).want(models)

@@ -65,11 +65,17 @@ def with_shape(request: ServeRequest, shape: SideShape | None, engine: str) -> S
 
 
 def side_request(
-    request: ServeRequest, resolved: Resolved, choice: Choice, split: DisaggregationArgs, role: str
+    request: ServeRequest,
+    resolved: Resolved,
+    choice: Choice,
+    split: DisaggregationArgs,
+    role: str,
+    model_shape: Any | None = None,
 ) -> ServeRequest:
     """The request one more worker of `role` starts with after the split's start (a roll, a
     worker added by `keep`), shaped as the start shaped its side. A way whose side width the
-    plan does not hold gives no shape: the start then refuses it as before, with its reason."""
+    plan does not hold gives no shape: the start then refuses it as before, with its reason.
+    `model_shape` counts what a longer vLLM prefill step takes from its KV (`split_shapes`)."""
     side = split.prefill if role == "prefill" else split.decode
     try:
         way = side_way(resolved.plan, choice, side, role)
@@ -81,6 +87,7 @@ def side_request(
         context=resolved.context,
         workload=split.workload,
         engine_args=dict(request.engine_args),
+        model_shape=model_shape,
     )
     return with_shape(request, shapes.get(role), choice.engine)
 
@@ -155,6 +162,7 @@ async def place_split(
             context=resolved.context,
             workload=split.workload,
             engine_args=dict(request.engine_args),
+            model_shape=model.any_shape,
         )
         sides = {
             "prefill": side_choice(choice, split.prefill),

@@ -349,7 +349,7 @@ async def _start_worker(
     side = split.prefill if role == "prefill" else split.decode
     record: dict[str, Any] = {"outcome": "no room", "reason": "no way of the plan fits"}
     for choice in resolved.ways:
-        shaped = side_request(request, resolved, choice, split, role)  # its side's batch shape
+        shaped = side_request(request, resolved, choice, split, role, model.any_shape)
         record = await start_worker(
             fleet, reach, shaped, side_choice(choice, side), resolved, request.name, template
         )

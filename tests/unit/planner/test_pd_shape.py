@@ -18,6 +18,7 @@ from llmgw_core.planner.pd_shape import (
     PREFILL_MAX_SEQS,
     side_shape,
     split_shapes,
+    vllm_step_kv_cost,
     way_kv_tokens,
 )
 from llmgw_core.planner.plan import plan
@@ -184,3 +185,36 @@ def test_vllm_without_chunked_prefill_gets_steps_of_the_whole_context_on_both_si
     assert shapes["decode"].arithmetic.endswith(
         "max_num_batched_tokens 16,384 (the context: chunked prefill is off)"
     )
+
+
+def test_a_prefill_step_past_the_plans_takes_its_activation_from_the_prefill_sides_kv(llama):
+    """vLLM profiles its activation at `max_num_batched_tokens` before it sizes the KV: the
+    70B's plan profiled 8192 tokens, where the sampler's warm-up (1024 rows of the vocabulary)
+    is the peak, so a 12,000-token step costs nothing more, and a 16,384-token one does."""
+    model, way = llama
+    cost = vllm_step_kv_cost(model.any_shape, way)
+    assert cost(8192) == cost(12000) == 0
+    assert cost(16384) == 3636
+    shapes = split_shapes(
+        "vllm", {"prefill": way, "decode": way}, context=CONTEXT, model_shape=model.any_shape
+    )
+    kv = way_kv_tokens(way, CONTEXT)
+    assert shapes["prefill"].step_tokens == CONTEXT
+    assert shapes["prefill"].arithmetic.startswith(
+        f"prefill: ({kv:,} − 3,636 for the step's activation) KV tokens ÷ 16,384 a prompt ="
+        f" {(kv - 3636) // CONTEXT}"
+    )
+    assert "activation" not in shapes["decode"].arithmetic
+
+
+def test_a_prefill_step_whose_activation_would_crowd_the_prompt_out_stays_the_default():
+    shape = side_shape(
+        "prefill",
+        "vllm",
+        kv_tokens=40_000,
+        context=CONTEXT,
+        input_tokens=16_000,
+        step_kv_cost=lambda step: 30_000 if step > DEFAULT_STEP_TOKENS else 0,
+    )
+    assert (shape.step_tokens, shape.max_seqs) == (DEFAULT_STEP_TOKENS, 2)
+    assert shape.arithmetic.endswith("max_num_batched_tokens 8,192 (the engine's default)")
