@@ -168,9 +168,20 @@ def side_shape(
     if role == "prefill":
         whole = min(prompt, max(kv_tokens, 1))
         budget = step_tokens or max(DEFAULT_STEP_TOKENS, whole)
-        given_up = step_kv_cost(budget) if step_kv_cost and not step_tokens else 0
-        if given_up and kv_tokens - given_up < prompt:
-            budget, given_up = DEFAULT_STEP_TOKENS, 0  # the longer step would crowd the prompt out
+        if whole_prompt_steps and not step_tokens:
+            budget = max(budget, context)
+        cost = step_kv_cost if step_kv_cost and not step_tokens else (lambda _step: 0)
+        given_up = cost(budget)
+        if (
+            given_up
+            and kv_tokens - given_up < prompt
+            and budget > DEFAULT_STEP_TOKENS
+            and not whole_prompt_steps
+        ):
+            # The longer step would crowd the prompt out (on a small card even the default
+            # step is past the plan's, and still paid).
+            budget = DEFAULT_STEP_TOKENS
+            given_up = cost(budget)
         room = max(0, kv_tokens - given_up)
         fits = room // prompt
         seqs = max(1, min(fits, PREFILL_MAX_SEQS))
@@ -184,7 +195,11 @@ def side_shape(
         why = (
             "the operator's"
             if step_tokens
-            else (f"a whole prompt of {prompt:,}" if budget == prompt else "the engine's default")
+            else f"a whole prompt of {prompt:,}"
+            if budget == prompt
+            else "the context: chunked prefill is off"
+            if whole_prompt_steps and budget == context
+            else "the engine's default"
         )
         sequence = prompt
     else:

@@ -141,10 +141,22 @@ def test_a_side_without_a_planned_way_keeps_the_services_shape():
     output_tokens=st.integers(min_value=1, max_value=16_777_216),
     step_tokens=st.none() | st.integers(min_value=1, max_value=1_048_576),
     unchunked=st.booleans(),
+    kv_per_step_token=st.integers(min_value=0, max_value=200),
 )
 def test_any_room_and_workload_give_a_shape_the_engine_takes_and_the_kv_holds(
-    engine, role, kv_tokens, context, input_tokens, output_tokens, step_tokens, unchunked
+    engine,
+    role,
+    kv_tokens,
+    context,
+    input_tokens,
+    output_tokens,
+    step_tokens,
+    unchunked,
+    kv_per_step_token,
 ):
+    def cost(step: int) -> int:
+        return max(0, step - 2048) * kv_per_step_token
+
     shape = side_shape(
         role,
         engine,
@@ -154,6 +166,7 @@ def test_any_room_and_workload_give_a_shape_the_engine_takes_and_the_kv_holds(
         output_tokens=output_tokens,
         step_tokens=step_tokens,
         whole_prompt_steps=unchunked and engine == "vllm",
+        step_kv_cost=cost if engine == "vllm" else None,
     )
     assert shape.max_seqs >= 1
     assert shape.sequence_tokens <= context
@@ -167,6 +180,9 @@ def test_any_room_and_workload_give_a_shape_the_engine_takes_and_the_kv_holds(
         assert shape.max_seqs == 1 or shape.max_seqs * shape.sequence_tokens <= kv_tokens
     else:
         assert shape.max_seqs <= PREFILL_MAX_SEQS
+        paid = cost(shape.step_tokens) if engine == "vllm" and step_tokens is None else 0
+        room = kv_tokens - paid
+        assert shape.max_seqs == 1 or shape.max_seqs * shape.sequence_tokens <= room
     assert shape.arithmetic.startswith(f"{role}: ") and "\n" not in shape.arithmetic
 
 
@@ -182,6 +198,7 @@ def test_vllm_without_chunked_prefill_gets_steps_of_the_whole_context_on_both_si
         engine_args={"enable_chunked_prefill": False},
     )
     assert shapes["prefill"].step_tokens == shapes["decode"].step_tokens == CONTEXT
+    assert shapes["prefill"].arithmetic.endswith("(the context: chunked prefill is off)")
     assert shapes["decode"].arithmetic.endswith(
         "max_num_batched_tokens 16,384 (the context: chunked prefill is off)"
     )
