@@ -4,7 +4,8 @@ would build them, nothing claimed or started.
 Both sides are placed together (`placement_pd`), and each worker is a replica
 of its side's way: its width (a side's `layout:` over the way's), the
 connector's flags and the transfer's environment on the rails placement
-found (`LaunchRequest.pd`). The ports shown are those free now. Workers that
+found (`LaunchRequest.pd`), and its side's own batch shape from that way
+(`planner.pd_shape`: its sequences and step). The ports shown are those free now. Workers that
 share a node take their own handshake ports, past those of the workers
 already there, whichever console started them (`place_split`, which a start
 shares: `serve.disagg_start`).
