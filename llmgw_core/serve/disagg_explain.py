@@ -15,12 +15,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llmgw_core.engines.disagg import check_version, connector_rule
+from llmgw_core.engines.flags import checked_engine_args
 from llmgw_core.engines.from_fleet import fabric_adapters
 from llmgw_core.engines.programs import installed_version
 from llmgw_core.errors import DoesNotFit
 from llmgw_core.placement_pd import PdPlacement, PdRefused, PdWant, place_disaggregated
 from llmgw_core.planner.card_rates import card_rate
 from llmgw_core.planner.pd_ratio import Advice, advise_way
+from llmgw_core.planner.pd_shape import split_shapes
 from llmgw_core.serve.choice import Choice
 from llmgw_core.serve.disagg_args import DisaggregationArgs, SideArgs
 
@@ -154,8 +156,16 @@ def explain_disaggregation(
     """
     split: DisaggregationArgs = args.disaggregation
     rule = connector_rule(choice.engine, split.connector)
-    side_way(plan, choice, split.prefill, "prefill")  # its width must hold the model too
+    prefill_way = side_way(plan, choice, split.prefill, "prefill")  # its width holds it too
     way = side_way(plan, choice, split.decode, "decode")
+    shapes = split_shapes(
+        choice.engine,
+        {"prefill": prefill_way, "decode": way},
+        context=plan.context if plan is not None else 0,
+        workload=split.workload,
+        engine_args=checked_engine_args(choice.engine, args.engine_args or {}),
+        model_shape=model.any_shape,
+    )
     models = tuple(x for x in (model.repo_id, model.ref) if x)
     prefill_want = side_choice(choice, split.prefill).want(models)
     decode_want = side_choice(choice, split.decode).want(models)
@@ -205,6 +215,7 @@ def explain_disaggregation(
             return PdExplained(result, again.sentence(want))
         placed = again
     result.update(placed=True, **placed.as_dict())
+    result["shapes"] = {role: shape.as_dict() for role, shape in shapes.items()}
     result["replicas"] = {"prefill": want.prefill_replicas, "decode": want.decode_replicas}
     if advice is not None:
         result["advice"] = advice.as_dict()

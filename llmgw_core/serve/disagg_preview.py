@@ -4,7 +4,8 @@ would build them, nothing claimed or started.
 Both sides are placed together (`placement_pd`), and each worker is a replica
 of its side's way: its width (a side's `layout:` over the way's), the
 connector's flags and the transfer's environment on the rails placement
-found (`LaunchRequest.pd`). The ports shown are those free now. Workers that
+found (`LaunchRequest.pd`), and its side's own batch shape from that way
+(`planner.pd_shape`: its sequences and step). The ports shown are those free now. Workers that
 share a node take their own handshake ports, past those of the workers
 already there, whichever console started them (`place_split`, which a start
 shares: `serve.disagg_start`).
@@ -13,7 +14,7 @@ shares: `serve.disagg_start`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llmgw_core.engines.disagg import (
@@ -27,6 +28,7 @@ from llmgw_core.errors import DoesNotFit
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.placement import Placement
 from llmgw_core.placement_pd import PdPlacement, PdRefused, PdWant, place_disaggregated
+from llmgw_core.planner.pd_shape import SideShape, split_shapes
 from llmgw_core.serve.choice import Choice
 from llmgw_core.serve.disagg_args import DisaggregationArgs
 from llmgw_core.serve.disagg_explain import side_choice, side_way, transfer_facts
@@ -36,13 +38,59 @@ from llmgw_core.serve.replicas import fleet_views, shard_listings
 
 @dataclass(frozen=True)
 class SplitWorker:
-    """One worker of a disaggregated service, placed: its name, side, way and part."""
+    """One worker of a disaggregated service, placed: its name, side, way, part and batch
+    shape (None where the plan gives its side no way: the service's own shape then)."""
 
     name: str
     role: str
     choice: Choice
     placement: Placement
     pd: PdLaunch
+    shape: SideShape | None = None
+
+    def request(self, request: ServeRequest) -> ServeRequest:
+        """The service's request as this worker starts (`with_shape`)."""
+        return with_shape(request, self.shape, self.choice.engine)
+
+
+def with_shape(request: ServeRequest, shape: SideShape | None, engine: str) -> ServeRequest:
+    """The service's request as a worker of one side starts: its side's sequences and step
+    budget, the operator's own `engine_args` winning where given (None: unchanged)."""
+    if shape is None:
+        return request
+    return replace(
+        request,
+        concurrency=shape.max_seqs,
+        engine_args={**shape.engine_args(engine), **request.engine_args},
+    )
+
+
+def side_request(
+    request: ServeRequest,
+    resolved: Resolved,
+    choice: Choice,
+    split: DisaggregationArgs,
+    role: str,
+    model_shape: Any | None = None,
+) -> ServeRequest:
+    """The request one more worker of `role` starts with after the split's start (a roll, a
+    worker added by `keep`), shaped as the start shaped its side. A way whose side width the
+    plan does not hold gives no shape: the start then refuses it as before, with its reason.
+    `model_shape` counts what a longer vLLM prefill step takes from its KV (`split_shapes`)."""
+    side = split.prefill if role == "prefill" else split.decode
+    try:
+        way = side_way(resolved.plan, choice, side, role)
+    except DoesNotFit:
+        return request
+    shapes = split_shapes(
+        choice.engine,
+        {role: way},
+        context=resolved.context,
+        workload=split.workload,
+        engine_args=dict(request.engine_args),
+        model_shape=model_shape,
+    )
+    return with_shape(request, shapes.get(role), choice.engine)
 
 
 @dataclass(frozen=True)
@@ -105,8 +153,18 @@ async def place_split(
     passed_over: list[dict[str, str]] = []
     for choice in resolved.ways:
         rule = connector_rule(choice.engine, split.connector)
-        for role, side in (("prefill", split.prefill), ("decode", split.decode)):
-            side_way(resolved.plan, choice, side, role)  # each side's width holds the model
+        side_ways = {  # each side's width holds the model, and its way sizes its shape
+            role: side_way(resolved.plan, choice, side, role)
+            for role, side in (("prefill", split.prefill), ("decode", split.decode))
+        }
+        shapes = split_shapes(
+            choice.engine,
+            side_ways,
+            context=resolved.context,
+            workload=split.workload,
+            engine_args=dict(request.engine_args),
+            model_shape=model.any_shape,
+        )
         sides = {
             "prefill": side_choice(choice, split.prefill),
             "decode": side_choice(choice, split.decode),
@@ -136,7 +194,14 @@ async def place_split(
                     side_channel_port=ports[1],
                 )
                 workers.append(
-                    SplitWorker(f"{resolved.name}-{role}-{index}", role, sides[role], placement, pd)
+                    SplitWorker(
+                        f"{resolved.name}-{role}-{index}",
+                        role,
+                        sides[role],
+                        placement,
+                        pd,
+                        shapes.get(role),
+                    )
                 )
         return SplitPlaced(resolved, rule, placed, tuple(workers), tuple(passed_over))
     raise DoesNotFit("; ".join(f"{p['way']}: {p['reason']}" for p in passed_over))
@@ -159,7 +224,7 @@ async def preview_disaggregated(
     for worker in found.workers:
         launch, _ = await launch_for(
             fleet,
-            request,
+            worker.request(request),
             worker.choice,
             worker.placement,
             resolved.served_name,
@@ -172,6 +237,7 @@ async def preview_disaggregated(
                 "role": worker.role,
                 "way": worker.choice.label,
                 "placement": worker.placement.as_dict(),
+                "shape": worker.shape.as_dict() if worker.shape else None,
                 "shards": list(shard_preview(launch)),
             }
         )

@@ -90,7 +90,7 @@ async def serve_disaggregated(
                     fleet,
                     reach,
                     replace(
-                        request,
+                        worker.request(request),
                         name=worker.name,
                         service=labels(worker.role) if labels else {"name": resolved.name},
                     ),

@@ -30,6 +30,7 @@ from llmgw_core.fleet.client import AgentLost
 from llmgw_core.gateway.run import follow_all, start_gateway
 from llmgw_core.gateway.spec import gateway_views
 from llmgw_core.serve.disagg_explain import side_choice
+from llmgw_core.serve.disagg_preview import side_request
 from llmgw_core.serve.disagg_start import serve_disaggregated, start_worker
 from llmgw_core.serve.http import EngineReach
 from llmgw_core.serve.loads import engine_key as _engine_key
@@ -349,8 +350,9 @@ async def _start_worker(
     side = split.prefill if role == "prefill" else split.decode
     record: dict[str, Any] = {"outcome": "no room", "reason": "no way of the plan fits"}
     for choice in resolved.ways:
+        shaped = side_request(request, resolved, choice, split, role, model.any_shape)
         record = await start_worker(
-            fleet, reach, request, side_choice(choice, side), resolved, request.name, template
+            fleet, reach, shaped, side_choice(choice, side), resolved, request.name, template
         )
         if record["outcome"] != "no room":
             break

@@ -1,7 +1,7 @@
 """`explain` of disaggregated services on the demo fleet, headless: a 70B split two and two on
 the H100 pair over ib-a's rails (the rail the fabric test failed left out of the KV's devices),
 and `auto` inside the NVL72 rack over NVLink, each with the advisor's arithmetic; a dry run
-builds every worker's command on the rails that passed."""
+builds every worker's command on the rails that passed, each side with its own batch shape."""
 
 from __future__ import annotations
 
@@ -31,6 +31,10 @@ steps:
       {{{LAYOUT}, gpu_class: h100-80g, gpus: 4, dry_run: true, disaggregation: {{
         prefill: {{replicas: 2}}, decode: {{replicas: 2}}, connector: mooncake}}}}
   - serve: {{{LAYOUT}, gpu_class: gb200-186g, gpus: 4, dry_run: true, disaggregation: auto}}
+  - serve:
+      {{{LAYOUT}, gpu_class: h100-80g, gpus: 4, dry_run: true,
+        engine_args: {{max_num_batched_tokens: 4096}}, disaggregation: {{prefill: {{replicas: 1}},
+        decode: {{replicas: 1}}, workload: {{input_tokens: 12000, output_tokens: 500}}}}}}
   - explain:
       {{{LAYOUT}, gpu_class: h100-80g, gpus: 8, disaggregation: {{prefill: {{replicas: 2}},
         decode: {{replicas: 1}}}}}}
@@ -76,7 +80,7 @@ def test_auto_inside_the_nvl72_rack_takes_the_advisors_ratio_over_nvlink(steps):
 
 
 def test_no_room_for_both_sides_on_one_interconnect_fails_the_step_with_the_reason(steps):
-    explain = steps[5]
+    explain = steps[6]
     assert explain["step"] == "explain" and not explain["ok"], explain
     assert explain["error"].startswith(
         "no interconnect has room for 2 prefill (8 h100-80g) and 1 decode (8 h100-80g) together"
@@ -109,3 +113,45 @@ def test_a_dry_run_of_auto_shows_one_worker_a_side_and_says_where_the_ratio_come
     assert [w["role"] for w in serve["result"]["workers"]] == ["prefill", "decode"]
     assert serve["result"]["disaggregation"]["transport"] == "nvlink"
     assert "`explain` gives the advisor's ratio" in serve["result"]["warnings"][-1]
+
+
+def _flag(worker: dict, flag: str) -> str:
+    argv = worker["shards"][0]["commands"][0]["argv"]
+    return argv[argv.index(flag) + 1]
+
+
+def test_explain_of_a_split_shows_each_sides_batch_shape_with_its_arithmetic(steps):
+    shapes = steps[1]["result"]["disaggregation"]["shapes"]
+    prefill, decode = shapes["prefill"], shapes["decode"]
+    kv = decode["kv_tokens"]
+    assert (prefill["max_seqs"], prefill["step_tokens"]) == (16, 8192)
+    assert prefill["arithmetic"].startswith(f"prefill: {kv:,} KV tokens ÷ 8,000 a prompt = ")
+    assert decode["max_seqs"] == kv // 8200 > prefill["max_seqs"]
+    assert decode["arithmetic"] == (
+        f"decode: {kv:,} KV tokens ÷ 8,200 a whole context = {kv // 8200} → {kv // 8200}"
+        " sequences; max_num_batched_tokens 256 (one token a sequence, at least 256)"
+    )
+
+
+def test_each_workers_command_carries_its_sides_shape_at_the_whole_context_without_a_workload(
+    steps,
+):
+    workers = steps[3]["result"]["workers"]
+    prefill, decode = workers[0], workers[2]
+    assert _flag(prefill, "--max-num-batched-tokens") == "16384"  # a prompt filling the context
+    assert int(_flag(prefill, "--max-num-seqs")) == prefill["shape"]["max_seqs"] == 16
+    assert int(_flag(decode, "--max-num-seqs")) == decode["shape"]["kv_tokens"] // 16384
+    assert _flag(decode, "--max-num-batched-tokens") == "256"
+
+
+def test_the_operators_step_budget_wins_on_both_sides_and_the_sequences_follow_the_workload(steps):
+    serve = steps[5]
+    assert serve["step"] == "serve" and serve["ok"], serve
+    prefill, decode = serve["result"]["workers"]
+    assert _flag(prefill, "--max-num-batched-tokens") == _flag(decode, "--max-num-batched-tokens")
+    assert _flag(prefill, "--max-num-batched-tokens") == "4096"
+    argv = prefill["shards"][0]["commands"][0]["argv"]
+    assert argv.count("--max-num-batched-tokens") == 1
+    assert _flag(prefill, "--max-num-seqs") == "16"
+    assert int(_flag(decode, "--max-num-seqs")) == decode["shape"]["kv_tokens"] // 12500
+    assert "(the operator's)" in decode["shape"]["arithmetic"]

@@ -279,6 +279,15 @@ def test_a_roll_of_the_decode_side_under_a_bench_fails_no_request(demo: Demo):
         "small-pd-prefill-2",
     ]
     assert {r["role"] for n, r in live.items() if "decode" in n} == {"decode"}
+    # Each side keeps its own batch shape through the roll: a new decode worker as many whole
+    # contexts as its KV holds and a short step, the prefill workers few prompts and long steps.
+    rolled_view = demo.loop.run(find_replica(demo.fleet, "small-pd-decode-3"))
+    seqs = int(rolled_view.spec["request"]["concurrency"])
+    assert seqs > 16
+    assert rolled_view.spec["engine_args"] == {"max_num_batched_tokens": str(max(seqs, 256))}
+    prefill_view = demo.loop.run(find_replica(demo.fleet, "small-pd-prefill-1"))
+    assert int(prefill_view.spec["request"]["concurrency"]) == 16
+    assert prefill_view.spec["engine_args"] == {"max_num_batched_tokens": "8192"}
     assert demo.step("apply", service=changed).result["actions"] == []
 
 
