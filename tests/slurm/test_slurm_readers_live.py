@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from slurm_cluster import SlurmCluster
+from slurm_cluster import SlurmCluster, node_address
 
 from llmgw_core.slurm.gres import GresCount
 from llmgw_core.slurm.jobs import SlurmJob, read_jobs_json, read_jobs_oneline, read_submitted
@@ -95,7 +95,7 @@ def test_the_node_list_says_which_cards_are_taken_and_which_node_is_drained(scen
         8,
         64000,
         "localhost",
-        "127.0.0.1",
+        node_address(),
     )
     assert (nodes["a100-1"].gpu_count, nodes["a100-1"].gpus_used) == (4, 2)
     drained = nodes["cpu-1"]

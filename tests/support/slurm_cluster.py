@@ -44,6 +44,15 @@ the demo gateways' (kept_demo's 21000 to 27000)."""
 PORTS_TO = 28000
 
 
+def node_address() -> str:
+    """The loopback address this worker's cluster gives its nodes (`NodeAddr`), one a
+    pytest-xdist worker: a job's engines bind the address Slurm gives their node from the
+    same first port, so two workers' clusters on 127.0.0.1 took each other's engine port
+    (a replica answered health on the other's engine, and its `ask` hung)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    return f"127.0.0.{11 + (int(worker) if worker.isdigit() else 0) % 200}"
+
+
 @dataclass(frozen=True)
 class NodeLine:
     """One node of the private cluster as slurm.conf and gres.conf declare it."""
@@ -295,7 +304,7 @@ def _write_conf(
     gres = ["AutoDetect=off"]
     for index, node in enumerate(nodes):
         line = (
-            f"NodeName={node.name} NodeHostname=localhost NodeAddr=127.0.0.1 "
+            f"NodeName={node.name} NodeHostname=localhost NodeAddr={node_address()} "
             f"Port={ports[1 + index]} CPUs={node.cpus} RealMemory={node.memory_mib} "
             f"Feature={','.join(node.features)} State=UNKNOWN"
         )
