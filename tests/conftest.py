@@ -74,6 +74,11 @@ def models_dir() -> Path:
 
 LONGEST_FILES = {
     "tests/e2e/test_vllm_real_serve.py": 311,  # three real vLLM starts, a roll, the SDK, the demo
+    "tests/slurm/test_slurm_time_limit_live.py": 170,  # Slurm's one-minute limit, checked every 30 s
+    "tests/e2e/test_disaggregation_start_demo.py": 70,
+    "tests/slurm/test_slurm_keep_live.py": 55,
+    "tests/slurm/test_slurm_serve_live.py": 45,
+    "tests/slurm/test_slurm_roll_live.py": 40,
     "tests/e2e/test_keep_demo.py": 167,
     "tests/e2e/test_service_demo.py": 125,
     "tests/e2e/test_vllm_vs_sim.py": 109,  # the real vLLM's start on the CPU
