@@ -204,3 +204,57 @@ def test_a_job_the_scheduler_ends_at_its_time_limit_is_a_failed_replica_with_its
     assert "(Reason=TimeLimit)" in replica["reason"], replica["reason"]
     assert replica["slurm"]["state"] == "TIMEOUT"
     assert slurm.queue() == []
+
+
+def test_the_console_shows_a_served_replicas_job_state_and_names_it_on_the_clusters_node(
+    tmp_path: Path, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+):
+    """A replica served headless, then a console opened on the same inventory: the replicas
+    screen says its job and `RUNNING`, and the fleet's cluster names the node's holder by the
+    replica, not as another job."""
+    import asyncio
+
+    serve = (
+        "steps:\n"
+        f"  - serve: {{model: '{LLAMA_8B}', context: 8192, name: llama, cluster: big,"
+        " gpu_class: h100-80g, gpus: 1}\n"
+    )
+    with login_node(
+        tmp_path, {"SLURM_CONF": str(slurm.conf)}, _cluster_yaml(_captures(tmp_path))
+    ) as (inventory, env):
+        code, lines, said = run_json(inventory, serve, env=env, timeout=200)
+        assert code == 0, (said, lines)
+        (job_id,) = slurm.queue()
+        monkeypatch.setenv("HOME", env["HOME"])
+        asyncio.run(_console_sees_the_job(inventory, job_id))
+        code, lines, said = run_json(inventory, "steps: [{stop: {replica: llama}}]", env=env)
+    assert code == 0, (said, lines)
+    assert slurm.queue() == []
+
+
+async def _console_sees_the_job(inventory: str, job_id: str) -> None:
+    from live_walk import until
+    from textual.widgets import DataTable, Static
+
+    from llmgw_tui.app import LlmgwApp
+    from llmgw_tui.feed import LiveFeed
+    from llmgw_tui.screens.replicas import ReplicasScreen
+
+    app = LlmgwApp(LiveFeed(inventory=inventory, demo=False, refresh_s=1.0), animation="none")
+    async with app.run_test(size=(160, 40)) as pilot:
+        clusters = app.screen.query_one("#fleet-clusters", Static)
+        await until(
+            pilot, lambda: "llama (job" in str(clusters.content), "the job on the fleet", 60
+        )
+        assert f"llama (job {job_id}, 1 card)" in str(clusters.content)
+        assert "another job" not in str(clusters.content)
+        await pilot.press("colon", *"replicas", "enter")
+        await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas")
+        table = app.screen.query_one("#replicas", DataTable)
+
+        def way() -> str:
+            return str(table.get_cell("llama", "way")) if table.row_count else ""
+
+        await until(pilot, lambda: "RUNNING" in way(), "the job's state", 60)
+        assert way().endswith(f"· job {job_id} on big · RUNNING")
+        await pilot.press("q")
