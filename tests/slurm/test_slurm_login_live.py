@@ -152,3 +152,26 @@ async def _watch_the_fleet(inventory: str, job: str) -> None:
         (red,) = [line for line in text.splitlines() if line.startswith("gone")]
         assert red.startswith("gone via nowhere: ") and "cannot be reached" in red
         await pilot.press("q")
+
+
+def test_a_plan_on_a_cluster_is_made_against_its_partition_and_an_unknown_cluster_is_refused(
+    tmp_path: Path, slurm: SlurmCluster
+):
+    """`plan` with `cluster:` sizes the model on the partition as `serve` there would: the
+    Serve wizard's ways on a Slurm place come from this."""
+    script = (
+        "steps:\n"
+        "  - plan: {model: 'catalog:meta-llama/Llama-3.3-70B-Instruct', context: 8192,"
+        " cluster: big}\n"
+    )
+    with _login(tmp_path, {"SLURM_CONF": str(slurm.conf)}) as (inventory, env):
+        code, lines, said = run_json(inventory, script, env=env)
+        assert code == 0, said
+        body = lines[0]["result"]
+        classes = {option["gpu_class"] for option in body["options"]}
+        assert classes <= {"h100-80g", "a100-80g"} and classes, body["options"]
+        code, lines, said = run_json(
+            inventory, script.replace("cluster: big", "cluster: small"), env=env
+        )
+    assert code == 2 and "Traceback" not in said
+    assert lines[0]["error"].startswith("no cluster is named 'small' in the inventory")
