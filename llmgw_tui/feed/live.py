@@ -150,6 +150,12 @@ class LiveFeed:
             await read_clusters_or_sentences(fleet.connector, fleet.inventory.clusters)
         )
 
+    def cluster_names(self) -> tuple[str, ...]:
+        """The inventory's clusters by name, once the fleet is open."""
+        if self._fleet is None:
+            return ()
+        return tuple(cluster.name for cluster in self._fleet.inventory.clusters)
+
     async def slurm_jobs(self, views: tuple[ReplicaView, ...]) -> dict[str, dict[str, Any]]:
         """Each Slurm replica's job as the scheduler says now (`with_job_states`, as the
         `replicas` step reads it)."""
@@ -338,12 +344,16 @@ class LiveFeed:
         from llmgw_core.script.steps.plan import fleet_for, plan_outcome
 
         ctx = ConsoleContext(self._live(), self._demo)
-        fleet = await fleet_for(ctx)
+        fleet = await fleet_for(ctx, args.cluster)  # a Slurm place: its partition
         return await asyncio.to_thread(plan_outcome, args, ctx, fleet)
 
     async def preview(self, args: ServeArgs) -> ServePreview | None:
-        """What the `serve` step would start of `args`, per node, without starting it."""
+        """What the `serve` step would start of `args`, per node, without starting it; None on
+        a Slurm cluster, whose nodes are known only once its job runs (no dry run there)."""
         from llmgw_core.serve.prepare import preview_serve
+
+        if args.cluster is not None:
+            return None
 
         request, model = await self._request(args, name=args.name)
         return await preview_serve(self._live(), request, model)

@@ -37,6 +37,11 @@ class FleetFeed(Protocol):
         is its sentence (`ClusterSummary.error`), never an exception."""
         ...
 
+    def cluster_names(self) -> tuple[str, ...]:
+        """The inventory's Slurm clusters by name (no I/O; empty until the fleet is open): the
+        places the Serve wizard offers beside the SSH nodes."""
+        ...
+
     async def slurm_jobs(self, views: tuple[ReplicaView, ...]) -> dict[str, dict[str, Any]]:
         """Per Slurm replica's name, its job read from the scheduler now: `{cluster, job_id,
         nodes, state, reason}` (`state` `GONE` once the controller forgot it; None where the

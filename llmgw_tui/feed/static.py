@@ -158,6 +158,10 @@ class StaticFeed:
         """A fixed fleet has no Slurm cluster."""
         return ()
 
+    def cluster_names(self) -> tuple[str, ...]:
+        """A fixed fleet has no Slurm cluster."""
+        return ()
+
     async def slurm_jobs(self, views: tuple[ReplicaView, ...]) -> dict[str, dict[str, Any]]:
         """A fixed fleet has no scheduler to ask."""
         return {}

@@ -74,8 +74,9 @@ def step_model(ref: str, ctx: StepContext) -> ModelInfo:
     return model_for(ref, ctx.script_dir, offline=True if ctx.demo else None)
 
 
-async def fleet_for(ctx: StepContext) -> Fleet:
-    """The fleet a plan is made against.
+async def fleet_for(ctx: StepContext, cluster: str | None = None) -> Fleet:
+    """The fleet a plan is made against; with `cluster`, that Slurm cluster's partition
+    (`cluster_fleet`).
 
     A described fleet (`fleet:` in the script) is planned as written;
     otherwise the live fleet (`--inventory FILE` or `--demo`) as its nodes
@@ -86,6 +87,8 @@ async def fleet_for(ctx: StepContext) -> Fleet:
     """
     from llmgw_core.planner.pools import described_fleet
 
+    if cluster is not None:
+        return await cluster_fleet(cluster, ctx)
     if ctx.described_fleet:
         return described_fleet(ctx.described_fleet)
     if not ctx.has_live_fleet:
@@ -136,9 +139,7 @@ def run_plan(args: PlanArgs, ctx: StepContext) -> StepOutcome | Awaitable[StepOu
 
 
 async def _plan_live(args: PlanArgs, ctx: StepContext) -> StepOutcome:
-    if args.cluster is not None:
-        return plan_outcome(args, ctx, await cluster_fleet(args.cluster, ctx))
-    return plan_outcome(args, ctx, await fleet_for(ctx))
+    return plan_outcome(args, ctx, await fleet_for(ctx, args.cluster))
 
 
 async def cluster_fleet(name: str, ctx: StepContext) -> Fleet:
