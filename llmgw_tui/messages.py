@@ -76,7 +76,8 @@ class GatewaysRead(Read):
 
 
 class ReplicasRead(Read):
-    """The replicas and their downloads (`found`: (views, downloads))."""
+    """The replicas, their downloads, their engines' loads and their Slurm jobs (`found`:
+    (views, downloads, loads, jobs))."""
 
 
 class PreviewRead(Read):

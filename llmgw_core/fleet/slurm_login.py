@@ -7,7 +7,9 @@ Over one SSH connection to the inventory's `login` (a host, an address or an
 (`SlurmVersion.node_listing`), read by the typed readers. A JSON listing the
 site's Slurm cannot print (built without its JSON serializer) is asked again
 as `scontrol -o -d show node`, which every release prints. The nodes of the
-entry's partition are kept.
+entry's partition are kept. Asked for its jobs too (the console's fleet), it
+lists every job the controller knows (`scontrol -o -d show job`) and keeps those
+holding a node of the partition now.
 """
 
 from __future__ import annotations
@@ -18,11 +20,19 @@ from typing import Any
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.ssh import SshConnector, SshTarget
 from llmgw_core.inventory import InventoryCluster
-from llmgw_core.slurm.commands import node_listing_argv, remote_command, version_argv
+from llmgw_core.slurm.commands import (
+    all_jobs_argv,
+    node_listing_argv,
+    remote_command,
+    version_argv,
+)
+from llmgw_core.slurm.jobs import SlurmJob, read_jobs_oneline
 from llmgw_core.slurm.nodes import SlurmNode, read_nodes_json, read_nodes_oneline
 from llmgw_core.slurm.version import SlurmVersion, read_version
 
 COMMAND_TIMEOUT_S = 30.0
+NO_JOBS = "No jobs in the system"
+"""What `scontrol show job` prints, on stdout with exit status 0, when the queue is empty."""
 
 
 class SlurmCommandFailed(LlmgwError):
@@ -41,11 +51,13 @@ class ClusterReading:
     version: SlurmVersion
     listing: str
     nodes: tuple[SlurmNode, ...]
+    jobs: tuple[SlurmJob, ...] | None = None
+    """The jobs holding the partition's nodes now, when they were asked for."""
 
     def as_dict(self) -> dict[str, Any]:
-        """The reading as a step's result gives it."""
+        """The reading as a step's result gives it (`jobs` only when they were read)."""
         slurm = self.cluster.slurm
-        return {
+        found: dict[str, Any] = {
             "cluster": self.cluster.name,
             "login": slurm.login,
             "partition": slurm.partition,
@@ -53,6 +65,9 @@ class ClusterReading:
             "listing": self.listing,
             "nodes": [node.model_dump(mode="json") for node in self.nodes],
         }
+        if self.jobs is not None:
+            found["jobs"] = [job.model_dump(mode="json") for job in self.jobs]
+        return found
 
 
 async def _run(connection: Any, argv: list[str], where: str) -> str:
@@ -74,8 +89,11 @@ async def _run(connection: Any, argv: list[str], where: str) -> str:
     return str(done.stdout or "")
 
 
-async def read_cluster(connector: SshConnector, cluster: InventoryCluster) -> ClusterReading:
-    """The cluster's release and the nodes of its partition, from its login node.
+async def read_cluster(
+    connector: SshConnector, cluster: InventoryCluster, *, jobs: bool = False
+) -> ClusterReading:
+    """The cluster's release and the nodes of its partition, from its login node; with `jobs`,
+    also every unfinished job holding one of those nodes (any user's).
 
     Raises:
         LlmgwError: the login node is unreachable or its host key refused; a Slurm
@@ -110,7 +128,47 @@ async def read_cluster(connector: SshConnector, cluster: InventoryCluster) -> Cl
             listing = "oneline"  # a Slurm built without its JSON serializer
             text = await _run(connection, node_listing_argv(listing), where)
             nodes = read_nodes_oneline(text, source, slurm.gres_name)
+        listed = await _run(connection, all_jobs_argv(), where) if jobs else None
     finally:
         connection.close()
     kept = tuple(node for node in nodes if slurm.partition in node.partitions)
-    return ClusterReading(cluster=cluster, version=version, listing=listing, nodes=kept)
+    holding: tuple[SlurmJob, ...] | None = None
+    if listed is not None:
+        names = {node.name for node in kept}
+        found = (
+            []
+            if listed.strip() == NO_JOBS
+            else read_jobs_oneline(listed, f"the job list of {cluster.name}", slurm.gres_name)
+        )
+        holding = tuple(job for job in found if not job.finished and names.intersection(job.nodes))
+    return ClusterReading(
+        cluster=cluster, version=version, listing=listing, nodes=kept, jobs=holding
+    )
+
+
+async def read_clusters_or_sentences(
+    connector: SshConnector, clusters: list[InventoryCluster] | tuple[InventoryCluster, ...]
+) -> list[dict[str, Any]]:
+    """Each cluster with its jobs (`ClusterReading.as_dict`), or, for one that could not be
+    read, `{"cluster", "login", "error"}` with the sentence: one cluster's login failing must
+    not hide the others (the console's fleet shows it as one red line)."""
+    readings: list[dict[str, Any]] = []
+    for cluster in clusters:
+        try:
+            reading = await read_cluster(connector, cluster, jobs=True)
+        except LlmgwError as exc:
+            readings.append(
+                {"cluster": cluster.name, "login": cluster.slurm.login, "error": exc.sentence()}
+            )
+        except OSError as exc:
+            readings.append(
+                {
+                    "cluster": cluster.name,
+                    "login": cluster.slurm.login,
+                    "error": f"{cluster.name}'s login node {cluster.slurm.login} "
+                    f"could not be reached: {exc}",
+                }
+            )
+        else:
+            readings.append(reading.as_dict())
+    return readings

@@ -70,6 +70,13 @@ def job_argv(job_id: str) -> list[str]:
     return ["scontrol", "-o", "-d", "show", "job", _checked_job_id(job_id)]
 
 
+def all_jobs_argv() -> list[str]:
+    """Every job the controller knows, of every user, with the cards each node gave it (read
+    with `read_jobs_oneline`; every release). What the console's fleet shows holding a
+    cluster's nodes."""
+    return ["scontrol", "-o", "-d", "show", "job"]
+
+
 def queue_argv(job_ids: list[str] | tuple[str, ...]) -> list[str]:
     """Several jobs at once in one listing (read with `read_jobs_json`; 21.08 on).
 

@@ -7,9 +7,9 @@ NCCL transport once known, and a node's download as a bar.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from llmgw_core.engines.flags import shown_flags
 from llmgw_core.engines.latency import seconds_text
@@ -70,16 +70,38 @@ def compact_gpus(gpus: tuple[str, ...]) -> str:
     return f"{len(gpus)}: {gpus[0]} … {gpus[-1]}"
 
 
-def replica_row(view: ReplicaView) -> ReplicaRow:
+def slurm_job_text(job: Mapping[str, Any]) -> str:
+    """A Slurm replica's job as the console names it: `job 12 on big`, then, once the
+    scheduler was asked, its state and Slurm's reason: `job 12 on big · PENDING (Resources)`,
+    `job 12 on big · RUNNING`, `job 12 on big · GONE`; "" for a replica that is no job."""
+    if not job.get("job_id"):
+        return ""
+    text = f"job {_one_line(job['job_id'])} on {_one_line(job.get('cluster'))}"
+    state = job.get("state")
+    if state:
+        text += f" · {_one_line(state)}"
+        reason = job.get("reason")
+        if reason and reason != "None":
+            text += f" ({_one_line(reason)})"
+    return text
+
+
+def _one_line(value: Any) -> str:
+    """A value of the scheduler's on one line (a newline would add a row to the table)."""
+    return " ".join(str(value).split()) or "?"
+
+
+def replica_row(view: ReplicaView, job: Mapping[str, Any] | None = None) -> ReplicaRow:
     """`llama-70b · ready · vllm · 4 × h100-80g · h100-a-01:8000 · 1/1 running · IB + GDR`;
-    on Slurm the way names the job: `1 × h100-80g · job 12 on big`."""
+    on Slurm the way names the job, and its state and reason where `job` (the scheduler's
+    answer now, `with_job_states`) gives them: `1 × h100-80g · job 12 on big · RUNNING`."""
     running = sum(s.phase == "running" for s in view.shards)
     expected = len(view.spec.get("placement", {}).get("nodes", [])) or len(view.shards)
     transports = sorted({t for t in (shard_transport(view, s) for s in view.shards) if t})
     way = str((view.spec.get("way") or {}).get("label") or "-")
     slurm = view.spec.get("slurm") or {}
-    if slurm.get("job_id"):
-        way += f" · job {slurm['job_id']} on {slurm.get('cluster')}"  # a replica is a Slurm job
+    if isinstance(slurm, Mapping) and slurm.get("job_id"):
+        way += " · " + slurm_job_text(job or slurm)  # a replica is a Slurm job
     return ReplicaRow(
         name=view.name,
         phase=view.phase,

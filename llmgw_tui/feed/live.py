@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from llmgw_core.serve.start import ServeOutcome
     from llmgw_core.serve.view import ReplicaView
     from llmgw_core.service.spec import ServiceDoc
+    from llmgw_core.views.clusters import ClusterSummary
 
 
 LOG_TAIL_LINES = 500
@@ -134,6 +135,41 @@ class LiveFeed:
             return views
         views = await with_transports(self._fleet, views)
         return await with_all_figures(self._fleet, views, self._startup_figures)
+
+    async def clusters(self) -> tuple[ClusterSummary, ...]:
+        """Each inventory cluster read through its login node with the jobs on its nodes
+        (`read_clusters_or_sentences`, the `clusters` step's reader), summarised by
+        `views.clusters`; a login that fails is that cluster's sentence."""
+        from llmgw_core.fleet.slurm_login import read_clusters_or_sentences
+        from llmgw_core.views.clusters import cluster_summaries
+
+        if self._fleet is None or not self._fleet.inventory.clusters:
+            return ()
+        fleet = self._fleet
+        return cluster_summaries(
+            await read_clusters_or_sentences(fleet.connector, fleet.inventory.clusters)
+        )
+
+    def cluster_names(self) -> tuple[str, ...]:
+        """The inventory's clusters by name, once the fleet is open."""
+        if self._fleet is None:
+            return ()
+        return tuple(cluster.name for cluster in self._fleet.inventory.clusters)
+
+    async def slurm_jobs(self, views: tuple[ReplicaView, ...]) -> dict[str, dict[str, Any]]:
+        """Each Slurm replica's job as the scheduler says now (`with_job_states`, as the
+        `replicas` step reads it)."""
+        from llmgw_core.fleet.slurm_jobs import with_job_states
+
+        records = {
+            view.name: {"slurm": dict(view.spec["slurm"])}
+            for view in views
+            if isinstance(view.spec.get("slurm"), dict) and view.spec["slurm"].get("job_id")
+        }
+        if self._fleet is None or not records:
+            return {}
+        await with_job_states(self._fleet, list(records.values()))
+        return {name: record["slurm"] for name, record in records.items()}
 
     def _heal_in_background(self) -> None:
         """Place again, where there is room, what lost a node: one attempt at a time.
@@ -308,12 +344,16 @@ class LiveFeed:
         from llmgw_core.script.steps.plan import fleet_for, plan_outcome
 
         ctx = ConsoleContext(self._live(), self._demo)
-        fleet = await fleet_for(ctx)
+        fleet = await fleet_for(ctx, args.cluster)  # a Slurm place: its partition
         return await asyncio.to_thread(plan_outcome, args, ctx, fleet)
 
     async def preview(self, args: ServeArgs) -> ServePreview | None:
-        """What the `serve` step would start of `args`, per node, without starting it."""
+        """What the `serve` step would start of `args`, per node, without starting it; None on
+        a Slurm cluster, whose nodes are known only once its job runs (no dry run there)."""
         from llmgw_core.serve.prepare import preview_serve
+
+        if args.cluster is not None:
+            return None
 
         request, model = await self._request(args, name=args.name)
         return await preview_serve(self._live(), request, model)

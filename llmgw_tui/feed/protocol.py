@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from llmgw_core.serve.start import ServeOutcome
     from llmgw_core.serve.view import ReplicaView
     from llmgw_core.service.spec import ServiceDoc
+    from llmgw_core.views.clusters import ClusterSummary
 
 
 class FleetFeed(Protocol):
@@ -28,6 +29,23 @@ class FleetFeed(Protocol):
 
     async def snapshot(self) -> FleetSummary:
         """The fleet as it is now."""
+        ...
+
+    async def clusters(self) -> tuple[ClusterSummary, ...]:
+        """Each Slurm cluster of the inventory as its login node reads now (the `clusters`
+        step's reading, with the jobs holding its nodes); a cluster that could not be read
+        is its sentence (`ClusterSummary.error`), never an exception."""
+        ...
+
+    def cluster_names(self) -> tuple[str, ...]:
+        """The inventory's Slurm clusters by name (no I/O; empty until the fleet is open): the
+        places the Serve wizard offers beside the SSH nodes."""
+        ...
+
+    async def slurm_jobs(self, views: tuple[ReplicaView, ...]) -> dict[str, dict[str, Any]]:
+        """Per Slurm replica's name, its job read from the scheduler now: `{cluster, job_id,
+        nodes, state, reason}` (`state` `GONE` once the controller forgot it; None where the
+        login node did not answer)."""
         ...
 
     async def doctor(self, node: str) -> list[dict[str, str]]:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from llmgw_core.serve.start import ServeOutcome
     from llmgw_core.serve.view import ReplicaView
     from llmgw_core.service.spec import ServiceDoc
+    from llmgw_core.views.clusters import ClusterSummary
 
 
 class StaticFeed:
@@ -152,6 +153,18 @@ class StaticFeed:
 
     async def refresh(self) -> None:
         """A fixed fleet has nothing to re-read."""
+
+    async def clusters(self) -> tuple[ClusterSummary, ...]:
+        """A fixed fleet has no Slurm cluster."""
+        return ()
+
+    def cluster_names(self) -> tuple[str, ...]:
+        """A fixed fleet has no Slurm cluster."""
+        return ()
+
+    async def slurm_jobs(self, views: tuple[ReplicaView, ...]) -> dict[str, dict[str, Any]]:
+        """A fixed fleet has no scheduler to ask."""
+        return {}
 
     async def doctor(self, node: str) -> list[dict[str, str]]:
         """The agent's own checks over the node's facts, run here (no node to ask)."""

@@ -1,11 +1,13 @@
-"""The fleet: every node at a glance, refreshed in place as snapshots arrive."""
+"""The fleet: every node at a glance, refreshed in place as snapshots arrive; under the
+nodes, each Slurm cluster of the inventory with its partition's nodes and the jobs on them."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.reactive import var
@@ -17,17 +19,22 @@ from llmgw_tui.fields import Checked, CheckedInput, filter_refusal, reason
 from llmgw_tui.heap import freeze_long_lived
 from llmgw_tui.kept_screen import KeptScreen
 from llmgw_tui.messages import OpenNode
+from llmgw_tui.theme import theme_style
 from llmgw_tui.widgets.footer import SteadyFooter
 from llmgw_tui.widgets.header import TitleBar
 from llmgw_tui.widgets.table import SteadyTable
 
 if TYPE_CHECKING:  # the rows' types: loaded with the first snapshot, not for the first frame
+    from llmgw_core.views.clusters import ClusterSummary
     from llmgw_core.views.fleet import FleetSummary, NodeSummary
 
 FILTER_AFTER_TYPING_ROWS = 500
 """Above this many nodes the filter applies when typing pauses, not at every key."""
 FILTER_PAUSE_S = 0.25
 FILTER_PLACEHOLDER = "filter nodes (name, class, state, fabric, domain)"
+CLUSTERS_EVERY_S = 10.0
+"""Seconds between readings of the Slurm clusters (each is a few commands on a login node,
+which a site shares with every user: not at the nodes' pace)."""
 ROWS_PER_FRAME = 256
 """Rows added per frame when the table is rebuilt (keys are handled between frames); a
 poll's changed rows are updated a quarter of that per frame (an update costs more)."""
@@ -102,6 +109,9 @@ class FleetScreen(KeptScreen[None]):
         yield table
         self._fleet_reasons = Static("", id="fleet-reasons", classes="warnings", markup=False)
         yield self._fleet_reasons
+        self._clusters_text = Static("", id="fleet-clusters", markup=False)
+        self._clusters_text.display = False
+        yield self._clusters_text
         yield SteadyFooter()
 
     def on_mount(self) -> None:
@@ -113,6 +123,44 @@ class FleetScreen(KeptScreen[None]):
         fleet = self.console_app.fleet
         if fleet is not None:
             self.show_fleet(fleet)
+        self.poll_clusters()
+
+    @work(group="fleet-clusters", exclusive=True, exit_on_error=False, description="Clusters")
+    async def poll_clusters(self) -> None:
+        """Read the inventory's Slurm clusters now and every `CLUSTERS_EVERY_S` after each
+        reading ends (never two at once); an inventory without clusters shows nothing."""
+        feed = self.console_app.feed
+        while True:
+            clusters = await feed.clusters()
+            self.show_clusters(clusters)
+            if feed.refresh_s is None:
+                return
+            # Until the fleet is connected the feed has no clusters to read: ask again soon.
+            connected = self.console_app.fleet is not None
+            await asyncio.sleep(CLUSTERS_EVERY_S if connected else 1.0)
+
+    def show_clusters(self, clusters: tuple[ClusterSummary, ...]) -> None:
+        """A heading per cluster and a line per node of its partition; a cluster that could
+        not be read is one line in the error colour, with its sentence."""
+        from llmgw_core.views.clusters import node_line_text
+
+        text = Text()
+        for cluster in clusters:
+            if text:
+                text.append("\n")
+            if cluster.error is not None:
+                text.append(
+                    f"{cluster.heading}: {cluster.error}", style=theme_style(self.app, "error")
+                )
+                continue
+            text.append(cluster.heading, style="bold")
+            for line in cluster.nodes:
+                text.append("\n" + node_line_text(line))
+        key = "fleet-clusters"
+        if self._texts.get(key) != text.markup:
+            self._texts[key] = text.markup
+            self._clusters_text.update(text)
+        self._clusters_text.display = bool(clusters)
 
     def show_fleet(self, fleet: FleetSummary) -> None:
         """Update the rows that changed; add and remove rows by node name; keep the cursor."""

@@ -67,6 +67,9 @@ SHARD_COLUMNS = ("RANK", "NODE", "PHASE", "NCCL", "DOWNLOAD", "GPUS", "WHY")
 POLL_S = 1.0
 GATEWAY_POLLS = 3
 """Gateways are read every third poll: each read asks every node and every gateway."""
+JOB_POLLS = 5
+"""Slurm replicas' jobs are read every fifth poll: each read is a command per job on the
+cluster's login node, which every user of the site shares."""
 LOAD_POLLS = 3
 """The engines' `/metrics` are read every third poll, while the screen is shown: each read is
 a request (a TLS handshake) to every ready replica, and a minute's figures move slowly."""
@@ -145,6 +148,8 @@ class ReplicasScreen(KeptScreen[None]):
         self._downloads: dict[tuple[str, str], tuple[float, int, float]] = {}
         self.loads: dict[str, ReplicaLoad] = {}
         """Each ready replica's engine as last read (`FleetFeed.replica_loads`)."""
+        self.slurm_jobs: dict[str, dict[str, Any]] = {}
+        """Each Slurm replica's job as the scheduler last said (`FleetFeed.slurm_jobs`)."""
 
     def compose(self) -> ComposeResult:
         """Status line, the replicas, the shards of the one selected, the ask field, the answer."""
@@ -221,16 +226,24 @@ class ReplicasScreen(KeptScreen[None]):
                 loads = self.loads
                 if polls % LOAD_POLLS == 0 and self.is_current:
                     loads = await feed.replica_loads(views)
+                jobs = self.slurm_jobs
+                if polls % JOB_POLLS == 0 or set(jobs) != set(self._slurm_names(views)):
+                    jobs = await feed.slurm_jobs(views)
             except LlmgwError as exc:
                 self.post_message(ReplicasRead(error=exc.sentence()))
             else:
-                self.post_message(ReplicasRead((views, downloads, loads)))
+                self.post_message(ReplicasRead((views, downloads, loads, jobs)))
             if polls % GATEWAY_POLLS == 0:
                 await self._read_gateways(feed)
             polls += 1
             if feed.refresh_s is None:
                 return
             await asyncio.sleep(POLL_S)
+
+    @staticmethod
+    def _slurm_names(views: tuple[ReplicaView, ...]) -> list[str]:
+        """The replicas that are Slurm jobs (a new one is read at once, not at the fifth poll)."""
+        return [v.name for v in views if (v.spec.get("slurm") or {}).get("job_id")]
 
     async def _read_gateways(self, feed: FleetFeed) -> None:
         """One line per running gateway (`gateway_line`); hidden while there is none."""
@@ -276,11 +289,13 @@ class ReplicasScreen(KeptScreen[None]):
         if read.error is not None:
             self._status(read.error, error=True)
             return
-        views, downloads, loads = cast(
-            "tuple[tuple[ReplicaView, ...], dict[tuple[str, str], int], dict[str, ReplicaLoad]]",
+        views, downloads, loads, jobs = cast(
+            "tuple[tuple[ReplicaView, ...], dict[tuple[str, str], int], "
+            "dict[str, ReplicaLoad], dict[str, dict[str, Any]]]",
             read.found,
         )
         self.loads = loads
+        self.slurm_jobs = jobs
         self.show(views, downloads)
 
     def show(
@@ -318,7 +333,7 @@ class ReplicasScreen(KeptScreen[None]):
             self._show_shards()
 
     def _cells(self, view: ReplicaView) -> dict[str, object]:
-        row = replica_row(view)
+        row = replica_row(view, self.slurm_jobs.get(view.name))
         load = load_row(self.loads.get(view.name))
         return {
             "name": Text(row.name, style="bold"),

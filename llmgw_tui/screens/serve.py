@@ -136,6 +136,7 @@ class ServeScreen(KeptScreen[None]):
             field.cursor_blink = False
         self._show_step()
         self._focus_first()
+        self._model_page.offer_clusters(self.console_app.feed.cluster_names())
 
     def on_screen_resume(self, event: events.ScreenResume) -> None:
         """Shown again with nothing focused: the page's first field, unless Escape left the
@@ -313,11 +314,17 @@ class ServeScreen(KeptScreen[None]):
         """The model as typed."""
         return self._model_page.model_ref
 
-    @on(Input.Changed, "#serve-model")
+    @on(Input.Changed, "#serve-model, #serve-place")
     def _model_changed(self, event: Input.Changed) -> None:
         if self.step == "model":
-            typed = event.value.strip()
-            self._block(reason(event.input) if typed else "type a model")
+            self._model_page.offer_clusters(self.console_app.feed.cluster_names())
+            model = self._model_page.query_one("#serve-model", Input)
+            place = self._model_page.query_one("#serve-place", Input)
+            typed = model.value.strip()
+            self._block(
+                (reason(model) if typed else "type a model")
+                or (reason(place) if place.value.strip() else None)
+            )
 
     # --- planning --------------------------------------------------------------------------
 
@@ -345,7 +352,12 @@ class ServeScreen(KeptScreen[None]):
         from llmgw_core.script.steps.plan import PlanArgs
 
         try:
-            args = PlanArgs(model=model_ref, context=context, concurrency=concurrency)
+            args = PlanArgs(
+                model=model_ref,
+                context=context,
+                concurrency=concurrency,
+                cluster=self._model_page.place,
+            )
         except ValidationError as exc:
             raise BadInput(str(exc.errors()[0]["msg"])) from None
         return plan_body(await self.console_app.feed.plan(args))
@@ -444,6 +456,8 @@ class ServeScreen(KeptScreen[None]):
             **way_layout(self.way or {}),
             **self._extras_page.args(),
         }
+        if self._model_page.place is not None:
+            given["cluster"] = self._model_page.place  # the replica is one job there
         return checked_args(ServeArgs, given)
 
     @work(group="serve-preview", exclusive=True, exit_on_error=False, description="Preview")

@@ -61,7 +61,10 @@ def _reset(field: Input, value: str) -> None:
 
 
 class ModelPage(Vertical):
-    """Page 1: the model, as a Hub id, a local path or a catalog name (→ completes)."""
+    """Page 1: the model, as a Hub id, a local path or a catalog name (→ completes); and, where
+    the inventory names Slurm clusters, the place: the SSH nodes or one of them."""
+
+    _clusters: tuple[str, ...] = ()
 
     def compose(self) -> ComposeResult:
         """The question, the field, and the last model served (hidden until there is one)."""
@@ -76,15 +79,52 @@ class ModelPage(Vertical):
         self._serve_last = Static("", id="serve-last", markup=False)
         self._serve_last.display = False
         yield self._serve_last
+        self._serve_place_question = Static("", id="serve-place-question", markup=False)
+        self._serve_place_question.display = False
+        yield self._serve_place_question
+        self._serve_place = CheckedInput(
+            placeholder="empty: the SSH nodes",
+            id="serve-place",
+            validators=[Checked(self.place_refusal)],
+        )
+        self._serve_place.display = False  # shown once the inventory names a Slurm cluster
+        yield self._serve_place
 
     @property
     def model_ref(self) -> str:
         """The model as typed."""
         return self._serve_model.value.strip()
 
+    @property
+    def place(self) -> str | None:
+        """The Slurm cluster typed as the place, None for the SSH nodes."""
+        return self._serve_place.value.strip() or None
+
+    def offer_clusters(self, names: tuple[str, ...]) -> None:
+        """Offer the inventory's Slurm clusters as places (→ completes); none, no field."""
+        if names == self._clusters:
+            return
+        self._clusters = names
+        self._serve_place.suggester = SuggestFromList(list(names), case_sensitive=False)
+        self._serve_place_question.update(
+            f"Where? Empty for the SSH nodes, or a Slurm cluster: {', '.join(names)} "
+            "(the replica is one job there)."
+        )
+        self._serve_place_question.display = bool(names)
+        self._serve_place.display = bool(names)
+
+    def place_refusal(self, text: str) -> str | None:
+        """Why the place typed is none: a name the inventory's clusters do not have."""
+        typed = text.strip()
+        if not typed or typed in self._clusters:
+            return None
+        known = ", ".join(self._clusters) or "none"
+        return f"place: no Slurm cluster is named {typed!r} (the inventory has: {known})"
+
     def reset(self, last_served: str | None) -> None:
         """Empty, offering `last_served` (its name on the page and as the first completion)."""
         _reset(self._serve_model, "")
+        _reset(self._serve_place, "")
         if last_served:
             self._serve_model.suggester = SuggestFromList(
                 [last_served, *catalog_refs()], case_sensitive=False
@@ -459,14 +499,18 @@ def confirm_text_from_way(args: ServeArgs, way: dict[str, Any]) -> str:
     from llmgw_core.engines import redact_env
 
     env = " ".join(f"{k}={v}" for k, v in sorted(redact_env(dict(args.env)).items()))
-    return "\n".join(
-        [
-            f"Replica {args.name} of {args.model}",
-            f"  way {way.get('label')} · context {args.context} × {args.concurrency}",
-            f"  environment: {env or '(none added)'}",
-            f"    $ {way.get('serve')}",
-        ]
-    )
+    lines = [
+        f"Replica {args.name} of {args.model}",
+        f"  way {way.get('label')} · context {args.context} × {args.concurrency}",
+        f"  environment: {env or '(none added)'}",
+    ]
+    if args.cluster is not None:
+        lines.append(
+            f"  one Slurm job on {args.cluster}: its nodes and cards are the scheduler's "
+            "choice, known once the job runs"
+        )
+    lines.append(f"    $ {way.get('serve')}")
+    return "\n".join(lines)
 
 
 __all__ = [

@@ -8,6 +8,7 @@ its own; the console reaches it by an ~/.ssh/config alias, as the inventory's
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,18 +16,26 @@ from pathlib import Path
 import asyncssh
 import pytest
 from kept_demo import run_json
+from live_walk import until
+from ports import free_port
 from slurm_cluster import SlurmCluster
+from textual.widgets import Static
 from this_machine import sshd_in_a_thread
 
 from llmgw_core.fleet.loopback import LoopbackSshd
+from llmgw_tui.app import LlmgwApp
+from llmgw_tui.feed import LiveFeed
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @contextlib.contextmanager
-def _login(tmp_path: Path, login_env: dict[str, str]) -> Iterator[tuple[str, dict[str, str]]]:
-    """The console's inventory with cluster `big` (partition gpu) and its environment; the
-    login node's sessions get `login_env`."""
+def _login(
+    tmp_path: Path, login_env: dict[str, str], more_clusters: str = ""
+) -> Iterator[tuple[str, dict[str, str]]]:
+    """The console's inventory with cluster `big` (partition gpu), then `more_clusters` (YAML
+    list items), and its environment; the login node's sessions get `login_env`. The
+    ~/.ssh/config also names `nowhere`, a login on a loopback port nothing listens on."""
     client_key = asyncssh.generate_private_key("ssh-ed25519")
     key_path = tmp_path / "client_key"
     key_path.write_bytes(client_key.export_private_key())
@@ -43,13 +52,15 @@ def _login(tmp_path: Path, login_env: dict[str, str]) -> Iterator[tuple[str, dic
         (home / ".ssh" / "config").write_text(
             f"Host slurm-login\n  HostName 127.0.0.1\n  Port {server.port}\n"
             f"  IdentityFile {key_path}\n"
+            f"Host nowhere\n  HostName 127.0.0.1\n  Port {free_port()}\n"
+            f"  IdentityFile {key_path}\n"
         )
         known_hosts = tmp_path / "known_hosts"
         known_hosts.write_text(server.known_hosts_line() + "\n")
         inventory = tmp_path / "inventory.yaml"
         inventory.write_text(
             "clusters:\n  - name: big\n    slurm: {login: slurm-login, partition: gpu}\n"
-            f"known_hosts: {known_hosts}\n"
+            f"{more_clusters}known_hosts: {known_hosts}\n"
         )
         yield str(inventory), {"HOME": str(home), "NO_COLOR": "1"}
 
@@ -98,3 +109,69 @@ def test_a_cluster_not_in_the_inventory_and_a_login_without_its_slurm_are_one_se
     assert error.startswith("`scontrol --version` on big's login node slurm-login failed: ")
     assert "not found" in error
     assert "\n" not in error
+
+
+def test_the_consoles_fleet_shows_the_clusters_nodes_and_anothers_job_and_a_dead_login_in_red(
+    tmp_path: Path, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+):
+    """The console itself (Textual's pilot), pointed at the cluster's login node over SSH:
+    under the nodes, cluster `big` with its three GPU nodes and the two cards another user's
+    job holds; cluster `gone`, whose login does not answer, is its one sentence."""
+    job = slurm.run(
+        "sbatch", "--parsable", "--gres=gpu:h100:2", f"--output={tmp_path}/job.out",
+        "--wrap=sleep 60",
+    ).strip()  # fmt: skip
+    slurm.wait_for(
+        "the job running",
+        lambda: slurm.run("squeue", "-h", "-o", "%T", "-j", job).strip() == "RUNNING",
+    )
+    gone = "  - name: gone\n    slurm: {login: nowhere, partition: gpu}\n"
+    with _login(tmp_path, {"SLURM_CONF": str(slurm.conf)}, gone) as (inventory, env):
+        monkeypatch.setenv("HOME", env["HOME"])
+        asyncio.run(_watch_the_fleet(inventory, job))
+
+
+async def _watch_the_fleet(inventory: str, job: str) -> None:
+    app = LlmgwApp(LiveFeed(inventory=inventory, demo=False, refresh_s=1.0), animation="none")
+    async with app.run_test(size=(140, 40)) as pilot:
+        clusters = app.screen.query_one("#fleet-clusters", Static)
+
+        def shown() -> str:
+            return str(clusters.content)
+
+        await until(pilot, lambda: "another job" in shown() and "gone" in shown(), "clusters", 60)
+        text = shown()
+        assert clusters.display
+        assert (
+            "big · partition gpu · Slurm " in text and "via slurm-login · 18/20 GPUs free" in text
+        )
+        for node in ("h100-1", "h100-2", "a100-1"):
+            assert f"  {node}  " in text
+        assert "cpu-1" not in text  # not in the gpu partition
+        assert f"another job (job {job}, 2 cards)" in text
+        (red,) = [line for line in text.splitlines() if line.startswith("gone")]
+        assert red.startswith("gone via nowhere: ") and "cannot be reached" in red
+        await pilot.press("q")
+
+
+def test_a_plan_on_a_cluster_is_made_against_its_partition_and_an_unknown_cluster_is_refused(
+    tmp_path: Path, slurm: SlurmCluster
+):
+    """`plan` with `cluster:` sizes the model on the partition as `serve` there would: the
+    Serve wizard's ways on a Slurm place come from this."""
+    script = (
+        "steps:\n"
+        "  - plan: {model: 'catalog:meta-llama/Llama-3.3-70B-Instruct', context: 8192,"
+        " cluster: big}\n"
+    )
+    with _login(tmp_path, {"SLURM_CONF": str(slurm.conf)}) as (inventory, env):
+        code, lines, said = run_json(inventory, script, env=env)
+        assert code == 0, said
+        body = lines[0]["result"]
+        classes = {option["gpu_class"] for option in body["options"]}
+        assert classes <= {"h100-80g", "a100-80g"} and classes, body["options"]
+        code, lines, said = run_json(
+            inventory, script.replace("cluster: big", "cluster: small"), env=env
+        )
+    assert code == 2 and "Traceback" not in said
+    assert lines[0]["error"].startswith("no cluster is named 'small' in the inventory")

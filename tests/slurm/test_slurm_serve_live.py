@@ -173,3 +173,146 @@ def test_cards_another_job_holds_are_never_taken_and_a_job_that_cannot_start_say
     running = slurm.run("squeue", "-h", "-o", "%i %T").split("\n")
     assert {f"{job} RUNNING" for job in others} <= {line.strip() for line in running}
     assert len([line for line in running if line.strip()]) == 3
+
+
+def test_the_console_shows_a_served_replicas_job_state_and_names_it_on_the_clusters_node(
+    tmp_path: Path, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+):
+    """A replica served headless, then a console opened on the same inventory: the replicas
+    screen says its job and `RUNNING`, and the fleet's cluster names the node's holder by the
+    replica, not as another job."""
+    import asyncio
+
+    serve = (
+        "steps:\n"
+        f"  - serve: {{model: '{LLAMA_8B}', context: 8192, name: llama, cluster: big,"
+        " gpu_class: h100-80g, gpus: 1}\n"
+    )
+    with login_node(
+        tmp_path, {"SLURM_CONF": str(slurm.conf)}, _cluster_yaml(_captures(tmp_path))
+    ) as (inventory, env):
+        code, lines, said = run_json(inventory, serve, env=env, timeout=200)
+        assert code == 0, (said, lines)
+        (job_id,) = slurm.queue()
+        monkeypatch.setenv("HOME", env["HOME"])
+        asyncio.run(_console_sees_the_job(inventory, job_id))
+    # The job is cancelled by the fixture after the test (its `hold` stops the shards). A
+    # headless `stop` here, after a console that had joined the job quit, once hung past
+    # 100 s on a loaded machine (twice in three runs, once with this test alone): not yet
+    # understood. The wizard test, whose console served its replica itself, stops fine.
+
+
+async def _console_sees_the_job(inventory: str, job_id: str) -> None:
+    from live_walk import until
+    from textual.widgets import DataTable, Static
+
+    from llmgw_tui.app import LlmgwApp
+    from llmgw_tui.feed import LiveFeed
+    from llmgw_tui.screens.replicas import ReplicasScreen
+
+    app = LlmgwApp(LiveFeed(inventory=inventory, demo=False, refresh_s=1.0), animation="none")
+    async with app.run_test(size=(160, 40)) as pilot:
+        clusters = app.screen.query_one("#fleet-clusters", Static)
+        await until(
+            pilot, lambda: "llama (job" in str(clusters.content), "the job on the fleet", 60
+        )
+        assert f"llama (job {job_id}, 1 card)" in str(clusters.content)
+        assert "another job" not in str(clusters.content)
+        await pilot.press("colon", *"replicas", "enter")
+        await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas")
+        table = app.screen.query_one("#replicas", DataTable)
+
+        def way() -> str:
+            return str(table.get_cell("llama", "way")) if table.row_count else ""
+
+        await until(pilot, lambda: "RUNNING" in way(), "the job's state", 60)
+        assert way().endswith(f"· job {job_id} on big · RUNNING")
+        await pilot.press("q")
+
+
+def test_the_serve_wizard_offers_the_cluster_as_a_place_and_serves_there_as_one_job(
+    tmp_path: Path, slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch
+):
+    """The wizard on an inventory with cluster `big`: the place field names it, a name the
+    inventory lacks is refused, the ways are planned on its partition, and Serve submits one
+    job whose replica the replicas screen shows `RUNNING`."""
+    import asyncio
+
+    with login_node(
+        tmp_path, {"SLURM_CONF": str(slurm.conf)}, _cluster_yaml(_captures(tmp_path))
+    ) as (inventory, env):
+        monkeypatch.setenv("HOME", env["HOME"])
+        asyncio.run(_walk_the_wizard_to_the_cluster(inventory))
+        (job_id,) = slurm.queue()
+        code, lines, said = run_json(inventory, "steps: [{stop: {replica: wiz}}]", env=env)
+    assert code == 0, (said, lines)
+    assert lines[0]["result"]["slurm_jobs_cancelled"] == [job_id]
+    assert slurm.queue() == []
+
+
+async def _walk_the_wizard_to_the_cluster(inventory: str) -> None:
+    from live_walk import until
+    from textual.widgets import DataTable, Input, Static
+
+    from llmgw_tui.app import LlmgwApp
+    from llmgw_tui.feed import LiveFeed
+    from llmgw_tui.screens.replicas import ReplicasScreen
+    from llmgw_tui.screens.serve import ServeScreen
+
+    app = LlmgwApp(LiveFeed(inventory=inventory, demo=False, refresh_s=1.0), animation="none")
+    async with app.run_test(size=(160, 44)) as pilot:
+        await until(pilot, lambda: app.feed.cluster_names() == ("big",), "the fleet open", 60)
+        await pilot.press("colon", *"serve", "enter")
+        await until(pilot, lambda: isinstance(app.screen, ServeScreen), "the wizard")
+        wizard = app.screen
+        assert isinstance(wizard, ServeScreen)
+        await pilot.press(*LLAMA_8B)
+        place = wizard.query_one("#serve-place", Input)
+        assert place.display
+        question = str(wizard.query_one("#serve-place-question", Static).content)
+        assert "a Slurm cluster: big" in question
+        place.value = "small"
+        await until(
+            pilot,
+            lambda: "no Slurm cluster is named 'small'" in (wizard.blocked or ""),
+            "a refused place",
+        )
+        place.value = "big"
+        await until(pilot, lambda: wizard.blocked is None, "the place accepted")
+        await pilot.press("ctrl+n")
+        await until(
+            pilot,
+            lambda: wizard.step == "way" or wizard.blocked not in (None, "planning…"),
+            "the ways on the cluster",
+            60,
+        )
+        assert wizard.step == "way", wizard.blocked
+        assert wizard.way is not None and wizard.way["gpu_class"] in ("h100-80g", "a100-80g")
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: wizard.step == "size" and wizard.blocked is None, "a fit", 60)
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: wizard.step == "extras", "the extras page")
+        wizard.query_one("#serve-name", Input).value = "wiz"
+        await until(pilot, lambda: wizard.blocked is None, "valid extras")
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: wizard.step == "confirm" and wizard.blocked is None, "confirm")
+        confirm = str(wizard.query_one("#serve-preview", Static).content)
+        assert "one Slurm job on big" in confirm
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: isinstance(app.screen, ReplicasScreen), "the replicas page")
+        replicas = app.screen
+        assert isinstance(replicas, ReplicasScreen)
+        table = replicas.query_one("#replicas", DataTable)
+
+        def way() -> str:
+            listed = any(view.name == "wiz" for view in replicas.views)
+            return str(table.get_cell("wiz", "way")) if listed and table.row_count else ""
+
+        await until(pilot, lambda: "on big · RUNNING" in way(), "the replica's job running", 120)
+        # Ready before the console goes: a serve still waiting would cancel its job on quit.
+        await until(
+            pilot,
+            lambda: any(v.name == "wiz" and v.phase == "ready" for v in replicas.views),
+            "wiz ready",
+            120,
+        )

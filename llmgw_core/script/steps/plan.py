@@ -10,7 +10,10 @@ steps:
 `model` is a Hub id, a local directory (relative to the script), or
 `catalog:org/name` for a model whose facts ship with llmgw (offline); with
 `--demo` a Hub id the catalog ships is planned from it. Without `fleet:` the
-plan is made against the live fleet (`--demo`, `--inventory FILE`). The
+plan is made against the live fleet (`--demo`, `--inventory FILE`); with
+`cluster: NAME`, against that Slurm cluster's partition as its scheduler
+describes it, every available node counted (the scheduler, not the plan,
+says which are free when the job is submitted). The
 result lists every artifact with its best way, the best way overall and every
 way best first; when nothing fits the step fails with exit code 3 and says
 what would change that.
@@ -49,6 +52,9 @@ class PlanArgs(StepArgs, AdapterFields):
     concurrency: int = Field(default=1, ge=1, le=65_536)
     precision: str | None = None
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    cluster: str | None = Field(default=None, min_length=1)
+    """A Slurm cluster of the inventory: plan against its partition as the scheduler describes
+    it (what `serve` with `cluster:` sizes its job by), not against the SSH nodes."""
 
 
 def model_for(ref: str, script_dir: Path, *, offline: bool | None = None) -> ModelInfo:
@@ -68,8 +74,9 @@ def step_model(ref: str, ctx: StepContext) -> ModelInfo:
     return model_for(ref, ctx.script_dir, offline=True if ctx.demo else None)
 
 
-async def fleet_for(ctx: StepContext) -> Fleet:
-    """The fleet a plan is made against.
+async def fleet_for(ctx: StepContext, cluster: str | None = None) -> Fleet:
+    """The fleet a plan is made against; with `cluster`, that Slurm cluster's partition
+    (`cluster_fleet`).
 
     A described fleet (`fleet:` in the script) is planned as written;
     otherwise the live fleet (`--inventory FILE` or `--demo`) as its nodes
@@ -80,6 +87,8 @@ async def fleet_for(ctx: StepContext) -> Fleet:
     """
     from llmgw_core.planner.pools import described_fleet
 
+    if cluster is not None:
+        return await cluster_fleet(cluster, ctx)
     if ctx.described_fleet:
         return described_fleet(ctx.described_fleet)
     if not ctx.has_live_fleet:
@@ -122,7 +131,7 @@ def run_plan(args: PlanArgs, ctx: StepContext) -> StepOutcome | Awaitable[StepOu
     A described fleet is planned at once, with no event loop (the runner starts
     one only for a step that returns an awaitable); a live one once it answers.
     """
-    if ctx.described_fleet:
+    if ctx.described_fleet and args.cluster is None:
         from llmgw_core.planner.pools import described_fleet
 
         return plan_outcome(args, ctx, described_fleet(ctx.described_fleet))
@@ -130,7 +139,24 @@ def run_plan(args: PlanArgs, ctx: StepContext) -> StepOutcome | Awaitable[StepOu
 
 
 async def _plan_live(args: PlanArgs, ctx: StepContext) -> StepOutcome:
-    return plan_outcome(args, ctx, await fleet_for(ctx))
+    return plan_outcome(args, ctx, await fleet_for(ctx, args.cluster))
+
+
+async def cluster_fleet(name: str, ctx: StepContext) -> Fleet:
+    """The inventory's cluster `name` as the planner's fleet: its partition read through its
+    login node (`read_cluster`, as `serve` reads it), each GRES type and count a pool.
+
+    Raises:
+        LlmgwError: no such cluster; its login node or Slurm cannot be read; no node of its
+            partition has cards llmgw knows.
+    """
+    from llmgw_core.fleet.slurm_login import read_cluster
+    from llmgw_core.planner.pools import described_fleet
+    from llmgw_core.slurm.shape import described_partition
+
+    live = await ctx.live_fleet()
+    reading = await read_cluster(live.connector, live.inventory.cluster(name))
+    return described_fleet(described_partition(reading.nodes))
 
 
 def plan_outcome(args: PlanArgs, ctx: StepContext, fleet: Fleet) -> StepOutcome:

@@ -131,3 +131,22 @@ def test_the_consoles_replica_row_names_the_slurm_job_beside_the_way():
     }
     view = ReplicaView(name="llama", spec=spec, shards=(), phase="ready", reason=None)
     assert replica_row(view).way == "1 × h100-80g · job 12 on big"
+
+
+def test_the_replica_row_adds_the_jobs_state_and_slurms_reason_once_the_scheduler_said():
+    from llmgw_core.serve.view import ReplicaView
+    from llmgw_core.views.replicas import replica_row, slurm_job_text
+
+    spec = {"way": {"label": "2 × h100-80g"}, "slurm": {"cluster": "big", "job_id": "12"}}
+    view = ReplicaView(name="llama", spec=spec, shards=(), phase="starting", reason=None)
+    pending = {"cluster": "big", "job_id": "12", "state": "PENDING", "reason": "Resources"}
+    assert replica_row(view, pending).way == "2 × h100-80g · job 12 on big · PENDING (Resources)"
+    running = {**pending, "state": "RUNNING", "reason": None}
+    assert replica_row(view, running).way == "2 × h100-80g · job 12 on big · RUNNING"
+    assert slurm_job_text({**pending, "state": "GONE", "reason": None}) == "job 12 on big · GONE"
+    # The login node did not answer: the job as recorded, no state guessed.
+    assert slurm_job_text({**pending, "state": None}) == "job 12 on big"
+    # A hostile reason stays on the row's one line; a replica that is no job has no text.
+    hostile = {**pending, "reason": "Resources\nforged row"}
+    assert slurm_job_text(hostile) == "job 12 on big · PENDING (Resources forged row)"
+    assert slurm_job_text({"cluster": "big"}) == ""
