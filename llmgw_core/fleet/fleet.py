@@ -67,6 +67,9 @@ class _Node:
         self.refresh_lock = asyncio.Lock()
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self.leaving = False
+        """Set when the fleet leaves this node alone (a Slurm job's node): its loops end as they
+        do on `Fleet._closing`, where a cancellation `wait_for` lost would leave them running."""
 
 
 def _address(spec: NodeSpec) -> str:
@@ -223,6 +226,9 @@ class Fleet:
         for name in names:
             self.job_listings.pop(name, None)
             self.jobs_ended.pop(name, None)
+        for node in gone:
+            node.leaving = True  # a node whose cancel was lost ends at its loop's next turn
+            node.wake.set()
         await cancel_and_wait(*(node.task for node in gone if node.task is not None))
         await asyncio.gather(*(self._disconnect(node) for node in gone))
         kept = tuple(
@@ -301,7 +307,7 @@ class Fleet:
     async def _keep_up(self, node: _Node) -> None:
         """Connect, serve, and reconnect with backoff, until the fleet closes."""
         failures = 0
-        while not self._closing:
+        while not (self._closing or node.leaving):
             try:
                 await self._connect(node)
                 failures = 0
@@ -321,7 +327,7 @@ class Fleet:
                 await self._set(node, state="unreachable", reason=reason)
             finally:
                 await self._disconnect(node)
-            if self._closing:
+            if self._closing or node.leaving:
                 return  # a cancellation `wait_for` lost (see `_serve`) ends here too
             failures += 1
             delay_s = min(self.retry_max_s, self.retry_initial_s * 2 ** (failures - 1))
@@ -391,7 +397,7 @@ class Fleet:
         of nodes at once, so `close()` waited for them forever.
         """
         assert node.client is not None
-        while not self._closing:
+        while not (self._closing or node.leaving):
             lost = node.client.closed
             done, _ = await asyncio.wait({lost}, timeout=self.refresh_interval_s)
             if done:
