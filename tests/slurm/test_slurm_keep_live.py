@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from kept_demo import CLI, run_json
+from kept_demo import run_json, start_json
 from slurm_cluster import SlurmCluster
 from slurm_login import login_node, write_captures
 
@@ -42,14 +41,7 @@ def test_keep_resubmits_a_job_cancelled_from_outside_with_the_schedulers_reason(
     with login_node(tmp_path, {"SLURM_CONF": str(slurm.conf)}, cluster) as (inventory, env):
         script = tmp_path / "keep.yaml"
         script.write_text(f"steps:\n  - keep: {{service: {SERVICE}, duration_s: 45}}\n")
-        keeping = subprocess.Popen(
-            [*CLI, "--inventory", inventory, "--run", str(script), "--json"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **env},
-            start_new_session=True,
-        )
+        keeping = start_json(inventory, script, env)
         try:
             slurm.wait_for(
                 "the service's first job running",

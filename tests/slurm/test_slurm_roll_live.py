@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from kept_demo import CLI, chat_service, run_json
+from kept_demo import chat_service, run_json, start_json
 from slurm_cluster import SlurmCluster
 from slurm_login import login_node, write_captures
 
@@ -59,14 +58,7 @@ def test_a_slurm_service_rolls_under_a_bench_with_no_request_failed(
                 }
             )
         )
-        bench = subprocess.Popen(
-            [*CLI, "--inventory", inventory, "--run", str(bench_script), "--json"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **env},
-            start_new_session=True,
-        )
+        bench = start_json(inventory, bench_script, env)
         try:
             time.sleep(4)  # the benchmark is sending
             rolled = _apply(inventory, env, {**service, "context": 16384})

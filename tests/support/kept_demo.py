@@ -60,15 +60,18 @@ def run_json(
     return done.returncode, lines, done.stderr
 
 
-def start_json(inventory: str, script_path: Path) -> subprocess.Popen[str]:
-    """A script run with `--json` in the background (its own process group)."""
+def start_json(
+    inventory: str, script_path: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """A script run with `--json` in the background (its own process group), with `env` added
+    to this one's environment."""
     return subprocess.Popen(
         [*CLI, "--inventory", inventory, "--run", str(script_path), "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        env=dict(os.environ),
+        env={**os.environ, **(env or {})},
     )
 
 
