@@ -13,16 +13,14 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-import asyncssh
 import pytest
 from kept_demo import run_json
 from live_walk import until
 from ports import free_port
 from slurm_cluster import SlurmCluster
+from slurm_login import login_node
 from textual.widgets import Static
-from this_machine import sshd_in_a_thread
 
-from llmgw_core.fleet.loopback import LoopbackSshd
 from llmgw_tui.app import LlmgwApp
 from llmgw_tui.feed import LiveFeed
 
@@ -36,33 +34,10 @@ def _login(
     """The console's inventory with cluster `big` (partition gpu), then `more_clusters` (YAML
     list items), and its environment; the login node's sessions get `login_env`. The
     ~/.ssh/config also names `nowhere`, a login on a loopback port nothing listens on."""
-    client_key = asyncssh.generate_private_key("ssh-ed25519")
-    key_path = tmp_path / "client_key"
-    key_path.write_bytes(client_key.export_private_key())
-    key_path.chmod(0o600)
-    server = LoopbackSshd(
-        home=tmp_path / "login-home",
-        host_key=asyncssh.generate_private_key("ssh-ed25519"),
-        authorized_keys=client_key.export_public_key().decode(),
-        env=login_env,
-    )
-    with sshd_in_a_thread(server):
-        home = tmp_path / "console"
-        (home / ".ssh").mkdir(parents=True)
-        (home / ".ssh" / "config").write_text(
-            f"Host slurm-login\n  HostName 127.0.0.1\n  Port {server.port}\n"
-            f"  IdentityFile {key_path}\n"
-            f"Host nowhere\n  HostName 127.0.0.1\n  Port {free_port()}\n"
-            f"  IdentityFile {key_path}\n"
-        )
-        known_hosts = tmp_path / "known_hosts"
-        known_hosts.write_text(server.known_hosts_line() + "\n")
-        inventory = tmp_path / "inventory.yaml"
-        inventory.write_text(
-            "clusters:\n  - name: big\n    slurm: {login: slurm-login, partition: gpu}\n"
-            f"{more_clusters}known_hosts: {known_hosts}\n"
-        )
-        yield str(inventory), {"HOME": str(home), "NO_COLOR": "1"}
+    nowhere = f"Host nowhere\n  HostName 127.0.0.1\n  Port {free_port()}\n  IdentityFile IDENTITY\n"
+    big = "  - name: big\n    slurm: {login: slurm-login, partition: gpu}\n"
+    with login_node(tmp_path, login_env, big + more_clusters, nowhere) as found:
+        yield found
 
 
 def test_the_clusters_step_reads_the_partition_through_the_login_node(

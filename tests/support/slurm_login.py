@@ -28,10 +28,11 @@ def write_captures(root: Path, profiles: dict[str, str]) -> Path:
 
 @contextlib.contextmanager
 def login_node(
-    tmp_path: Path, login_env: dict[str, str], cluster_yaml: str
+    tmp_path: Path, login_env: dict[str, str], cluster_yaml: str, more_ssh_config: str = ""
 ) -> Iterator[tuple[str, dict[str, str]]]:
     """The console's inventory (`clusters:` as `cluster_yaml` writes it, its login the alias
-    `slurm-login`) and its environment; the login node's sessions get `login_env`."""
+    `slurm-login`) and its environment; the login node's sessions get `login_env`, and the
+    console's ~/.ssh/config ends with `more_ssh_config` (`IDENTITY` in it: the client key)."""
     client_key = asyncssh.generate_private_key("ssh-ed25519")
     key_path = tmp_path / "client_key"
     key_path.write_bytes(client_key.export_private_key())
@@ -48,7 +49,7 @@ def login_node(
         (home / ".ssh").mkdir(parents=True)
         (home / ".ssh" / "config").write_text(
             f"Host {LOGIN_ALIAS}\n  HostName 127.0.0.1\n  Port {server.port}\n"
-            f"  IdentityFile {key_path}\n"
+            f"  IdentityFile {key_path}\n" + more_ssh_config.replace("IDENTITY", str(key_path))
         )
         known_hosts = tmp_path / "known_hosts"
         known_hosts.write_text(server.known_hosts_line() + "\n")
