@@ -330,13 +330,18 @@ class SimHandler(BaseHTTPRequestHandler):
                 self.sim.engine, socket.gethostname(), prompt_tokens, per_token, gbps
             )
         if params.get("do_remote_prefill"):
-            wait_s, moved, speed = receive_s(params, gbps)
-            time.sleep(wait_s)
-            with self.sim.lock:
-                self.sim.kv_received_bytes += moved
-                self.sim.kv_received_s += wait_s
-            say(received_line(moved, wait_s, speed))
+            self._receive(params, gbps)
         return None
+
+    def _receive(self, params: dict, gbps: float) -> None:
+        """A decode worker's wait for a prompt's KV: as long as its bytes take at `gbps`;
+        counted, and said in the log as the real connectors say each transfer."""
+        wait_s, moved, speed = receive_s(params, gbps)
+        time.sleep(wait_s)
+        with self.sim.lock:
+            self.sim.kv_received_bytes += moved
+            self.sim.kv_received_s += wait_s
+        say(received_line(moved, wait_s, speed))
 
     def _receive_room(self, room: tuple) -> bool:
         """An SGLang decode worker's wait: for its room's KV from the prefill worker, then as
@@ -344,12 +349,7 @@ class SimHandler(BaseHTTPRequestHandler):
         params = wait_room(room[1], room[2], float(os.environ.get(ROOM_WAIT_S_ENV) or 30))
         if params is None:
             return False
-        wait_s, moved, speed = receive_s(params, self.sim.kv_gbps or 0)
-        time.sleep(wait_s)
-        with self.sim.lock:
-            self.sim.kv_received_bytes += moved
-            self.sim.kv_received_s += wait_s
-        say(received_line(moved, wait_s, speed))
+        self._receive(params, self.sim.kv_gbps or 0)
         return True
 
     def _prefill(self, prompt_tokens: int) -> None:
