@@ -15,15 +15,20 @@
   those nodes (`JobFleet`): placement, launch, readiness, the records in each
   shard's spec (with the job: `{cluster, job_id, nodes}`) are the SSH path's own.
 
-A serve that fails cancels its job: nothing is left holding cards.
+A serve that fails cancels its job: nothing is left holding cards. A serve called off
+(the console quit) cancels it too, unless a shard of the replica was started in it: that
+job is left running, as started shards are on SSH nodes, for any later console to list
+and stop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import replace
 from typing import Any
 
+from llmgw_agent.ops import Op
 from llmgw_core.errors import BadInput, DoesNotFit, LlmgwError
 from llmgw_core.fleet.slurm_jobs import (
     JobNotRunning,
@@ -60,6 +65,16 @@ class JobFleet:
         self._names = set(names)
         specs = tuple(s for s in fleet.inventory.node_specs() if s.name in self._names)
         self.inventory = fleet.inventory.model_copy(update={"nodes": ()}).with_job_nodes(specs)
+        self.shard_started = False
+        """True once a `shard.start` went to one of the job's nodes (a shard may run there)."""
+
+    async def request(
+        self, name: str, op: str, args: dict[str, Any] | None = None, *, timeout_s: float = 60.0
+    ) -> Any:
+        """The fleet's `request`, noting a shard's start before it is sent."""
+        if op == Op.SHARD_START:
+            self.shard_started = True
+        return await self._fleet.request(name, op, args, timeout_s=timeout_s)
 
     def snapshot(self) -> FleetState:
         """The fleet's snapshot, cut to the job's nodes."""
@@ -211,7 +226,16 @@ async def serve_on_cluster(
             ),
             slurm={"cluster": cluster.name, "job_id": job_id, "nodes": list(job.nodes)},
         )
-        outcome = await serve(JobFleet(fleet, names), reach, within, model)
+        job_fleet = JobFleet(fleet, names)
+        try:
+            outcome = await serve(job_fleet, reach, within, model)
+        except asyncio.CancelledError:
+            # Called off (a console quit) once a shard started: as on SSH nodes, what started
+            # is left running, and any later console lists and stops it. Decided without an
+            # await, which a second cancellation would cut short.
+            if job_fleet.shard_started:
+                job_id = None
+            raise
         outcome.trace.steps[:0] = trace.steps
         if outcome.phase not in ("ready", "starting"):
             await _end_job(fleet, login, job_id, names)

@@ -235,7 +235,8 @@ def test_the_serve_wizard_offers_the_cluster_as_a_place_and_serves_there_as_one_
 ):
     """The wizard on an inventory with cluster `big`: the place field names it, a name the
     inventory lacks is refused, the ways are planned on its partition, and Serve submits one
-    job whose replica the replicas screen shows `RUNNING`."""
+    job whose replica the replicas screen shows `RUNNING`. Quitting while the replica starts
+    leaves its job for a later run's `stop`."""
     import asyncio
 
     with login_node(
@@ -309,10 +310,5 @@ async def _walk_the_wizard_to_the_cluster(inventory: str) -> None:
             return str(table.get_cell("wiz", "way")) if listed and table.row_count else ""
 
         await until(pilot, lambda: "on big · RUNNING" in way(), "the replica's job running", 120)
-        # Ready before the console goes: a serve still waiting would cancel its job on quit.
-        await until(
-            pilot,
-            lambda: any(v.name == "wiz" and v.phase == "ready" for v in replicas.views),
-            "wiz ready",
-            120,
-        )
+        # The console quits while its serve may still wait on the engine: the replica has
+        # started in the job, so the job is left for the later `stop` to find and cancel.
