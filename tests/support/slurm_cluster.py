@@ -42,6 +42,8 @@ PORTS_FROM = 27100
 """Slurm's ports come from a block of their own, below the kernel's ephemeral range and above
 the demo gateways' (kept_demo's 21000 to 27000)."""
 PORTS_TO = 28000
+WORKER_SHARES = 8
+"""The block is cut into this many shares, one an xdist worker (112 ports each)."""
 
 
 def node_address() -> str:
@@ -106,9 +108,14 @@ def _daemon(name: str) -> str:
 
 
 def _free_ports(count: int) -> list[int]:
-    """`count` loopback ports nothing listens on, from Slurm's block, in random order so
-    two clusters started at once (two xdist workers, two suites) rarely try the same."""
-    candidates = list(range(PORTS_FROM, PORTS_TO))
+    """`count` loopback ports nothing listens on, from this xdist worker's share of Slurm's
+    block (two workers' clusters starting at once once took the same port, and one
+    slurmctld then reached the other's slurmd, which its munge key did not open), in
+    random order so two suites on one machine rarely try the same."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    share = (PORTS_TO - PORTS_FROM) // WORKER_SHARES
+    first = PORTS_FROM + (int(worker) if worker.isdigit() else 0) % WORKER_SHARES * share
+    candidates = list(range(first, first + share))
     random.shuffle(candidates)
     found: list[int] = []
     for port in candidates:
@@ -120,7 +127,7 @@ def _free_ports(count: int) -> list[int]:
         found.append(port)
         if len(found) == count:
             return found
-    raise RuntimeError(f"no {count} free ports between {PORTS_FROM} and {PORTS_TO}")
+    raise RuntimeError(f"no {count} free ports between {first} and {first + share - 1}")
 
 
 @dataclass
