@@ -235,6 +235,10 @@ class SlurmSettings(_Strict):
 
     login: HostText = Field(min_length=1)
     """The login node: a host name, an address or an ~/.ssh/config alias (ProxyJump allowed)."""
+    port: Count | None = Field(default=None, ge=1, le=65535)
+    user: UserText | None = None
+    identity_file: PathText | None = None
+    """How the login node is reached where ~/.ssh/config does not say (as a node's are)."""
     partition: SlurmName = Field(min_length=1)
     account: SlurmName | None = None
     qos: SlurmName | None = None
@@ -350,6 +354,9 @@ def login_spec(cluster: InventoryCluster) -> NodeSpec:
     return NodeSpec(
         name=f"{cluster.name}-login",
         host=cluster.slurm.login,
+        port=cluster.slurm.port,
+        user=cluster.slurm.user,
+        identity_file=cluster.slurm.identity_file,
         labels={"slurm-cluster": cluster.name, "slurm-login": "true"},
         login_of=cluster.name,
     )

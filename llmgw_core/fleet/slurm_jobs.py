@@ -18,8 +18,8 @@ from typing import Any
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.deploy import REMOTE_CACHE, Deployment, ensure_agent
-from llmgw_core.fleet.slurm_login import SlurmCommandFailed, _run
-from llmgw_core.fleet.ssh import SshConnector, SshTarget
+from llmgw_core.fleet.slurm_login import SlurmCommandFailed, _run, login_target
+from llmgw_core.fleet.ssh import SshConnector
 from llmgw_core.inventory import InventoryCluster, NodeSpec
 from llmgw_core.slurm.commands import ReplicaJob, cancel_argv, job_argv, queue_argv, sbatch_argv
 from llmgw_core.slurm.hold import HOLD_SCRIPT, fleet_node_name, relay_command
@@ -82,8 +82,7 @@ class LoginNode:
     @classmethod
     async def open(cls, connector: SshConnector, cluster: InventoryCluster) -> LoginNode:
         """Connect to the cluster's login node (its host key checked like a node's)."""
-        target = SshTarget(node=cluster.name, host=cluster.slurm.login)
-        return cls(cluster, await connector.connect(target))
+        return cls(cluster, await connector.connect(login_target(cluster)))
 
     def close(self) -> None:
         """Close the connection (nothing running on the login node depends on it)."""
@@ -178,12 +177,23 @@ class LoginNode:
         return jobs[0]
 
     async def our_jobs(self) -> list[SlurmJob]:
-        """This user's replica jobs still pending or running (`squeue --json --me`)."""
+        """This user's replica jobs still pending or running in this entry's partition
+        (`squeue --json --me`): two entries may share a login node, one a partition, and a
+        job joins the fleet under the entry it was submitted for."""
         text = await self.run(queue_argv([]))
         jobs = read_jobs_json(
             text, f"the queue of {self.cluster.name}", self.cluster.slurm.gres_name
         )
-        return [j for j in jobs if j.name.startswith(JOB_PREFIX) and j.state not in ENDED]
+        ours = set(self.cluster.slurm.partition.split(","))
+        return [
+            j
+            for j in jobs
+            if j.name.startswith(JOB_PREFIX)
+            and j.state not in ENDED
+            # A job lists its partitions while pending, the one it runs in once running (and
+            # none where a release leaves the field out).
+            and set(filter(None, j.partition.split(","))) <= ours
+        ]
 
     async def wait_running(
         self,
@@ -257,6 +267,9 @@ def job_node_specs(
         NodeSpec(
             name=fleet_node_name(node, job.job_id),
             host=cluster.slurm.login,
+            port=cluster.slurm.port,
+            user=cluster.slurm.user,
+            identity_file=cluster.slurm.identity_file,
             engine_bind=address.get(node) or None,
             fabrics=cluster.fabrics,
             labels={"slurm-cluster": cluster.name, "slurm-job": job.job_id, "slurm-node": node},

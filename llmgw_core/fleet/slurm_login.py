@@ -70,6 +70,19 @@ class ClusterReading:
         return found
 
 
+def login_target(cluster: InventoryCluster) -> SshTarget:
+    """Where the cluster's login node is: its `login`, with the `port`, `user` and
+    `identity_file` the entry gives (else ~/.ssh/config decides, as for a node)."""
+    slurm = cluster.slurm
+    return SshTarget(
+        node=cluster.name,
+        host=slurm.login,
+        port=slurm.port,
+        user=slurm.user,
+        identity_file=slurm.identity_file,
+    )
+
+
 async def _run(connection: Any, argv: list[str], where: str) -> str:
     """One command on the login node: its output, or one sentence with its error."""
     try:
@@ -102,7 +115,7 @@ async def read_cluster(
     """
     slurm = cluster.slurm
     where = f"{cluster.name}'s login node {slurm.login}"
-    connection = await connector.connect(SshTarget(node=cluster.name, host=slurm.login))
+    connection = await connector.connect(login_target(cluster))
     try:
         try:
             version_text = await _run(connection, version_argv(), where)

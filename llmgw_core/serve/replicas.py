@@ -44,7 +44,29 @@ async def shard_listings(fleet: Any) -> dict[str, list[dict[str, Any]]]:
 
     found = await asyncio.gather(*(one(name) for name in _ready_names(fleet)))
     listings = {name: shards for name, shards in found if shards is not None}
-    return await _with_ended_jobs(fleet, listings)
+    return await _with_ended_jobs(fleet, listed_once(listings))
+
+
+def listed_once(listings: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """Each shard under one node only. Two nodes of the fleet may be one agent home: clusters
+    whose entries share a login node reach it as `<cluster>-login` each, and each agent lists
+    every shard of the home's state folder. A shard seen twice stays with the node its spec
+    names (a gateway's `node`), else with the first node listing it; acting on it through
+    the other would act twice (the second stop found nothing left to stop)."""
+    homes: dict[tuple[Any, Any], list[str]] = {}
+    for node, records in listings.items():
+        for record in records:
+            homes.setdefault((record.get("shard_id"), record.get("created_at")), []).append(node)
+    kept: dict[str, list[dict[str, Any]]] = {}
+    for node, records in listings.items():
+        kept[node] = []
+        for record in records:
+            nodes = homes[(record.get("shard_id"), record.get("created_at"))]
+            named = ((record.get("spec") or {}).get("gateway") or {}).get("node")
+            owner = named if named in nodes else nodes[0]
+            if node == owner:
+                kept[node].append(record)
+    return kept
 
 
 async def _with_ended_jobs(
