@@ -134,6 +134,22 @@ class Resolved:
     """The plan the ways came from (a disaggregated side's own width is looked up there)."""
 
 
+async def refuse_a_running_name(fleet: Any, name: str) -> None:
+    """Refuse `name` while a replica of that name runs on the fleet (one stopped or failed
+    may be served again).
+
+    Raises:
+        BadInput: naming its phase.
+    """
+    listings = await shard_listings(fleet)
+    for view in assemble(listings, fleet.snapshot()):
+        if view.name == name and view.phase not in ("stopped", "failed"):
+            raise BadInput(
+                f"a replica named {name!r} already runs ({view.phase})",
+                "give another `name`, or stop it first",
+            )
+
+
 async def resolve(fleet: Any, request: ServeRequest, model: ModelInfo) -> Resolved:
     """The replica's name and context and the ways `serve` tries, best first.
 
@@ -148,13 +164,7 @@ async def resolve(fleet: Any, request: ServeRequest, model: ModelInfo) -> Resolv
             f"{request.model}: the trained context is unknown", "give `context:` in tokens"
         )
     name = request.name or default_replica_name(model)
-    listings = await shard_listings(fleet)
-    for view in assemble(listings, fleet.snapshot()):
-        if view.name == name and view.phase not in ("stopped", "failed"):
-            raise BadInput(
-                f"a replica named {name!r} already runs ({view.phase})",
-                "give another `name`, or stop it first",
-            )
+    await refuse_a_running_name(fleet, name)
     views = await fleet_views(fleet)
     the_plan = plan(
         model,

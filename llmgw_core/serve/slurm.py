@@ -42,7 +42,7 @@ from llmgw_core.fleet.state import FleetState
 from llmgw_core.model.source import ModelInfo
 from llmgw_core.serve.http import EngineReach
 from llmgw_core.serve.launch import default_replica_name
-from llmgw_core.serve.prepare import ServeRequest
+from llmgw_core.serve.prepare import ServeRequest, refuse_a_running_name
 from llmgw_core.serve.progress import Trace
 from llmgw_core.serve.start import ServeOutcome, serve
 from llmgw_core.slurm.jobs import SlurmJob
@@ -170,6 +170,9 @@ async def serve_on_cluster(
         )
     shape = _shape(request, model, reading.nodes, cluster.name)
     name = request.name or default_replica_name(model)
+    # Asked of the whole fleet: the job's own serve sees only the job's nodes, and a replica of
+    # that name in another job would run on beside the new one.
+    await refuse_a_running_name(fleet, name)
     trace = Trace()
     login = await LoginNode.open(fleet.connector, cluster)
     job_id: str | None = None
