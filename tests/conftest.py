@@ -79,6 +79,7 @@ LONGEST_FILES = {
     "tests/slurm/test_slurm_keep_live.py": 55,
     "tests/slurm/test_slurm_serve_live.py": 45,
     "tests/slurm/test_slurm_roll_live.py": 40,
+    "tests/slurm/test_slurm_demo_up.py": 25,  # demo up --slurm, a serve on the rack, down
     "tests/e2e/test_keep_demo.py": 167,
     "tests/e2e/test_service_demo.py": 125,
     "tests/e2e/test_vllm_vs_sim.py": 109,  # the real vLLM's start on the CPU

@@ -30,15 +30,18 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncssh
 import yaml
 
 from llmgw_core.fleet.loopback import LoopbackSshd
-from llmgw_core.fleet.sim.nodes import SimNode
+from llmgw_core.fleet.sim.nodes import SimNode, capture_adapters
 from llmgw_core.fleet.ssh import SshSettings
 from llmgw_core.inventory import Inventory, parse_inventory
+
+if TYPE_CHECKING:
+    from llmgw_core.fleet.sim.demo_slurm import DemoSlurm
 
 NVL72_TRAYS = 18
 NVL72_CLUSTER_UUID = "4f2c9a1e-7b3d-4c55-9e61-0a8d2b7c3f10"
@@ -104,6 +107,8 @@ class DemoFleet:
     servers: dict[str, LoopbackSshd]
     inventory: Inventory
     settings: SshSettings
+    slurm: DemoSlurm | None = None
+    """Its Slurm cluster and login node (`demo up --slurm`), else None."""
     _stopped: bool = False
 
     async def stop(self, spare: Iterable[int] = ()) -> None:
@@ -116,6 +121,8 @@ class DemoFleet:
         if self._stopped:
             return
         self._stopped = True
+        if self.slurm is not None:
+            await self.slurm.stop()  # its jobs cancelled before the daemons go
         await asyncio.gather(*(server.stop() for server in self.servers.values()))
         sweep(self.root, spare=spare)
         atexit.unregister(sweep)
@@ -125,6 +132,8 @@ async def start_demo_fleet(
     root: Path | None = None,
     nodes: list[SimNode] | None = None,
     real_engines: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    slurm: bool = False,
 ) -> DemoFleet:
     """Write the captures and keys, start one SSH server per node; returns at once.
 
@@ -136,6 +145,9 @@ async def start_demo_fleet(
         real_engines: engines the CPU node runs for real, as the inventory's `engines:` names
             them (`{"vllm": {"bin": PATH}}`): its agent starts them on this machine instead
             of the sim engine (`demo_engines` reads them from the command line).
+        slurm: also start a Slurm cluster of six nodes and its login node, as clusters
+            `hgx` and `nvl` of the inventory (`llmgw_core.fleet.sim.demo_slurm`; Debian's
+            Slurm packages must be installed).
     """
     from llmgw_agent.sim.profiles import write_profile
 
@@ -165,13 +177,24 @@ async def start_demo_fleet(
             allow_forwarding=True,  # the console reaches engines' ports through SSH tunnels
         )
     await asyncio.gather(*(server.start() for server in servers.values()))
-    known_hosts = root / "known_hosts"
-    known_hosts.write_text(
-        "".join(server.known_hosts_line() + "\n" for server in servers.values()), encoding="utf-8"
-    )
     key_file = root / "client_key"
     key_file.write_bytes(client_key.export_private_key())
     key_file.chmod(0o600)
+    demo_slurm: DemoSlurm | None = None
+    if slurm:
+        from llmgw_core.fleet.sim.demo_slurm import start_demo_slurm
+
+        try:
+            demo_slurm = await start_demo_slurm(root / "slurm", authorized, key_file)
+        except BaseException:
+            await asyncio.gather(*(server.stop() for server in servers.values()))
+            raise
+    known_hosts = root / "known_hosts"
+    logins = [demo_slurm.login] if demo_slurm is not None else []
+    known_hosts.write_text(
+        "".join(server.known_hosts_line() + "\n" for server in [*servers.values(), *logins]),
+        encoding="utf-8",
+    )
     document = {
         "nodes": [
             _inventory_entry(
@@ -181,6 +204,8 @@ async def start_demo_fleet(
         ],
         "known_hosts": str(known_hosts),
     }
+    if demo_slurm is not None:
+        document["clusters"] = demo_slurm.entries
     text = yaml.safe_dump(document, sort_keys=False)
     (root / "inventory.yaml").write_text(text, encoding="utf-8")
     inventory = parse_inventory(text, source=str(root / "inventory.yaml"), folder=root)
@@ -192,7 +217,9 @@ async def start_demo_fleet(
         max_handshakes=64,
         max_handshakes_per_server=64,  # asyncssh's servers have no MaxStartups
     )
-    return DemoFleet(root=root, servers=servers, inventory=inventory, settings=settings)
+    return DemoFleet(
+        root=root, servers=servers, inventory=inventory, settings=settings, slurm=demo_slurm
+    )
 
 
 def _inventory_entry(
@@ -209,7 +236,7 @@ def _inventory_entry(
         "identity_file": str(key_file),
         "replay": str(capture),
     }
-    hcas = _capture_adapters(capture)
+    hcas = capture_adapters(capture)
     if node.fabric and hcas:
         entry["fabrics"] = [{"name": node.fabric, "hcas": hcas, "rate_gbps": RAIL_RATE_GBPS}]
     if node.labels:
@@ -268,12 +295,6 @@ def demo_router() -> str | None:
     if beside.is_file():
         return str(beside)
     return shutil.which("vllm-router")
-
-
-def _capture_adapters(capture: Path) -> list[str]:
-    """The adapters a capture directory holds (what the agent will report)."""
-    folder = capture / "sys" / "class" / "infiniband"
-    return sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
 
 
 def processes_rooted_in(root: Path, spare: Iterable[int] = ()) -> list[int]:

@@ -63,33 +63,59 @@ def demo_main(argv: list[str]) -> int:
         "the simulated one (vllm=…/bin/vllm, llama.cpp=…/llama-server or …/python3, "
         "sglang=…/python3)",
     )
+    parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="with up: also a real Slurm cluster on this machine (Debian's slurmctld, slurmd, "
+        "slurm-client and munge), as inventory clusters hgx (2 H100 nodes) and nvl "
+        "(4 GB200 trays)",
+    )
     args = parser.parse_args(argv)
     folder = Path(args.dir).expanduser().resolve() if args.dir else default_dir()
     if args.engine and args.action not in ("up", "serve"):
         parser.error("--engine goes with up")
+    if args.slurm and args.action not in ("up", "serve"):
+        parser.error("--slurm goes with up")
     try:
         engines = demo_engines(args.engine)
+        if args.slurm and args.action == "up":
+            _check_slurm()
     except BadInput as exc:
         print(f"llmgw-tui: {exc.sentence()}", file=sys.stderr)
         return exc.exit_code
     if args.action == "up":
-        return up(folder, args.engine)
+        return up(folder, args.engine, slurm=args.slurm)
     if args.action == "serve":
-        return serve(folder, engines)
+        return serve(folder, engines, slurm=args.slurm)
     return {"down": down, "status": status}[args.action](folder)
 
 
-def up(folder: Path, engines: list[str] | None = None) -> int:
+def _check_slurm() -> None:
+    """Refuse `--slurm` where Slurm's daemons or clients are not installed.
+
+    Raises:
+        BadInput: naming what is missing and the packages that bring it.
+    """
+    from llmgw_core.fleet.sim.slurm import slurm_missing
+
+    missing = slurm_missing()
+    if missing:
+        raise BadInput(f"demo up --slurm needs a local Slurm: {missing}")
+
+
+def up(folder: Path, engines: list[str] | None = None, *, slurm: bool = False) -> int:
     """Start the demo fleet detached (unless it is up) and print its inventory's path.
 
-    `engines`: `ENGINE=PATH` texts (checked) its CPU node runs for real.
+    `engines`: `ENGINE=PATH` texts (checked) its CPU node runs for real. `slurm`: with the
+    demo's Slurm cluster (`llmgw_core.fleet.sim.demo_slurm`).
     """
     found = running(folder)
     if found is not None:
-        if engines:
+        if engines or slurm != bool(found.get("slurm")):
             print(
-                "llmgw-tui: the demo fleet is already up, with the engines it was started with"
-                " (demo down, then demo up --engine … to change them)",
+                "llmgw-tui: the demo fleet is already up, as it was started"
+                f" ({'with' if found.get('slurm') else 'without'} its Slurm cluster, with the"
+                " engines it was given); demo down, then demo up to change that",
                 file=sys.stderr,
             )
         print(found["inventory"])
@@ -103,6 +129,7 @@ def up(folder: Path, engines: list[str] | None = None) -> int:
             [
                 *(sys.executable, "-m", "llmgw_tui.cli", "demo", "serve", "--dir", str(folder)),
                 *(f"--engine={text}" for text in engines or ()),
+                *(["--slurm"] if slurm else []),
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -155,15 +182,17 @@ def status(folder: Path) -> int:
     return 0
 
 
-def serve(folder: Path, engines: dict[str, dict[str, str]] | None = None) -> int:
+def serve(
+    folder: Path, engines: dict[str, dict[str, str]] | None = None, *, slurm: bool = False
+) -> int:
     """The detached process: the demo fleet's servers until SIGTERM, then nothing left."""
-    return asyncio.run(_serve(folder, engines or {}))
+    return asyncio.run(_serve(folder, engines or {}, slurm))
 
 
-async def _serve(folder: Path, engines: dict[str, dict[str, str]]) -> int:
+async def _serve(folder: Path, engines: dict[str, dict[str, str]], slurm: bool) -> int:
     from llmgw_core.fleet.sim.demo import start_demo_fleet
 
-    demo = await start_demo_fleet(folder, real_engines=engines)
+    demo = await start_demo_fleet(folder, real_engines=engines, slurm=slurm)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -172,6 +201,7 @@ async def _serve(folder: Path, engines: dict[str, dict[str, str]]) -> int:
         "pid": os.getpid(),
         "inventory": str(folder / "inventory.yaml"),
         "started_at": time.time(),
+        "slurm": slurm,
     }
     temporary = folder / f"{UP_FILE}.tmp"
     temporary.write_text(json.dumps(record), encoding="utf-8")

@@ -1,8 +1,10 @@
-"""A simulated node, as the demo fleet and the big simulated fleet both describe one."""
+"""A simulated node, as the demo fleet and the big simulated fleet both describe one, and what
+its capture directory holds."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -25,3 +27,9 @@ class SimNode:
     fabric: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     silent: bool = False
+
+
+def capture_adapters(capture: Path) -> list[str]:
+    """The adapters a capture directory holds (what the agent will report)."""
+    folder = capture / "sys" / "class" / "infiniband"
+    return sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
