@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from kept_demo import cli, processes_naming, run_json
 from ports import free_port
 from slurm_cluster import slurm_missing
@@ -43,10 +44,13 @@ def test_demo_up_slurm_serves_on_the_rack_and_a_later_run_finds_and_stops_the_jo
             f"  - gateway: {{name: sgw, port: {port}, node: nvl-login}}\n"
             "  - ask: {gateway: sgw, prompt: 'hello from the rack', max_tokens: 8}\n"
             "  - stop: {gateway: sgw}\n"
+            # The name runs in a job: another job of that name is refused before it is
+            # submitted (the script ends there, with exit code 2).
+            f"  - serve: {{model: '{LLAMA_70B}', name: rack, cluster: hgx}}\n"
         )
         code, lines, said = run_json(inventory, script, timeout=200)
-        assert code == 0, (said[-3000:], lines)
-        listed, served, gateway, asked, stopped = (line["result"] for line in lines)
+        assert code == 2, (said[-3000:], lines)
+        listed, served, gateway, asked, stopped = (line["result"] for line in lines[:5])
         nodes = {c["cluster"]: [n["name"] for n in c["nodes"]] for c in listed["clusters"]}
         assert nodes == {"hgx": ["hgx-1", "hgx-2"], "nvl": [f"nvl-t{t}" for t in range(1, 5)]}
         assert served["phase"] == "ready"
@@ -54,15 +58,15 @@ def test_demo_up_slurm_serves_on_the_rack_and_a_later_run_finds_and_stops_the_jo
         assert gateway["node"] == "nvl-login"
         assert "simulated" in asked["text"]
         assert stopped["stopped"] is True
-        # The name runs in a job: another job of that name is refused before it is submitted.
-        again = f"steps: [{{serve: {{model: '{LLAMA_70B}', name: rack, cluster: hgx}}}}]"
-        code, lines, said = run_json(inventory, again, timeout=120)
-        assert code == 2, (said[-3000:], lines)
-        assert lines[0]["error"].startswith("a replica named 'rack' already runs (ready)")
-        # A later run: the job is joined under `nvl` (the entry it was submitted for), and
-        # stopping the replica cancels it.
+        assert lines[5]["error"].startswith("a replica named 'rack' already runs (ready)")
+        # A later run, on the clusters alone (the SSH nodes play no part here): the job is
+        # joined under `nvl`, the entry it was submitted for, and stopping the replica
+        # cancels it.
+        document = yaml.safe_load(Path(inventory).read_text())
+        clusters_only = tmp_path / "clusters.yaml"
+        clusters_only.write_text(yaml.safe_dump({**document, "nodes": []}))
         code, lines, said = run_json(
-            inventory, "steps: [{replicas: {}}, {stop: {replica: rack}}]", timeout=120
+            str(clusters_only), "steps: [{replicas: {}}, {stop: {replica: rack}}]", timeout=120
         )
         assert code == 0, (said[-3000:], lines)
         (replica,) = lines[0]["result"]["replicas"]

@@ -307,6 +307,11 @@ def _write_conf(
         "MinJobAge=60",
         "MessageTimeout=5",
     ]
+    if address == "127.0.0.1":
+        # Each daemon listens on loopback, not on every interface. A slurmd binds the address
+        # `localhost` resolves to, so a NodeAddr of another loopback address (the suite's,
+        # one per worker) keeps the default, every interface, for its slurmctld to reach it.
+        lines.append("CommunicationParameters=NoCtldInAddrAny,NoInAddrAny")
     gres = ["AutoDetect=off"]
     for index, node in enumerate(nodes):
         line = (
@@ -382,6 +387,8 @@ def start_cluster(
         TimeoutError: the nodes were not all idle within `timeout_s`.
     """
     began = time.monotonic()
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)  # its munge key and socket: no other user may reach them
     short = _sockets_folder(root, nodes)
     sockets = short or root
     for folder in ("state", "log", "run", "dev"):
