@@ -79,13 +79,13 @@ LONGEST_FILES = {
     "tests/slurm/test_slurm_keep_live.py": 55,
     "tests/slurm/test_slurm_serve_live.py": 45,
     "tests/slurm/test_slurm_roll_live.py": 40,
-    "tests/slurm/test_slurm_demo_up.py": 25,  # demo up --slurm, a serve on the rack, down
+    "tests/slurm/test_slurm_demo_up.py": 23,  # demo up --slurm, a serve on the rack, down
     "tests/e2e/test_keep_demo.py": 167,
     "tests/e2e/test_service_demo.py": 125,
     "tests/e2e/test_vllm_vs_sim.py": 109,  # the real vLLM's start on the CPU
     "tests/e2e/test_lora_service_demo.py": 102,  # a kept demo, an apply under a bench
-    "tests/tui/test_monkey.py": 102,
-    "tests/tui/test_monkey_more.py": 92,
+    "tests/tui/test_monkey.py": 80,
+    "tests/tui/test_monkey_more.py": 72,
     "tests/e2e/test_service_lease_demo.py": 91,
     "tests/e2e/test_wizard_every_way.py": 75,
     "tests/e2e/test_keep_heal_demo.py": 75,
