@@ -84,8 +84,8 @@ LONGEST_FILES = {
     "tests/e2e/test_service_demo.py": 125,
     "tests/e2e/test_vllm_vs_sim.py": 109,  # the real vLLM's start on the CPU
     "tests/e2e/test_lora_service_demo.py": 102,  # a kept demo, an apply under a bench
-    "tests/tui/test_monkey.py": 80,
-    "tests/tui/test_monkey_more.py": 72,
+    "tests/tui/test_monkey.py": 70,
+    "tests/tui/test_monkey_more.py": 70,
     "tests/e2e/test_service_lease_demo.py": 91,
     "tests/e2e/test_wizard_every_way.py": 75,
     "tests/e2e/test_keep_heal_demo.py": 75,

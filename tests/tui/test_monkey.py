@@ -1,6 +1,6 @@
 """The monkey: seeded random episodes over every screen of the demo console, and it survives.
 
-20 seeds × 150 keys, in four consoles of five seeds each (a demo fleet takes
+20 seeds × 125 keys, in two consoles of ten seeds each (a demo fleet takes
 a few seconds to start; the seeds of a console run one after the other, each
 from Escape and a mode key). Seeds 0–9 run here, 10–19 in
 `test_monkey_more.py`: two files, so pytest-xdist gives each its own worker. After every key the console runs, nothing
@@ -27,8 +27,8 @@ from llmgw_tui.feed import LiveFeed
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SEEDS = 20
-KEYS = 150
-PER_CONSOLE = 5
+KEYS = 125
+PER_CONSOLE = 10
 
 
 def batches(first: int, last: int) -> list[list[int]]:
