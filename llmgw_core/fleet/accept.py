@@ -17,7 +17,7 @@ import asyncssh
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.ssh import SshConnector, SshSettings, SshTarget, fingerprint, known_hosts_name
-from llmgw_core.inventory import Inventory, NodeSpec, load_inventory
+from llmgw_core.inventory import Inventory, load_inventory
 
 
 def accept_host_main(node: str, *, inventory: str | None) -> int:
@@ -37,16 +37,6 @@ def accept_host_main(node: str, *, inventory: str | None) -> int:
     return 0
 
 
-def _target(spec: NodeSpec) -> SshTarget:
-    return SshTarget(
-        node=spec.name,
-        host=spec.host,
-        port=spec.port,
-        user=spec.user,
-        identity_file=spec.identity_file,
-    )
-
-
 async def accept_host(described: Inventory, name: str) -> str:
     """Trust the key node (or bastion) `name` presents now; returns what was done, in words.
 
@@ -61,7 +51,9 @@ async def accept_host(described: Inventory, name: str) -> str:
     try:
         names = {spec.name for spec in described.node_specs()}
         if name in names:
-            key, host, port = await connector.fetch_host_key(_target(described.node_spec(name)))
+            key, host, port = await connector.fetch_host_key(
+                SshTarget.of(described.node_spec(name))
+            )
         else:
             key, host, port = await _bastion_key(connector, described, name)
     finally:
@@ -73,7 +65,7 @@ async def _bastion_key(
     connector: SshConnector, described: Inventory, name: str
 ) -> tuple[asyncssh.SSHKey, str, int]:
     for spec in described.node_specs():
-        hops = await connector.bastions_of(_target(spec))
+        hops = await connector.bastions_of(SshTarget.of(spec))
         if name in hops:
             return await connector.fetch_bastion_key(hops, hops.index(name))
     nodes = ", ".join(node.name for node in described.nodes)

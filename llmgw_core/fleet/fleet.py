@@ -347,14 +347,7 @@ class Fleet:
 
     async def _connect(self, node: _Node) -> None:
         spec = node.spec
-        target = SshTarget(
-            node=spec.name,
-            host=spec.host,
-            port=spec.port,
-            user=spec.user,
-            identity_file=spec.identity_file,
-        )
-        node.connection = await self.connector.connect(target)
+        node.connection = await self.connector.connect(SshTarget.of(spec))
         options = {"replay": spec.replay, "state_dir": spec.work_dir}
         facts = (Op.FACTS, self._facts_args(node))
         if spec.relay is not None:

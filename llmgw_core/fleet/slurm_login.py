@@ -19,7 +19,7 @@ from typing import Any
 
 from llmgw_core.errors import BadInput, LlmgwError
 from llmgw_core.fleet.ssh import SshConnector, SshTarget
-from llmgw_core.inventory import InventoryCluster
+from llmgw_core.inventory import InventoryCluster, login_spec
 from llmgw_core.slurm.commands import (
     all_jobs_argv,
     node_listing_argv,
@@ -73,14 +73,7 @@ class ClusterReading:
 def login_target(cluster: InventoryCluster) -> SshTarget:
     """Where the cluster's login node is: its `login`, with the `port`, `user` and
     `identity_file` the entry gives (else ~/.ssh/config decides, as for a node)."""
-    slurm = cluster.slurm
-    return SshTarget(
-        node=cluster.name,
-        host=slurm.login,
-        port=slurm.port,
-        user=slurm.user,
-        identity_file=slurm.identity_file,
-    )
+    return SshTarget.of(login_spec(cluster), node=cluster.name)
 
 
 async def _run(connection: Any, argv: list[str], where: str) -> str:

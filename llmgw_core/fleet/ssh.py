@@ -26,7 +26,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
@@ -40,6 +40,9 @@ from llmgw_core.fleet.gates import (
     open_with_banner,
 )
 from llmgw_core.fleet.lag import LoopLag
+
+if TYPE_CHECKING:
+    from llmgw_core.inventory import NodeSpec
 
 MAX_STARTUPS_PER_SERVER = 8
 """Handshakes in flight per server address.
@@ -83,6 +86,17 @@ class SshTarget:
     port: int | None = None
     user: str | None = None
     identity_file: str | None = None
+
+    @classmethod
+    def of(cls, spec: NodeSpec, *, node: str | None = None) -> SshTarget:
+        """Where an inventory `NodeSpec` says its node is (`node`: the name to say instead)."""
+        return cls(
+            node=node or spec.name,
+            host=spec.host,
+            port=spec.port,
+            user=spec.user,
+            identity_file=spec.identity_file,
+        )
 
 
 @dataclass(frozen=True)
