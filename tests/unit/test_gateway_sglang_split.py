@@ -5,21 +5,9 @@ and keep the text that says what they serve, so upgrading llmgw re-adds no worke
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from replica_stub import Replica
 
 from llmgw_core.gateway.spec import Worker, served_text, sglang_bootstrap_port, wanted_workers
-
-
-@dataclass(frozen=True)
-class Replica:
-    """What `wanted_workers` reads of a replica view."""
-
-    name: str
-    phase: str
-    spec: dict[str, Any] = field(default_factory=dict)
-    draining: bool = False
-    adapters: tuple[dict[str, Any], ...] = ()
 
 
 def _worker(name: str, engine: str, role: str, port: int) -> Replica:

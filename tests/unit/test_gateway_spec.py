@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from replica_stub import Replica
 
 from llmgw_core.errors import BadInput
 from llmgw_core.gateway.spec import (
@@ -28,17 +29,6 @@ from llmgw_core.gateway.spec import (
     wanted_workers,
     worker_changes,
 )
-
-
-@dataclass(frozen=True)
-class Replica:
-    """What `wanted_workers` reads of a replica view."""
-
-    name: str
-    phase: str
-    spec: dict[str, Any] = field(default_factory=dict)
-    draining: bool = False
-    adapters: tuple[dict[str, Any], ...] = ()
 
 
 def _replica(name: str, head: str, port: int, served: str, phase: str = "ready") -> Replica:
